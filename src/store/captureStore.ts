@@ -1,0 +1,362 @@
+import { createHash } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { and, asc, desc, eq, inArray, sql } from 'drizzle-orm';
+import { drizzle, type BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
+import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
+import { packF64, packU32, unpackF64, unpackU32 } from './pack.js';
+import * as schema from './schema.js';
+
+const MIGRATIONS = resolve(dirname(fileURLToPath(import.meta.url)), '../../migrations');
+
+export type Outcome = 'complete' | 'failed' | 'aborted';
+export type TokenSource = 'engine' | 'tokenize-endpoint' | 'local';
+export type HeaderMap = Record<string, string | string[]>;
+/** One streamed chunk's payload for one choice: `{text}` for completions, the chat delta (minus role) for chat. */
+export type ChunkDelta = Record<string, unknown>;
+
+export interface RunInfo {
+  kind: 'capture' | 'record';
+  upstream?: string;
+  label?: string;
+  engineVersion?: string;
+  versionJson?: string;
+  modelsJson?: string;
+  maxModelLen?: number;
+  tokenizerName?: string;
+}
+
+export interface Generation {
+  choiceIndex: number;
+  outputIds: number[];
+  tokenTimes: number[];
+  chunkTokens: number[];
+  chunkDeltas: ChunkDelta[];
+  text: string;
+  finishReason: string | null;
+  stopReason: string | number | null;
+}
+
+export interface Exchange {
+  runId: number;
+  startedAt: number;
+  requestId: string | null;
+  method: string;
+  path: string;
+  endpoint: 'chat' | 'completion' | null;
+  outcome: Outcome;
+  error: string | null;
+  status: number | null;
+  model: string | null;
+  stream: boolean;
+  requestHeaders: HeaderMap;
+  requestBody: Buffer;
+  responseHeaders: HeaderMap;
+  responseBody: Buffer;
+  eventEnds: number[];
+  eventTimes: number[];
+  totalMs: number;
+  tokenSource: TokenSource | null;
+  promptIds: number[] | null;
+  requestShape: string | null;
+  injected: string[];
+  usage: unknown;
+  generations: Generation[];
+}
+
+export interface StoredExchange extends Exchange {
+  id: number;
+}
+
+export interface StoredRun extends RunInfo {
+  id: number;
+  startedAt: number;
+  tokenizerFiles: Record<string, string>;
+}
+
+export interface NearestCapture {
+  exchangeId: number;
+  promptIds: number[];
+  /** Length of the longest common prefix with the probe = index of the first diverging token. */
+  commonPrefix: number;
+}
+
+export function promptKey(model: string, promptIds: ArrayLike<number>): string {
+  return createHash('sha256').update(model).update('\0').update(packU32(promptIds)).digest('hex');
+}
+
+function sha256(data: Buffer): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+type Db = BetterSQLite3Database<typeof schema>;
+const p = sql.placeholder;
+
+/** The capture file: one SQLite database in WAL mode, migrated at open. */
+export class CaptureStore {
+  readonly path: string;
+  private readonly sqlite: Database.Database;
+  private readonly db: Db;
+  private readonly insertExchange;
+  private readonly insertGeneration;
+  private readonly selectByKey;
+  private readonly selectGenerations;
+
+  private constructor(path: string) {
+    this.path = path;
+    if (path !== ':memory:') mkdirSync(dirname(resolve(path)), { recursive: true });
+    this.sqlite = new Database(path);
+    this.sqlite.pragma('journal_mode = WAL');
+    this.sqlite.pragma('synchronous = NORMAL');
+    this.sqlite.pragma('foreign_keys = ON');
+    this.sqlite.pragma('busy_timeout = 5000');
+    this.db = drizzle(this.sqlite, { schema });
+    migrate(this.db, { migrationsFolder: MIGRATIONS });
+
+    const e = schema.exchanges;
+    this.insertExchange = this.db
+      .insert(e)
+      .values({
+        runId: p('runId'),
+        startedAt: p('startedAt'),
+        requestId: p('requestId'),
+        method: p('method'),
+        path: p('path'),
+        endpoint: p('endpoint'),
+        outcome: p('outcome'),
+        error: p('error'),
+        status: p('status'),
+        model: p('model'),
+        stream: p('stream'),
+        requestHeaders: p('requestHeaders'),
+        requestBody: p('requestBody'),
+        responseHeaders: p('responseHeaders'),
+        responseBody: p('responseBody'),
+        eventEnds: p('eventEnds'),
+        eventTimes: p('eventTimes'),
+        totalMs: p('totalMs'),
+        tokenSource: p('tokenSource'),
+        promptIds: p('promptIds'),
+        promptLen: p('promptLen'),
+        promptKey: p('promptKey'),
+        requestShape: p('requestShape'),
+        injected: p('injected'),
+        usage: p('usage'),
+      })
+      .returning({ id: e.id })
+      .prepare();
+    const g = schema.generations;
+    this.insertGeneration = this.db
+      .insert(g)
+      .values({
+        exchangeId: p('exchangeId'),
+        choiceIndex: p('choiceIndex'),
+        outputIds: p('outputIds'),
+        tokenTimes: p('tokenTimes'),
+        chunkTokens: p('chunkTokens'),
+        chunkDeltas: p('chunkDeltas'),
+        text: p('text'),
+        finishReason: p('finishReason'),
+        stopReason: p('stopReason'),
+      })
+      .prepare();
+    this.selectByKey = this.db
+      .select()
+      .from(e)
+      .where(and(eq(e.promptKey, p('key')), eq(e.outcome, 'complete')))
+      .orderBy(asc(e.id))
+      .prepare();
+    this.selectGenerations = this.db
+      .select()
+      .from(g)
+      .where(eq(g.exchangeId, p('id')))
+      .orderBy(asc(g.choiceIndex))
+      .prepare();
+  }
+
+  static open(path: string): CaptureStore {
+    return new CaptureStore(path);
+  }
+
+  close(): void {
+    this.sqlite.close();
+  }
+
+  /** Starts a capture run; tokenizer files are stored content-addressed (deduplicated across runs). */
+  startRun(info: RunInfo, tokenizerFiles: Map<string, Buffer>): number {
+    return this.sqlite.transaction(() => {
+      const files: Record<string, string> = {};
+      for (const [name, data] of tokenizerFiles) {
+        const hash = sha256(data);
+        this.db.insert(schema.blobs).values({ sha256: hash, size: data.length, data }).onConflictDoNothing().run();
+        files[name] = hash;
+      }
+      const row = this.db
+        .insert(schema.runs)
+        .values({ ...info, startedAt: Date.now(), tokenizerFiles: JSON.stringify(files) })
+        .returning({ id: schema.runs.id })
+        .get();
+      return row.id;
+    })();
+  }
+
+  /** Writes one exchange and its generations atomically. */
+  saveExchange(ex: Exchange): number {
+    return this.sqlite.transaction(() => {
+      const { id } = this.insertExchange.get({
+        ...ex,
+        stream: ex.stream ? 1 : 0,
+        requestHeaders: JSON.stringify(ex.requestHeaders),
+        responseHeaders: JSON.stringify(ex.responseHeaders),
+        eventEnds: packU32(ex.eventEnds),
+        eventTimes: packF64(ex.eventTimes),
+        promptIds: ex.promptIds ? packU32(ex.promptIds) : null,
+        promptLen: ex.promptIds?.length ?? null,
+        promptKey: ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null,
+        injected: JSON.stringify(ex.injected),
+        usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
+      }) as { id: number };
+      for (const gen of ex.generations) {
+        this.insertGeneration.run({
+          exchangeId: id,
+          choiceIndex: gen.choiceIndex,
+          outputIds: packU32(gen.outputIds),
+          tokenTimes: packF64(gen.tokenTimes),
+          chunkTokens: packU32(gen.chunkTokens),
+          chunkDeltas: JSON.stringify(gen.chunkDeltas),
+          text: gen.text,
+          finishReason: gen.finishReason,
+          stopReason: JSON.stringify(gen.stopReason),
+        });
+      }
+      return id;
+    })();
+  }
+
+  /** Every complete capture of exactly this model and prompt, oldest first. */
+  findByPrompt(model: string, promptIds: ArrayLike<number>): StoredExchange[] {
+    const rows = this.selectByKey.all({ key: promptKey(model, promptIds) });
+    return rows.map((row) => this.hydrate(row));
+  }
+
+  getExchange(id: number): StoredExchange | undefined {
+    const row = this.db.select().from(schema.exchanges).where(eq(schema.exchanges.id, id)).get();
+    return row && this.hydrate(row);
+  }
+
+  /**
+   * The complete capture of `model` sharing the longest prompt-token prefix with `promptIds`
+   * (ties: the newest). A linear scan: it only runs on the miss path.
+   */
+  nearest(model: string, promptIds: ArrayLike<number>): NearestCapture | null {
+    const e = schema.exchanges;
+    const rows = this.db
+      .select({ id: e.id, promptIds: e.promptIds })
+      .from(e)
+      .where(and(eq(e.model, model), eq(e.outcome, 'complete'), sql`${e.promptIds} is not null`))
+      .orderBy(desc(e.id))
+      .iterator();
+    let best: NearestCapture | null = null;
+    for (const row of rows) {
+      const ids = unpackU32(row.promptIds);
+      const n = Math.min(ids.length, promptIds.length);
+      let k = 0;
+      while (k < n && ids[k] === promptIds[k]) k++;
+      if (!best || k > best.commonPrefix) best = { exchangeId: row.id, promptIds: ids, commonPrefix: k };
+    }
+    return best;
+  }
+
+  latestRun(): StoredRun | undefined {
+    const row = this.db.select().from(schema.runs).orderBy(desc(schema.runs.id)).limit(1).get();
+    if (!row) return undefined;
+    return {
+      id: row.id,
+      startedAt: row.startedAt,
+      kind: row.kind as RunInfo['kind'],
+      upstream: row.upstream ?? undefined,
+      label: row.label ?? undefined,
+      engineVersion: row.engineVersion ?? undefined,
+      versionJson: row.versionJson ?? undefined,
+      modelsJson: row.modelsJson ?? undefined,
+      maxModelLen: row.maxModelLen ?? undefined,
+      tokenizerName: row.tokenizerName ?? undefined,
+      tokenizerFiles: JSON.parse(row.tokenizerFiles ?? '{}') as Record<string, string>,
+    };
+  }
+
+  /** The tokenizer files a run recorded, by file name. */
+  tokenizerFiles(run: StoredRun): Map<string, Buffer> {
+    const hashes = Object.values(run.tokenizerFiles);
+    const out = new Map<string, Buffer>();
+    if (hashes.length === 0) return out;
+    const rows = this.db.select().from(schema.blobs).where(inArray(schema.blobs.sha256, hashes)).all();
+    const byHash = new Map(rows.map((r) => [r.sha256, r.data]));
+    for (const [name, hash] of Object.entries(run.tokenizerFiles)) {
+      const data = byHash.get(hash);
+      if (data) out.set(name, data);
+    }
+    return out;
+  }
+
+  /** Models that have complete generation captures. */
+  capturedModels(): string[] {
+    const e = schema.exchanges;
+    return this.db
+      .selectDistinct({ model: e.model })
+      .from(e)
+      .where(and(eq(e.outcome, 'complete'), sql`${e.model} is not null`))
+      .all()
+      .map((r) => r.model as string);
+  }
+
+  counts(): Record<Outcome, number> {
+    const e = schema.exchanges;
+    const rows = this.db.select({ outcome: e.outcome, n: sql<number>`count(*)` }).from(e).groupBy(e.outcome).all();
+    const out: Record<Outcome, number> = { complete: 0, failed: 0, aborted: 0 };
+    for (const r of rows) out[r.outcome as Outcome] = r.n;
+    return out;
+  }
+
+  private hydrate(row: typeof schema.exchanges.$inferSelect): StoredExchange {
+    const gens = this.selectGenerations.all({ id: row.id });
+    return {
+      id: row.id,
+      runId: row.runId,
+      startedAt: row.startedAt,
+      requestId: row.requestId,
+      method: row.method,
+      path: row.path,
+      endpoint: row.endpoint as Exchange['endpoint'],
+      outcome: row.outcome as Outcome,
+      error: row.error,
+      status: row.status,
+      model: row.model,
+      stream: Boolean(row.stream),
+      requestHeaders: JSON.parse(row.requestHeaders ?? '{}') as HeaderMap,
+      requestBody: row.requestBody ?? Buffer.alloc(0),
+      responseHeaders: JSON.parse(row.responseHeaders ?? '{}') as HeaderMap,
+      responseBody: row.responseBody ?? Buffer.alloc(0),
+      eventEnds: unpackU32(row.eventEnds),
+      eventTimes: unpackF64(row.eventTimes),
+      totalMs: row.totalMs ?? 0,
+      tokenSource: row.tokenSource as TokenSource | null,
+      promptIds: row.promptIds ? unpackU32(row.promptIds) : null,
+      requestShape: row.requestShape,
+      injected: JSON.parse(row.injected ?? '[]') as string[],
+      usage: row.usage === null ? undefined : (JSON.parse(row.usage) as unknown),
+      generations: gens.map((g) => ({
+        choiceIndex: g.choiceIndex,
+        outputIds: unpackU32(g.outputIds),
+        tokenTimes: unpackF64(g.tokenTimes),
+        chunkTokens: unpackU32(g.chunkTokens),
+        chunkDeltas: JSON.parse(g.chunkDeltas) as ChunkDelta[],
+        text: g.text,
+        finishReason: g.finishReason,
+        stopReason: JSON.parse(g.stopReason ?? 'null') as string | number | null,
+      })),
+    };
+  }
+}

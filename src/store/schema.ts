@@ -1,0 +1,101 @@
+import { sql } from 'drizzle-orm';
+import { blob, index, integer, primaryKey, real, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+
+/** Content-addressed files (tokenizer files of the capture), keyed by their SHA-256. */
+export const blobs = sqliteTable('blobs', {
+  sha256: text('sha256').primaryKey(),
+  size: integer('size').notNull(),
+  data: blob('data', { mode: 'buffer' }).notNull(),
+});
+
+/** One `mocker capture` (or record-on-miss) session: the engine's identity and the tokenizer it used. */
+export const runs = sqliteTable('runs', {
+  id: integer('id').primaryKey({ autoIncrement: true }),
+  startedAt: integer('started_at').notNull(),
+  kind: text('kind').notNull(),
+  upstream: text('upstream'),
+  label: text('label'),
+  engineVersion: text('engine_version'),
+  versionJson: text('version_json'),
+  modelsJson: text('models_json'),
+  maxModelLen: integer('max_model_len'),
+  tokenizerName: text('tokenizer_name'),
+  /** JSON object: file name -> sha256 in `blobs`. */
+  tokenizerFiles: text('tokenizer_files'),
+});
+
+/**
+ * One proxied HTTP exchange. Written in a single transaction once the exchange is over,
+ * so replay never sees a half-recorded answer.
+ */
+export const exchanges = sqliteTable(
+  'exchanges',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    runId: integer('run_id')
+      .notNull()
+      .references(() => runs.id),
+    startedAt: integer('started_at').notNull(),
+    requestId: text('request_id'),
+    method: text('method').notNull(),
+    path: text('path').notNull(),
+    /** `chat` | `completion` for recorded generation endpoints, null otherwise. */
+    endpoint: text('endpoint'),
+    /** `complete` | `failed` | `aborted`. Only `complete` exchanges answer replays. */
+    outcome: text('outcome').notNull(),
+    error: text('error'),
+    status: integer('status'),
+    model: text('model'),
+    stream: integer('stream', { mode: 'boolean' }),
+    requestHeaders: text('request_headers'),
+    requestBody: blob('request_body', { mode: 'buffer' }),
+    responseHeaders: text('response_headers'),
+    /** The upstream's bytes as received (including fields the proxy injected). */
+    responseBody: blob('response_body', { mode: 'buffer' }),
+    /** Packed u32: byte offset where each SSE event ends in `response_body`. */
+    eventEnds: blob('event_ends', { mode: 'buffer' }),
+    /** Packed f64: arrival time of each SSE event, ms since the request was sent upstream. */
+    eventTimes: blob('event_times', { mode: 'buffer' }),
+    totalMs: real('total_ms'),
+    /** `engine` | `tokenize-endpoint` | `local`. */
+    tokenSource: text('token_source'),
+    /** Packed u32 prompt token ids. */
+    promptIds: blob('prompt_ids', { mode: 'buffer' }),
+    promptLen: integer('prompt_len'),
+    /** sha256(model NUL packed prompt ids): the replay lookup key. */
+    promptKey: text('prompt_key'),
+    /** Canonical JSON of the request fields that shape the response bytes. */
+    requestShape: text('request_shape'),
+    /** JSON list of request fields the proxy added (removed again from what the client saw). */
+    injected: text('injected'),
+    usage: text('usage'),
+  },
+  (t) => [
+    index('exchanges_prompt_key').on(t.promptKey).where(sql`outcome = 'complete'`),
+    index('exchanges_model').on(t.model),
+  ],
+);
+
+/** One choice of a recorded generation, with its per-token data packed. */
+export const generations = sqliteTable(
+  'generations',
+  {
+    exchangeId: integer('exchange_id')
+      .notNull()
+      .references(() => exchanges.id),
+    choiceIndex: integer('choice_index').notNull(),
+    /** Packed u32 output token ids. */
+    outputIds: blob('output_ids', { mode: 'buffer' }).notNull(),
+    /** Packed f64: arrival time of each output token, ms since the request was sent upstream. */
+    tokenTimes: blob('token_times', { mode: 'buffer' }).notNull(),
+    /** Packed u32: number of output tokens carried by each streamed chunk (one entry if not streamed). */
+    chunkTokens: blob('chunk_tokens', { mode: 'buffer' }).notNull(),
+    /** JSON array, one delta per chunk: `{text}` for completions, the chat delta without `role` for chat. */
+    chunkDeltas: text('chunk_deltas').notNull(),
+    text: text('text').notNull(),
+    finishReason: text('finish_reason'),
+    /** JSON: string, token id or null. */
+    stopReason: text('stop_reason'),
+  },
+  (t) => [primaryKey({ columns: [t.exchangeId, t.choiceIndex] })],
+);

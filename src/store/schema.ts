@@ -56,6 +56,8 @@ export const exchanges = sqliteTable(
     eventEnds: blob('event_ends', { mode: 'buffer' }),
     /** Packed f64: arrival time of each SSE event, ms since the request was sent upstream. */
     eventTimes: blob('event_times', { mode: 'buffer' }),
+    /** Packed u32: output tokens (all choices) received up to and including each SSE event. */
+    eventTokens: blob('event_tokens', { mode: 'buffer' }),
     totalMs: real('total_ms'),
     /** `engine` | `tokenize-endpoint` | `local`. */
     tokenSource: text('token_source'),

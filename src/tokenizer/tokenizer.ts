@@ -27,8 +27,8 @@ export interface ChatTemplateRequest {
   messages: unknown[];
   tools?: unknown[] | null;
   documents?: unknown[] | null;
-  add_generation_prompt?: boolean;
-  continue_final_message?: boolean;
+  add_generation_prompt?: boolean | null;
+  continue_final_message?: boolean | null;
   chat_template?: string | null;
   chat_template_kwargs?: Record<string, unknown> | null;
 }

@@ -1,0 +1,112 @@
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { forwardExchange } from '../capture/forward.js';
+import { Recorder } from '../capture/recorder.js';
+import { errorJson } from '../http/errors.js';
+import { CaptureStore } from '../store/captureStore.js';
+import { loadTokenizer, ModelNotFoundError, type ModelTokenizer } from '../tokenizer/index.js';
+import { engineIdentity } from './identity.js';
+import type { Running } from './serve.js';
+
+export interface CaptureOptions {
+  upstream: string;
+  captures: string;
+  host: string;
+  port: number;
+  model?: string;
+  label?: string;
+  upstreamTimeoutMs: number;
+  maxBodyBytes: number;
+  redactHeaders: string[];
+}
+
+const STATS_INTERVAL_MS = 10_000;
+
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) return resolve(null);
+      chunks.push(chunk);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+/** `mocker capture`: a transparent proxy that records every generation into the capture file. */
+export async function startCapture(opts: CaptureOptions): Promise<Running> {
+  const upstream = new URL(opts.upstream);
+  const identity = await engineIdentity(upstream);
+  let tokenizer: ModelTokenizer;
+  if (opts.model !== undefined) tokenizer = loadTokenizer(opts.model);
+  else {
+    try {
+      tokenizer = loadTokenizer(identity.modelRoot);
+    } catch (err) {
+      if (!(err instanceof ModelNotFoundError)) throw err;
+      console.warn(`mocker capture: ${err.message}; using the bundled tokenizer (pass --model to choose)`);
+      tokenizer = loadTokenizer();
+    }
+  }
+  const store = CaptureStore.open(opts.captures);
+  const runId = store.startRun(
+    {
+      kind: 'capture',
+      upstream: upstream.href,
+      label: opts.label,
+      engineVersion: identity.engineVersion,
+      versionJson: identity.versionJson,
+      modelsJson: identity.modelsJson,
+      maxModelLen: identity.maxModelLen ?? tokenizer.maxModelLen,
+      tokenizerName: tokenizer.name,
+    },
+    tokenizer.files,
+  );
+  const recorder = new Recorder(store, runId, tokenizer, upstream, new Set(opts.redactHeaders.map((h) => h.toLowerCase())));
+  let recorded = 0;
+  const sink = async (raw: Parameters<typeof recorder.sink>[0]) => {
+    await recorder.sink(raw);
+    recorded++;
+  };
+
+  const server = http.createServer((req: IncomingMessage, res: ServerResponse) => {
+    readBody(req, opts.maxBodyBytes).then(
+      (body) => {
+        if (body === null) {
+          const json = errorJson(413, `Request body is larger than ${opts.maxBodyBytes} bytes.`, 'Request Entity Too Large');
+          res.writeHead(413, { 'content-type': 'application/json', connection: 'close' }).end(json);
+          return;
+        }
+        return forwardExchange({ upstream, timeoutMs: opts.upstreamTimeoutMs }, req, body, res, sink);
+      },
+      () => res.destroy(),
+    );
+  });
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve) => server.listen(opts.port, opts.host, resolve));
+  const port = (server.address() as AddressInfo).port;
+  console.log(`mocker capture: proxying http://${opts.host}:${port} -> ${upstream.href}, recording into ${opts.captures} (run ${runId}, tokenizer ${tokenizer.name})`);
+  let lastLogged = 0;
+  const stats = setInterval(() => {
+    if (recorded === lastLogged) return;
+    lastLogged = recorded;
+    const c = store.counts();
+    console.log(`mocker capture: ${recorded} exchanges this run; file holds ${c.complete} complete, ${c.failed} failed, ${c.aborted} aborted`);
+  }, STATS_INTERVAL_MS);
+  stats.unref();
+  return {
+    port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        clearInterval(stats);
+        server.closeAllConnections();
+        server.close(() => {
+          store.close();
+          resolve();
+        });
+      }),
+  };
+}

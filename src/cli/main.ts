@@ -1,0 +1,97 @@
+#!/usr/bin/env node
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
+import { startCapture } from './capture.js';
+import { startServe, type ServeMode } from './serve.js';
+
+const DEFAULT_CAPTURES = 'captures/mocker.db';
+const DEFAULT_MAX_BODY = 32 * 1024 * 1024;
+
+function number(name: string, { integer = false, min = -Infinity } = {}) {
+  return (value: string) => {
+    const n = Number(value);
+    if (!Number.isFinite(n) || (integer && !Number.isInteger(n)) || n < min) {
+      throw new InvalidArgumentError(`${name} must be ${integer ? 'an integer' : 'a number'}${min > -Infinity ? ` >= ${min}` : ''}, got "${value}"`);
+    }
+    return n;
+  };
+}
+
+const collect = (value: string, previous: string[]) => [...previous, value];
+
+const program = new Command('mocker')
+  .description('Capture/replay proxy and engine simulator for LLM inference (vLLM-compatible).')
+  .showHelpAfterError();
+
+program
+  .command('serve')
+  .description('Serve a vLLM-compatible API from captures (replay) or random tokens (random).')
+  .addOption(new Option('--mode <mode>', 'replay | random').choices(['replay', 'random']).default('random'))
+  .option('--captures <file>', 'capture file (SQLite)', DEFAULT_CAPTURES)
+  .option('--model <model>', 'local model directory or Hugging Face id in the local HF cache (default: the capture\'s tokenizer, else bundled Qwen/Qwen3-0.6B)')
+  .option('--served-model-name <name...>', 'model names to accept (default: the captured models, else --model)')
+  .option('--host <host>', 'address to listen on', '0.0.0.0')
+  .option('--port <port>', 'port to listen on', number('--port', { integer: true, min: 0 }), 8000)
+  .addOption(new Option('--outputs <source>', 'captured | random (default: captured in replay, random in random mode)').choices(['captured', 'random']))
+  .addOption(new Option('--timing <timing>', 'captured | fixed | none (default: captured in replay, fixed in random mode)').choices(['captured', 'fixed', 'none']))
+  .option('--forward-time-ms <ms>', 'duration of one engine step for --timing fixed', number('--forward-time-ms', { min: 0 }), 25)
+  .option('--speedup-ratio <x>', 'divide every simulated duration by this', number('--speedup-ratio', { min: Number.MIN_VALUE }), 1)
+  .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record').choices(['error', 'random', 'passthrough', 'record']).default('error'))
+  .option('--upstream <url>', 'engine to forward misses to (--on-miss passthrough|record)')
+  .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), 600_000)
+  .option('--seed <n>', 'seed of random outputs', number('--seed', { integer: true }), 0)
+  .option('--max-model-len <n>', 'context length (default: captured, else the model config)', number('--max-model-len', { integer: true, min: 1 }))
+  .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY)
+  .option('--redact-header <name>', 'also never store this header (for --on-miss record)', collect, [...DEFAULT_REDACTED_HEADERS])
+  .action(async (o) => {
+    await startServe({
+      mode: o.mode as ServeMode,
+      captures: o.captures,
+      model: o.model,
+      servedModelName: o.servedModelName,
+      host: o.host,
+      port: o.port,
+      outputs: o.outputs,
+      timing: o.timing,
+      forwardTimeMs: o.forwardTimeMs,
+      speedupRatio: o.speedupRatio,
+      onMiss: o.onMiss,
+      upstream: o.upstream,
+      upstreamTimeoutMs: o.upstreamTimeout,
+      seed: o.seed,
+      maxModelLen: o.maxModelLen,
+      maxBodyBytes: o.maxBodyBytes,
+      redactHeaders: o.redactHeader,
+    });
+  });
+
+program
+  .command('capture')
+  .description('Proxy a real engine transparently and record every generation into a capture file.')
+  .requiredOption('--upstream <url>', 'the engine to capture (e.g. http://gpu-box:8000)')
+  .option('--captures <file>', 'capture file (SQLite)', DEFAULT_CAPTURES)
+  .option('--host <host>', 'address to listen on', '0.0.0.0')
+  .option('--port <port>', 'port to listen on', number('--port', { integer: true, min: 0 }), 8001)
+  .option('--model <model>', 'tokenizer stored with the capture: local directory or HF id in the local cache (default: the upstream\'s model if cached, else bundled)')
+  .option('--label <text>', 'free text stored with this capture run')
+  .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), 600_000)
+  .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY)
+  .option('--redact-header <name>', 'also never store this header (Authorization, API keys and cookies never are)', collect, [...DEFAULT_REDACTED_HEADERS])
+  .action(async (o) => {
+    await startCapture({
+      upstream: o.upstream,
+      captures: o.captures,
+      host: o.host,
+      port: o.port,
+      model: o.model,
+      label: o.label,
+      upstreamTimeoutMs: o.upstreamTimeout,
+      maxBodyBytes: o.maxBodyBytes,
+      redactHeaders: o.redactHeader,
+    });
+  });
+
+program.parseAsync().catch((err: unknown) => {
+  console.error(`mocker: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
+});

@@ -1,0 +1,78 @@
+import type { Generation } from '../store/captureStore.js';
+import type { ModelTokenizer } from '../tokenizer/index.js';
+import { cutAtStopString, cutAtStopToken, textField, type ChoicePlan, type OutputParams, type PlannedChunk } from './plan.js';
+
+/** The request needs more tokens than the capture holds (the capture ended by `length`). */
+export class PartialHit {
+  constructor(readonly captured: number, readonly requested: number) {}
+}
+
+function fromGeneration(gen: Generation): ChoicePlan {
+  const chunks: PlannedChunk[] = [];
+  let end = 0;
+  gen.chunkTokens.forEach((count, i) => {
+    end += count;
+    chunks.push({ end, delta: gen.chunkDeltas[i] });
+  });
+  return {
+    tokenIds: gen.outputIds,
+    capturedTimesMs: gen.tokenTimes,
+    chunks,
+    finishReason: gen.finishReason ?? 'stop',
+    stopReason: gen.stopReason,
+  };
+}
+
+/** Cuts a captured plan to `max` tokens; a chunk cut in the middle gets its text re-decoded. */
+async function truncate(plan: ChoicePlan, max: number, params: OutputParams, tokenizer: ModelTokenizer): Promise<ChoicePlan> {
+  const chunks: PlannedChunk[] = [];
+  let start = 0;
+  for (const chunk of plan.chunks) {
+    if (chunk.end <= max) chunks.push(chunk);
+    else {
+      if (start < max) {
+        const before = await tokenizer.decode(plan.tokenIds.slice(0, start), params.skipSpecialTokens);
+        const after = await tokenizer.decode(plan.tokenIds.slice(0, max), params.skipSpecialTokens);
+        chunks.push({ end: max, delta: { [textField(params.kind)]: after.slice(before.length) } });
+      }
+      break;
+    }
+    start = chunk.end;
+  }
+  return {
+    ...plan,
+    tokenIds: plan.tokenIds.slice(0, max),
+    capturedTimesMs: plan.capturedTimesMs?.slice(0, max),
+    chunks,
+    finishReason: 'length',
+    stopReason: null,
+  };
+}
+
+/**
+ * How a captured generation answers a request with the same prompt tokens (PRODUCT §2): cut by a smaller
+ * max_tokens, by stop strings or stop token ids found earlier; a request wanting more tokens than a
+ * length-capped capture holds is a partial hit.
+ */
+export async function planFromCapture(gen: Generation, params: OutputParams, tokenizer: ModelTokenizer): Promise<ChoicePlan | PartialHit> {
+  let plan = fromGeneration(gen);
+  const captured = plan.tokenIds.length;
+  if (params.maxTokens < captured) plan = await truncate(plan, params.maxTokens, params, tokenizer);
+  else if (params.maxTokens > captured && plan.finishReason === 'length' && params.maxTokensRequested) {
+    return new PartialHit(captured, params.maxTokens);
+  }
+  plan = cutAtStopToken(plan, { ...params, ignoreEos: true }, tokenizer.eosTokenIds);
+  return cutAtStopString(plan, params, tokenizer);
+}
+
+/** Extends a partial hit with random tokens (`--on-miss random`): the captured tokens first, then random ones. */
+export function extendPlan(captured: ChoicePlan, extension: ChoicePlan): ChoicePlan {
+  const offset = captured.tokenIds.length;
+  return {
+    tokenIds: [...captured.tokenIds, ...extension.tokenIds],
+    capturedTimesMs: captured.capturedTimesMs,
+    chunks: [...captured.chunks, ...extension.chunks.map((c) => ({ ...c, end: c.end + offset }))],
+    finishReason: extension.finishReason,
+    stopReason: extension.stopReason,
+  };
+}

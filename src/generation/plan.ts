@@ -1,0 +1,128 @@
+import type { ChunkDelta } from '../store/captureStore.js';
+import type { ModelTokenizer } from '../tokenizer/index.js';
+
+export type EndpointKind = 'chat' | 'completion';
+
+/** The request fields that decide what is generated (vLLM's SamplingParams, as far as outputs go). */
+export interface OutputParams {
+  kind: EndpointKind;
+  n: number;
+  /** Effective max_tokens (request value, else vLLM's default for the endpoint). */
+  maxTokens: number;
+  /** Whether the client set max_tokens itself. */
+  maxTokensRequested: boolean;
+  minTokens: number;
+  ignoreEos: boolean;
+  stop: string[];
+  stopTokenIds: number[];
+  includeStopStrInOutput: boolean;
+  skipSpecialTokens: boolean;
+  seed: number | null;
+}
+
+/** A group of output tokens that goes out as one streamed chunk. */
+export interface PlannedChunk {
+  /** Index one past this chunk's last token. */
+  end: number;
+  /** The chunk's payload; absent = the text is detokenized from the token ids when it is sent. */
+  delta?: ChunkDelta;
+}
+
+/** Everything one choice will produce, decided before the engine runs. */
+export interface ChoicePlan {
+  tokenIds: number[];
+  capturedTimesMs?: number[];
+  chunks: PlannedChunk[];
+  finishReason: string;
+  stopReason: string | number | null;
+}
+
+/** The key of the text a chunk delta carries for each endpoint. */
+export function textField(kind: EndpointKind): 'content' | 'text' {
+  return kind === 'chat' ? 'content' : 'text';
+}
+
+/**
+ * Applies `stop_token_ids` (and EOS unless `ignore_eos`) to planned tokens whose text is decoded on the fly:
+ * the output ends at the first stop token at or after `min_tokens`. The stop token is kept in the ids, its
+ * text is not (vLLM skips the text of the token that stopped the request).
+ */
+export function cutAtStopToken(plan: ChoicePlan, params: OutputParams, eosTokenIds: readonly number[]): ChoicePlan {
+  const stopIds = new Set(params.stopTokenIds);
+  const eos = new Set(params.ignoreEos ? [] : eosTokenIds);
+  for (let i = params.minTokens; i < plan.tokenIds.length; i++) {
+    const id = plan.tokenIds[i];
+    const isEos = eos.has(id);
+    if (!isEos && !stopIds.has(id)) continue;
+    const keptChunks = plan.chunks.filter((c) => c.end <= i);
+    return {
+      ...plan,
+      tokenIds: plan.tokenIds.slice(0, i + 1),
+      capturedTimesMs: plan.capturedTimesMs?.slice(0, i + 1),
+      chunks: [...keptChunks, { end: i + 1, delta: { [textField(params.kind)]: '' } }],
+      finishReason: 'stop',
+      stopReason: isEos ? null : id,
+    };
+  }
+  return plan;
+}
+
+/** Text of each chunk, decoding the chunks that carry no delta (as the stream would). */
+export async function chunkTexts(plan: ChoicePlan, kind: EndpointKind, tokenizer: ModelTokenizer, skipSpecial: boolean): Promise<string[]> {
+  const field = textField(kind);
+  const stream = tokenizer.decodeStream(skipSpecial);
+  const texts: string[] = [];
+  let start = 0;
+  for (const chunk of plan.chunks) {
+    if (chunk.delta) texts.push(typeof chunk.delta[field] === 'string' ? (chunk.delta[field] as string) : '');
+    else {
+      let text = '';
+      for (let i = start; i < chunk.end; i++) text += (await stream.step(plan.tokenIds[i])) ?? '';
+      texts.push(text);
+    }
+    start = chunk.end;
+  }
+  return texts;
+}
+
+/**
+ * Applies `stop` strings to a plan: the output ends with the chunk in which a stop string first appears; the
+ * text is cut before the stop string (or after it with `include_stop_str_in_output`), `stop_reason` = the string.
+ */
+export async function cutAtStopString(
+  plan: ChoicePlan,
+  params: OutputParams,
+  tokenizer: ModelTokenizer,
+): Promise<ChoicePlan> {
+  if (params.stop.length === 0) return plan;
+  const field = textField(params.kind);
+  const texts = await chunkTexts(plan, params.kind, tokenizer, params.skipSpecialTokens);
+  const longest = Math.max(...params.stop.map((s) => s.length));
+  let text = '';
+  for (let c = 0; c < plan.chunks.length; c++) {
+    const before = text.length;
+    text += texts[c];
+    const from = Math.max(0, before - longest + 1);
+    let hit: { at: number; stop: string } | undefined;
+    for (const stop of params.stop) {
+      const at = stop.length > 0 ? text.indexOf(stop, from) : -1;
+      if (at >= 0 && (!hit || at < hit.at)) hit = { at, stop };
+    }
+    if (!hit) continue;
+    if (plan.chunks[c].end <= params.minTokens) continue;
+    const cut = hit.at + (params.includeStopStrInOutput ? hit.stop.length : 0);
+    const chunks = plan.chunks.slice(0, c + 1).map((chunk, k) => ({ ...chunk, delta: { ...(chunk.delta ?? {}), [field]: texts[k] } }));
+    const last = chunks[c];
+    last.delta = { ...last.delta, [field]: text.slice(before, Math.max(before, cut)) };
+    const end = last.end;
+    return {
+      ...plan,
+      tokenIds: plan.tokenIds.slice(0, end),
+      capturedTimesMs: plan.capturedTimesMs?.slice(0, end),
+      chunks,
+      finishReason: 'stop',
+      stopReason: hit.stop,
+    };
+  }
+  return plan;
+}

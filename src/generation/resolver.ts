@@ -1,0 +1,121 @@
+import { ApiError } from '../http/errors.js';
+import { promptKey, type CaptureStore, type StoredExchange } from '../store/captureStore.js';
+import type { ModelTokenizer } from '../tokenizer/index.js';
+import { extendPlan, PartialHit, planFromCapture } from './captured.js';
+import type { ChoicePlan, OutputParams } from './plan.js';
+import { planRandom } from './random.js';
+
+export type OutputsMode = 'captured' | 'random';
+export type MissPolicy = 'error' | 'random' | 'passthrough' | 'record';
+
+export interface ResolverConfig {
+  outputs: OutputsMode;
+  onMiss: MissPolicy;
+  /** `--seed`: random outputs are a function of (prompt, seed, request seed, choice). */
+  seed: number;
+  store?: CaptureStore;
+  tokenizer: ModelTokenizer;
+}
+
+export type Resolution =
+  | { type: 'plans'; plans: ChoicePlan[]; verbatim: StoredExchange | null; source: 'captured' | 'random' }
+  | { type: 'forward' }
+  | { type: 'error'; error: ApiError };
+
+/** Tokens of context shown on each side of a divergence. */
+const CONTEXT_TOKENS = 12;
+
+/** Decides where each request's output comes from: a capture, random tokens, or the upstream. */
+export class OutputResolver {
+  private readonly roundRobin = new Map<string, number>();
+
+  constructor(private readonly config: ResolverConfig) {}
+
+  async resolve(params: OutputParams, model: string, promptIds: readonly number[], shape: string): Promise<Resolution> {
+    const { store, outputs } = this.config;
+    if (outputs === 'random' || !store) return this.random(params, promptIds);
+    const matches = store.findByPrompt(model, promptIds).filter((ex) => ex.endpoint === params.kind);
+    if (matches.length === 0) return this.miss(params, model, promptIds);
+
+    const first = this.pick(matches.length, model, promptIds, params.seed);
+    const chosen: { exchange: StoredExchange; choice: number }[] = [];
+    for (let k = 0; chosen.length < params.n && k < matches.length; k++) {
+      const exchange = matches[(first + k) % matches.length];
+      for (let c = 0; c < exchange.generations.length && chosen.length < params.n; c++) chosen.push({ exchange, choice: c });
+    }
+    for (let k = 0; chosen.length < params.n; k++) chosen.push(chosen[k % chosen.length]);
+
+    const plans: ChoicePlan[] = [];
+    for (const [i, { exchange, choice }] of chosen.entries()) {
+      const plan = await planFromCapture(exchange.generations[choice], params, this.config.tokenizer);
+      if (plan instanceof PartialHit) {
+        if (this.config.onMiss === 'random') {
+          const rest = { ...params, maxTokens: plan.requested - plan.captured };
+          const captured = await planFromCapture(exchange.generations[choice], { ...params, maxTokens: plan.captured }, this.config.tokenizer);
+          if (captured instanceof PartialHit) throw new Error('unreachable: a capture always covers its own length');
+          plans.push(extendPlan(captured, await planRandom([...promptIds, ...captured.tokenIds], rest, this.config.tokenizer, this.config.seed, i)));
+          continue;
+        }
+        if (this.config.onMiss === 'passthrough' || this.config.onMiss === 'record') return { type: 'forward' };
+        return {
+          type: 'error',
+          error: new ApiError(
+            404,
+            `Partial capture hit: capture #${exchange.id} holds ${plan.captured} output tokens (it ended by length) but the request asks for up to ${plan.requested}. Lower max_tokens, recapture, or serve with --on-miss random to extend it with random tokens.`,
+            'NotFoundError',
+            'max_tokens',
+          ),
+        };
+      }
+      plans.push(plan);
+    }
+    const single = chosen.every((c) => c.exchange === chosen[0].exchange);
+    const exchange = chosen[0].exchange;
+    const verbatim = single && exchange.requestShape === shape && exchange.generations.length === params.n ? exchange : null;
+    return { type: 'plans', plans, verbatim, source: 'captured' };
+  }
+
+  private pick(count: number, model: string, promptIds: readonly number[], seed: number | null): number {
+    if (count === 1) return 0;
+    if (seed !== null) return ((seed % count) + count) % count;
+    const key = promptKey(model, promptIds);
+    const next = this.roundRobin.get(key) ?? 0;
+    this.roundRobin.set(key, next + 1);
+    return next % count;
+  }
+
+  private async random(params: OutputParams, promptIds: readonly number[]): Promise<Resolution> {
+    const plans: ChoicePlan[] = [];
+    for (let i = 0; i < params.n; i++) plans.push(await planRandom(promptIds, params, this.config.tokenizer, this.config.seed, i));
+    return { type: 'plans', plans, verbatim: null, source: 'random' };
+  }
+
+  private async miss(params: OutputParams, model: string, promptIds: readonly number[]): Promise<Resolution> {
+    switch (this.config.onMiss) {
+      case 'random':
+        return this.random(params, promptIds);
+      case 'passthrough':
+      case 'record':
+        return { type: 'forward' };
+      case 'error':
+        return { type: 'error', error: new ApiError(404, await this.missMessage(model, promptIds), 'NotFoundError') };
+    }
+  }
+
+  /** Names the nearest capture, the first diverging token and the text around it on both sides. */
+  async missMessage(model: string, promptIds: readonly number[]): Promise<string> {
+    const head = `No capture matches this request: model \`${model}\`, ${promptIds.length} prompt tokens.`;
+    const nearest = this.config.store?.nearest(model, promptIds);
+    if (!nearest) return `${head} The capture file holds no complete capture for this model.`;
+    const at = nearest.commonPrefix;
+    const tok = this.config.tokenizer;
+    const show = async (ids: readonly number[]) => JSON.stringify(await tok.decode(ids.slice(at, at + CONTEXT_TOKENS), false));
+    const before = JSON.stringify(await tok.decode(promptIds.slice(Math.max(0, at - CONTEXT_TOKENS), at), false));
+    const side = (ids: readonly number[]) => (at < ids.length ? `token id ${ids[at]}` : 'end of prompt');
+    return (
+      `${head} Nearest capture: #${nearest.exchangeId} (${nearest.promptIds.length} prompt tokens), identical for the first ${at} tokens; ` +
+      `they diverge at token position ${at}. Text before: ${before}. ` +
+      `Request: ${side(promptIds)}, text ${await show(promptIds)}. Capture: ${side(nearest.promptIds)}, text ${await show(nearest.promptIds)}.`
+    );
+  }
+}

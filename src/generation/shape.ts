@@ -1,0 +1,25 @@
+/** Request fields that do not change the shape of the response bytes (the prompt is the lookup key). */
+const NOT_SHAPE = new Set(['messages', 'prompt', 'model', 'request_id', 'user', 'return_token_ids']);
+
+function canonical(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const key of Object.keys(value).sort()) {
+      const v = (value as Record<string, unknown>)[key];
+      if (v !== null && v !== undefined) out[key] = canonical(v);
+    }
+    return out;
+  }
+  return value;
+}
+
+/**
+ * Canonical JSON of everything in a request that shapes the answer's bytes. Two requests with the same
+ * prompt tokens and the same shape get the captured bytes verbatim.
+ */
+export function requestShape(kind: 'chat' | 'completion', request: Record<string, unknown>): string {
+  const shaped: Record<string, unknown> = { endpoint: kind };
+  for (const [k, v] of Object.entries(request)) if (!NOT_SHAPE.has(k)) shaped[k] = v;
+  return JSON.stringify(canonical(shaped));
+}

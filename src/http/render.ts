@@ -1,0 +1,120 @@
+import type { ChoicePlan, EndpointKind } from '../generation/plan.js';
+import type { ChunkDelta } from '../store/captureStore.js';
+
+/**
+ * vLLM's response formats (≈v0.10.2–0.11: `return_token_ids`, `reasoning_content`), field for field and
+ * in pydantic's declaration order: completion chunks serialize every field, chat chunks only those set.
+ */
+export interface RenderContext {
+  kind: EndpointKind;
+  id: string;
+  created: number;
+  model: string;
+  returnTokenIds: boolean;
+  promptTokenIds: readonly number[];
+}
+
+export interface Finish {
+  reason: string;
+  stopReason: string | number | null;
+}
+
+function head(ctx: RenderContext): string {
+  const object = ctx.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
+  return `{"id":${JSON.stringify(ctx.id)},"object":"${object}","created":${ctx.created},"model":${JSON.stringify(ctx.model)}`;
+}
+
+const ids = (ctx: RenderContext, values: readonly number[]) => (ctx.returnTokenIds ? `[${values.join(',')}]` : 'null');
+
+/** The chat stream's first chunk for a choice, sent when its first output is ready. */
+export function roleEvent(ctx: RenderContext, index: number): string {
+  return `data: ${head(ctx)},"choices":[{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":${ids(ctx, ctx.promptTokenIds)}}\n\n`;
+}
+
+/** One streamed chunk of one choice. `first` marks the choice's first chunk (completions carry the prompt ids there). */
+export function chunkEvent(ctx: RenderContext, index: number, delta: ChunkDelta, tokenIds: readonly number[], finish: Finish | null, first: boolean): string {
+  if (ctx.kind === 'chat') {
+    const stop = finish ? `,"stop_reason":${JSON.stringify(finish.stopReason)}` : '';
+    return `data: ${head(ctx)},"choices":[{"index":${index},"delta":${JSON.stringify(delta)},"logprobs":null,"finish_reason":${JSON.stringify(finish?.reason ?? null)}${stop},"token_ids":${ids(ctx, tokenIds)}}]}\n\n`;
+  }
+  const text = typeof delta.text === 'string' ? delta.text : '';
+  return `data: ${head(ctx)},"choices":[{"index":${index},"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":${JSON.stringify(finish?.reason ?? null)},"stop_reason":${JSON.stringify(finish?.stopReason ?? null)},"prompt_token_ids":${first ? ids(ctx, ctx.promptTokenIds) : 'null'},"token_ids":${ids(ctx, tokenIds)}}],"usage":null}\n\n`;
+}
+
+function usageJson(promptTokens: number, completionTokens: number): string {
+  return `"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completionTokens},"completion_tokens":${completionTokens}`;
+}
+
+/** The final `stream_options.include_usage` chunk. */
+export function usageEvent(ctx: RenderContext, completionTokens: number): string {
+  return `data: ${head(ctx)},"choices":[],"usage":{${usageJson(ctx.promptTokenIds.length, completionTokens)}}}\n\n`;
+}
+
+export const DONE_EVENT = 'data: [DONE]\n\n';
+
+interface ToolCallAcc {
+  id?: unknown;
+  type?: unknown;
+  name: string;
+  arguments: string;
+}
+
+/** Folds a choice's streamed deltas into a non-streamed chat message. */
+function chatMessage(deltas: ChunkDelta[]): string {
+  let content: string | null = null;
+  let reasoning: string | null = null;
+  let reasoningNew: string | null = null;
+  const calls = new Map<number, ToolCallAcc>();
+  for (const d of deltas) {
+    if (typeof d.content === 'string') content = (content ?? '') + d.content;
+    if (typeof d.reasoning_content === 'string') reasoning = (reasoning ?? '') + d.reasoning_content;
+    if (typeof d.reasoning === 'string') reasoningNew = (reasoningNew ?? '') + d.reasoning;
+    for (const raw of (Array.isArray(d.tool_calls) ? d.tool_calls : []) as Record<string, unknown>[]) {
+      const index = Number(raw.index ?? calls.size);
+      const acc = calls.get(index) ?? { name: '', arguments: '' };
+      const fn = (raw.function ?? {}) as Record<string, unknown>;
+      if (raw.id !== undefined) acc.id = raw.id;
+      if (raw.type !== undefined) acc.type = raw.type;
+      if (typeof fn.name === 'string') acc.name += fn.name;
+      if (typeof fn.arguments === 'string') acc.arguments += fn.arguments;
+      calls.set(index, acc);
+    }
+  }
+  const toolCalls = [...calls.entries()]
+    .sort(([a], [b]) => a - b)
+    .map(([, c]) => `{"id":${JSON.stringify(c.id ?? null)},"type":${JSON.stringify(c.type ?? 'function')},"function":{"name":${JSON.stringify(c.name)},"arguments":${JSON.stringify(c.arguments)}}}`);
+  const reasoningFields = reasoningNew !== null ? `,"reasoning":${JSON.stringify(reasoningNew)},"reasoning_content":${JSON.stringify(reasoning ?? reasoningNew)}` : `,"reasoning_content":${JSON.stringify(reasoning)}`;
+  return `{"role":"assistant","content":${JSON.stringify(content)},"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[${toolCalls.join(',')}]${reasoningFields}}`;
+}
+
+export interface RenderedChoice {
+  plan: ChoicePlan;
+  deltas: ChunkDelta[];
+}
+
+/** The non-streamed response body. */
+export function fullResponse(ctx: RenderContext, choices: RenderedChoice[]): string {
+  const completionTokens = choices.reduce((n, c) => n + c.plan.tokenIds.length, 0);
+  const usage = `{${usageJson(ctx.promptTokenIds.length, completionTokens)},"prompt_tokens_details":null}`;
+  const object = ctx.kind === 'chat' ? 'chat.completion' : 'text_completion';
+  const top = `{"id":${JSON.stringify(ctx.id)},"object":"${object}","created":${ctx.created},"model":${JSON.stringify(ctx.model)}`;
+  if (ctx.kind === 'chat') {
+    const items = choices.map(
+      ({ plan, deltas }, index) =>
+        `{"index":${index},"message":${chatMessage(deltas)},"logprobs":null,"finish_reason":${JSON.stringify(plan.finishReason)},"stop_reason":${JSON.stringify(plan.stopReason)},"token_ids":${ids(ctx, plan.tokenIds)}}`,
+    );
+    return `${top},"choices":[${items.join(',')}],"service_tier":null,"system_fingerprint":null,"usage":${usage},"prompt_logprobs":null,"prompt_token_ids":${ids(ctx, ctx.promptTokenIds)},"kv_transfer_params":null}`;
+  }
+  const items = choices.map(({ plan, deltas }, index) => {
+    const text = deltas.map((d) => (typeof d.text === 'string' ? d.text : '')).join('');
+    return `{"index":${index},"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":${JSON.stringify(plan.finishReason)},"stop_reason":${JSON.stringify(plan.stopReason)},"token_ids":${ids(ctx, plan.tokenIds)},"prompt_logprobs":null,"prompt_token_ids":${ids(ctx, ctx.promptTokenIds)}}`;
+  });
+  return `${top},"choices":[${items.join(',')}],"service_tier":null,"system_fingerprint":null,"usage":${usage},"kv_transfer_params":null}`;
+}
+
+const ID_PREFIX = /^(data: )?\{"id":"[^"]*","object":"([^"]*)","created":\d+/;
+
+/** Regenerates `id` and `created` in a captured event or body, as vLLM does per request. */
+export function restamp(text: string, id: string, created: number): string {
+  return text.replace(ID_PREFIX, (_m, data: string | undefined, object: string) => `${data ?? ''}{"id":${JSON.stringify(id)},"object":"${object}","created":${created}`);
+}

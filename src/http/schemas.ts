@@ -1,0 +1,101 @@
+import { z } from 'zod';
+import { ApiError, badRequest } from './errors.js';
+
+const int = z.number().int();
+const nullish = <T extends z.ZodType>(schema: T) => schema.nullish();
+
+const streamOptions = z.looseObject({
+  include_usage: nullish(z.boolean()),
+  continuous_usage_stats: nullish(z.boolean()),
+});
+
+/** Fields shared by completions and chat completions (vLLM's sampling and extra params). */
+const common = {
+  model: nullish(z.string()),
+  max_tokens: nullish(int),
+  n: nullish(int),
+  stream: nullish(z.boolean()),
+  stream_options: nullish(streamOptions),
+  stop: nullish(z.union([z.string(), z.array(z.string())])),
+  stop_token_ids: nullish(z.array(int)),
+  include_stop_str_in_output: nullish(z.boolean()),
+  ignore_eos: nullish(z.boolean()),
+  min_tokens: nullish(int),
+  seed: nullish(int),
+  temperature: nullish(z.number()),
+  top_p: nullish(z.number()),
+  top_k: nullish(int),
+  skip_special_tokens: nullish(z.boolean()),
+  return_token_ids: nullish(z.boolean()),
+  add_special_tokens: nullish(z.boolean()),
+  request_id: nullish(z.string()),
+  user: nullish(z.string()),
+};
+
+export const completionRequest = z.looseObject({
+  ...common,
+  prompt: z.union([z.string(), z.array(z.string()), z.array(int), z.array(z.array(int))]),
+  echo: nullish(z.boolean()),
+  suffix: nullish(z.string()),
+});
+
+const message = z.looseObject({
+  role: z.string(),
+  content: z.union([z.string(), z.array(z.looseObject({ type: z.string() })), z.null()]).optional(),
+});
+
+export const chatRequest = z.looseObject({
+  ...common,
+  messages: z.array(message),
+  max_completion_tokens: nullish(int),
+  tools: nullish(z.array(z.looseObject({ type: z.string() }))),
+  tool_choice: z.unknown().optional(),
+  add_generation_prompt: nullish(z.boolean()),
+  continue_final_message: nullish(z.boolean()),
+  chat_template: nullish(z.string()),
+  chat_template_kwargs: nullish(z.record(z.string(), z.unknown())),
+  documents: nullish(z.array(z.unknown())),
+  logprobs: nullish(z.boolean()),
+});
+
+export type CompletionRequest = z.infer<typeof completionRequest>;
+export type ChatRequest = z.infer<typeof chatRequest>;
+
+/** Body validation failure, reported as vLLM reports pydantic's RequestValidationError. */
+function validationError(error: z.ZodError): ApiError {
+  const issues = error.issues.map((i) => `${i.path.length ? i.path.join('.') : 'body'}: ${i.message}`);
+  const n = issues.length;
+  return new ApiError(400, `${n} validation error${n === 1 ? '' : 's'}:\n  ${issues.join('\n  ')}`, 'Bad Request');
+}
+
+export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new ApiError(400, 'The request body must be a JSON object.', 'Bad Request');
+  }
+  const result = schema.safeParse(body);
+  if (!result.success) throw validationError(result.error);
+  return result.data;
+}
+
+/** The value checks vLLM's protocol validators and SamplingParams._verify_args make. */
+export function checkSampling(req: CompletionRequest | ChatRequest): void {
+  if (req.stream_options && req.stream !== true) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
+  if (req.n !== undefined && req.n !== null && req.n < 1) throw badRequest(`n must be at least 1, got ${req.n}.`, 'n');
+  const maxTokens: number | null | undefined =
+    'max_completion_tokens' in req && typeof req.max_completion_tokens === 'number' ? req.max_completion_tokens : req.max_tokens;
+  if (maxTokens !== undefined && maxTokens !== null && maxTokens < 1 && !('echo' in req && req.echo)) {
+    throw badRequest(`max_tokens must be at least 1, got ${maxTokens}.`, 'max_tokens');
+  }
+  if (req.min_tokens != null && req.min_tokens < 0) throw badRequest(`min_tokens must be greater than or equal to 0, got ${req.min_tokens}.`, 'min_tokens');
+  if (req.min_tokens != null && maxTokens != null && req.min_tokens > maxTokens) {
+    throw badRequest(`min_tokens must be less than or equal to max_tokens=${maxTokens}, got ${req.min_tokens}.`, 'min_tokens');
+  }
+  if (req.temperature != null && req.temperature < 0) throw badRequest(`temperature must be non-negative, got ${req.temperature}.`, 'temperature');
+  if (req.top_p != null && !(req.top_p > 0 && req.top_p <= 1)) throw badRequest(`top_p must be in (0, 1], got ${req.top_p}.`, 'top_p');
+  if (req.seed != null && Math.abs(req.seed) > Number.MAX_SAFE_INTEGER) throw badRequest('seed is out of range.', 'seed');
+  if (req.stop_token_ids?.some((id) => id < 0)) throw badRequest('stop_token_ids must be non-negative.', 'stop_token_ids');
+  if ('suffix' in req && req.suffix != null) throw badRequest('suffix is not currently supported', 'suffix');
+  if ('continue_final_message' in req && req.continue_final_message && req.add_generation_prompt) {
+    throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.');
+  }
+}

@@ -1,0 +1,358 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { HttpBindings } from '@hono/node-server';
+import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
+import { Hono, type Context } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import { forwardExchange, hideTokenIds, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
+import type { Engine } from '../engine/index.js';
+import { textField, type ChoicePlan, type EndpointKind, type OutputParams } from '../generation/plan.js';
+import type { OutputResolver } from '../generation/resolver.js';
+import { requestShape } from '../generation/shape.js';
+import type { ChunkDelta, StoredExchange } from '../store/captureStore.js';
+import type { ModelTokenizer } from '../tokenizer/index.js';
+import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
+import { chunkEvent, DONE_EVENT, fullResponse, restamp, roleEvent, usageEvent, type RenderContext } from './render.js';
+import { chatRequest, checkSampling, completionRequest, parseBody, type ChatRequest, type CompletionRequest } from './schemas.js';
+
+export interface ServeAppConfig {
+  engine: Engine;
+  resolver: OutputResolver;
+  tokenizer: ModelTokenizer;
+  /** Names accepted in `model`; the first is the default. */
+  servedModels: string[];
+  /** `root` of /v1/models (the --model path or id). */
+  modelRoot: string;
+  maxModelLen: number;
+  /** `/version`'s body. */
+  versionJson: string;
+  /** The upstream for `--on-miss passthrough|record`, and the recorder for `record`. */
+  forward?: { config: ForwardConfig; sink?: ExchangeSink };
+  maxBodyBytes: number;
+}
+
+type Env = { Bindings: HttpBindings };
+type Json = Record<string, unknown>;
+
+/** Routes and their methods, for FastAPI's 404/405 answers on everything else. */
+const ROUTES: Record<string, string[]> = {
+  '/v1/completions': ['POST'],
+  '/v1/chat/completions': ['POST'],
+  '/v1/models': ['GET'],
+  '/health': ['GET'],
+  '/ping': ['GET', 'POST'],
+  '/version': ['GET'],
+};
+
+const SSE_HEADERS: OutgoingHttpHeaders = { 'content-type': 'text/event-stream; charset=utf-8' };
+/** Captured response headers that describe the transfer, not the content: regenerated per response. */
+const TRANSFER_HEADERS = new Set(['date', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'x-request-id']);
+
+function jsonResponse(res: ServerResponse, status: number, body: string, extra: OutgoingHttpHeaders = {}): void {
+  res.writeHead(status, { ...extra, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
+}
+
+function capturedHeaders(ex: StoredExchange): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  for (const [k, v] of Object.entries(ex.responseHeaders)) if (!TRANSFER_HEADERS.has(k)) out[k] = v;
+  return out;
+}
+
+function requestIdFor(c: Context<Env>, body: Json): string {
+  const header = c.req.header('x-request-id');
+  if (header) return header;
+  if (typeof body.request_id === 'string' && body.request_id) return body.request_id;
+  return randomUUID().replaceAll('-', '');
+}
+
+interface Prepared {
+  kind: EndpointKind;
+  body: Json;
+  model: string;
+  promptIds: number[];
+  params: OutputParams;
+  stream: boolean;
+  includeUsage: boolean;
+  returnTokenIds: boolean;
+}
+
+/**
+ * The vLLM-compatible server of `mocker serve`: validation and tokenization, then one `Engine` for timing
+ * and an `OutputResolver` for content. It never looks inside either.
+ */
+export function createServeApp(config: ServeAppConfig): Hono<Env> {
+  const { tokenizer, engine, resolver } = config;
+  const app = new Hono<Env>();
+
+  const resolveModel = (requested: string | null | undefined): string => {
+    if (requested === undefined || requested === null) return config.servedModels[0];
+    if (!config.servedModels.includes(requested)) throw modelNotFound(requested);
+    return requested;
+  };
+
+  const checkLength = (promptLen: number, maxTokens: number | null): void => {
+    const limit = config.maxModelLen;
+    if (promptLen >= limit) {
+      throw badRequest(`This model's maximum context length is ${limit} tokens. However, your request has ${promptLen} input tokens. Please reduce the length of the input messages.`);
+    }
+    if (maxTokens !== null && promptLen + maxTokens > limit) {
+      throw badRequest(
+        `'max_tokens' or 'max_completion_tokens' is too large: ${maxTokens}. This model's maximum context length is ${limit} tokens and your request has ${promptLen} input tokens (${maxTokens} > ${limit} - ${promptLen}).`,
+        'max_tokens',
+      );
+    }
+  };
+
+  const outputParams = (kind: EndpointKind, req: CompletionRequest | ChatRequest, promptLen: number): OutputParams => {
+    const requested = kind === 'chat' ? ((req as ChatRequest).max_completion_tokens ?? req.max_tokens) : req.max_tokens;
+    const maxTokens = requested ?? (kind === 'chat' ? config.maxModelLen - promptLen : 16);
+    checkLength(promptLen, requested ?? null);
+    return {
+      kind,
+      n: req.n ?? 1,
+      maxTokens,
+      maxTokensRequested: requested !== null && requested !== undefined,
+      minTokens: req.min_tokens ?? 0,
+      ignoreEos: req.ignore_eos ?? false,
+      stop: req.stop === null || req.stop === undefined ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop,
+      stopTokenIds: req.stop_token_ids ?? [],
+      includeStopStrInOutput: req.include_stop_str_in_output ?? false,
+      skipSpecialTokens: req.skip_special_tokens ?? true,
+      seed: req.seed ?? null,
+    };
+  };
+
+  const checkTokenIds = (ids: number[]): void => {
+    const vocab = tokenizer.vocabSize;
+    const bad = ids.find((id) => id < 0 || id >= vocab);
+    if (bad !== undefined) throw badRequest(`Token id ${bad} is out of vocabulary`, 'prompt');
+  };
+
+  async function prepare(kind: EndpointKind, body: Json): Promise<Prepared> {
+    const req = kind === 'chat' ? parseBody(chatRequest, body) : parseBody(completionRequest, body);
+    checkSampling(req);
+    if ('logprobs' in req && req.logprobs !== null && req.logprobs !== undefined && req.logprobs !== false) {
+      throw new ApiError(400, 'logprobs are only served verbatim from captures that recorded them; this request asks mocker to compute them.', 'BadRequestError', 'logprobs');
+    }
+    if ('echo' in req && req.echo) throw new ApiError(400, 'echo is not supported by mocker.', 'BadRequestError', 'echo');
+    const model = resolveModel(req.model);
+    let promptIds: number[];
+    if (kind === 'chat') {
+      const chat = req as ChatRequest;
+      let rendered: string;
+      try {
+        rendered = tokenizer.renderChat(chat);
+      } catch (err) {
+        throw badRequest(`Chat template error: ${(err as Error).message}`);
+      }
+      promptIds = await tokenizer.encode(rendered, chat.add_special_tokens ?? false);
+    } else {
+      const prompt = (req as CompletionRequest).prompt;
+      const single = Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0])) ? prompt[0] : prompt;
+      if (Array.isArray(single) && single.some((p) => typeof p !== 'number')) {
+        throw badRequest(`mocker serves one prompt per request; this request has ${(single as unknown[]).length}.`, 'prompt');
+      }
+      if (typeof single === 'string') promptIds = await tokenizer.encode(single, req.add_special_tokens ?? true);
+      else {
+        promptIds = single as number[];
+        checkTokenIds(promptIds);
+      }
+    }
+    if (promptIds.length === 0) throw badRequest('The decoder prompt cannot be empty', 'prompt');
+    const stream = req.stream === true;
+    return {
+      kind,
+      body,
+      model,
+      promptIds,
+      params: outputParams(kind, req, promptIds.length),
+      stream,
+      includeUsage: stream && req.stream_options?.include_usage === true,
+      returnTokenIds: req.return_token_ids === true,
+    };
+  }
+
+  /** Renders plans through the engine in vLLM's format. */
+  async function serveRendered(res: ServerResponse, ctx: RenderContext, p: Prepared, plans: ChoicePlan[], headers: OutgoingHttpHeaders, signal: AbortSignal): Promise<void> {
+    const field = textField(p.kind);
+    const decoders = plans.map(() => tokenizer.decodeStream(p.params.skipSpecialTokens));
+    const nextChunk = plans.map(() => 0);
+    const deltas: ChunkDelta[][] = plans.map(() => []);
+    const events = engine.submit({ requestId: ctx.id, promptTokenIds: p.promptIds, sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })) }, signal);
+
+    const deltaOf = async (s: number, start: number, end: number): Promise<ChunkDelta> => {
+      const chunk = plans[s].chunks[nextChunk[s]];
+      if (chunk.delta) return chunk.delta;
+      let text = '';
+      for (let i = start; i < end; i++) text += (await decoders[s].step(plans[s].tokenIds[i])) ?? '';
+      return { [field]: text };
+    };
+
+    if (p.stream) res.writeHead(200, { ...headers, ...SSE_HEADERS });
+    let started = false;
+    for await (const batch of events) {
+      let out = '';
+      if (p.stream && !started && p.kind === 'chat') for (let s = 0; s < plans.length; s++) out += roleEvent(ctx, s);
+      started = true;
+      for (const { sequence: s, emitted } of batch) {
+        const plan = plans[s];
+        while (nextChunk[s] < plan.chunks.length && plan.chunks[nextChunk[s]].end <= emitted) {
+          const start = nextChunk[s] === 0 ? 0 : plan.chunks[nextChunk[s] - 1].end;
+          const end = plan.chunks[nextChunk[s]].end;
+          const delta = await deltaOf(s, start, end);
+          deltas[s].push(delta);
+          const last = nextChunk[s] === plan.chunks.length - 1;
+          if (p.stream) {
+            const finish = last ? { reason: plan.finishReason, stopReason: plan.stopReason } : null;
+            out += chunkEvent(ctx, s, delta, plan.tokenIds.slice(start, end), finish, nextChunk[s] === 0);
+          }
+          nextChunk[s]++;
+        }
+      }
+      if (out && !signal.aborted) res.write(out);
+    }
+    if (signal.aborted) return;
+    if (p.stream) {
+      const tokens = plans.reduce((n, plan) => n + plan.tokenIds.length, 0);
+      res.end((p.includeUsage ? usageEvent(ctx, tokens) : '') + DONE_EVENT);
+    } else {
+      jsonResponse(res, 200, fullResponse(ctx, plans.map((plan, s) => ({ plan, deltas: deltas[s] }))), headers);
+    }
+  }
+
+  /** Serves a capture's own bytes (same request shape), released as the engine emits their tokens. */
+  async function serveVerbatim(res: ServerResponse, ctx: RenderContext, p: Prepared, ex: StoredExchange, plans: ChoicePlan[], signal: AbortSignal): Promise<void> {
+    const hide = ex.injected.includes('return_token_ids') && !p.returnTokenIds;
+    const fix = (text: string) => {
+      const stamped = restamp(text, ctx.id, ctx.created);
+      return hide ? hideTokenIds(stamped) : stamped;
+    };
+    const events = engine.submit({ requestId: ctx.id, promptTokenIds: p.promptIds, sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })) }, signal);
+    const headers = capturedHeaders(ex);
+    if (!ex.stream) {
+      for await (const batch of events) void batch;
+      if (signal.aborted) return;
+      const body = fix(ex.responseBody.toString('utf8'));
+      res.writeHead(ex.status ?? 200, { ...headers, 'content-length': Buffer.byteLength(body) }).end(body);
+      return;
+    }
+    res.writeHead(ex.status ?? 200, headers);
+    res.flushHeaders();
+    let emitted = 0;
+    let next = 0;
+    const ends = ex.eventEnds;
+    const release = (final: boolean) => {
+      let out = '';
+      while (next < ends.length && (final || ex.eventTokens[next] <= emitted) && (final || emitted > 0)) {
+        out += fix(ex.responseBody.toString('utf8', next === 0 ? 0 : ends[next - 1], ends[next]));
+        next++;
+      }
+      return out;
+    };
+    const perSequence = plans.map(() => 0);
+    for await (const batch of events) {
+      for (const { sequence, emitted: n } of batch) {
+        emitted += n - perSequence[sequence];
+        perSequence[sequence] = n;
+      }
+      // The stream's last events (usage, [DONE]) follow the last token, as captured.
+      const out = release(false);
+      if (out && !signal.aborted) res.write(out);
+    }
+    if (signal.aborted) return;
+    res.end(release(true));
+  }
+
+  const generate = (kind: EndpointKind) => async (c: Context<Env>) => {
+    const res = c.env.outgoing;
+    const reqNode: IncomingMessage = c.env.incoming;
+    const bodyBytes = Buffer.from(await c.req.arrayBuffer());
+    let body: Json;
+    try {
+      body = JSON.parse(bodyBytes.toString('utf8')) as Json;
+    } catch (err) {
+      throw new ApiError(400, `Invalid JSON body: ${(err as Error).message}`, 'Bad Request');
+    }
+    const p = await prepare(kind, body);
+    const resolution = await resolver.resolve(p.params, p.model, p.promptIds, requestShape(kind, body));
+    if (resolution.type === 'error') throw resolution.error;
+    if (resolution.type === 'forward') {
+      if (!config.forward) throw new ApiError(500, 'on-miss forwarding needs --upstream', 'InternalServerError');
+      const sink = config.forward.sink ?? (async () => undefined);
+      await forwardExchange(config.forward.config, reqNode, bodyBytes, res, sink);
+      return RESPONSE_ALREADY_SENT;
+    }
+    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestIdFor(c, body)}`;
+    const ctx: RenderContext = { kind, id, created: Math.floor(Date.now() / 1000), model: p.model, returnTokenIds: p.returnTokenIds, promptTokenIds: p.promptIds };
+    const abort = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    if (resolution.verbatim) await serveVerbatim(res, ctx, p, resolution.verbatim, resolution.plans, abort.signal);
+    else await serveRendered(res, ctx, p, resolution.plans, {}, abort.signal);
+    return RESPONSE_ALREADY_SENT;
+  };
+
+  app.use(
+    '*',
+    bodyLimit({
+      maxSize: config.maxBodyBytes,
+      onError: (c) => c.body(errorJson(413, `Request body is larger than ${config.maxBodyBytes} bytes.`, 'Request Entity Too Large'), 413, { 'content-type': 'application/json' }),
+    }),
+  );
+
+  app.post('/v1/completions', generate('completion'));
+  app.post('/v1/chat/completions', generate('chat'));
+  app.get('/health', (c) => c.body(null, 200));
+  app.on(['GET', 'POST'], '/ping', (c) => c.body(null, 200));
+  app.get('/version', (c) => c.body(config.versionJson, 200, { 'content-type': 'application/json' }));
+  app.get('/v1/models', (c) => {
+    const created = Math.floor(Date.now() / 1000);
+    const data = config.servedModels.map((id) => ({
+      id,
+      object: 'model',
+      created,
+      owned_by: 'vllm',
+      root: config.modelRoot,
+      parent: null,
+      max_model_len: config.maxModelLen,
+      permission: [
+        {
+          id: `modelperm-${randomUUID().replaceAll('-', '')}`,
+          object: 'model_permission',
+          created,
+          allow_create_engine: false,
+          allow_sampling: true,
+          allow_logprobs: true,
+          allow_search_indices: false,
+          allow_view: true,
+          allow_fine_tuning: false,
+          organization: '*',
+          group: null,
+          is_blocking: false,
+        },
+      ],
+    }));
+    return c.body(JSON.stringify({ object: 'list', data }), 200, { 'content-type': 'application/json' });
+  });
+
+  app.notFound((c) => {
+    const allowed = ROUTES[c.req.path];
+    if (allowed) return c.body('{"detail":"Method Not Allowed"}', 405, { 'content-type': 'application/json', allow: allowed.join(', ') });
+    return c.body('{"detail":"Not Found"}', 404, { 'content-type': 'application/json' });
+  });
+
+  app.onError((err, c) => {
+    const res = c.env.outgoing;
+    const apiError = err instanceof ApiError ? err : new ApiError(500, `Internal error: ${err.message}`, 'InternalServerError');
+    if (!(err instanceof ApiError)) console.error('mocker serve: unexpected error', err);
+    if (res.headersSent) {
+      // Mid-stream: vLLM's in-stream error event, then [DONE].
+      if (!res.writableEnded) res.end(apiError.streamEvent() + DONE_EVENT);
+      return RESPONSE_ALREADY_SENT;
+    }
+    return c.body(apiError.body(), apiError.status as 400, { 'content-type': 'application/json' });
+  });
+
+  return app;
+}

@@ -54,6 +54,13 @@ export async function startServe(opts: ServeOptions): Promise<Running> {
     const files = store.tokenizerFiles(run);
     tokenizer = files.has('tokenizer.json') ? new ModelTokenizer(run.tokenizerName ?? 'captured', files) : loadTokenizer();
   }
+  // Warm the tokenizer and the chat template so the first request's TTFT is not a cold start.
+  await tokenizer.decode(await tokenizer.encode('warm up', false), true);
+  try {
+    tokenizer.renderChat({ messages: [{ role: 'user', content: 'warm up' }] });
+  } catch {
+    // A model without a chat template serves completions only.
+  }
   const captured = store?.capturedModels() ?? [];
   const servedModels = opts.servedModelName?.length ? opts.servedModelName : captured.length > 0 && outputs === 'captured' ? captured : [tokenizer.name];
   const maxModelLen = opts.maxModelLen ?? run?.maxModelLen ?? tokenizer.maxModelLen;

@@ -30,7 +30,7 @@ export class LiveEngine implements Engine {
   constructor(private readonly timing: TimingConfig) {}
 
   async *submit(request: EngineRequest, signal: AbortSignal): AsyncIterable<TokenEvent[]> {
-    const start = performance.now();
+    const start = request.arrivalMs;
     const due: { at: number; sequence: number; emitted: number }[] = [];
     request.sequences.forEach((seq, s) => {
       tokenDueTimes(seq, this.timing).forEach((at, i) => due.push({ at, sequence: s, emitted: i + 1 }));

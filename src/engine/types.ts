@@ -12,6 +12,8 @@ export interface EngineSequence {
 
 export interface EngineRequest {
   requestId: string;
+  /** When the request arrived (performance.now() ms): simulated durations count from here. */
+  arrivalMs: number;
   promptTokenIds: readonly number[];
   /** One per choice (`n`). */
   sequences: readonly EngineSequence[];

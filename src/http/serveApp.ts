@@ -48,8 +48,8 @@ const SSE_HEADERS: OutgoingHttpHeaders = { 'content-type': 'text/event-stream; c
 /** Captured response headers that describe the transfer, not the content: regenerated per response. */
 const TRANSFER_HEADERS = new Set(['date', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'x-request-id']);
 
-function jsonResponse(res: ServerResponse, status: number, body: string, extra: OutgoingHttpHeaders = {}): void {
-  res.writeHead(status, { ...extra, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
+function jsonResponse(res: ServerResponse, status: number, body: string): void {
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
 }
 
 function capturedHeaders(ex: StoredExchange): OutgoingHttpHeaders {
@@ -173,12 +173,12 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   }
 
   /** Renders plans through the engine in vLLM's format. */
-  async function serveRendered(res: ServerResponse, ctx: RenderContext, p: Prepared, plans: ChoicePlan[], headers: OutgoingHttpHeaders, signal: AbortSignal): Promise<void> {
+  async function serveRendered(res: ServerResponse, ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal): Promise<void> {
     const field = textField(p.kind);
     const decoders = plans.map(() => tokenizer.decodeStream(p.params.skipSpecialTokens));
     const nextChunk = plans.map(() => 0);
     const deltas: ChunkDelta[][] = plans.map(() => []);
-    const events = engine.submit({ requestId: ctx.id, promptTokenIds: p.promptIds, sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })) }, signal);
+    const events = engine.submit({ requestId: ctx.id, arrivalMs, promptTokenIds: p.promptIds, sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })) }, signal);
 
     const deltaOf = async (s: number, start: number, end: number): Promise<ChunkDelta> => {
       const chunk = plans[s].chunks[nextChunk[s]];
@@ -188,7 +188,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       return { [field]: text };
     };
 
-    if (p.stream) res.writeHead(200, { ...headers, ...SSE_HEADERS });
+    if (p.stream) res.writeHead(200, SSE_HEADERS);
     let started = false;
     for await (const batch of events) {
       let out = '';
@@ -216,18 +216,18 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       const tokens = plans.reduce((n, plan) => n + plan.tokenIds.length, 0);
       res.end((p.includeUsage ? usageEvent(ctx, tokens) : '') + DONE_EVENT);
     } else {
-      jsonResponse(res, 200, fullResponse(ctx, plans.map((plan, s) => ({ plan, deltas: deltas[s] }))), headers);
+      jsonResponse(res, 200, fullResponse(ctx, plans.map((plan, s) => ({ plan, deltas: deltas[s] }))));
     }
   }
 
   /** Serves a capture's own bytes (same request shape), released as the engine emits their tokens. */
-  async function serveVerbatim(res: ServerResponse, ctx: RenderContext, p: Prepared, ex: StoredExchange, plans: ChoicePlan[], signal: AbortSignal): Promise<void> {
+  async function serveVerbatim(res: ServerResponse, ctx: RenderContext, p: Prepared, ex: StoredExchange, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal): Promise<void> {
     const hide = ex.injected.includes('return_token_ids') && !p.returnTokenIds;
     const fix = (text: string) => {
       const stamped = restamp(text, ctx.id, ctx.created);
       return hide ? hideTokenIds(stamped) : stamped;
     };
-    const events = engine.submit({ requestId: ctx.id, promptTokenIds: p.promptIds, sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })) }, signal);
+    const events = engine.submit({ requestId: ctx.id, arrivalMs, promptTokenIds: p.promptIds, sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })) }, signal);
     const headers = capturedHeaders(ex);
     if (!ex.stream) {
       for await (const batch of events) void batch;
@@ -264,6 +264,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   }
 
   const generate = (kind: EndpointKind) => async (c: Context<Env>) => {
+    const arrivalMs = performance.now();
     const res = c.env.outgoing;
     const reqNode: IncomingMessage = c.env.incoming;
     const bodyBytes = Buffer.from(await c.req.arrayBuffer());
@@ -288,8 +289,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     res.on('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    if (resolution.verbatim) await serveVerbatim(res, ctx, p, resolution.verbatim, resolution.plans, abort.signal);
-    else await serveRendered(res, ctx, p, resolution.plans, {}, abort.signal);
+    if (resolution.verbatim) await serveVerbatim(res, ctx, p, resolution.verbatim, resolution.plans, arrivalMs, abort.signal);
+    else await serveRendered(res, ctx, p, resolution.plans, arrivalMs, abort.signal);
     return RESPONSE_ALREADY_SENT;
   };
 

@@ -1,0 +1,97 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startCapture } from '../src/cli/capture.js';
+import { startServe, type Running } from '../src/cli/serve.js';
+import { CaptureStore } from '../src/store/captureStore.js';
+import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
+
+const TTFT_MS = 200;
+/** Gaps between 20 and 80 ms, varied. */
+const gap = (i: number) => 20 + ((i * 37) % 61);
+const BODY = { model: MODEL, prompt: 'Tell me a long story', max_tokens: 24, stream: true };
+
+/** Client-side arrival time of each SSE event carrying text, relative to sending the request. */
+async function arrivals(url: string): Promise<number[]> {
+  const t0 = performance.now();
+  const res = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(BODY) });
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  const times: number[] = [];
+  let buffer = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    const now = performance.now() - t0;
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let at: number;
+    while ((at = buffer.indexOf('\n\n')) >= 0) {
+      const event = buffer.slice(0, at);
+      buffer = buffer.slice(at + 2);
+      if (event !== 'data: [DONE]') times.push(now);
+    }
+  }
+  return times;
+}
+
+const gaps = (times: number[]) => times.slice(1).map((t, i) => t - times[i]);
+
+describe('captured timing', () => {
+  let upstream: Upstream;
+  let captured: number[];
+  let observed: number[];
+  let dbPath: string;
+  const servers: Running[] = [];
+
+  beforeAll(async () => {
+    dbPath = join(mkdtempSync(join(tmpdir(), 'mocker-timing-')), 'timing.db');
+    upstream = await startUpstream(() => ({ content: 'word '.repeat(40), ttftMs: TTFT_MS, gapMs: gap }));
+    const capture = await startCapture({ upstream: upstream.url, captures: dbPath, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
+    await fetch(`http://127.0.0.1:${capture.port}/health`);
+    observed = await arrivals(`http://127.0.0.1:${capture.port}`);
+    await capture.close();
+    // The captured values: each event's arrival at the proxy, as the capture file recorded it.
+    const store = CaptureStore.open(dbPath);
+    const ex = store.getExchange(2);
+    store.close();
+    captured = ex!.eventTimes.slice(0, 24);
+    await upstream.close();
+  });
+
+  afterAll(async () => {
+    for (const s of servers) await s.close();
+  });
+
+  const serve = async (speedupRatio: number) => {
+    const s = await startServe({ mode: 'replay', captures: dbPath, host: '127.0.0.1', port: 0, forwardTimeMs: 0, speedupRatio, seed: 0, maxBodyBytes: 1 << 20, redactHeaders: [], upstreamTimeoutMs: 1000 });
+    servers.push(s);
+    const url = `http://127.0.0.1:${s.port}`;
+    // Measured warm, over an open keep-alive connection: one untimed replay first.
+    await arrivals(url);
+    return url;
+  };
+
+  it('the capture saw the scripted timing', () => {
+    expect(observed.length).toBe(24);
+    expect(observed[0]).toBeGreaterThanOrEqual(TTFT_MS);
+    expect(captured[0]).toBeGreaterThanOrEqual(TTFT_MS);
+    gaps(observed).forEach((g, i) => expect(Math.abs(g - gap(i + 1))).toBeLessThanOrEqual(5));
+  });
+
+  it('replays TTFT and every gap within 2 ms at speedup 1', async () => {
+    const replayed = await arrivals(await serve(1));
+    expect(replayed.length).toBe(captured.length);
+    // TTFT as a client sees it, against what the client saw through the capture proxy.
+    expect(Math.abs(replayed[0] - observed[0])).toBeLessThanOrEqual(2);
+    const want = gaps(captured);
+    gaps(replayed).forEach((g, i) => expect(Math.abs(g - want[i]), `gap ${i}`).toBeLessThanOrEqual(2));
+  });
+
+  it('divides TTFT and every gap by --speedup-ratio 10', async () => {
+    const replayed = await arrivals(await serve(10));
+    expect(Math.abs(replayed[0] - observed[0] / 10)).toBeLessThanOrEqual(2);
+    const want = gaps(captured).map((g) => g / 10);
+    gaps(replayed).forEach((g, i) => expect(Math.abs(g - want[i]), `gap ${i}`).toBeLessThanOrEqual(2));
+  });
+});

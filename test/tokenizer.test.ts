@@ -4,7 +4,7 @@ import { ModelTokenizer, loadModelFiles } from '../src/tokenizer/index.js';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 
-const FIXTURES = new URL('../../shared/fixtures/tokenizer/', import.meta.url);
+const FIXTURES = new URL('./fixtures/tokenizer/', import.meta.url);
 
 interface EncodeRow { kind: 'encode'; text: string; ids_with_special: number[]; ids_without_special: number[] }
 interface ChatRow { kind: 'chat'; request: { messages: unknown[]; tools?: unknown[]; add_generation_prompt?: boolean; chat_template_kwargs?: Record<string, unknown> }; prompt: string; ids: number[] }

@@ -86,7 +86,7 @@ export async function startServe(opts: ServeOptions): Promise<Running> {
   });
 
   const server = await new Promise<Server>((resolve) => {
-    const s = serveHono({ fetch: app.fetch, hostname: opts.host, port: opts.port }, () => resolve(s as Server));
+    const s = serveHono({ fetch: app.fetch, hostname: opts.host, port: opts.port, serverOptions: { noDelay: true } }, () => resolve(s as Server));
   });
   server.keepAliveTimeout = 65_000;
   const port = (server.address() as AddressInfo).port;

@@ -31,16 +31,8 @@ export function sseEvents(body: Buffer, eventEnds: readonly number[]): { index: 
   return out;
 }
 
-interface Building {
-  outputIds: number[];
-  tokenTimes: number[];
-  chunkTokens: number[];
-  chunkDeltas: ChunkDelta[];
-  text: string;
-  finishReason: string | null;
-  stopReason: string | number | null;
-  hadIds: boolean;
-}
+/** A generation being assembled; `hadIds` = every chunk carried its token ids. */
+type Building = Omit<Generation, 'choiceIndex'> & { hadIds: boolean };
 
 function emptyChoice(): Building {
   return { outputIds: [], tokenTimes: [], chunkTokens: [], chunkDeltas: [], text: '', finishReason: null, stopReason: null, hadIds: true };
@@ -72,16 +64,7 @@ function deltaText(kind: 'chat' | 'completion', delta: ChunkDelta): string {
 function finish(building: Map<number, Building>): Generation[] {
   return [...building.entries()]
     .sort(([a], [b]) => a - b)
-    .map(([choiceIndex, b]) => ({
-      choiceIndex,
-      outputIds: b.outputIds,
-      tokenTimes: b.tokenTimes,
-      chunkTokens: b.chunkTokens,
-      chunkDeltas: b.chunkDeltas,
-      text: b.text,
-      finishReason: b.finishReason,
-      stopReason: b.stopReason,
-    }));
+    .map(([choiceIndex, { hadIds: _, ...gen }]) => ({ choiceIndex, ...gen }));
 }
 
 /**

@@ -1,6 +1,6 @@
 import type { Generation } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
-import { cutAtStopString, cutAtStopToken, textField, type ChoicePlan, type OutputParams, type PlannedChunk } from './plan.js';
+import { cutAtStopString, cutAtStopToken, endPlan, textField, type ChoicePlan, type OutputParams, type PlannedChunk } from './plan.js';
 
 /** The request needs more tokens than the capture holds (the capture ended by `length`). */
 export class PartialHit {
@@ -39,14 +39,7 @@ async function truncate(plan: ChoicePlan, max: number, params: OutputParams, tok
     }
     start = chunk.end;
   }
-  return {
-    ...plan,
-    tokenIds: plan.tokenIds.slice(0, max),
-    capturedTimesMs: plan.capturedTimesMs?.slice(0, max),
-    chunks,
-    finishReason: 'length',
-    stopReason: null,
-  };
+  return endPlan(plan, max, chunks, 'length', null);
 }
 
 /**

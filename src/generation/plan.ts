@@ -37,6 +37,18 @@ export interface ChoicePlan {
   stopReason: string | number | null;
 }
 
+/** The plan ended after `end` tokens, with these chunks and this finish. */
+export function endPlan(plan: ChoicePlan, end: number, chunks: PlannedChunk[], finishReason: string, stopReason: string | number | null): ChoicePlan {
+  return {
+    ...plan,
+    tokenIds: plan.tokenIds.slice(0, end),
+    capturedTimesMs: plan.capturedTimesMs?.slice(0, end),
+    chunks,
+    finishReason,
+    stopReason,
+  };
+}
+
 /** The key of the text a chunk delta carries for each endpoint. */
 export function textField(kind: EndpointKind): 'content' | 'text' {
   return kind === 'chat' ? 'content' : 'text';
@@ -55,14 +67,8 @@ export function cutAtStopToken(plan: ChoicePlan, params: OutputParams, eosTokenI
     const isEos = eos.has(id);
     if (!isEos && !stopIds.has(id)) continue;
     const keptChunks = plan.chunks.filter((c) => c.end <= i);
-    return {
-      ...plan,
-      tokenIds: plan.tokenIds.slice(0, i + 1),
-      capturedTimesMs: plan.capturedTimesMs?.slice(0, i + 1),
-      chunks: [...keptChunks, { end: i + 1, delta: { [textField(params.kind)]: '' } }],
-      finishReason: 'stop',
-      stopReason: isEos ? null : id,
-    };
+    const chunks = [...keptChunks, { end: i + 1, delta: { [textField(params.kind)]: '' } }];
+    return endPlan(plan, i + 1, chunks, 'stop', isEos ? null : id);
   }
   return plan;
 }
@@ -114,15 +120,7 @@ export async function cutAtStopString(
     const chunks = plan.chunks.slice(0, c + 1).map((chunk, k) => ({ ...chunk, delta: { ...(chunk.delta ?? {}), [field]: texts[k] } }));
     const last = chunks[c];
     last.delta = { ...last.delta, [field]: text.slice(before, Math.max(before, cut)) };
-    const end = last.end;
-    return {
-      ...plan,
-      tokenIds: plan.tokenIds.slice(0, end),
-      capturedTimesMs: plan.capturedTimesMs?.slice(0, end),
-      chunks,
-      finishReason: 'stop',
-      stopReason: hit.stop,
-    };
+    return endPlan(plan, last.end, chunks, 'stop', hit.stop);
   }
   return plan;
 }

@@ -172,13 +172,19 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     };
   }
 
+  const runEngine = (ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal) =>
+    engine.submit(
+      { requestId: ctx.id, arrivalMs, promptTokenIds: p.promptIds, sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })) },
+      signal,
+    );
+
   /** Renders plans through the engine in vLLM's format. */
   async function serveRendered(res: ServerResponse, ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal): Promise<void> {
     const field = textField(p.kind);
     const decoders = plans.map(() => tokenizer.decodeStream(p.params.skipSpecialTokens));
     const nextChunk = plans.map(() => 0);
     const deltas: ChunkDelta[][] = plans.map(() => []);
-    const events = engine.submit({ requestId: ctx.id, arrivalMs, promptTokenIds: p.promptIds, sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })) }, signal);
+    const events = runEngine(ctx, p, plans, arrivalMs, signal);
 
     const deltaOf = async (s: number, start: number, end: number): Promise<ChunkDelta> => {
       const chunk = plans[s].chunks[nextChunk[s]];
@@ -227,7 +233,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       const stamped = restamp(text, ctx.id, ctx.created);
       return hide ? hideTokenIds(stamped) : stamped;
     };
-    const events = engine.submit({ requestId: ctx.id, arrivalMs, promptTokenIds: p.promptIds, sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })) }, signal);
+    const events = runEngine(ctx, p, plans, arrivalMs, signal);
     const headers = capturedHeaders(ex);
     if (!ex.stream) {
       for await (const batch of events) void batch;

@@ -160,10 +160,6 @@ export class ModelTokenizer {
     return this.tokenizer.getVocabSize(true);
   }
 
-  isSpecial(id: number): boolean {
-    return this.specialIds.has(id);
-  }
-
   /** The base vocabulary without added/special tokens: what random outputs draw from. */
   ordinaryTokenIds(): Uint32Array {
     if (!this.ordinaryIds) {

@@ -38,8 +38,9 @@ export class Recorder {
     private readonly redacted: ReadonlySet<string>,
   ) {}
 
+  /** Stores generation exchanges; everything else the proxy forwards (health checks, /v1/models…) is not recorded. */
   readonly sink: ExchangeSink = async (raw) => {
-    this.store.saveExchange(await this.build(raw));
+    if (raw.endpoint) this.store.saveExchange(await this.build(raw));
   };
 
   private async promptIds(kind: 'chat' | 'completion', request: Json, headers: IncomingHttpHeaders): Promise<{ ids: number[]; source: TokenSource } | null> {

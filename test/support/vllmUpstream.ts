@@ -39,7 +39,7 @@ type Json = Record<string, unknown>;
 const tokenizer = tokenizers.Tokenizer.fromFile(TOKENIZER_JSON);
 const template = new Template(CONFIG.chat_template);
 
-async function encode(text: string, special: boolean): Promise<number[]> {
+export async function encode(text: string, special: boolean): Promise<number[]> {
   return (await tokenizer.encode(text, null, { addSpecialTokens: special })).getIds();
 }
 

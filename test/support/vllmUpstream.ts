@@ -37,10 +37,16 @@ export type Script = (body: Record<string, unknown>) => Answer;
 type Json = Record<string, unknown>;
 
 const tokenizer = tokenizers.Tokenizer.fromFile(TOKENIZER_JSON);
-const template = new Template(CONFIG.chat_template);
+/** Qwen3's chat template as shipped with the tokenizer. */
+export const CHAT_TEMPLATE = CONFIG.chat_template;
+const template = new Template(CHAT_TEMPLATE);
 
 export async function encode(text: string, special: boolean): Promise<number[]> {
   return (await tokenizer.encode(text, null, { addSpecialTokens: special })).getIds();
+}
+
+export async function decode(ids: number[], skipSpecial: boolean): Promise<string> {
+  return tokenizer.decode(ids, skipSpecial);
 }
 
 /** Text pieces per token the way a prefix-diff detokenizer sees them (held back while a character is split). */
@@ -107,9 +113,11 @@ function error(res: ServerResponse, status: number, message: string): void {
   json(res, status, { error: { message, type: status === 404 ? 'NotFoundError' : 'BadRequestError', param: null, code: status } });
 }
 
-async function promptIds(body: Json, chat: boolean): Promise<number[]> {
+/** Chat prompt ids the way vLLM computes them (the request's `chat_template` if it has one). */
+export async function promptIds(body: Json, chat: boolean): Promise<number[]> {
   if (chat) {
-    const prompt = template.render({
+    const chosen = typeof body.chat_template === 'string' ? new Template(body.chat_template) : template;
+    const prompt = chosen.render({
       messages: body.messages,
       tools: body.tools,
       add_generation_prompt: body.add_generation_prompt ?? true,

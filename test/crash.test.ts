@@ -1,0 +1,123 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startServe, type Running } from '../src/cli/serve.js';
+import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
+
+const MAIN = join(import.meta.dirname, '..', 'dist', 'cli', 'main.js');
+const IN_FLIGHT = 32;
+
+type Body = Record<string, unknown>;
+const completed: { path: string; body: Body }[] = [
+  { path: '/v1/completions', body: { model: MODEL, prompt: 'Quick answer one', max_tokens: 8 } },
+  { path: '/v1/completions', body: { model: MODEL, prompt: 'Quick answer two', max_tokens: 8, stream: true } },
+  { path: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'user', content: 'Quick answer three' }], max_tokens: 8 } },
+  { path: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'user', content: 'Quick answer four' }], max_tokens: 8, stream: true } },
+];
+const slow = (i: number): Body => ({ model: MODEL, prompt: `A slow story number ${i}`, max_tokens: 200, stream: true });
+
+/** Starts `mocker capture` as its own process and resolves with its port once it listens. */
+function startCaptureProcess(upstream: string, captures: string): Promise<{ child: ChildProcess; port: number }> {
+  const child = spawn(process.execPath, [MAIN, 'capture', '--upstream', upstream, '--captures', captures, '--host', '127.0.0.1', '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /proxying http:\/\/127\.0\.0\.1:(\d+)/.exec(out);
+      if (m) resolve({ child, port: Number(m[1]) });
+    });
+    child.stderr!.on('data', (d: Buffer) => process.stderr.write(d));
+    child.on('exit', (code) => reject(new Error(`mocker capture exited with ${code} before listening: ${out}`)));
+  });
+}
+
+function request(port: number, path: string, body: Body): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path, method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+      let text = '';
+      res.on('data', (d: Buffer) => (text += d.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+
+/** The generated text of a vLLM response, streamed or not. */
+function content(text: string): string {
+  const objects = text.startsWith('data: ')
+    ? text.split('\n\n').filter((e) => e.startsWith('data: {')).map((e) => JSON.parse(e.slice(6)) as Body)
+    : [JSON.parse(text) as Body];
+  return objects
+    .flatMap((o) => (o.choices as Body[]) ?? [])
+    .map((c) => String(c.text ?? (c.delta as Body | undefined)?.content ?? (c.message as Body | undefined)?.content ?? ''))
+    .join('');
+}
+
+describe('kill -9 of the capture process with streams in flight', () => {
+  let upstream: Upstream;
+  let replay: Running;
+  let dbPath: string;
+  const answers: string[] = [];
+
+  beforeAll(async () => {
+    dbPath = join(mkdtempSync(join(tmpdir(), 'mocker-crash-')), 'golden.db');
+    upstream = await startUpstream((body) =>
+      String(body.prompt ?? '').includes('slow') ? { content: 'and then '.repeat(100), gapMs: () => 50 } : { content: 'Done quickly.' },
+    );
+    const { child, port } = await startCaptureProcess(upstream.url, dbPath);
+    for (const c of completed) {
+      const res = await request(port, c.path, c.body);
+      expect(res.status).toBe(200);
+      answers.push(content(res.text));
+      expect(answers.at(-1)).toBe('Done quickly.');
+    }
+    // 32 streams, each mid-answer (its first chunk received) when the process dies.
+    const streaming = Array.from({ length: IN_FLIGHT }, (_, i) =>
+      new Promise<http.ClientRequest>((resolve, reject) => {
+        const req = http.request({ host: '127.0.0.1', port, path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+          res.once('data', () => resolve(req));
+          res.on('error', () => undefined);
+        });
+        req.on('error', (err) => reject(err));
+        req.end(JSON.stringify(slow(i)));
+      }),
+    );
+    const requests = await Promise.all(streaming);
+    requests.forEach((r) => r.on('error', () => undefined));
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    child.kill('SIGKILL');
+    await exited;
+    requests.forEach((r) => r.destroy());
+    await upstream.close();
+  });
+
+  afterAll(async () => {
+    await replay?.close();
+  });
+
+  it('leaves a database that opens and passes PRAGMA integrity_check', () => {
+    const db = new Database(dbPath);
+    expect(db.pragma('integrity_check', { simple: true })).toBe('ok');
+    db.close();
+  });
+
+  it('replays every exchange completed before the kill, and serves none of the in-flight ones', async () => {
+    replay = await startServe({ mode: 'replay', captures: dbPath, host: '127.0.0.1', port: 0, timing: 'none', forwardTimeMs: 0, speedupRatio: 1, seed: 0, maxBodyBytes: 1 << 20, redactHeaders: [], upstreamTimeoutMs: 1000 });
+    for (const [i, c] of completed.entries()) {
+      const res = await request(replay.port, c.path, c.body);
+      expect(res.status, c.path).toBe(200);
+      expect(content(res.text)).toBe(answers[i]);
+    }
+    for (let i = 0; i < IN_FLIGHT; i++) {
+      const res = await request(replay.port, '/v1/completions', slow(i));
+      expect(res.status).toBe(404);
+      expect((JSON.parse(res.text) as { error: { type: string } }).error.type).toBe('NotFoundError');
+    }
+  });
+});

@@ -77,10 +77,14 @@ export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infe
   return result.data;
 }
 
+/** vLLM's bound on `n` (its `VLLM_MAX_N_SEQUENCES` environment variable, same default). */
+const MAX_N_SEQUENCES = Number(process.env.VLLM_MAX_N_SEQUENCES ?? 16384);
+
 /** The value checks vLLM's protocol validators and SamplingParams._verify_args make. */
 export function checkSampling(req: CompletionRequest | ChatRequest): void {
   if (req.stream_options && req.stream !== true) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
   if (req.n !== undefined && req.n !== null && req.n < 1) throw badRequest(`n must be at least 1, got ${req.n}.`, 'n');
+  if (req.n != null && req.n > MAX_N_SEQUENCES) throw badRequest(`n must be at most ${MAX_N_SEQUENCES}, got ${req.n}.`, 'n');
   const maxTokens: number | null | undefined =
     'max_completion_tokens' in req && typeof req.max_completion_tokens === 'number' ? req.max_completion_tokens : req.max_tokens;
   if (maxTokens !== undefined && maxTokens !== null && maxTokens < 1 && !('echo' in req && req.echo)) {

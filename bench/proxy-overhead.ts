@@ -1,28 +1,32 @@
 /**
- * Benchmark 1: what `mocker capture` adds to a stream's latency (issue #2 targets: added TTFT p50 ≤ 1 ms,
- * added per-token latency p50 ≤ 0.2 ms).
+ * Benchmark 1: what `mocker capture` adds to a stream's latency. Issue #2 targets: added TTFT p50 ≤ 1 ms,
+ * added per-token latency p50 ≤ 0.2 ms.
  *
- * Three processes, as in production: a fast vLLM-like upstream (bench/lib/fastUpstream.ts: one engine step
- * every --gap-ms writes the next token of every running stream; first token at once), `mocker capture` in
- * front of it (writing a real capture file), and this client (plain node:http, keep-alive). The client keeps
- * --concurrency streams of --tokens tokens running (closed loop, starts staggered so arrivals are spread
- * evenly) and measures only requests that started once all lanes were running and ended before any stopped.
- * Direct and proxied runs alternate (order flips each round); per round we take proxy p50 − direct p50.
+ * Separate processes, as in production: a fast vLLM-like upstream (bench/lib/fastUpstream.ts: an engine step
+ * every --gap-ms writes the next token of every running stream; a stream's first token goes out on arrival),
+ * `mocker capture` in front of it (writing a real capture file), a bare node:http pass-through proxy as a
+ * reference (what any Node hop costs), and this client (plain node:http, keep-alive agents). The client keeps
+ * --concurrency streams of --tokens tokens running (closed loop, lane starts staggered so arrivals are spread
+ * evenly) and measures the requests that started once every lane was running (all of them run to the end
+ * with every lane busy). Modes run one after another, their order rotating each round; the added latency is
+ * the per-round difference of p50s (mode − direct), and the table gives the median over rounds.
  *
  * - TTFT: request sent → first token event fully arrived.
- * - per-token delivery latency: client arrival of token i − upstream write time of token i (both
- *   CLOCK_MONOTONIC; the upstream reports its write times on a side channel), the one-way cost per token.
- * - inter-chunk gap: arrival of token i − token i−1 (i ≥ 2), the cadence the client sees.
+ * - per-token latency: client arrival of token i − upstream write time of token i (both CLOCK_MONOTONIC; the
+ *   upstream reports its write times on a side channel), i.e. the one-way delay each token suffers.
+ * - inter-chunk gap: arrival of token i − token i−1 (i ≥ 2): the cadence the client sees.
  *
- *   npx tsx bench/proxy-overhead.ts [--concurrency 64] [--tokens 256] [--gap-ms 2] [--rounds 6]
+ *   npx tsx bench/proxy-overhead.ts [--concurrency 64] [--tokens 256] [--gap-ms 5] [--rounds 6]
  *                                   [--window-ms 2000] [--cpu-prof] [--verbose]
+ * --cpu-prof profiles the capture process during round 1's capture run and prints a summary.
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import http from 'node:http';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { CaptureStore } from '../src/store/captureStore.js';
-import { spawnServer, type ServerProcess } from './lib/child.js';
+import { spawnServer, type ProcessStats, type ServerProcess } from './lib/child.js';
 import { printProfile } from './lib/cpuProfile.js';
 import { MODEL } from './lib/fastUpstream.js';
 import { postStream, type StreamResult } from './lib/sseClient.js';
@@ -30,7 +34,7 @@ import { flag, median, nowMs, numberArg, printTable, quantile, round } from './l
 
 const CONCURRENCY = numberArg('concurrency', 64);
 const TOKENS = numberArg('tokens', 256);
-const GAP_MS = numberArg('gap-ms', 2);
+const GAP_MS = numberArg('gap-ms', 5);
 const ROUNDS = numberArg('rounds', 6);
 const WINDOW_MS = numberArg('window-ms', 2000);
 const PROFILE = flag('cpu-prof');
@@ -40,25 +44,25 @@ const VERBOSE = flag('verbose');
 const PROMPT = 'Summarize the following text in one paragraph. '.repeat(85);
 const BODY = JSON.stringify({ model: MODEL, prompt: PROMPT, max_tokens: TOKENS, stream: true });
 
-type Mode = 'direct' | 'proxy';
+const MODES = ['direct', 'pipe', 'capture'] as const;
+type Mode = (typeof MODES)[number];
 
 interface RunStats {
   mode: Mode;
   round: number;
   requests: number;
   ttft: number[];
-  delivery: number[];
+  perToken: number[];
   gaps: number[];
-  /** CPU time the proxy process used during the run, ms (proxy runs only). */
-  proxyCpuMs: number;
+  /** The proxy process of this mode (null for direct), the upstream's and this client's event loops. */
+  proxy: ProcessStats | null;
+  upstream: ProcessStats;
+  clientElu: number;
+  /** Tokens streamed during the whole run (ramp-up and tail included). */
   tokens: number;
 }
 
-/** utime + stime of a process in ms, from /proc (Linux). */
-function cpuMs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // USER_HZ is 100 on Linux
-}
+const pct = (x: number) => `${Math.round(x * 100)}%`;
 
 function getJson<T>(url: string): Promise<T> {
   return new Promise((resolve, reject) => {
@@ -73,14 +77,15 @@ function getJson<T>(url: string): Promise<T> {
   });
 }
 
-async function run(mode: Mode, target: string, upstream: ServerProcess, proxy: ServerProcess, agent: http.Agent, roundNo: number): Promise<RunStats> {
+async function run(mode: Mode, roundNo: number, target: string, agent: http.Agent, upstream: ServerProcess, proxy: ServerProcess | null): Promise<RunStats> {
   const streamMs = TOKENS * GAP_MS;
+  await Promise.all([proxy?.stats(), upstream.stats()]);
+  const elu0 = performance.eventLoopUtilization();
   const t0 = nowMs();
   const measureFrom = t0 + streamMs;
   const measureUntil = measureFrom + WINDOW_MS;
   const stopAt = measureUntil + streamMs;
   const measured: { id: string; r: StreamResult }[] = [];
-  const cpu0 = mode === 'proxy' ? cpuMs(proxy.child.pid!) : 0; // spawned children always have a pid
   const lane = async (k: number) => {
     await new Promise((r) => setTimeout(r, (k * streamMs) / CONCURRENCY));
     for (let seq = 0; nowMs() < stopAt; seq++) {
@@ -91,18 +96,18 @@ async function run(mode: Mode, target: string, upstream: ServerProcess, proxy: S
     }
   };
   await Promise.all(Array.from({ length: CONCURRENCY }, (_, k) => lane(k)));
-  const proxyCpuMs = mode === 'proxy' ? cpuMs(proxy.child.pid!) - cpu0 : 0;
+  const clientElu = performance.eventLoopUtilization(elu0).utilization;
+  const [proxyStats, upstreamStats] = await Promise.all([proxy?.stats(), upstream.stats()]);
   const writes = await getJson<Record<string, number[]>>(`${upstream.url}/bench/times`);
-  const stats: RunStats = { mode, round: roundNo, requests: measured.length, ttft: [], delivery: [], gaps: [], proxyCpuMs, tokens: 0 };
+  const stats: RunStats = { mode, round: roundNo, requests: measured.length, ttft: [], perToken: [], gaps: [], proxy: proxyStats ?? null, upstream: upstreamStats, clientElu, tokens: 0 };
   for (const { id, r } of measured) {
     const w = writes[id];
     stats.ttft.push(r.arrivals[0] - r.sentAt);
     for (let i = 0; i < TOKENS; i++) {
-      stats.delivery.push(r.arrivals[i] - w[i]);
+      stats.perToken.push(r.arrivals[i] - w[i]);
       if (i >= 2) stats.gaps.push(r.arrivals[i] - r.arrivals[i - 1]);
     }
   }
-  // Tokens streamed over the whole run (warm-up and tail included), for the proxy's CPU cost per token.
   stats.tokens = Object.values(writes).reduce((n, w) => n + w.length, 0);
   return stats;
 }
@@ -110,85 +115,113 @@ async function run(mode: Mode, target: string, upstream: ServerProcess, proxy: S
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'mocker-bench-proxy-'));
   const dbPath = join(dir, 'capture.db');
-  const profDir = join(dir, 'prof');
-  console.log(`proxy overhead: ${CONCURRENCY} concurrent streams x ${TOKENS} tokens, engine step ${GAP_MS} ms, ${ROUNDS} rounds x 2 modes, window ${WINDOW_MS} ms`);
+  console.log(`proxy overhead: ${CONCURRENCY} concurrent streams x ${TOKENS} tokens, engine step ${GAP_MS} ms (${Math.round((CONCURRENCY * 1000) / GAP_MS)} tokens/s), ${ROUNDS} rounds, window ${WINDOW_MS} ms`);
   console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model ?? '?'}, node ${process.version}; capture file ${dbPath}`);
 
-  const upstream = await spawnServer('upstream', { gapMs: GAP_MS, tokens: TOKENS }, [], VERBOSE);
-  const proxy = await spawnServer(
+  const upstream = await spawnServer('upstream', { gapMs: GAP_MS, tokens: TOKENS }, VERBOSE);
+  const capture = await spawnServer(
     'capture',
     { upstream: upstream.url, captures: dbPath, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] },
-    PROFILE ? ['--cpu-prof', '--cpu-prof-dir', profDir] : [],
     VERBOSE,
   );
-  const agents = { direct: new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY }), proxy: new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY }) };
-  const targets = { direct: upstream.url, proxy: proxy.url };
+  const pipe = await spawnServer('pipe', { upstream: upstream.url }, VERBOSE);
+  const servers: Record<Mode, { url: string; proxy: ServerProcess | null; agent: http.Agent }> = {
+    direct: { url: upstream.url, proxy: null, agent: new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY }) },
+    pipe: { url: pipe.url, proxy: pipe, agent: new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY }) },
+    capture: { url: capture.url, proxy: capture, agent: new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY }) },
+  };
 
   const all: RunStats[] = [];
+  const profileFile = join(dir, 'capture.cpuprofile');
   for (let r = 0; r <= ROUNDS; r++) {
-    const order: Mode[] = r % 2 === 0 ? ['direct', 'proxy'] : ['proxy', 'direct'];
+    const order = MODES.map((_, i) => MODES[(i + r) % MODES.length]);
     for (const mode of order) {
-      const s = await run(mode, targets[mode], upstream, proxy, agents[mode], r);
-      const label = r === 0 ? 'warm-up' : `round ${r}/${ROUNDS}`;
+      const { url, proxy, agent } = servers[mode];
+      const profiling = PROFILE && r === 1 && mode === 'capture';
+      if (profiling) await capture.profileStart();
+      const s = await run(mode, r, url, agent, upstream, proxy);
+      if (profiling) await capture.profileStop(profileFile);
+      const label = r === 0 ? 'warm-up  ' : `round ${r}/${ROUNDS}`;
       console.log(
-        `  ${label} ${mode.padEnd(6)}: ${s.requests} requests, TTFT p50 ${round(median(s.ttft))} ms, delivery p50 ${round(median(s.delivery))} ms, gap p50 ${round(median(s.gaps))} ms` +
-          (mode === 'proxy' ? `, proxy CPU ${round(s.proxyCpuMs / 1000, 2)} s` : ''),
+        `  ${label} ${mode.padEnd(7)}: ${s.requests} requests, TTFT p50 ${round(median(s.ttft))} ms, per-token p50 ${round(median(s.perToken))} ms, gap p50 ${round(median(s.gaps))} ms; ` +
+          `loops busy: client ${pct(s.clientElu)}, upstream ${pct(s.upstream.elu)}` +
+          (s.proxy ? `, ${mode} ${pct(s.proxy.elu)} (delay p99 ${round(s.proxy.delayP99Ms, 1)}, max ${round(s.proxy.delayMaxMs, 1)} ms)` : ''),
       );
       if (r > 0) all.push(s);
     }
   }
-  for (const a of Object.values(agents)) a.destroy();
-  await proxy.stop();
+  for (const s of Object.values(servers)) s.agent.destroy();
+  await Promise.all([capture.stop(), pipe.stop()]);
   await upstream.stop();
 
-  const byRound = (mode: Mode) => all.filter((s) => s.mode === mode).sort((a, b) => a.round - b.round);
-  const direct = byRound('direct');
-  const proxied = byRound('proxy');
-  const metric = (pick: (s: RunStats) => number[], q: number) => {
+  const runs = (mode: Mode) => all.filter((s) => s.mode === mode).sort((a, b) => a.round - b.round);
+  const direct = runs('direct');
+  const metric = (mode: Mode, pick: (s: RunStats) => number[], q: number) => {
     const d = direct.map((s) => quantile(pick(s), q));
-    const p = proxied.map((s) => quantile(pick(s), q));
-    return { direct: median(d), proxy: median(p), added: median(p.map((x, i) => x - d[i])) };
+    const m = runs(mode).map((s) => quantile(pick(s), q));
+    return { value: median(m), added: median(m.map((x, i) => x - d[i])) };
   };
-  const rows = {
-    ttftP50: metric((s) => s.ttft, 0.5),
-    ttftP99: metric((s) => s.ttft, 0.99),
-    deliveryP50: metric((s) => s.delivery, 0.5),
-    deliveryP99: metric((s) => s.delivery, 0.99),
-    gapP50: metric((s) => s.gaps, 0.5),
-    gapP99: metric((s) => s.gaps, 0.99),
+  const metrics: Record<string, [(s: RunStats) => number[], number]> = {
+    ttftP50: [(s) => s.ttft, 0.5],
+    ttftP99: [(s) => s.ttft, 0.99],
+    perTokenP50: [(s) => s.perToken, 0.5],
+    perTokenP99: [(s) => s.perToken, 0.99],
+    gapP50: [(s) => s.gaps, 0.5],
+    gapP99: [(s) => s.gaps, 0.99],
   };
-  const proxyCpuUsPerToken = median(proxied.map((s) => (s.proxyCpuMs * 1000) / s.tokens));
+  const table = Object.fromEntries(
+    Object.entries(metrics).map(([name, [pick, q]]) => [name, { direct: metric('direct', pick, q).value, pipe: metric('pipe', pick, q), capture: metric('capture', pick, q) }]),
+  );
+  const loop = (mode: Mode) => {
+    const rs = runs(mode);
+    return {
+      cpuUsPerToken: round(median(rs.map((s) => ((s.proxy?.cpuMs ?? 0) * 1000) / s.tokens)), 1),
+      elu: round(median(rs.map((s) => s.proxy?.elu ?? 0)), 2),
+      delayP99Ms: round(median(rs.map((s) => s.proxy?.delayP99Ms ?? 0)), 1),
+      delayMaxMs: round(median(rs.map((s) => s.proxy?.delayMaxMs ?? 0)), 1),
+    };
+  };
+  const loops = { pipe: loop('pipe'), capture: loop('capture') };
 
   const store = CaptureStore.open(dbPath);
   const counts = store.counts();
   store.close();
-  const fileBytes = statSync(dbPath).size;
+  const fileMb = statSync(dbPath).size / 1e6;
 
-  console.log(`\nmedian over ${ROUNDS} rounds of each round's value (added = proxy − direct, paired by round), ms`);
+  console.log(`\nms; median over ${ROUNDS} rounds of each round's value; "+" = that mode − direct in the same round`);
   printTable(
-    ['metric', 'direct', 'via capture', 'added'],
-    Object.entries(rows).map(([k, v]) => [k, v.direct, v.proxy, v.added]),
+    ['metric', 'direct', 'pipe proxy', '+pipe', 'mocker capture', '+capture'],
+    Object.entries(table).map(([k, v]) => [k, v.direct, v.pipe.value, v.pipe.added, v.capture.value, v.capture.added]),
   );
-  const requests = { direct: direct.reduce((n, s) => n + s.requests, 0), proxy: proxied.reduce((n, s) => n + s.requests, 0) };
-  console.log(`measured requests: ${requests.direct} direct, ${requests.proxy} via capture; capture file: ${counts.complete} complete, ${counts.failed} failed, ${counts.aborted} aborted, ${(fileBytes / 1e6).toFixed(1)} MB`);
-  console.log(`capture process CPU: ${round(proxyCpuUsPerToken, 1)} µs per streamed token (incl. recording)`);
-  const met = { ttft: rows.ttftP50.added <= 1, perToken: rows.deliveryP50.added <= 0.2 };
-  console.log(`targets: added TTFT p50 ${round(rows.ttftP50.added)} ms ≤ 1 ms: ${met.ttft ? 'MET' : 'NOT MET'}; added per-token p50 ${round(rows.deliveryP50.added)} ms ≤ 0.2 ms: ${met.perToken ? 'MET' : 'NOT MET'}`);
+  const requests = Object.fromEntries(MODES.map((m) => [m, runs(m).reduce((n, s) => n + s.requests, 0)]));
+  console.log(`measured requests: ${MODES.map((m) => `${requests[m]} ${m}`).join(', ')}; capture file: ${counts.complete} complete, ${counts.failed} failed, ${counts.aborted} aborted, ${fileMb.toFixed(1)} MB`);
+  for (const m of ['pipe', 'capture'] as const) {
+    const l = loops[m];
+    console.log(`${m} process: ${l.cpuUsPerToken} µs CPU per streamed token, event loop busy ${pct(l.elu)}, loop delay p99 ${l.delayP99Ms} ms, max ${l.delayMaxMs} ms`);
+  }
+  const added = { ttftP50: round(table.ttftP50.capture.added), perTokenP50: round(table.perTokenP50.capture.added) };
+  const met = { ttft: added.ttftP50 <= 1, perToken: added.perTokenP50 <= 0.2 };
+  console.log(`targets: added TTFT p50 ${added.ttftP50} ms ≤ 1 ms: ${met.ttft ? 'MET' : 'NOT MET'}; added per-token p50 ${added.perTokenP50} ms ≤ 0.2 ms: ${met.perToken ? 'MET' : 'NOT MET'}`);
 
-  if (PROFILE) for (const f of readdirSync(profDir)) printProfile(join(profDir, f));
-  if (!PROFILE) rmSync(dir, { recursive: true, force: true });
-  else console.log(`\nprofile kept in ${profDir}`);
+  if (PROFILE) {
+    printProfile(profileFile);
+    console.log(`\nprofile kept: ${profileFile}`);
+  } else rmSync(dir, { recursive: true, force: true });
 
-  const result = {
-    bench: 'proxy-overhead',
-    config: { concurrency: CONCURRENCY, tokens: TOKENS, gapMs: GAP_MS, rounds: ROUNDS, windowMs: WINDOW_MS },
-    requests,
-    ms: Object.fromEntries(Object.entries(rows).map(([k, v]) => [k, { direct: round(v.direct), proxy: round(v.proxy), added: round(v.added) }])),
-    proxyCpuUsPerToken: round(proxyCpuUsPerToken, 2),
-    captured: counts,
-    targets: { addedTtftP50Ms: 1, addedPerTokenP50Ms: 0.2, met },
-  };
-  console.log(JSON.stringify(result));
+  const r3 = (x: number) => round(x);
+  console.log(
+    JSON.stringify({
+      bench: 'proxy-overhead',
+      config: { concurrency: CONCURRENCY, tokens: TOKENS, gapMs: GAP_MS, rounds: ROUNDS, windowMs: WINDOW_MS },
+      requests,
+      ms: Object.fromEntries(
+        Object.entries(table).map(([k, v]) => [k, { direct: r3(v.direct), pipe: r3(v.pipe.value), pipeAdded: r3(v.pipe.added), capture: r3(v.capture.value), captureAdded: r3(v.capture.added) }]),
+      ),
+      loops,
+      captured: counts,
+      targets: { addedTtftP50Ms: 1, addedPerTokenP50Ms: 0.2, added, met },
+    }),
+  );
 }
 
 main().catch((err: unknown) => {

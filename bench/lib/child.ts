@@ -1,19 +1,25 @@
 /**
- * Runs one server of a benchmark in its own process, as it runs in production (its own event loop):
+ * Runs one server of a benchmark in its own process, as in production (its own event loop):
  *   node --import tsx bench/lib/child.ts <role> <options-json>
- * prints `READY <port>` once listening and shuts down (flushing --cpu-prof) when its stdin closes.
+ * It prints `READY <port>` once listening and exits when its stdin closes. Commands on its stdin, one per
+ * line, each answered by a `REPLY <json>` line, in order:
+ *   STATS               CPU time, event-loop utilization and event-loop delay since the previous STATS
+ *   PROFILE_START       starts the V8 CPU profiler (node:inspector)
+ *   PROFILE_STOP <file> stops it and writes the .cpuprofile
  * `spawnServer` is the parent's side.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import { Session } from 'node:inspector';
 import type { AddressInfo } from 'node:net';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import type { CaptureOptions } from '../../src/cli/capture.js';
 import type { ServeOptions } from '../../src/cli/serve.js';
 import type { FastUpstreamOptions } from './fastUpstream.js';
 
-export type Role = 'upstream' | 'capture' | 'serve' | 'bare';
+export type Role = 'upstream' | 'capture' | 'pipe' | 'serve' | 'bare';
 
 /** A bare node:http SSE server: answers every POST with these headers and events, one write per event. */
 export interface BareOptions {
@@ -21,16 +27,17 @@ export interface BareOptions {
   eventsFile: string;
 }
 
-async function startBare(opts: BareOptions): Promise<{ port: number; close(): Promise<void> }> {
-  const { headers, events } = JSON.parse(readFileSync(opts.eventsFile, 'utf8')) as { headers: Record<string, string>; events: string[] };
-  const server = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(200, headers);
-      for (let i = 0; i < events.length - 1; i++) res.write(events[i]);
-      res.end(events[events.length - 1]);
-    });
-  });
+/** The smallest useful node:http reverse proxy (no parsing, no recording): what Node itself costs per hop. */
+export interface PipeOptions {
+  upstream: string;
+}
+
+interface Running {
+  port: number;
+  close(): Promise<void>;
+}
+
+async function listen(server: http.Server): Promise<Running> {
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
@@ -43,26 +50,74 @@ async function startBare(opts: BareOptions): Promise<{ port: number; close(): Pr
   };
 }
 
+function startBare(opts: BareOptions): Promise<Running> {
+  const { headers, events } = JSON.parse(readFileSync(opts.eventsFile, 'utf8')) as { headers: Record<string, string>; events: string[] };
+  return listen(
+    http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, headers);
+        for (let i = 0; i < events.length - 1; i++) res.write(events[i]);
+        res.end(events[events.length - 1]);
+      });
+    }),
+  );
+}
+
+function startPipe(opts: PipeOptions): Promise<Running> {
+  const upstream = new URL(opts.upstream);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
+  return listen(
+    http.createServer((req, res) => {
+      const up = http.request({ host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers: req.headers, agent }, (upRes) => {
+        res.writeHead(upRes.statusCode ?? 502, upRes.headers);
+        upRes.on('data', (chunk: Buffer) => res.write(chunk));
+        upRes.on('end', () => res.end());
+      });
+      up.on('error', () => res.destroy());
+      req.pipe(up);
+    }),
+  );
+}
+
+/** What a server process did between two `stats()` calls. */
+export interface ProcessStats {
+  cpuMs: number;
+  /** Event-loop utilization, 0..1. */
+  elu: number;
+  /** Event-loop delay percentiles (ms, 1 ms sampling resolution). */
+  delayP50Ms: number;
+  delayP99Ms: number;
+  delayMaxMs: number;
+}
+
 export interface ServerProcess {
   port: number;
   url: string;
   child: ChildProcess;
+  stats(): Promise<ProcessStats>;
+  profileStart(): Promise<void>;
+  profileStop(file: string): Promise<void>;
   stop(): Promise<void>;
 }
 
-/**
- * Starts `role` in a child process. `nodeArgs` go to node (e.g. `--cpu-prof`); the child's stdout logs are
- * dropped unless `verbose`.
- */
-export function spawnServer(role: 'upstream', options: FastUpstreamOptions, nodeArgs?: string[], verbose?: boolean): Promise<ServerProcess>;
-export function spawnServer(role: 'capture', options: CaptureOptions, nodeArgs?: string[], verbose?: boolean): Promise<ServerProcess>;
-export function spawnServer(role: 'serve', options: ServeOptions, nodeArgs?: string[], verbose?: boolean): Promise<ServerProcess>;
-export function spawnServer(role: 'bare', options: BareOptions, nodeArgs?: string[], verbose?: boolean): Promise<ServerProcess>;
-export function spawnServer(role: Role, options: object, nodeArgs: string[] = [], verbose = false): Promise<ServerProcess> {
-  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', fileURLToPath(import.meta.url), role, JSON.stringify(options)], {
+/** Starts `role` in a child process; its stdout logs are dropped unless `verbose`. */
+export function spawnServer(role: 'upstream', options: FastUpstreamOptions, verbose?: boolean): Promise<ServerProcess>;
+export function spawnServer(role: 'capture', options: CaptureOptions, verbose?: boolean): Promise<ServerProcess>;
+export function spawnServer(role: 'pipe', options: PipeOptions, verbose?: boolean): Promise<ServerProcess>;
+export function spawnServer(role: 'serve', options: ServeOptions, verbose?: boolean): Promise<ServerProcess>;
+export function spawnServer(role: 'bare', options: BareOptions, verbose?: boolean): Promise<ServerProcess>;
+export function spawnServer(role: Role, options: object, verbose = false): Promise<ServerProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), role, JSON.stringify(options)], {
     stdio: ['pipe', 'pipe', 'inherit'],
   });
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+  const replies: ((json: string) => void)[] = [];
+  const command = (line: string) =>
+    new Promise<string>((resolve) => {
+      replies.push(resolve);
+      child.stdin?.write(`${line}\n`);
+    });
   return new Promise((resolve, reject) => {
     let buffer = '';
     child.on('exit', (code) => reject(new Error(`${role} child exited with code ${code} before it was ready`)));
@@ -79,12 +134,16 @@ export function spawnServer(role: Role, options: object, nodeArgs: string[] = []
             port,
             url: `http://127.0.0.1:${port}`,
             child,
+            stats: async () => JSON.parse(await command('STATS')) as ProcessStats,
+            profileStart: async () => void (await command('PROFILE_START')),
+            profileStop: async (file) => void (await command(`PROFILE_STOP ${file}`)),
             stop: async () => {
               child.stdin?.end();
               await exited;
             },
           });
-        } else if (verbose) console.error(`[${role}] ${line}`);
+        } else if (line.startsWith('REPLY ')) replies.shift()?.(line.slice(6));
+        else if (verbose) console.error(`[${role}] ${line}`);
       }
     });
   });
@@ -93,18 +152,67 @@ export function spawnServer(role: Role, options: object, nodeArgs: string[] = []
 async function main(role: Role, options: string): Promise<void> {
   const opts = JSON.parse(options) as unknown;
   // Imported here so each process loads only the code of its own role.
-  const running =
+  const running: Running =
     role === 'upstream'
       ? await (await import('./fastUpstream.js')).startFastUpstream(opts as FastUpstreamOptions)
       : role === 'capture'
         ? await (await import('../../src/cli/capture.js')).startCapture(opts as CaptureOptions)
         : role === 'serve'
           ? await (await import('../../src/cli/serve.js')).startServe(opts as ServeOptions)
-          : await startBare(opts as BareOptions);
+          : role === 'pipe'
+            ? await startPipe(opts as PipeOptions)
+            : await startBare(opts as BareOptions);
   console.log(`READY ${running.port}`);
-  process.stdin.resume();
+
+  const delay = monitorEventLoopDelay({ resolution: 1 });
+  delay.enable();
+  let cpu = process.cpuUsage();
+  let elu = performance.eventLoopUtilization();
+  const session = new Session();
+  const post = (method: string) =>
+    new Promise<unknown>((resolve, reject) => session.post(method, (err, result) => (err ? reject(err) : resolve(result))));
+
+  const handle = async (line: string): Promise<unknown> => {
+    if (line === 'STATS') {
+      const dCpu = process.cpuUsage(cpu);
+      const stats: ProcessStats = {
+        cpuMs: (dCpu.user + dCpu.system) / 1000,
+        elu: performance.eventLoopUtilization(elu).utilization,
+        delayP50Ms: delay.percentile(50) / 1e6,
+        delayP99Ms: delay.percentile(99) / 1e6,
+        delayMaxMs: delay.max / 1e6,
+      };
+      cpu = process.cpuUsage();
+      elu = performance.eventLoopUtilization();
+      delay.reset();
+      return stats;
+    }
+    if (line === 'PROFILE_START') {
+      session.connect();
+      await post('Profiler.enable');
+      await post('Profiler.start');
+      return null;
+    }
+    if (line.startsWith('PROFILE_STOP ')) {
+      const { profile } = (await post('Profiler.stop')) as { profile: unknown };
+      writeFileSync(line.slice('PROFILE_STOP '.length), JSON.stringify(profile));
+      session.disconnect();
+      return null;
+    }
+    throw new Error(`unknown command ${line}`);
+  };
+
+  let queue = Promise.resolve();
+  let pending = '';
+  process.stdin.setEncoding('utf8');
+  process.stdin.on('data', (text: string) => {
+    pending += text;
+    const lines = pending.split('\n');
+    pending = lines.pop() ?? '';
+    for (const line of lines) queue = queue.then(async () => console.log(`REPLY ${JSON.stringify(await handle(line))}`));
+  });
   process.stdin.on('end', () => {
-    void running.close().then(() => process.exit(0));
+    void queue.then(() => running.close()).then(() => process.exit(0));
   });
 }
 

@@ -249,8 +249,7 @@ export async function forwardExchange(
       }
     });
 
-    upstreamReq.on('timeout', () => upstreamReq.destroy(new Error(`upstream timed out after ${config.timeoutMs} ms`)));
-    upstreamReq.on('error', (err) => {
+    const fail = (err: Error) => {
       const message = `upstream ${base.origin}: ${err.message}`;
       if (raw.status === null) {
         const timedOut = err.message.includes('timed out');
@@ -264,6 +263,12 @@ export async function forwardExchange(
         // The upstream broke mid-response: the client sees the same break.
         void done('failed', message, () => res.destroy());
       }
+    };
+    upstreamReq.on('error', fail);
+    upstreamReq.on('timeout', () => {
+      const err = new Error(`upstream timed out after ${config.timeoutMs} ms`);
+      fail(err);
+      upstreamReq.destroy(err);
     });
 
     upstreamReq.on('response', (up) => {
@@ -286,8 +291,10 @@ export async function forwardExchange(
         if (!transform) res.write(chunk);
         else if (events) res.write(hideTokenIds(body.buffer.toString('utf8', events[0], events[1])));
       });
-      up.on('aborted', () => upstreamReq.destroy(new Error('upstream reset the connection mid-response')));
-      up.on('error', (err) => upstreamReq.destroy(err));
+      // Once the response has begun, a broken connection is reported on it, not on the request.
+      up.on('close', () => {
+        if (!up.complete) fail(new Error('upstream reset the connection mid-response'));
+      });
       up.on('end', () => {
         const failed = raw.status !== null && raw.status >= 400;
         const lastEvent = splitter.ends.at(-1) ?? 0;

@@ -73,6 +73,10 @@ export class Recorder {
   private async outputIds(gen: Generation, headers: IncomingHttpHeaders, model: Json): Promise<{ generation: Generation; source: TokenSource }> {
     const upstreamIds = await tokenizeUpstream(this.upstream, { ...model, prompt: gen.text, add_special_tokens: false }, headers);
     const ids = upstreamIds ?? (await this.tokenizer.encode(gen.text, false));
+    // The token that stopped generation is in vLLM's token_ids but not in the text: a stop_token_ids hit
+    // names it; an EOS stop (no stop_reason) is the model's EOS.
+    const stopToken = typeof gen.stopReason === 'number' ? gen.stopReason : gen.stopReason === null && gen.finishReason !== 'length' ? this.tokenizer.eosTokenIds[0] : undefined;
+    if (stopToken !== undefined && gen.finishReason !== null && gen.finishReason !== 'abort') ids.push(stopToken);
     return { generation: withOutputIds(gen, ids), source: upstreamIds ? 'tokenize-endpoint' : 'local' };
   }
 

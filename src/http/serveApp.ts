@@ -295,7 +295,9 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     res.on('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    if (resolution.verbatim) await serveVerbatim(res, ctx, p, resolution.verbatim, resolution.plans, arrivalMs, abort.signal);
+    // Captured bytes carry token ids only when the engine returned them; otherwise render them.
+    const verbatim = resolution.verbatim && (!p.returnTokenIds || resolution.verbatim.tokenSource === 'engine') ? resolution.verbatim : null;
+    if (verbatim) await serveVerbatim(res, ctx, p, verbatim, resolution.plans, arrivalMs, abort.signal);
     else await serveRendered(res, ctx, p, resolution.plans, arrivalMs, abort.signal);
     return RESPONSE_ALREADY_SENT;
   };

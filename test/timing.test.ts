@@ -86,7 +86,7 @@ describe('captured timing', () => {
   });
 
   const serve = async (speedupRatio: number) => {
-    const s = await startServe({ mode: 'replay', captures: dbPath, host: '127.0.0.1', port: 0, forwardTimeMs: 0, speedupRatio, seed: 0, maxBodyBytes: 1 << 20, redactHeaders: [], upstreamTimeoutMs: 1000 });
+    const s = await startServe({ mode: 'replay', captures: dbPath, engine: { speedupRatio } });
     servers.push(s);
     const url = `http://127.0.0.1:${s.port}`;
     // Measured warm, over an open keep-alive connection: one untimed replay first.

@@ -149,7 +149,7 @@ describe('an engine without return_token_ids (vLLM before 0.10.2)', () => {
     expect(stored(capture.db)).toMatchObject([{ outcome: 'complete', token_source: 'tokenize-endpoint' }]);
 
     // The capture answers a token-id request for the same prompt with the engine's tokenization.
-    replay = await startServe({ mode: 'replay', captures: capture.db, host: '127.0.0.1', port: 0, timing: 'none', forwardTimeMs: 0, speedupRatio: 1, seed: 0, maxBodyBytes: 1 << 20, redactHeaders: [], upstreamTimeoutMs: 1000 });
+    replay = await startServe({ mode: 'replay', captures: capture.db, timing: 'none' });
     const ids = await encode('Old engine', true);
     const again = await fetch(`http://127.0.0.1:${replay.port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(completion('Old engine', { return_token_ids: true })) });
     const json = (await again.json()) as { choices: { text: string; finish_reason: string; prompt_token_ids: number[]; token_ids: number[] }[] };

@@ -2,10 +2,10 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { startCapture } from './capture.js';
-import { startServe, type ServeMode } from './serve.js';
+import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs } from './engineArgs.js';
+import { DEFAULT_MAX_BODY_BYTES, startServe, type ServeMode } from './serve.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
-const DEFAULT_MAX_BODY = 32 * 1024 * 1024;
 
 function number(name: string, { integer = false, min = -Infinity } = {}) {
   return (value: string) => {
@@ -25,27 +25,59 @@ const program = new Command('mocker')
 
 program
   .command('serve')
-  .description('Serve a vLLM-compatible API from captures (replay) or random tokens (random).')
-  .addOption(new Option('--mode <mode>', 'replay | random').choices(['replay', 'random']).default('random'))
+  .description('Serve a vLLM-compatible API through a simulated vLLM scheduler: simulate, replay or random.')
+  .addOption(new Option('--mode <mode>', 'simulate | replay | random').choices(['simulate', 'replay', 'random']).default('simulate'))
   .option('--captures <file>', 'capture file (SQLite)', DEFAULT_CAPTURES)
   .option('--model <model>', 'local model directory or Hugging Face id in the local HF cache (default: the capture\'s tokenizer, else bundled Qwen/Qwen3-0.6B)')
   .option('--served-model-name <name...>', 'model names to accept (default: the captured models, else --model)')
   .option('--host <host>', 'address to listen on', '0.0.0.0')
   .option('--port <port>', 'port to listen on', number('--port', { integer: true, min: 0 }), 8000)
   .addOption(new Option('--outputs <source>', 'captured | random (default: captured in replay, random in random mode)').choices(['captured', 'random']))
-  .addOption(new Option('--timing <timing>', 'captured | fixed | none (default: captured in replay, fixed in random mode)').choices(['captured', 'fixed', 'none']))
+  .addOption(new Option('--timing <timing>', 'model | captured | fixed | none (default: model in simulate, captured in replay, fixed in random)').choices(['model', 'captured', 'fixed', 'none']))
   .option('--forward-time-ms <ms>', 'duration of one engine step for --timing fixed', number('--forward-time-ms', { min: 0 }), 25)
-  .option('--speedup-ratio <x>', 'divide every simulated duration by this', number('--speedup-ratio', { min: Number.MIN_VALUE }), 1)
-  .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record').choices(['error', 'random', 'passthrough', 'record']).default('error'))
+  .option('--speedup-ratio <x>', 'divide every simulated duration by this', number('--speedup-ratio', { min: Number.MIN_VALUE }), DEFAULT_ENGINE_ARGS.speedupRatio)
+  .option('--decode-speedup-ratio <x>', 'further divide decode steps (speculative decoding)', number('--decode-speedup-ratio', { min: Number.MIN_VALUE }), DEFAULT_ENGINE_ARGS.decodeSpeedupRatio)
+  .option('--planner-profile-data <path>', 'perf model for --timing model: NPZ or profiler results directory (default: polynomial)')
+  .option('--num-gpu-blocks-override <n>', 'KV cache blocks per rank', number('--num-gpu-blocks-override', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.numGpuBlocks)
+  .option('--block-size <n>', 'tokens per KV block', number('--block-size', { integer: true, min: 2 }), DEFAULT_ENGINE_ARGS.blockSize)
+  .option('--max-num-seqs <n>', 'running requests per rank', number('--max-num-seqs', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.maxNumSeqs)
+  .option('--max-num-batched-tokens <n>', 'token budget of one pass', number('--max-num-batched-tokens', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.maxNumBatchedTokens)
+  .option('--enable-prefix-caching', 'reuse cached prompt blocks (default)')
+  .option('--no-enable-prefix-caching', 'never reuse cached blocks')
+  .option('--enable-chunked-prefill', 'split long prompts over passes (default)')
+  .option('--no-enable-chunked-prefill', 'a prompt waits until it fits one pass')
+  .addOption(new Option('--preemption-mode <mode>', 'which running request is preempted on KV pressure').choices(['lifo', 'fifo']).default(DEFAULT_ENGINE_ARGS.preemptionMode))
+  .option('--watermark <fraction>', 'fraction of KV blocks kept free when admitting', number('--watermark', { min: 0 }), DEFAULT_ENGINE_ARGS.watermark)
+  .option('--data-parallel-size <n>', 'ranks, each with its own scheduler and KV cache', number('--data-parallel-size', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.dataParallelSize)
+  .option('--extra-engine-args <json>', "Dynamo mocker engine args (JSON file or inline object), applied over the flags")
+  .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
+  .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record (default: random in simulate, error otherwise)').choices(['error', 'random', 'passthrough', 'record']))
   .option('--upstream <url>', 'engine to forward misses to (--on-miss passthrough|record)')
   .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), 600_000)
   .option('--seed <n>', 'seed of random outputs', number('--seed', { integer: true }), 0)
   .option('--max-model-len <n>', 'context length (default: captured, else the model config)', number('--max-model-len', { integer: true, min: 1 }))
-  .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY)
+  .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (for --on-miss record)', collect, [...DEFAULT_REDACTED_HEADERS])
   .action(async (o) => {
+    let engine: EngineArgs = {
+      numGpuBlocks: o.numGpuBlocksOverride,
+      blockSize: o.blockSize,
+      maxNumSeqs: o.maxNumSeqs,
+      maxNumBatchedTokens: o.maxNumBatchedTokens,
+      enablePrefixCaching: o.enablePrefixCaching,
+      enableChunkedPrefill: o.enableChunkedPrefill,
+      preemptionMode: o.preemptionMode,
+      watermark: o.watermark,
+      speedupRatio: o.speedupRatio,
+      decodeSpeedupRatio: o.decodeSpeedupRatio,
+      dataParallelSize: o.dataParallelSize,
+      plannerProfileData: o.plannerProfileData,
+    };
+    if (o.extraEngineArgs) engine = applyExtraEngineArgs(engine, o.extraEngineArgs);
     await startServe({
       mode: o.mode as ServeMode,
+      engine,
+      enablePromptTokensDetails: o.enablePromptTokensDetails,
       captures: o.captures,
       model: o.model,
       servedModelName: o.servedModelName,
@@ -54,7 +86,6 @@ program
       outputs: o.outputs,
       timing: o.timing,
       forwardTimeMs: o.forwardTimeMs,
-      speedupRatio: o.speedupRatio,
       onMiss: o.onMiss,
       upstream: o.upstream,
       upstreamTimeoutMs: o.upstreamTimeout,
@@ -75,7 +106,7 @@ program
   .option('--model <model>', 'tokenizer stored with the capture: local directory or HF id in the local cache (default: the upstream\'s model if cached, else bundled)')
   .option('--label <text>', 'free text stored with this capture run')
   .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), 600_000)
-  .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY)
+  .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (Authorization, API keys and cookies never are)', collect, [...DEFAULT_REDACTED_HEADERS])
   .action(async (o) => {
     await startCapture({

@@ -1,34 +1,49 @@
 import { serve as serveHono } from '@hono/node-server';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
+import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { Recorder } from '../capture/recorder.js';
-import { LiveEngine, type TimingMode } from '../engine/index.js';
+import { fixedTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type PassTiming, type TimingMode } from '../engine/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
 import { createServeApp } from '../http/serveApp.js';
 import { CaptureStore } from '../store/captureStore.js';
 import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
+import { checkEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs } from './engineArgs.js';
 import { engineIdentity, EMULATED_VLLM_VERSION } from './identity.js';
 
-export type ServeMode = 'replay' | 'random';
+/** Largest request body accepted unless told otherwise. */
+export const DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024;
+
+export type ServeMode = 'simulate' | 'replay' | 'random';
 
 export interface ServeOptions {
   mode: ServeMode;
   captures: string;
   model?: string;
   servedModelName?: string[];
-  host: string;
-  port: number;
+  /** Default 127.0.0.1 (the CLI listens on 0.0.0.0). */
+  host?: string;
+  /** Default 0: any free port. */
+  port?: number;
   outputs?: OutputsMode;
   timing?: TimingMode;
-  forwardTimeMs: number;
-  speedupRatio: number;
+  /** Default 25. */
+  forwardTimeMs?: number;
   onMiss?: MissPolicy;
   upstream?: string;
-  upstreamTimeoutMs: number;
-  seed: number;
+  /** Default 600 s. */
+  upstreamTimeoutMs?: number;
+  /** Default 0. */
+  seed?: number;
   maxModelLen?: number;
-  maxBodyBytes: number;
-  redactHeaders: string[];
+  /** Default 32 MiB. */
+  maxBodyBytes?: number;
+  /** Default: DEFAULT_REDACTED_HEADERS. */
+  redactHeaders?: string[];
+  /** Scheduler, KV cache and speedups (defaults: DEFAULT_ENGINE_ARGS). */
+  engine?: Partial<EngineArgs>;
+  /** vLLM's --enable-prompt-tokens-details. */
+  enablePromptTokensDetails?: boolean;
 }
 
 export interface Running {
@@ -37,13 +52,38 @@ export interface Running {
 }
 
 /** `mocker serve`: a vLLM-compatible server answering from captures or random tokens. */
-export async function startServe(opts: ServeOptions): Promise<Running> {
-  const outputs: OutputsMode = opts.outputs ?? (opts.mode === 'replay' ? 'captured' : 'random');
-  const timing: TimingMode = opts.timing ?? (opts.mode === 'replay' ? 'captured' : 'fixed');
-  const onMiss: MissPolicy = opts.onMiss ?? 'error';
+export async function startServe(options: ServeOptions): Promise<Running> {
+  const opts = {
+    host: '127.0.0.1',
+    port: 0,
+    forwardTimeMs: 25,
+    upstreamTimeoutMs: 600_000,
+    seed: 0,
+    maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+    redactHeaders: DEFAULT_REDACTED_HEADERS,
+    ...options,
+  };
+  const outputs: OutputsMode = opts.outputs ?? (opts.mode === 'random' ? 'random' : 'captured');
+  const timing: TimingMode = opts.timing ?? ({ replay: 'captured', random: 'fixed', simulate: 'model' } as const)[opts.mode];
+  const onMiss: MissPolicy = opts.onMiss ?? (opts.mode === 'simulate' ? 'random' : 'error');
   if ((onMiss === 'passthrough' || onMiss === 'record') && !opts.upstream) throw new Error(`--on-miss ${onMiss} needs --upstream URL`);
-  if (!(opts.speedupRatio > 0)) throw new Error(`--speedup-ratio must be > 0, got ${opts.speedupRatio}`);
   if (!(opts.forwardTimeMs >= 0)) throw new Error(`--forward-time-ms must be >= 0, got ${opts.forwardTimeMs}`);
+  const args = checkEngineArgs({ ...DEFAULT_ENGINE_ARGS, ...opts.engine });
+  if (!(args.speedupRatio > 0)) throw new Error(`--speedup-ratio must be > 0, got ${args.speedupRatio}`);
+  if (!(args.decodeSpeedupRatio > 0)) throw new Error(`--decode-speedup-ratio must be > 0, got ${args.decodeSpeedupRatio}`);
+  let passTiming: PassTiming;
+  let timingDescription: string;
+  if (timing === 'model') {
+    const model = args.plannerProfileData ? await loadPerfModel(args.plannerProfileData) : polynomialPerfModel;
+    passTiming = modelTiming(model, args.speedupRatio, args.decodeSpeedupRatio);
+    timingDescription = `model: ${model.description}`;
+  } else if (timing === 'fixed') {
+    passTiming = fixedTiming(opts.forwardTimeMs, args.speedupRatio);
+    timingDescription = `fixed: ${opts.forwardTimeMs} ms per step`;
+  } else {
+    passTiming = zeroTiming(timing === 'captured');
+    timingDescription = timing;
+  }
 
   const store = outputs === 'captured' || onMiss === 'record' ? CaptureStore.open(opts.captures) : undefined;
   const run = store?.latestRun();
@@ -73,8 +113,25 @@ export async function startServe(opts: ServeOptions): Promise<Running> {
     sink = new Recorder(store, runId, tokenizer, upstream, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink;
   }
 
+  const engine = new SimulatedEngine({
+    scheduler: {
+      numGpuBlocks: args.numGpuBlocks,
+      blockSize: args.blockSize,
+      maxNumSeqs: args.maxNumSeqs,
+      maxNumBatchedTokens: args.maxNumBatchedTokens,
+      enablePrefixCaching: args.enablePrefixCaching,
+      enableChunkedPrefill: args.enableChunkedPrefill,
+      preemptionMode: args.preemptionMode,
+      watermark: args.watermark,
+      timing: passTiming,
+      seed: opts.seed,
+    },
+    dataParallelSize: args.dataParallelSize,
+    speedupRatio: args.speedupRatio,
+    timingDescription,
+  });
   const app = createServeApp({
-    engine: new LiveEngine({ mode: timing, forwardTimeMs: opts.forwardTimeMs, speedupRatio: opts.speedupRatio }),
+    engine,
     resolver: new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer }),
     tokenizer,
     servedModels,
@@ -83,6 +140,7 @@ export async function startServe(opts: ServeOptions): Promise<Running> {
     versionJson: run?.versionJson ?? JSON.stringify({ version: EMULATED_VLLM_VERSION }),
     forward: upstream ? { config: { upstream, timeoutMs: opts.upstreamTimeoutMs }, sink } : undefined,
     maxBodyBytes: opts.maxBodyBytes,
+    promptTokensDetails: opts.enablePromptTokensDetails ?? false,
   });
 
   const server = await new Promise<Server>((resolve) => {
@@ -91,7 +149,8 @@ export async function startServe(opts: ServeOptions): Promise<Running> {
   server.keepAliveTimeout = 65_000;
   const port = (server.address() as AddressInfo).port;
   console.log(
-    `mocker serve: ${opts.mode} mode (outputs ${outputs}, timing ${timing}${timing === 'fixed' ? ` ${opts.forwardTimeMs} ms/step` : ''}, speedup ${opts.speedupRatio}) ` +
+    `mocker serve: ${opts.mode} mode (outputs ${outputs}, on miss ${onMiss}, timing ${timingDescription}, speedup ${args.speedupRatio}, ` +
+      `${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
       `serving ${servedModels.join(', ')} on http://${opts.host}:${port}${store ? ` from ${opts.captures}` : ''}`,
   );
   return {

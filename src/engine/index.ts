@@ -1,3 +1,6 @@
-export { LiveEngine } from './liveEngine.js';
-export { tokenDueTimes } from './timing.js';
-export type { Engine, EngineRequest, EngineSequence, TimingConfig, TimingMode, TokenEvent } from './types.js';
+export { EngineCore, type CoreRequest, type EngineStats, type PassResult, type PreemptionMode, type SchedulerConfig } from './core.js';
+export { runOffline, type OfflineResult, type TimedRequest } from './offlineDriver.js';
+export { loadPerfModel, polynomialPerfModel, type PerfModel } from './perf/perfModel.js';
+export { SimulatedEngine, type SimulatedEngineOptions } from './simulatedEngine.js';
+export { fixedTiming, modelTiming, zeroTiming, type PassTiming } from './timingModels.js';
+export { EngineRejection, type Engine, type EngineRequest, type EngineSequence, type EngineState, type EngineStream, type TimingMode, type TokenEvent } from './types.js';

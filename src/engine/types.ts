@@ -6,17 +6,19 @@
 export interface EngineSequence {
   /** The output token ids this sequence will produce (decided by the output source). */
   outputTokenIds: readonly number[];
-  /** When each token arrived in the capture, ms after the request was sent (captured timing only). */
+  /** When each token arrived in the capture, ms after the request was sent (honoured by captured timing). */
   capturedTimesMs?: readonly number[];
 }
 
 export interface EngineRequest {
   requestId: string;
-  /** When the request arrived (performance.now() ms): simulated durations count from here. */
+  /** When the request arrived (performance.now() ms): captured times count from here. */
   arrivalMs: number;
   promptTokenIds: readonly number[];
   /** One per choice (`n`). */
   sequences: readonly EngineSequence[];
+  /** Data-parallel rank asked for by the client (vLLM's `X-data-parallel-rank`); else the least loaded. */
+  dataParallelRank?: number;
 }
 
 /** Tokens that became available at the same moment: sequence `sequence` now has `emitted` tokens out. */
@@ -25,20 +27,28 @@ export interface TokenEvent {
   emitted: number;
 }
 
+/** A submitted request's token events, in time order; the iteration ends when every sequence is done. */
+export interface EngineStream extends AsyncIterable<TokenEvent[]> {
+  /** Prompt tokens the prefix cache supplied at the request's first admission (0 before it). */
+  readonly cachedPromptTokens: number;
+}
+
+/** A request the engine can never run (e.g. larger than the whole KV cache): the client's error. */
+export class EngineRejection extends Error {}
+
 export interface Engine {
   /**
-   * Runs a request; yields batches of token events in time order, then ends. Aborting the signal
-   * stops the request and frees what it holds at once.
+   * Queues a request; throws `EngineRejection` if it can never run. Aborting the signal drops the
+   * request and frees what it holds at once.
    */
-  submit(request: EngineRequest, signal: AbortSignal): AsyncIterable<TokenEvent[]>;
+  submit(request: EngineRequest, signal: AbortSignal): EngineStream;
+  /** The live state, per data-parallel rank (for `/mocker/engine`). */
+  state(): EngineState;
 }
 
-export type TimingMode = 'captured' | 'fixed' | 'none';
-
-export interface TimingConfig {
-  mode: TimingMode;
-  /** Duration of one engine step for `fixed` timing (prefill = one step, then one step per token). */
-  forwardTimeMs: number;
-  /** Divides every simulated duration. */
-  speedupRatio: number;
+export interface EngineState {
+  ranks: (import('./core.js').EngineStats & { rank: number })[];
+  timing: string;
 }
+
+export type TimingMode = 'captured' | 'fixed' | 'model' | 'none';

@@ -45,9 +45,13 @@ function usageJson(promptTokens: number, completionTokens: number): string {
   return `"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completionTokens},"completion_tokens":${completionTokens}`;
 }
 
-/** The final `stream_options.include_usage` chunk. */
-export function usageEvent(ctx: RenderContext, completionTokens: number): string {
-  return `data: ${head(ctx)},"choices":[],"usage":{${usageJson(ctx.promptTokenIds.length, completionTokens)}}}\n\n`;
+/** `prompt_tokens_details` (only with `--enable-prompt-tokens-details`, as vLLM). */
+const details = (cachedTokens: number | null) => (cachedTokens === null ? null : `{"cached_tokens":${cachedTokens}}`);
+
+/** The final `stream_options.include_usage` chunk (dumped without nulls, as vLLM does). */
+export function usageEvent(ctx: RenderContext, completionTokens: number, cachedTokens: number | null): string {
+  const cached = details(cachedTokens);
+  return `data: ${head(ctx)},"choices":[],"usage":{${usageJson(ctx.promptTokenIds.length, completionTokens)}${cached ? `,"prompt_tokens_details":${cached}` : ''}}}\n\n`;
 }
 
 export const DONE_EVENT = 'data: [DONE]\n\n';
@@ -93,9 +97,9 @@ export interface RenderedChoice {
 }
 
 /** The non-streamed response body. */
-export function fullResponse(ctx: RenderContext, choices: RenderedChoice[]): string {
+export function fullResponse(ctx: RenderContext, choices: RenderedChoice[], cachedTokens: number | null): string {
   const completionTokens = choices.reduce((n, c) => n + c.plan.tokenIds.length, 0);
-  const usage = `{${usageJson(ctx.promptTokenIds.length, completionTokens)},"prompt_tokens_details":null}`;
+  const usage = `{${usageJson(ctx.promptTokenIds.length, completionTokens)},"prompt_tokens_details":${details(cachedTokens) ?? 'null'}}`;
   const object = ctx.kind === 'chat' ? 'chat.completion' : 'text_completion';
   const top = `{"id":${JSON.stringify(ctx.id)},"object":"${object}","created":${ctx.created},"model":${JSON.stringify(ctx.model)}`;
   if (ctx.kind === 'chat') {

@@ -5,7 +5,7 @@ import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { forwardExchange, hideTokenIds, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
-import type { Engine } from '../engine/index.js';
+import { EngineRejection, type Engine } from '../engine/index.js';
 import { textField, type ChoicePlan, type EndpointKind, type OutputParams } from '../generation/plan.js';
 import type { OutputResolver } from '../generation/resolver.js';
 import { requestShape } from '../generation/shape.js';
@@ -29,6 +29,8 @@ export interface ServeAppConfig {
   /** The upstream for `--on-miss passthrough|record`, and the recorder for `record`. */
   forward?: { config: ForwardConfig; sink?: ExchangeSink };
   maxBodyBytes: number;
+  /** vLLM's --enable-prompt-tokens-details: usage reports the prefix-cache hits. */
+  promptTokensDetails: boolean;
 }
 
 type Env = { Bindings: HttpBindings };
@@ -42,6 +44,7 @@ const ROUTES: Record<string, string[]> = {
   '/health': ['GET'],
   '/ping': ['GET', 'POST'],
   '/version': ['GET'],
+  '/mocker/engine': ['GET'],
 };
 
 const SSE_HEADERS: OutgoingHttpHeaders = { 'content-type': 'text/event-stream; charset=utf-8' };
@@ -74,6 +77,14 @@ interface Prepared {
   stream: boolean;
   includeUsage: boolean;
   returnTokenIds: boolean;
+  dataParallelRank: number | undefined;
+}
+
+/** vLLM's `X-data-parallel-rank` request header. */
+function dataParallelRank(header: string | undefined): number | undefined {
+  if (header === undefined) return undefined;
+  if (!/^\s*\d+\s*$/.test(header)) throw badRequest(`Invalid X-data-parallel-rank header: ${JSON.stringify(header)} is not a non-negative integer.`);
+  return Number(header);
 }
 
 /**
@@ -128,7 +139,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     if (bad !== undefined) throw badRequest(`Token id ${bad} is out of vocabulary`, 'prompt');
   };
 
-  async function prepare(kind: EndpointKind, body: Json): Promise<Prepared> {
+  async function prepare(kind: EndpointKind, body: Json, rankHeader: string | undefined): Promise<Prepared> {
     const req = kind === 'chat' ? parseBody(chatRequest, body) : parseBody(completionRequest, body);
     checkSampling(req);
     if ('logprobs' in req && req.logprobs !== null && req.logprobs !== undefined && req.logprobs !== false) {
@@ -169,14 +180,27 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       stream,
       includeUsage: stream && req.stream_options?.include_usage === true,
       returnTokenIds: req.return_token_ids === true,
+      dataParallelRank: dataParallelRank(rankHeader),
     };
   }
 
-  const runEngine = (ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal) =>
-    engine.submit(
-      { requestId: ctx.id, arrivalMs, promptTokenIds: p.promptIds, sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })) },
-      signal,
-    );
+  const runEngine = (ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal) => {
+    try {
+      return engine.submit(
+        {
+          requestId: ctx.id,
+          arrivalMs,
+          promptTokenIds: p.promptIds,
+          sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })),
+          dataParallelRank: p.dataParallelRank,
+        },
+        signal,
+      );
+    } catch (err) {
+      if (err instanceof EngineRejection) throw badRequest(err.message);
+      throw err;
+    }
+  };
 
   /** Renders plans through the engine in vLLM's format. */
   async function serveRendered(res: ServerResponse, ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal): Promise<void> {
@@ -185,6 +209,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const nextChunk = plans.map(() => 0);
     const deltas: ChunkDelta[][] = plans.map(() => []);
     const events = runEngine(ctx, p, plans, arrivalMs, signal);
+    const cachedTokens = () => (config.promptTokensDetails ? events.cachedPromptTokens : null);
 
     const deltaOf = async (s: number, start: number, end: number): Promise<ChunkDelta> => {
       const chunk = plans[s].chunks[nextChunk[s]];
@@ -220,9 +245,9 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     if (signal.aborted) return;
     if (p.stream) {
       const tokens = plans.reduce((n, plan) => n + plan.tokenIds.length, 0);
-      res.end((p.includeUsage ? usageEvent(ctx, tokens) : '') + DONE_EVENT);
+      res.end((p.includeUsage ? usageEvent(ctx, tokens, cachedTokens()) : '') + DONE_EVENT);
     } else {
-      jsonResponse(res, 200, fullResponse(ctx, plans.map((plan, s) => ({ plan, deltas: deltas[s] }))));
+      jsonResponse(res, 200, fullResponse(ctx, plans.map((plan, s) => ({ plan, deltas: deltas[s] })), cachedTokens()));
     }
   }
 
@@ -280,7 +305,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     } catch (err) {
       throw new ApiError(400, `Invalid JSON body: ${(err as Error).message}`, 'Bad Request');
     }
-    const p = await prepare(kind, body);
+    const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'));
     const resolution = await resolver.resolve(p.params, p.model, p.promptIds, requestShape(kind, body));
     if (resolution.type === 'error') throw resolution.error;
     if (resolution.type === 'forward') {
@@ -313,6 +338,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/v1/completions', generate('completion'));
   app.post('/v1/chat/completions', generate('chat'));
   app.get('/health', (c) => c.body(null, 200));
+  app.get('/mocker/engine', (c) => c.json(engine.state()));
   app.on(['GET', 'POST'], '/ping', (c) => c.body(null, 200));
   app.get('/version', (c) => c.body(config.versionJson, 200, { 'content-type': 'application/json' }));
   app.get('/v1/models', (c) => {

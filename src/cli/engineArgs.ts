@@ -1,0 +1,108 @@
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import type { PreemptionMode } from '../engine/index.js';
+
+/** The simulated engine's settings (vLLM / Dynamo mocker flags). */
+export interface EngineArgs {
+  numGpuBlocks: number;
+  blockSize: number;
+  maxNumSeqs: number | null;
+  maxNumBatchedTokens: number | null;
+  enablePrefixCaching: boolean;
+  enableChunkedPrefill: boolean;
+  preemptionMode: PreemptionMode;
+  watermark: number;
+  speedupRatio: number;
+  decodeSpeedupRatio: number;
+  dataParallelSize: number;
+  plannerProfileData?: string;
+}
+
+export const DEFAULT_ENGINE_ARGS: EngineArgs = {
+  numGpuBlocks: 16384,
+  blockSize: 64,
+  maxNumSeqs: 256,
+  maxNumBatchedTokens: 8192,
+  enablePrefixCaching: true,
+  enableChunkedPrefill: true,
+  preemptionMode: 'lifo',
+  watermark: 0.01,
+  speedupRatio: 1,
+  decodeSpeedupRatio: 1,
+  dataParallelSize: 1,
+};
+
+const positiveInt = z.number().int().positive();
+/** Dynamo's MockEngineArgs keys that mocker implements, with the engine argument each sets. */
+const supported = {
+  num_gpu_blocks: positiveInt,
+  block_size: positiveInt,
+  max_num_seqs: positiveInt.nullable(),
+  max_num_batched_tokens: positiveInt.nullable(),
+  enable_prefix_caching: z.boolean(),
+  enable_chunked_prefill: z.boolean(),
+  preemption_mode: z.enum(['lifo', 'fifo']),
+  speedup_ratio: z.number().positive(),
+  decode_speedup_ratio: z.number().positive(),
+  dp_size: positiveInt,
+  planner_profile_data: z.string().nullable(),
+  engine_type: z.literal('vllm'),
+  watermark: z.number().min(0).lt(1),
+};
+/** Dynamo keys that mocker knows but does not simulate (yet): refused by name rather than ignored. */
+const UNSUPPORTED = new Set([
+  'startup_time', 'worker_type', 'is_prefill', 'is_decode', 'aic_backend', 'aic_system', 'aic_backend_version', 'aic_tp_size',
+  'aic_model_path', 'aic_moe_tp_size', 'aic_moe_ep_size', 'aic_attention_dp_size', 'enable_local_indexer', 'bootstrap_port',
+  'kv_bytes_per_token', 'kv_transfer_bandwidth', 'reasoning', 'zmq_kv_events_port', 'zmq_replay_port', 'router_queue_policy', 'sglang',
+]);
+/** Dynamo ignores it too. */
+const IGNORED = new Set(['has_perf_model']);
+
+/**
+ * Applies `--extra-engine-args` (a JSON file or inline JSON object with Dynamo's MockEngineArgs keys) over
+ * `base`. Unknown or unsupported keys fail with their name.
+ */
+export function applyExtraEngineArgs(base: EngineArgs, source: string): EngineArgs {
+  const text = source.trimStart().startsWith('{') ? source : readFileSync(source, 'utf8');
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`--extra-engine-args: not valid JSON (${(err as Error).message})`);
+  }
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error('--extra-engine-args: expected a JSON object');
+  const out = { ...base };
+  for (const [key, value] of Object.entries(raw)) {
+    if (IGNORED.has(key)) continue;
+    if (UNSUPPORTED.has(key)) throw new Error(`--extra-engine-args: "${key}" is a Dynamo mocker setting that mocker does not simulate`);
+    if (!(key in supported)) throw new Error(`--extra-engine-args: unknown key "${key}"`);
+    const parsed = supported[key as keyof typeof supported].safeParse(value);
+    if (!parsed.success) throw new Error(`--extra-engine-args: "${key}": ${parsed.error.issues[0].message} (got ${JSON.stringify(value)})`);
+    const v = parsed.data;
+    switch (key) {
+      case 'num_gpu_blocks': out.numGpuBlocks = v as number; break;
+      case 'block_size': out.blockSize = v as number; break;
+      case 'max_num_seqs': out.maxNumSeqs = v as number | null; break;
+      case 'max_num_batched_tokens': out.maxNumBatchedTokens = v as number | null; break;
+      case 'enable_prefix_caching': out.enablePrefixCaching = v as boolean; break;
+      case 'enable_chunked_prefill': out.enableChunkedPrefill = v as boolean; break;
+      case 'preemption_mode': out.preemptionMode = v as PreemptionMode; break;
+      case 'speedup_ratio': out.speedupRatio = v as number; break;
+      case 'decode_speedup_ratio': out.decodeSpeedupRatio = v as number; break;
+      case 'dp_size': out.dataParallelSize = v as number; break;
+      case 'planner_profile_data': out.plannerProfileData = (v as string | null) ?? undefined; break;
+      case 'watermark': out.watermark = v as number; break;
+    }
+  }
+  return checkEngineArgs(out);
+}
+
+/** Combinations that cannot work fail at startup, naming the setting. */
+export function checkEngineArgs(args: EngineArgs): EngineArgs {
+  if (args.blockSize < 2) throw new Error(`block size must be at least 2, got ${args.blockSize}`);
+  if (args.maxNumBatchedTokens !== null && args.maxNumSeqs !== null && args.maxNumBatchedTokens < args.maxNumSeqs) {
+    throw new Error(`max_num_batched_tokens (${args.maxNumBatchedTokens}) must be at least max_num_seqs (${args.maxNumSeqs}): every running request needs a token per pass`);
+  }
+  if (Math.floor(args.watermark * args.numGpuBlocks) >= args.numGpuBlocks) throw new Error(`watermark ${args.watermark} leaves no KV cache blocks to use`);
+  return args;
+}

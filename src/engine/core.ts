@@ -1,0 +1,445 @@
+import { KvBlockManager, type BlockId, type KvCacheEvent, type MoveBlock } from './kv/blockManager.js';
+import { ActiveSequence } from './sequence.js';
+import type { PassTiming } from './timingModels.js';
+import { WaitQueue } from './waitQueue.js';
+
+export type PreemptionMode = 'lifo' | 'fifo';
+
+/** The vLLM-flavour scheduler's configuration (vLLM/Dynamo flag names in the comments). */
+export interface SchedulerConfig {
+  /** --num-gpu-blocks-override */
+  numGpuBlocks: number;
+  /** --block-size */
+  blockSize: number;
+  /** --max-num-seqs; null = unlimited */
+  maxNumSeqs: number | null;
+  /** --max-num-batched-tokens; null = unlimited */
+  maxNumBatchedTokens: number | null;
+  enablePrefixCaching: boolean;
+  enableChunkedPrefill: boolean;
+  preemptionMode: PreemptionMode;
+  /** --watermark: fraction of the blocks kept free when admitting a waiting request. */
+  watermark: number;
+  timing: PassTiming;
+  /** Seeds the tokens generated for requests that bring no output ids. */
+  seed: number;
+  /**
+   * Disaggregated roles (engine-reference §5): a prefill worker charges no decode time and reports how long
+   * the KV transfer of a completed request takes; a decode worker charges no prefill time.
+   */
+  workerType?: 'aggregated' | 'prefill' | 'decode';
+  /** KV transfer for the handoff delay: bytes per token and link bandwidth in GB/s (0 = no delay). */
+  kvTransfer?: { bytesPerToken: number; bandwidthGBps: number };
+  onKvEvent?: (event: KvCacheEvent) => void;
+}
+
+export interface CoreRequest {
+  id: string;
+  promptTokenIds: readonly number[];
+  maxOutputTokens: number;
+  /** The tokens to generate, when the output is known (captured or planned); random otherwise. */
+  outputTokenIds?: readonly number[];
+  /** With captured timing: the earliest time (engine clock, ms) each output token may come out. */
+  notBeforeMs?: readonly number[];
+}
+
+export type RequestStatus = 'waiting' | 'running' | 'preempted';
+
+/** One request's scheduling state, as tests and `/mocker/engine` see it. */
+export interface RequestView {
+  status: RequestStatus;
+  numComputedTokens: number;
+  numAllocatedTokens: number;
+  generated: number;
+  length: number;
+  numPreemptions: number;
+}
+
+export interface TokenOut {
+  id: string;
+  /** Output tokens this request has produced so far. */
+  generated: number;
+  completed: boolean;
+  /** Prefill worker, completed request: how long moving its KV blocks to the decode worker takes (ms). */
+  handoffDelayMs?: number;
+}
+
+export interface Admission {
+  id: string;
+  /** Prompt tokens found in the prefix cache at this admission. */
+  cachedTokens: number;
+}
+
+export interface PassResult {
+  startMs: number;
+  prefillMs: number;
+  decodeMs: number;
+  endMs: number;
+  /** Tokens out at `endMs`, in running order. */
+  tokens: TokenOut[];
+  admitted: Admission[];
+  preempted: string[];
+  /** Tokens computed this pass (prefill chunks and decodes). */
+  scheduledTokens: number;
+  /** With captured timing: the earliest time a held-back token may come out (null: none held back). */
+  wakeAtMs: number | null;
+}
+
+export interface EngineStats {
+  running: number;
+  waiting: number;
+  activeBlocks: number;
+  inactiveBlocks: number;
+  freeBlocks: number;
+  totalBlocks: number;
+  blockSize: number;
+  preemptions: number;
+  /** Prompt tokens looked up in the prefix cache, and found (vLLM's prefix_cache_queries / hits). */
+  prefixCacheQueries: number;
+  prefixCacheHits: number;
+  passes: number;
+}
+
+interface RequestState {
+  request: CoreRequest;
+  seq: ActiveSequence;
+  status: RequestStatus;
+  numComputed: number;
+  numPreemptions: number;
+}
+
+interface Scheduled {
+  total: number;
+  promptTokens: number;
+  prefix: number;
+}
+
+type ScheduleOutcome = number | 'blocked' | 'current-preempted';
+
+/** mulberry32: the engine's only randomness, seeded. */
+function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return (t ^ (t >>> 14)) >>> 0;
+  };
+}
+
+/**
+ * The simulated engine core (engine-reference §1.2–§1.5: Dynamo's vLLM-flavour `VllmCore`): a unified
+ * waiting/running scheduler over a KV block manager. Pure: no I/O, no clock — `executePass(now)` is given
+ * the time and returns when the pass ends and which tokens come out then.
+ */
+export class EngineCore {
+  readonly kv: KvBlockManager;
+  private readonly requests = new Map<string, RequestState>();
+  private readonly waiting = new WaitQueue<RequestState>();
+  private running: RequestState[] = [];
+  private nextUniqueBlock = -1;
+  private readonly random: () => number;
+  private readonly watermarkBlocks: number;
+  private stats = { preemptions: 0, prefixCacheQueries: 0, prefixCacheHits: 0, passes: 0 };
+
+  constructor(readonly config: SchedulerConfig) {
+    if (!Number.isInteger(config.blockSize) || config.blockSize < 2) throw new Error(`block size must be an integer >= 2, got ${config.blockSize}`);
+    if (!Number.isInteger(config.numGpuBlocks) || config.numGpuBlocks < 1) throw new Error(`the number of GPU blocks must be a positive integer, got ${config.numGpuBlocks}`);
+    if (config.maxNumSeqs !== null && !(config.maxNumSeqs >= 1)) throw new Error(`max_num_seqs must be >= 1, got ${config.maxNumSeqs}`);
+    if (config.maxNumBatchedTokens !== null && !(config.maxNumBatchedTokens >= 1)) throw new Error(`max_num_batched_tokens must be >= 1, got ${config.maxNumBatchedTokens}`);
+    if (!(config.watermark >= 0 && config.watermark < 1)) throw new Error(`watermark must be in [0, 1), got ${config.watermark}`);
+    this.kv = new KvBlockManager(config.numGpuBlocks, config.onKvEvent);
+    this.random = seededRandom(config.seed);
+    this.watermarkBlocks = Math.floor(config.watermark * config.numGpuBlocks);
+  }
+
+  /** Why this request can never run here (prompt plus output beyond the whole cache), or null. */
+  rejection(promptTokens: number, maxOutputTokens: number): string | null {
+    if (promptTokens < 1) return 'the prompt is empty';
+    if (maxOutputTokens < 1) return 'the request asks for no output tokens';
+    const blocks = Math.ceil((promptTokens + maxOutputTokens) / this.config.blockSize);
+    if (blocks > this.config.numGpuBlocks) {
+      return `the request needs ${blocks} KV cache blocks of ${this.config.blockSize} tokens (${promptTokens} prompt + ${maxOutputTokens} output tokens) but the cache holds only ${this.config.numGpuBlocks}`;
+    }
+    return null;
+  }
+
+  /** Queues a request (at the back of the waiting queue). */
+  add(request: CoreRequest): void {
+    const why = this.rejection(request.promptTokenIds.length, request.maxOutputTokens);
+    if (why) throw new Error(why);
+    if (this.requests.has(request.id)) throw new Error(`request ${request.id} is already in the engine`);
+    const seq = new ActiveSequence(request.promptTokenIds, request.maxOutputTokens, this.config.blockSize, this.config.enablePrefixCaching, () => this.nextUniqueBlock--);
+    const state: RequestState = { request, seq, status: 'waiting', numComputed: 0, numPreemptions: 0 };
+    this.requests.set(request.id, state);
+    this.waiting.pushBack(state);
+  }
+
+  /** Drops a request at once, freeing every block it holds (client disconnect). */
+  abort(id: string): void {
+    const state = this.requests.get(id);
+    if (!state) return;
+    this.waiting.remove(state);
+    this.running = this.running.filter((r) => r !== state);
+    this.apply(state.seq.reset());
+    this.requests.delete(id);
+  }
+
+  get isIdle(): boolean {
+    return this.requests.size === 0;
+  }
+
+  has(id: string): boolean {
+    return this.requests.has(id);
+  }
+
+  view(id: string): RequestView | undefined {
+    const s = this.requests.get(id);
+    if (!s) return undefined;
+    return {
+      status: s.status,
+      numComputedTokens: s.numComputed,
+      numAllocatedTokens: s.seq.numAllocatedTokens,
+      generated: s.seq.generated,
+      length: s.seq.length,
+      numPreemptions: s.numPreemptions,
+    };
+  }
+
+  waitingIds(): string[] {
+    return [...this.waiting].map((s) => s.request.id);
+  }
+
+  runningIds(): string[] {
+    return this.running.map((s) => s.request.id);
+  }
+
+  engineStats(): EngineStats {
+    return {
+      running: this.running.length,
+      waiting: this.waiting.size,
+      activeBlocks: this.kv.numActive,
+      inactiveBlocks: this.kv.numInactive,
+      freeBlocks: this.kv.numFree,
+      totalBlocks: this.config.numGpuBlocks,
+      blockSize: this.config.blockSize,
+      ...this.stats,
+    };
+  }
+
+  /** One scheduler iteration at time `now` (ms): schedule, then emit one token per ready request. */
+  executePass(now: number): PassResult {
+    this.stats.passes++;
+    const pass = new PassBuilder(this.config.maxNumBatchedTokens ?? Infinity, this.config.workerType !== 'decode');
+    // Phase A: running requests first, in admission order (a positional index, as Dynamo's loop).
+    let i = 0;
+    while (i < this.running.length && pass.budget > 0) {
+      const outcome = this.schedule(this.running[i], false, pass);
+      if (outcome === 'blocked') break;
+      if (outcome !== 'current-preempted') i++;
+    }
+    // Phase B: FIFO admission, none after a preemption in this pass.
+    const maxSeqs = this.config.maxNumSeqs ?? Infinity;
+    while (!pass.preemptedAny && this.running.length < maxSeqs) {
+      const next = this.waiting.front();
+      if (!next) break;
+      const outcome = this.schedule(next, true, pass);
+      if (typeof outcome !== 'number' || (outcome === 0 && pass.budget === 0)) break;
+    }
+
+    const timing = this.config.timing;
+    const batch = pass.batchCount;
+    const prefillMs = batch === 0 ? 0 : timing.prefillMs(batch, Math.floor(pass.islSum / batch), Math.floor(pass.prefixSum / batch));
+    const decodeStart = now + prefillMs;
+    const { decodeMs, tokens, wakeAtMs } = this.emitReadyTokens(decodeStart, pass);
+    let scheduledTokens = 0;
+    for (const s of pass.scheduled.values()) scheduledTokens += s.total;
+    return { startMs: now, prefillMs, decodeMs, endMs: decodeStart + decodeMs, tokens, admitted: pass.admitted, preempted: pass.preempted, scheduledTokens, wakeAtMs };
+  }
+
+  private apply(moves: readonly MoveBlock[]): void {
+    for (const move of moves) this.kv.process(move);
+  }
+
+  /** engine-reference §1.2 `schedule`: returns the tokens scheduled, or why nothing was. */
+  private schedule(state: RequestState, fromWaiting: boolean, pass: PassBuilder): ScheduleOutcome {
+    const { seq } = state;
+    const blockSize = this.config.blockSize;
+    const firstScheduling = state.numComputed === 0;
+    const cached = firstScheduling ? Math.min(this.kv.prefixHits(seq.blocks) * blockSize, seq.promptLength) : 0;
+    const before = state.numComputed + cached;
+    const promptBefore = Math.min(before, seq.promptLength);
+    const remaining = seq.length - before;
+    const promptRemaining = seq.promptLength - promptBefore;
+    if (promptRemaining > 0 && !this.config.enableChunkedPrefill && promptRemaining > pass.budget) return 'blocked';
+    const desired = Math.min(remaining, pass.budget);
+    if (desired === 0 && remaining > 0) return 'blocked';
+    const target = before + desired;
+    if (fromWaiting && this.watermarkBlocks > 0 && !this.keepsWatermark(seq.blocks, Math.ceil(target / blockSize))) return 'blocked';
+
+    let after = target;
+    for (;;) {
+      if (target <= seq.numAllocatedTokens) {
+        state.numComputed = after;
+        break;
+      }
+      const move = seq.prepareAllocation(target);
+      if (!move) {
+        seq.commitAllocation(target);
+        state.numComputed = after;
+        break;
+      }
+      const previousBlocks = Math.ceil(seq.numAllocatedTokens / blockSize);
+      const obtained = this.kv.process(move);
+      const complete = obtained === move.blocks.length;
+      const committed = complete ? target : (previousBlocks + obtained) * blockSize;
+      seq.commitAllocation(Math.min(committed, target));
+      state.numComputed = Math.min(after, committed);
+      if (complete) break;
+      const victim = this.preempt(pass);
+      if (!victim) {
+        after = state.numComputed;
+        break;
+      }
+      if (victim === state) return 'current-preempted';
+    }
+
+    const used = after - before;
+    if (used === 0 && after < seq.length) return 'blocked';
+    const promptTokens = Math.min(after, seq.promptLength) - promptBefore;
+    pass.schedule(state.request.id, { total: used, promptTokens, prefix: promptBefore });
+    if (fromWaiting) {
+      this.waiting.remove(state);
+      this.running.push(state);
+      state.status = 'running';
+      pass.admitted.push({ id: state.request.id, cachedTokens: cached });
+      this.stats.prefixCacheQueries += seq.promptLength;
+      this.stats.prefixCacheHits += cached;
+    }
+    return used;
+  }
+
+  /** Whether taking the first `blockCount` blocks still leaves `--watermark` of the cache free. */
+  private keepsWatermark(blocks: readonly BlockId[], blockCount: number): boolean {
+    let needed = 0;
+    for (let b = 0; b < blockCount && b < blocks.length; b++) if (!this.kv.isActive(blocks[b])) needed++;
+    return this.kv.capacity - this.kv.numActive - needed >= this.watermarkBlocks;
+  }
+
+  /** Recompute preemption (§1.4): the newest (lifo) or oldest (fifo) running request goes back to the front of waiting. */
+  private preempt(pass: PassBuilder): RequestState | undefined {
+    const victim = this.config.preemptionMode === 'lifo' ? this.running.pop() : this.running.shift();
+    if (!victim) return undefined;
+    victim.status = 'preempted';
+    victim.numComputed = 0;
+    victim.numPreemptions++;
+    this.stats.preemptions++;
+    this.apply(victim.seq.reset());
+    this.waiting.pushFront(victim);
+    pass.unschedule(victim.request.id);
+    pass.preempted.push(victim.request.id);
+    pass.preemptedAny = true;
+    return victim;
+  }
+
+  /** §1.3: one token for every request whose sequence is fully computed, all out at the pass end. */
+  private emitReadyTokens(decodeStart: number, pass: PassBuilder): { decodeMs: number; tokens: TokenOut[]; wakeAtMs: number | null } {
+    const ready = this.running.filter((r) => r.numComputed >= r.seq.length && r.seq.generated < r.seq.maxOutput);
+    const tokens: TokenOut[] = [];
+    if (ready.length === 0) return { decodeMs: 0, tokens, wakeAtMs: null };
+    let contextSum = 0;
+    for (const r of ready) contextSum += r.seq.length;
+    const blockSize = this.config.blockSize;
+    const timing = this.config.timing;
+    const decodeMs =
+      this.config.workerType === 'prefill' ? 0 : timing.decodeMs(ready.length, this.kv.numActive * blockSize, Math.floor(contextSum / ready.length), this.config.numGpuBlocks * blockSize);
+    const decodeEnd = decodeStart + decodeMs;
+    let wakeAtMs: number | null = null;
+    for (const r of ready) {
+      if (r.status !== 'running') continue;
+      const notBefore = timing.honoursCapturedTimes ? r.request.notBeforeMs?.[r.seq.generated] : undefined;
+      if (notBefore !== undefined && notBefore > decodeEnd) {
+        wakeAtMs = wakeAtMs === null ? notBefore : Math.min(wakeAtMs, notBefore);
+        continue;
+      }
+      if (this.generateOne(r, pass)) {
+        const completed = r.seq.generated >= r.seq.maxOutput;
+        const handoffDelayMs = completed ? this.handoffDelayMs(r.seq.promptLength) : undefined;
+        tokens.push({ id: r.request.id, generated: r.seq.generated, completed, ...(handoffDelayMs === undefined ? {} : { handoffDelayMs }) });
+        if (completed) this.requests.delete(r.request.id);
+      }
+    }
+    this.running = this.running.filter((r) => this.requests.has(r.request.id) && r.status === 'running');
+    return { decodeMs, tokens, wakeAtMs };
+  }
+
+  /** §5.2: prompt tokens × bytes per token ÷ bandwidth, for requests completing on a prefill worker. */
+  private handoffDelayMs(promptTokens: number): number | undefined {
+    const transfer = this.config.kvTransfer;
+    if (this.config.workerType !== 'prefill' || !transfer || !(transfer.bandwidthGBps > 0)) return undefined;
+    return ((promptTokens * transfer.bytesPerToken) / (transfer.bandwidthGBps * 1e9)) * 1000;
+  }
+
+  /** Appends the request's next token, preempting others while its new block cannot be allocated. */
+  private generateOne(r: RequestState, pass: PassBuilder): boolean {
+    for (;;) {
+      const token = r.request.outputTokenIds?.[r.seq.generated] ?? this.random();
+      const moves = r.seq.generate(token);
+      let allocated = true;
+      for (const move of moves) {
+        const handled = this.kv.process(move);
+        if (move.kind === 'use' && handled < move.blocks.length) {
+          allocated = false;
+          break;
+        }
+      }
+      if (allocated) {
+        if (r.seq.generated < r.seq.maxOutput) r.seq.commitAllocation(r.seq.length);
+        return true;
+      }
+      r.seq.pop();
+      const victim = this.preempt(pass);
+      if (!victim || victim === r) return false;
+    }
+  }
+}
+
+/** The bookkeeping of one pass: budget, what was scheduled, and the prefill batch sums. */
+class PassBuilder {
+  readonly scheduled = new Map<string, Scheduled>();
+  readonly admitted: Admission[] = [];
+  readonly preempted: string[] = [];
+  preemptedAny = false;
+  batchCount = 0;
+  islSum = 0;
+  prefixSum = 0;
+
+  constructor(
+    public budget: number,
+    private readonly chargesPrefill: boolean,
+  ) {}
+
+  schedule(id: string, s: Scheduled): void {
+    this.scheduled.set(id, s);
+    this.budget -= s.total;
+    if (s.promptTokens > 0 && this.chargesPrefill) {
+      this.batchCount++;
+      this.islSum += s.prefix + s.promptTokens;
+      this.prefixSum += s.prefix;
+    }
+  }
+
+  /** A preempted request gives back what it was scheduled this pass. */
+  unschedule(id: string): void {
+    const s = this.scheduled.get(id);
+    if (!s) return;
+    this.scheduled.delete(id);
+    this.budget += s.total;
+    if (s.promptTokens > 0 && this.chargesPrefill) {
+      this.batchCount--;
+      this.islSum -= s.prefix + s.promptTokens;
+      this.prefixSum -= s.prefix;
+    }
+  }
+}

@@ -1,0 +1,144 @@
+import { LruEvictor } from './evictor.js';
+
+/**
+ * A block's identity. Full blocks with prefix caching are their chained content hash (a non-negative
+ * integer below 2^53); partial blocks and unshareable full blocks get unique negative ids.
+ */
+export type BlockId = number;
+
+/**
+ * The moves a sequence asks of the block manager (engine-reference §3.4):
+ * - `use`: take blocks in sequence order (hit, reactivate, or allocate with eviction); stops at the first failure;
+ * - `destroy`: drop partial blocks;
+ * - `deref`: release full blocks (to the inactive pool at count 0);
+ * - `promote`: a partial block became full.
+ */
+export type MoveBlock =
+  | { kind: 'use'; blocks: readonly BlockId[]; parent: BlockId | null }
+  | { kind: 'destroy'; blocks: readonly BlockId[] }
+  | { kind: 'deref'; blocks: readonly BlockId[] }
+  | { kind: 'promote'; partial: BlockId; full: BlockId; parent: BlockId | null };
+
+export type UseMove = Extract<MoveBlock, { kind: 'use' }>;
+
+/** What the cache did, for KV events: full blocks newly stored (with their parent) or evicted. */
+export type KvCacheEvent = { kind: 'stored'; blocks: BlockId[]; parent: BlockId | null } | { kind: 'removed'; blocks: BlockId[] };
+
+export const isFullBlock = (block: BlockId) => block >= 0;
+
+/**
+ * vLLM-flavour KV block manager (Dynamo's `KvManager` over a `HashCache`): active blocks with reference
+ * counts, inactive blocks in LRU order; both count towards capacity, and an inactive block is evicted only
+ * when a new block needs its slot.
+ */
+export class KvBlockManager {
+  private readonly active = new Map<BlockId, number>();
+  private readonly inactive = new LruEvictor<BlockId>();
+
+  constructor(
+    readonly capacity: number,
+    private readonly onEvent?: (event: KvCacheEvent) => void,
+  ) {}
+
+  /** Applies one move; returns how many blocks it handled (for `use`: how many were obtained). */
+  process(move: MoveBlock): number {
+    switch (move.kind) {
+      case 'use':
+        return this.use(move.blocks, move.parent);
+      case 'destroy':
+        for (const block of move.blocks) {
+          if (!this.active.delete(block)) throw new Error(`destroy of block ${block}, which is not active`);
+          if (isFullBlock(block)) this.onEvent?.({ kind: 'removed', blocks: [block] });
+        }
+        return move.blocks.length;
+      case 'deref':
+        for (const block of move.blocks) {
+          const count = this.active.get(block);
+          if (count === undefined) throw new Error(`deref of block ${block}, which is not active`);
+          if (count > 1) this.active.set(block, count - 1);
+          else {
+            this.active.delete(block);
+            this.inactive.insert(block);
+          }
+        }
+        return move.blocks.length;
+      case 'promote':
+        return this.promote(move.partial, move.full, move.parent);
+    }
+  }
+
+  private use(blocks: readonly BlockId[], parent: BlockId | null): number {
+    const stored: BlockId[] = [];
+    let storedParent = parent;
+    let obtained = 0;
+    for (const block of blocks) {
+      const count = this.active.get(block);
+      if (count !== undefined) this.active.set(block, count + 1);
+      else if (this.inactive.remove(block)) this.active.set(block, 1);
+      else {
+        if (this.active.size + this.inactive.size >= this.capacity) {
+          const evicted = this.inactive.evict();
+          if (evicted === undefined) break;
+          this.onEvent?.({ kind: 'removed', blocks: [evicted] });
+        }
+        this.active.set(block, 1);
+        if (isFullBlock(block)) stored.push(block);
+        obtained++;
+        continue;
+      }
+      // A block that was already cached: the parent of whatever is stored after it.
+      if (stored.length === 0 && isFullBlock(block)) storedParent = block;
+      obtained++;
+    }
+    if (stored.length > 0) this.onEvent?.({ kind: 'stored', blocks: stored, parent: storedParent });
+    return obtained;
+  }
+
+  private promote(partial: BlockId, full: BlockId, parent: BlockId | null): number {
+    if (this.active.get(partial) !== 1) throw new Error(`promote of block ${partial}, which is not held exactly once`);
+    this.active.delete(partial);
+    const count = this.active.get(full);
+    if (count !== undefined) this.active.set(full, count + 1);
+    else if (this.inactive.remove(full)) this.active.set(full, 1);
+    else {
+      this.active.set(full, 1);
+      this.onEvent?.({ kind: 'stored', blocks: [full], parent });
+    }
+    return 1;
+  }
+
+  /** Leading blocks of `blocks` present in the cache (active or inactive), stopping at the first miss. */
+  prefixHits(blocks: readonly BlockId[]): number {
+    let hits = 0;
+    while (hits < blocks.length && (this.active.has(blocks[hits]) || this.inactive.has(blocks[hits]))) hits++;
+    return hits;
+  }
+
+  isActive(block: BlockId): boolean {
+    return this.active.has(block);
+  }
+
+  refCount(block: BlockId): number {
+    return this.active.get(block) ?? 0;
+  }
+
+  get numActive(): number {
+    return this.active.size;
+  }
+
+  get numInactive(): number {
+    return this.inactive.size;
+  }
+
+  get numFree(): number {
+    return this.capacity - this.active.size - this.inactive.size;
+  }
+
+  activeBlocks(): IterableIterator<[BlockId, number]> {
+    return this.active.entries();
+  }
+
+  inactiveBlocks(): IterableIterator<BlockId> {
+    return this.inactive.values();
+  }
+}

@@ -1,0 +1,38 @@
+/**
+ * Dynamo's LRU evictor with a monotonic counter: `evict` returns the least recently inserted item.
+ * A Map keeps insertion order, which is exactly counter order, so every operation is O(1).
+ */
+export class LruEvictor<T> {
+  private readonly items = new Map<T, true>();
+
+  /** Inserts `item` as the newest (re-inserting moves it to the back). */
+  insert(item: T): void {
+    this.items.delete(item);
+    this.items.set(item, true);
+  }
+
+  /** Removes and returns the oldest item, or undefined when empty. */
+  evict(): T | undefined {
+    const oldest = this.items.keys().next();
+    if (oldest.done) return undefined;
+    this.items.delete(oldest.value);
+    return oldest.value;
+  }
+
+  remove(item: T): boolean {
+    return this.items.delete(item);
+  }
+
+  has(item: T): boolean {
+    return this.items.has(item);
+  }
+
+  get size(): number {
+    return this.items.size;
+  }
+
+  /** Oldest first. */
+  values(): IterableIterator<T> {
+    return this.items.keys();
+  }
+}

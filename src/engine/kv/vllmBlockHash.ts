@@ -1,0 +1,211 @@
+/**
+ * vLLM V1 prefix-cache block hashes with `--prefix-caching-hash-algo sha256_cbor`
+ * (spec: vllm-wire-reference.md §6, events §5).
+ *
+ * vLLM computes `sha256(cbor2.dumps((parent, tuple(token_ids), extra_keys), canonical=True))`.
+ * The CBOR bytes are written here by hand into a reused scratch buffer, because this runs for every
+ * full block of every request; test/vllm-block-hash.test.ts checks the bytes against hand-written
+ * RFC 8949 encodings and against the cbor2 package's encoder.
+ */
+// Namespace import: a named import of `hash` would fail to link on Node < 20.12, where it does not exist.
+import * as nodeCrypto from 'node:crypto';
+
+/** vLLM's DEFAULT_NONE_HASH_SEED, used by sha256-family algorithms when PYTHONHASHSEED is unset. */
+const DEFAULT_NONE_HASH_SEED = 'vllm-none-hash';
+
+// CBOR major types (RFC 8949 §3.1), already shifted into the top three bits of the initial byte.
+const MAJOR_UNSIGNED = 0x00;
+const MAJOR_NEGATIVE = 0x20;
+const MAJOR_BYTES = 0x40;
+const MAJOR_TEXT = 0x60;
+const MAJOR_ARRAY = 0x80;
+const CBOR_FALSE = 0xf4;
+const CBOR_TRUE = 0xf5;
+const CBOR_NULL = 0xf6;
+
+const UINT64_MAX = (1n << 64n) - 1n;
+// Python's cbor2 switches to bignum tags outside [-2^64, 2^64-1]; extra keys never need that.
+const NEGATIVE_INT_MIN = -(1n << 64n);
+
+// crypto.hash (Node >= 20.12) skips the Hash object, which is a large share of the cost for ~300-byte inputs.
+const sha256: (data: Uint8Array) => Buffer =
+  typeof nodeCrypto.hash === 'function'
+    ? (data) => nodeCrypto.hash('sha256', data, 'buffer')
+    : (data) => nodeCrypto.createHash('sha256').update(data).digest();
+
+/** Reused encode buffer; grown on demand. Single-threaded, and never escapes a call. */
+let scratch = Buffer.allocUnsafe(1024);
+
+function ensureScratch(bytes: number): Buffer {
+  if (scratch.length < bytes) scratch = Buffer.allocUnsafe(Math.max(bytes, scratch.length * 2));
+  return scratch;
+}
+
+/** Writes a CBOR head (major type + argument, shortest form) for an argument below 2^32. Returns the new offset. */
+function writeHead(buf: Buffer, offset: number, major: number, argument: number): number {
+  if (argument < 24) {
+    buf[offset] = major | argument;
+    return offset + 1;
+  }
+  if (argument < 0x100) {
+    buf[offset] = major | 24;
+    buf[offset + 1] = argument;
+    return offset + 2;
+  }
+  if (argument < 0x10000) {
+    buf[offset] = major | 25;
+    buf[offset + 1] = argument >>> 8;
+    buf[offset + 2] = argument & 0xff;
+    return offset + 3;
+  }
+  buf[offset] = major | 26;
+  buf.writeUInt32BE(argument, offset + 1);
+  return offset + 5;
+}
+
+/** The CBOR text string for `text` (Python `str`): UTF-8, definite length. */
+function encodeText(text: string): Buffer {
+  // Python cannot even hold a string with a lone surrogate as UTF-8; Buffer.from would silently replace it.
+  if (/\p{Surrogate}/u.test(text)) throw new TypeError('vLLM block hash: string contains a lone surrogate');
+  const utf8 = Buffer.from(text, 'utf8');
+  const head = Buffer.allocUnsafe(5);
+  const headLength = writeHead(head, 0, MAJOR_TEXT, utf8.length);
+  return Buffer.concat([head.subarray(0, headLength), utf8]);
+}
+
+/** CBOR head for an integer argument up to 2^64-1 (bigint path, only for extra keys). */
+function encodeBigHead(major: number, argument: bigint): Buffer {
+  if (argument < 0x1_0000_0000n) {
+    const head = Buffer.allocUnsafe(5);
+    return head.subarray(0, writeHead(head, 0, major, Number(argument)));
+  }
+  const head = Buffer.allocUnsafe(9);
+  head[0] = major | 27;
+  head.writeBigUInt64BE(argument, 1);
+  return head;
+}
+
+function encodeInteger(value: bigint): Buffer {
+  if (value > UINT64_MAX || value < NEGATIVE_INT_MIN) {
+    throw new RangeError(`vLLM block hash: integer ${value} is outside the CBOR 64-bit range`);
+  }
+  return value >= 0n ? encodeBigHead(MAJOR_UNSIGNED, value) : encodeBigHead(MAJOR_NEGATIVE, -1n - value);
+}
+
+/**
+ * Canonical CBOR for one extra-key value, as Python cbor2 would encode the value vLLM builds:
+ * str (LoRA name, cache_salt, multimodal identifier), int (multimodal offset, may be negative),
+ * bytes (prompt-embeds digest), tuple (multimodal pair), None, bool.
+ * Floats and maps are rejected: a JS number cannot say whether Python held 1 or 1.0, and Python's map
+ * key order is not something vLLM's keys rely on.
+ */
+function encodeExtraValue(value: unknown, out: Buffer[]): void {
+  if (value === null) out.push(Buffer.of(CBOR_NULL));
+  else if (value === false) out.push(Buffer.of(CBOR_FALSE));
+  else if (value === true) out.push(Buffer.of(CBOR_TRUE));
+  else if (typeof value === 'string') out.push(encodeText(value));
+  else if (typeof value === 'bigint') out.push(encodeInteger(value));
+  else if (typeof value === 'number') {
+    if (!Number.isSafeInteger(value)) throw new TypeError(`vLLM block hash: extra key ${value} is not a safe integer`);
+    out.push(encodeInteger(BigInt(value)));
+  } else if (value instanceof Uint8Array) {
+    out.push(encodeBigHead(MAJOR_BYTES, BigInt(value.length)), Buffer.from(value.buffer, value.byteOffset, value.length));
+  } else if (Array.isArray(value)) {
+    out.push(encodeBigHead(MAJOR_ARRAY, BigInt(value.length)));
+    for (const item of value as readonly unknown[]) encodeExtraValue(item, out);
+  } else {
+    throw new TypeError(`vLLM block hash: unsupported extra key type ${typeof value}`);
+  }
+}
+
+/** Encodes `[parent, [tokens…], extra]` into the scratch buffer and hashes it. */
+function hashBlockRange(
+  parent: Buffer,
+  tokenIds: ArrayLike<number>,
+  start: number,
+  count: number,
+  extraKeys: readonly unknown[] | null | undefined,
+): Buffer {
+  let extraBytes: Buffer | null = null;
+  if (extraKeys != null) {
+    const parts: Buffer[] = [];
+    encodeExtraValue(extraKeys, parts);
+    extraBytes = Buffer.concat(parts);
+  }
+  // Worst case: outer head 1, parent head 5 + bytes, tokens head 5 + 5 per token, extras (or null).
+  const buf = ensureScratch(1 + 5 + parent.length + 5 + 5 * count + (extraBytes ? extraBytes.length : 1));
+
+  buf[0] = MAJOR_ARRAY | 3;
+  let offset = writeHead(buf, 1, MAJOR_BYTES, parent.length);
+  offset += parent.copy(buf, offset);
+  offset = writeHead(buf, offset, MAJOR_ARRAY, count);
+  const end = start + count;
+  for (let i = start; i < end; i++) {
+    const token = tokenIds[i];
+    // `>>> 0` round-trips only integers in [0, 2^32-1]: rejects negatives, fractions, NaN and larger ids.
+    if (token >>> 0 !== token) throw new RangeError(`vLLM block hash: token id ${token} is not a uint32`);
+    if (token < 24) buf[offset++] = token;
+    else if (token < 0x100) {
+      buf[offset++] = 24;
+      buf[offset++] = token;
+    } else if (token < 0x10000) {
+      buf[offset++] = 25;
+      buf[offset++] = token >>> 8;
+      buf[offset++] = token & 0xff;
+    } else {
+      buf[offset++] = 26;
+      buf[offset++] = token >>> 24;
+      buf[offset++] = (token >>> 16) & 0xff;
+      buf[offset++] = (token >>> 8) & 0xff;
+      buf[offset++] = token & 0xff;
+    }
+  }
+  if (extraBytes) offset += extraBytes.copy(buf, offset);
+  else buf[offset++] = CBOR_NULL;
+  return sha256(buf.subarray(0, offset));
+}
+
+/** NONE_HASH for a seed string (vLLM init_none_hash with sha256_cbor). */
+export function noneHash(seed: string): Buffer {
+  return sha256(encodeText(seed));
+}
+
+/** The seed vLLM would use: process.env.PYTHONHASHSEED, else "vllm-none-hash". */
+export function defaultHashSeed(): string {
+  // vLLM tests `is not None`, so an empty PYTHONHASHSEED is used as the seed "" too.
+  return process.env.PYTHONHASHSEED ?? DEFAULT_NONE_HASH_SEED;
+}
+
+/** vLLM hash_block_tokens with sha256_cbor: 32-byte digest of CBOR [parent (or noneHash), [token ids], extraKeys ?? null]. */
+export function hashBlockTokens(
+  parent: Buffer | null,
+  noneHash: Buffer,
+  tokenIds: ArrayLike<number>,
+  extraKeys?: readonly unknown[] | null,
+): Buffer {
+  // vLLM: `if not parent_block_hash: parent_block_hash = NONE_HASH`, so empty bytes count as "no parent".
+  const effectiveParent = parent && parent.length > 0 ? parent : noneHash;
+  return hashBlockRange(effectiveParent, tokenIds, 0, tokenIds.length, extraKeys);
+}
+
+/** The chain over all full blocks of `tokenIds` (block size `blockSize`), digests in order; a trailing partial block is not hashed. */
+export function blockHashChain(tokenIds: ArrayLike<number>, blockSize: number, noneHash: Buffer): Buffer[] {
+  if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`vLLM block hash: bad block size ${blockSize}`);
+  const fullBlocks = Math.floor(tokenIds.length / blockSize);
+  const digests = new Array<Buffer>(fullBlocks);
+  let parent = noneHash;
+  for (let block = 0; block < fullBlocks; block++) {
+    parent = hashBlockRange(parent, tokenIds, block * blockSize, blockSize, null);
+    digests[block] = parent;
+  }
+  return digests;
+}
+
+/** The form used in KV events (vLLM's conversion of a digest to an int), as a bigint. */
+export function eventBlockHash(digest: Buffer): bigint {
+  // maybe_convert_block_hash: int.from_bytes(digest, "big") & (2**64 - 1), i.e. the last 8 bytes, big-endian, unsigned.
+  if (digest.length >= 8) return digest.readBigUInt64BE(digest.length - 8);
+  let value = 0n;
+  for (const byte of digest) value = (value << 8n) | BigInt(byte);
+  return value;
+}

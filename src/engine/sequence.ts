@@ -1,0 +1,115 @@
+import type { BlockId, MoveBlock, UseMove } from './kv/blockManager.js';
+import { chainHash, contentHash } from './kv/fastHash.js';
+
+/**
+ * A request's tokens chunked into KV blocks (Dynamo's `ActiveSequence`, engine-reference §3.5): one id per
+ * full block (its chained hash, or a unique id without prefix caching) plus a trailing partial block, and
+ * how many tokens have blocks allocated. It produces the block moves; the scheduler applies them.
+ */
+export class ActiveSequence {
+  readonly tokens: number[];
+  readonly promptLength: number;
+  generated = 0;
+  numAllocatedTokens = 0;
+  /** One per block, in order; the last may be partial. */
+  readonly blocks: BlockId[] = [];
+  /** Sequence hashes of the full blocks (chained even without prefix caching). */
+  private readonly hashes: number[] = [];
+  private lastIsPartial = false;
+
+  constructor(
+    prompt: readonly number[],
+    readonly maxOutput: number,
+    readonly blockSize: number,
+    private readonly prefixCaching: boolean,
+    private readonly uniqueId: () => BlockId,
+  ) {
+    this.tokens = [...prompt];
+    this.promptLength = prompt.length;
+    const full = Math.floor(prompt.length / blockSize);
+    for (let i = 0; i < full; i++) this.addFullBlock(i);
+    if (prompt.length % blockSize !== 0) {
+      this.blocks.push(uniqueId());
+      this.lastIsPartial = true;
+    }
+  }
+
+  get length(): number {
+    return this.tokens.length;
+  }
+
+  private addFullBlock(index: number): BlockId {
+    const hash = chainHash(index > 0 ? this.hashes[index - 1] : null, contentHash(this.tokens, index * this.blockSize, (index + 1) * this.blockSize));
+    this.hashes[index] = hash;
+    const id = this.prefixCaching ? hash : this.uniqueId();
+    this.blocks[index] = id;
+    return id;
+  }
+
+  private blocksFor(tokens: number): number {
+    return Math.min(Math.ceil(tokens / this.blockSize), this.blocks.length);
+  }
+
+  /** The `use` move that gives blocks to the first `tokens` tokens, or null when they already have them. */
+  prepareAllocation(tokens: number): UseMove | null {
+    const from = this.blocksFor(this.numAllocatedTokens);
+    const to = this.blocksFor(tokens);
+    if (to <= from) return null;
+    return { kind: 'use', blocks: this.blocks.slice(from, to), parent: from > 0 ? this.blocks[from - 1] : null };
+  }
+
+  commitAllocation(tokens: number): void {
+    this.numAllocatedTokens = tokens;
+  }
+
+  /**
+   * Appends a generated token. The first token of a new block promotes the previous partial block (now
+   * full) and takes a new partial block; the last token also releases every block.
+   */
+  generate(token: number): MoveBlock[] {
+    this.tokens.push(token);
+    this.generated++;
+    const moves: MoveBlock[] = [];
+    if (this.length % this.blockSize === 1) {
+      const last = this.blocks.length - 1;
+      if (this.lastIsPartial) {
+        const partial = this.blocks[last];
+        const full = this.addFullBlock(last);
+        moves.push({ kind: 'promote', partial, full, parent: last > 0 ? this.blocks[last - 1] : null });
+      }
+      const partial = this.uniqueId();
+      this.blocks.push(partial);
+      this.lastIsPartial = true;
+      moves.push({ kind: 'use', blocks: [partial], parent: null });
+    }
+    if (this.generated >= this.maxOutput) moves.push(...this.freeMoves(this.blocks.length));
+    return moves;
+  }
+
+  /** Undoes the token just generated (its block could not be allocated). */
+  pop(): void {
+    this.tokens.pop();
+    this.generated--;
+    if (this.lastIsPartial && this.length % this.blockSize === 0) {
+      this.blocks.pop();
+      this.lastIsPartial = false;
+    }
+  }
+
+  /** Releases every allocated block (preemption or abort); generated tokens are kept for recompute. */
+  reset(): MoveBlock[] {
+    const moves = this.freeMoves(this.blocksFor(this.numAllocatedTokens));
+    this.numAllocatedTokens = 0;
+    return moves;
+  }
+
+  /** Tail first, one move per block, so the deepest blocks become the oldest inactive ones (evicted first). */
+  private freeMoves(count: number): MoveBlock[] {
+    const moves: MoveBlock[] = [];
+    for (let i = count - 1; i >= 0; i--) {
+      const partial = this.lastIsPartial && i === this.blocks.length - 1;
+      moves.push({ kind: partial ? 'destroy' : 'deref', blocks: [this.blocks[i]] });
+    }
+    return moves;
+  }
+}

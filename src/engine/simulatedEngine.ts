@@ -1,0 +1,43 @@
+import { EngineCore, type PassResult, type SchedulerConfig } from './core.js';
+import { LiveDriver } from './liveDriver.js';
+import { EngineRejection, type Engine, type EngineRequest, type EngineState, type EngineStream } from './types.js';
+
+export interface SimulatedEngineOptions {
+  scheduler: SchedulerConfig;
+  /** --data-parallel-size: ranks, each with its own scheduler and KV cache. */
+  dataParallelSize: number;
+  speedupRatio: number;
+  /** Shown in `/mocker/engine`. */
+  timingDescription: string;
+  /** Called after every pass of every rank (metrics, KV events). */
+  onPass?: (rank: number, pass: PassResult) => void;
+}
+
+/** The `Engine` the server uses: one live-driven engine core per data-parallel rank. */
+export class SimulatedEngine implements Engine {
+  private readonly ranks: LiveDriver[];
+
+  constructor(private readonly options: SimulatedEngineOptions) {
+    if (!Number.isInteger(options.dataParallelSize) || options.dataParallelSize < 1) {
+      throw new Error(`data parallel size must be a positive integer, got ${options.dataParallelSize}`);
+    }
+    this.ranks = Array.from(
+      { length: options.dataParallelSize },
+      (_, rank) => new LiveDriver(new EngineCore(options.scheduler), options.speedupRatio, options.onPass && ((pass) => options.onPass!(rank, pass))),
+    );
+  }
+
+  submit(request: EngineRequest, signal: AbortSignal): EngineStream {
+    const asked = request.dataParallelRank;
+    if (asked !== undefined && !(Number.isInteger(asked) && asked >= 0 && asked < this.ranks.length)) {
+      throw new EngineRejection(`data parallel rank ${asked} is out of range: this engine has ${this.ranks.length} rank(s)`);
+    }
+    // Least loaded rank, lowest index on ties.
+    const driver = asked !== undefined ? this.ranks[asked] : this.ranks.reduce((best, r) => (r.load < best.load ? r : best));
+    return driver.submit(request, signal);
+  }
+
+  state(): EngineState {
+    return { ranks: this.ranks.map((r, rank) => ({ rank, ...r.stats() })), timing: this.options.timingDescription };
+  }
+}

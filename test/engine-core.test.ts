@@ -1,0 +1,285 @@
+/**
+ * The engine core against the scenarios of engine-reference.md §9.2 (items 1–17, 19), with their
+ * configurations and asserted numbers. Unless stated: no speedup scaling, prefix caching off.
+ */
+import { describe, expect, it } from 'vitest';
+import { EngineCore, type CoreRequest, type SchedulerConfig } from '../src/engine/core.js';
+import { LruEvictor } from '../src/engine/kv/evictor.js';
+import { KvBlockManager, type KvCacheEvent, type MoveBlock } from '../src/engine/kv/blockManager.js';
+import { runOffline } from '../src/engine/offlineDriver.js';
+import { polynomialPerfModel } from '../src/engine/perf/perfModel.js';
+import { ActiveSequence } from '../src/engine/sequence.js';
+import { modelTiming } from '../src/engine/timingModels.js';
+
+function makeCore(overrides: Partial<SchedulerConfig> = {}): EngineCore {
+  return new EngineCore({
+    numGpuBlocks: 16384,
+    blockSize: 64,
+    maxNumSeqs: 256,
+    maxNumBatchedTokens: 8192,
+    enablePrefixCaching: false,
+    enableChunkedPrefill: true,
+    preemptionMode: 'lifo',
+    watermark: 0,
+    timing: modelTiming(polynomialPerfModel, 0, 1),
+    seed: 7,
+    ...overrides,
+  });
+}
+
+const tokens = (n: number, from = 1) => Array.from({ length: n }, (_, i) => from + i);
+const request = (id: string, promptLength: number, maxOutputTokens: number, from = 1): CoreRequest => ({ id, promptTokenIds: tokens(promptLength, from), maxOutputTokens });
+
+let uniqueId = -1;
+const sequence = (prompt: number[], maxOutput: number, blockSize: number, prefixCaching = true) => new ActiveSequence(prompt, maxOutput, blockSize, prefixCaching, () => uniqueId--);
+
+describe('§9.2 KV block manager and sequences', () => {
+  it('1: the LRU evictor evicts in insertion order, re-insertion moving an item to the back', () => {
+    const lru = new LruEvictor<number>();
+    for (const x of [4, 3, 2, 1, 5, 1, 4, 2]) lru.insert(x);
+    const order: (number | undefined)[] = [];
+    for (let i = 0; i < 6; i++) order.push(lru.evict());
+    // The reference's counter-only sequence (its push_front variant is unused by the KV manager).
+    expect(order).toEqual([3, 5, 1, 4, 2, undefined]);
+    expect(lru.size).toBe(0);
+  });
+
+  it('2: a full cache refuses a new block without failing', () => {
+    const kv = new KvBlockManager(10);
+    expect(kv.process({ kind: 'use', blocks: tokens(10, 0), parent: null })).toBe(10);
+    expect(kv.numActive + kv.numInactive).toBe(10);
+    expect(kv.process({ kind: 'use', blocks: [10], parent: null })).toBe(0);
+  });
+
+  it("3: the block lifecycle of vLLM's prefix-caching docs", () => {
+    const kv = new KvBlockManager(10);
+    const run = (...moves: MoveBlock[]) => moves.forEach((m) => kv.process(m));
+    const active = () => Object.fromEntries(kv.activeBlocks());
+    const inactive = () => new Set(kv.inactiveBlocks());
+    run({ kind: 'use', blocks: [0, 1, 2, 3, 4], parent: null }, { kind: 'use', blocks: [0, 1, 5, 6], parent: null });
+    expect(active()).toEqual({ 0: 2, 1: 2, 2: 1, 3: 1, 4: 1, 5: 1, 6: 1 });
+    run({ kind: 'destroy', blocks: [4] }, { kind: 'deref', blocks: [0, 1, 2, 3] });
+    expect(inactive()).toEqual(new Set([3, 2]));
+    expect(active()).toEqual({ 0: 1, 1: 1, 5: 1, 6: 1 });
+    run({ kind: 'destroy', blocks: [6] }, { kind: 'deref', blocks: [0, 1, 5] });
+    expect(inactive()).toEqual(new Set([0, 1, 2, 3, 5]));
+    expect(active()).toEqual({});
+    run({ kind: 'use', blocks: [0, 1, 2, 7, 8, 9], parent: null });
+    expect(inactive()).toEqual(new Set([3, 5]));
+    expect(active()).toEqual({ 0: 1, 1: 1, 2: 1, 7: 1, 8: 1, 9: 1 });
+    // probe_new_blocks([0..4]) = 1: of 0..4 only 4 is nowhere in the cache.
+    expect(5 - kv.prefixHits([0, 1, 2, 3, 4])).toBe(1);
+    run({ kind: 'use', blocks: [10, 11, 12], parent: null });
+    expect(inactive()).toEqual(new Set([5]));
+  });
+
+  it('4: chunked prefill stores its blocks in two events, the second chained to block 3', () => {
+    const events: KvCacheEvent[] = [];
+    const kv = new KvBlockManager(256, (e) => events.push(e));
+    const seq = sequence(tokens(512), 1, 64);
+    for (const target of [256, 512]) {
+      const move = seq.prepareAllocation(target)!;
+      expect(kv.process(move)).toBe(move.blocks.length);
+      seq.commitAllocation(target);
+    }
+    expect(events.map((e) => e.kind)).toEqual(['stored', 'stored']);
+    expect(events[0]).toMatchObject({ parent: null });
+    expect(events[1]).toMatchObject({ parent: seq.blocks[3] });
+  });
+
+  it('5: a second preemption frees only the blocks allocated again', () => {
+    const kv = new KvBlockManager(16);
+    const seq = sequence(tokens(6), 10, 4);
+    const apply = (moves: MoveBlock[]) => moves.forEach((m) => kv.process(m));
+    apply([seq.prepareAllocation(6)!]);
+    seq.commitAllocation(6);
+    expect(kv.numActive).toBe(2);
+    for (let i = 0; i < 3; i++) {
+      apply(seq.generate(100 + i));
+      seq.commitAllocation(seq.length);
+    }
+    expect(kv.numActive).toBe(3);
+    apply(seq.reset());
+    expect(kv.numActive).toBe(0);
+    apply([seq.prepareAllocation(6)!]);
+    seq.commitAllocation(6);
+    expect(kv.numActive).toBe(2);
+    apply(seq.reset());
+    expect(kv.numActive).toBe(0);
+  });
+
+  it('6: the moves of a 14-token prompt generating 5 tokens with blocks of 16', () => {
+    const seq = sequence(tokens(14), 5, 16);
+    const creation = seq.prepareAllocation(14)!;
+    expect(creation.blocks).toHaveLength(1);
+    expect(creation.blocks[0]).toBeLessThan(0); // a partial block
+    seq.commitAllocation(14);
+    expect(seq.generate(1)).toEqual([]);
+    expect(seq.generate(2)).toEqual([]);
+    const third = seq.generate(3);
+    expect(third.map((m) => m.kind)).toEqual(['promote', 'use']);
+    expect(third[0]).toMatchObject({ parent: null });
+    expect(seq.generate(4)).toEqual([]);
+    expect(seq.generate(5).map((m) => m.kind)).toEqual(['destroy', 'deref']);
+  });
+
+  it('7: crossing a block boundary promotes the full block and takes a new partial one', () => {
+    const seq = sequence(tokens(15), 10, 16);
+    expect(seq.generate(1)).toEqual([]);
+    const moves = seq.generate(2);
+    expect(moves.map((m) => m.kind)).toEqual(['promote', 'use']);
+    expect(moves[0]).toMatchObject({ parent: null });
+    expect(seq.blocks).toHaveLength(2);
+    expect(seq.length % 16).toBe(1);
+  });
+
+  it('8: equivalent histories give the same full block, never the same partial one', () => {
+    const all = tokens(16);
+    const a = sequence(all, 10, 16);
+    a.generate(99);
+    const b = sequence(all.slice(0, 10), 10, 16);
+    for (const t of all.slice(10)) b.generate(t);
+    b.generate(99);
+    expect(b.blocks[0]).toBe(a.blocks[0]);
+    expect(b.blocks[1]).not.toBe(a.blocks[1]);
+  });
+
+  it('9: allocation targets slice full and partial blocks', () => {
+    const seq = sequence(tokens(10), 1, 4);
+    expect(seq.prepareAllocation(4)!.blocks).toEqual(seq.blocks.slice(0, 1));
+    expect(seq.prepareAllocation(8)!.blocks).toEqual(seq.blocks.slice(0, 2));
+    expect(seq.prepareAllocation(10)!.blocks).toEqual(seq.blocks.slice(0, 3));
+    expect(seq.blocks[2]).toBeLessThan(0);
+  });
+});
+
+describe('§9.2 scheduler', () => {
+  const small = { blockSize: 4, numGpuBlocks: 6, maxNumBatchedTokens: 12, maxNumSeqs: 3 };
+
+  it('10: one pass keeps a partial prefill running beside the finished one', () => {
+    const core = makeCore(small);
+    core.add(request('r1', 8, 2));
+    core.add(request('r2', 8, 2, 100));
+    const pass = core.executePass(0);
+    expect(pass.tokens.map((t) => t.id)).toEqual(['r1']);
+    expect(core.waitingIds()).toEqual([]);
+    expect(core.runningIds()).toEqual(['r1', 'r2']);
+    expect(core.view('r1')).toMatchObject({ numComputedTokens: 8, generated: 1 });
+    expect(core.view('r2')).toMatchObject({ numComputedTokens: 4 });
+    expect(core.kv.numActive).toBe(4);
+  });
+
+  it('11: running requests spend the budget before waiting ones', () => {
+    const core = makeCore({ maxNumBatchedTokens: 4 });
+    core.add(request('r1', 8, 5));
+    core.add(request('r2', 8, 5, 100));
+    const first = core.executePass(0);
+    const second = core.executePass(first.endMs);
+    expect([...first.tokens, ...second.tokens].map((t) => t.id)).toEqual(['r1']);
+    expect(core.view('r2')!.numComputedTokens).toBe(0);
+  });
+
+  it('12: two prompts that fit one budget are admitted and answered in the same pass', () => {
+    const core = makeCore({ maxNumBatchedTokens: 8 });
+    core.add(request('r1', 4, 1));
+    core.add(request('r2', 4, 1, 100));
+    const pass = core.executePass(0);
+    expect(pass.admitted.map((a) => a.id)).toEqual(['r1', 'r2']);
+    expect(pass.tokens.map((t) => [t.id, t.completed])).toEqual([
+      ['r1', true],
+      ['r2', true],
+    ]);
+  });
+
+  it('13: a prefill worker reports the KV handoff delay of a completed request', () => {
+    const core = makeCore({ workerType: 'prefill', kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 } });
+    core.add(request('r1', 8, 1));
+    const pass = core.executePass(0);
+    expect(pass.tokens).toEqual([{ id: 'r1', generated: 1, completed: true, handoffDelayMs: 8 }]);
+    // 128 tokens → 128 ms; an aggregated worker reports none.
+    const prefill128 = makeCore({ workerType: 'prefill', kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 } });
+    prefill128.add(request('r', 128, 1));
+    expect(prefill128.executePass(0).tokens[0].handoffDelayMs).toBe(128);
+    const aggregated = makeCore({ kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 } });
+    aggregated.add(request('r', 8, 1));
+    expect(aggregated.executePass(0).tokens[0].handoffDelayMs).toBeUndefined();
+  });
+
+  it('14: the first token comes out in the pass that completes the prompt', () => {
+    const core = makeCore({ maxNumBatchedTokens: 8 });
+    core.add(request('r1', 8, 4));
+    const pass = core.executePass(0);
+    expect(pass.tokens).toEqual([{ id: 'r1', generated: 1, completed: false }]);
+  });
+
+  it("15: LIFO preemption sends the newest running request to the front of waiting when another's admission needs its blocks", () => {
+    const core = makeCore(small);
+    core.add(request('r1', 8, 2));
+    core.add(request('r2', 8, 2, 100));
+    core.add(request('r3', 12, 2, 200));
+    core.executePass(0);
+    core.executePass(1);
+    expect(core.view('r2')).toMatchObject({ status: 'preempted', numComputedTokens: 0, numPreemptions: 1 });
+    expect(core.waitingIds()[0]).toBe('r2');
+  });
+
+  it('16: a re-admitted request catches up its decode tail before its next block', () => {
+    // A workload that puts r1 (6 prompt + 6 generated tokens, preempted before) at 9 computed tokens.
+    const core = makeCore({ numGpuBlocks: 5, blockSize: 4, maxNumSeqs: 3, maxNumBatchedTokens: 3, preemptionMode: 'fifo' });
+    core.add(request('r1', 6, 8));
+    let checked = false;
+    for (let t = 0; t < 40 && !checked; t++) {
+      if (t === 1) core.add({ id: 'r2', promptTokenIds: tokens(7, 200), maxOutputTokens: 5 });
+      const before = core.view('r1');
+      const pass = core.executePass(t);
+      if (before?.status === 'running' && before.numPreemptions > 0 && before.numComputedTokens === 9 && before.length === 12) {
+        expect(pass.tokens).toHaveLength(1);
+        expect(pass.tokens[0].id).toBe('r1');
+        expect(core.view('r1')).toMatchObject({ numComputedTokens: 12, numAllocatedTokens: 13 });
+        expect(core.kv.numActive).toBe(4);
+        checked = true;
+      }
+    }
+    expect(checked).toBe(true);
+  });
+
+  it('17: completing every request returns the scheduler to idle', () => {
+    const core = makeCore();
+    core.add(request('r1', 8, 3));
+    core.add(request('r2', 8, 3, 100));
+    let now = 0;
+    while (!core.isIdle) now = core.executePass(now).endMs;
+    expect(core.waitingIds()).toEqual([]);
+    expect(core.runningIds()).toEqual([]);
+    expect(core.kv.numActive).toBe(0);
+  });
+
+  it('rejects a request larger than the whole cache instead of livelocking', () => {
+    const core = makeCore({ numGpuBlocks: 4, blockSize: 4 });
+    expect(core.rejection(16, 1)).toMatch(/needs 5 KV cache blocks/);
+    expect(core.rejection(15, 1)).toBeNull();
+    expect(() => core.add(request('big', 16, 1))).toThrow(/cache holds only 4/);
+  });
+});
+
+describe('§9.2 item 19: the token-generation matrix', () => {
+  for (const sharedPrefix of [false, true])
+    for (const enablePrefixCaching of [false, true])
+      for (const enableChunkedPrefill of [false, true]) {
+        it(`shared prefix ${sharedPrefix}, prefix caching ${enablePrefixCaching}, chunked prefill ${enableChunkedPrefill}: 200 × 100 tokens, nothing left active`, () => {
+          const core = makeCore({ numGpuBlocks: 500, blockSize: 64, enablePrefixCaching, enableChunkedPrefill, timing: modelTiming(polynomialPerfModel, 1000, 1) });
+          let state = 12345;
+          const random = () => (state = (Math.imul(state, 1103515245) + 12345) >>> 0);
+          const shared = Array.from({ length: 500 }, random);
+          const requests = Array.from({ length: 200 }, (_, i) => ({
+            arrivalMs: i,
+            request: { id: `r${i}`, promptTokenIds: sharedPrefix ? [...shared, ...Array.from({ length: 500 }, random)] : Array.from({ length: 1000 }, random), maxOutputTokens: 100 },
+          }));
+          const result = runOffline(core, requests);
+          const total = [...result.records.values()].reduce((n, r) => n + r.tokenTimesMs.length, 0);
+          expect(total).toBe(20_000);
+          expect(core.kv.numActive).toBe(0);
+          expect(core.isIdle).toBe(true);
+        });
+      }
+});

@@ -159,8 +159,14 @@ export class EngineCore {
     if (promptTokens < 1) return 'the prompt is empty';
     if (maxOutputTokens < 1) return 'the request asks for no output tokens';
     const blocks = Math.ceil((promptTokens + maxOutputTokens) / this.config.blockSize);
-    if (blocks > this.config.numGpuBlocks) {
-      return `the request needs ${blocks} KV cache blocks of ${this.config.blockSize} tokens (${promptTokens} prompt + ${maxOutputTokens} output tokens) but the cache holds only ${this.config.numGpuBlocks}`;
+    const usable = this.config.numGpuBlocks - this.watermarkBlocks;
+    if (blocks > usable) {
+      const watermark = this.watermarkBlocks > 0 ? ` (${usable} after the ${this.watermarkBlocks}-block watermark)` : '';
+      return `the request needs ${blocks} KV cache blocks of ${this.config.blockSize} tokens (${promptTokens} prompt + ${maxOutputTokens} output tokens) but the cache holds only ${this.config.numGpuBlocks}${watermark}`;
+    }
+    const budget = this.config.maxNumBatchedTokens;
+    if (!this.config.enableChunkedPrefill && budget !== null && promptTokens > budget) {
+      return `without chunked prefill a ${promptTokens}-token prompt never fits the ${budget}-token batch budget (max_num_batched_tokens)`;
     }
     return null;
   }
@@ -297,6 +303,14 @@ export class EngineCore {
       seq.commitAllocation(Math.min(committed, target));
       state.numComputed = Math.min(after, committed);
       if (complete) break;
+      if (fromWaiting && state.numPreemptions > 0) {
+        // A request preempted before comes back only when its whole chunk fits, and never preempts in turn:
+        // otherwise two requests can take each other's blocks on every pass and livelock (upstream later
+        // stopped all admission-time preemption; a fresh request still preempts here as in §1.2).
+        this.apply(seq.reset());
+        state.numComputed = 0;
+        return 'blocked';
+      }
       const victim = this.preempt(pass);
       if (!victim) {
         after = state.numComputed;
@@ -306,7 +320,14 @@ export class EngineCore {
     }
 
     const used = after - before;
-    if (used === 0 && after < seq.length) return 'blocked';
+    if (used === 0 && after < seq.length) {
+      // A waiting request holds no blocks: what this attempt took (cached blocks) goes back.
+      if (fromWaiting) {
+        this.apply(seq.reset());
+        state.numComputed = 0;
+      }
+      return 'blocked';
+    }
     const promptTokens = Math.min(after, seq.promptLength) - promptBefore;
     pass.schedule(state.request.id, { total: used, promptTokens, prefix: promptBefore });
     if (fromWaiting) {

@@ -1,0 +1,97 @@
+/**
+ * Invariants of the engine core over seeded random workloads: every pass keeps the KV cache and the
+ * budgets consistent, and every request ends with exactly its tokens and nothing left held.
+ */
+import { describe, expect, it } from 'vitest';
+import { EngineCore, type SchedulerConfig } from '../src/engine/core.js';
+import { runOffline, type TimedRequest } from '../src/engine/offlineDriver.js';
+import { polynomialPerfModel } from '../src/engine/perf/perfModel.js';
+import { modelTiming } from '../src/engine/timingModels.js';
+
+const WORKLOADS = 240;
+
+function prng(seed: number) {
+  let a = seed >>> 0;
+  const next = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const int = (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1));
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)];
+  return { next, int, pick };
+}
+
+function workload(seed: number): { config: SchedulerConfig; requests: TimedRequest[] } {
+  const r = prng(seed);
+  const blockSize = r.pick([2, 4, 16, 64]);
+  const requests: TimedRequest[] = [];
+  const prefixes = Array.from({ length: r.int(1, 4) }, () => Array.from({ length: r.int(0, 300) }, () => r.int(1, 50_000)));
+  const count = r.int(5, 60);
+  let longest = 0;
+  for (let i = 0; i < count; i++) {
+    const prefix = r.next() < 0.6 ? r.pick(prefixes) : [];
+    const prompt = [...prefix, ...Array.from({ length: r.int(1, 200) }, () => r.int(1, 50_000))];
+    const maxOutputTokens = r.int(1, 120);
+    longest = Math.max(longest, Math.ceil((prompt.length + maxOutputTokens) / blockSize));
+    requests.push({ arrivalMs: r.pick([0, r.int(0, 50), r.int(0, 5000)]), request: { id: `r${i}`, promptTokenIds: prompt, maxOutputTokens } });
+  }
+  // From barely enough for the largest request to plenty.
+  const numGpuBlocks = r.pick([longest + 1, longest + r.int(1, 20), longest * r.int(2, 8), 16384]);
+  const chunked = r.next() < 0.5;
+  const longestPrompt = Math.max(...requests.map((q) => q.request.promptTokenIds.length));
+  const budget = r.pick([null, 8192, r.int(8, 512)]);
+  const config: SchedulerConfig = {
+    numGpuBlocks,
+    blockSize,
+    maxNumSeqs: r.pick([null, 256, r.int(1, 16)]),
+    // Without chunked prefill every prompt must fit one pass (else the engine rejects it).
+    maxNumBatchedTokens: budget === null || chunked ? budget : Math.max(budget, longestPrompt),
+    enablePrefixCaching: r.next() < 0.5,
+    enableChunkedPrefill: chunked,
+    preemptionMode: r.pick(['lifo', 'fifo'] as const),
+    watermark: numGpuBlocks > 2 * longest ? r.pick([0, 0.01]) : 0,
+    timing: modelTiming(polynomialPerfModel, r.pick([0, 1, 100]), 1),
+    seed,
+  };
+  return { config, requests };
+}
+
+describe(`engine invariants over ${WORKLOADS} random workloads`, () => {
+  it('hold after every pass, and every request completes with exactly its tokens', () => {
+    let preemptions = 0;
+    let prefixHits = 0;
+    for (let seed = 1; seed <= WORKLOADS; seed++) {
+      const { config, requests } = workload(seed);
+      const core = new EngineCore(config);
+      const where = `workload ${seed}`;
+      // Plain checks per pass (expect() per block would dominate the run time); any violation fails below.
+      const violations: string[] = [];
+      const result = runOffline(core, requests, (pass) => {
+        const kv = core.kv;
+        if (kv.numActive + kv.numInactive > config.numGpuBlocks) violations.push(`pass at ${pass.startMs}: ${kv.numActive} active + ${kv.numInactive} inactive > ${config.numGpuBlocks}`);
+        for (const [block, count] of kv.activeBlocks()) if (!(count > 0)) violations.push(`block ${block} active with count ${count}`);
+        for (const block of kv.inactiveBlocks()) if (kv.isActive(block)) violations.push(`block ${block} both active and inactive`);
+        if (pass.scheduledTokens > (config.maxNumBatchedTokens ?? Infinity)) violations.push(`${pass.scheduledTokens} tokens scheduled over the budget`);
+        if (core.runningIds().length > (config.maxNumSeqs ?? Infinity)) violations.push(`${core.runningIds().length} running over max_num_seqs`);
+        if (pass.endMs < pass.startMs) violations.push('a pass ending before it started');
+      });
+      expect(violations.slice(0, 5), where).toEqual([]);
+      for (const { request } of requests) {
+        const record = result.records.get(request.id)!;
+        expect(record.tokenTimesMs.length, `${where}: ${request.id}`).toBe(request.maxOutputTokens);
+        // Tokens come out in time order, none before the request arrived.
+        record.tokenTimesMs.forEach((t, i) => expect(t, where).toBeGreaterThanOrEqual(i === 0 ? record.arrivalMs : record.tokenTimesMs[i - 1]));
+      }
+      expect(core.kv.numActive, where).toBe(0);
+      expect(core.isIdle, where).toBe(true);
+      preemptions += core.engineStats().preemptions;
+      prefixHits += core.engineStats().prefixCacheHits;
+    }
+    // The workloads really exercise preemption and the prefix cache.
+    expect(preemptions).toBeGreaterThan(0);
+    expect(prefixHits).toBeGreaterThan(0);
+  });
+});

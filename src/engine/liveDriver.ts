@@ -5,7 +5,12 @@ import { EngineRejection, type EngineRequest, type EngineStream, type TokenEvent
 /** How close to a deadline the driver stops sleeping on a timer and yields to the event loop instead. */
 const SPIN_MS = 1.5;
 
+/** Longest run of back-to-back zero-time passes before the driver lets I/O happen. */
+const ZERO_TIME_SLICE_MS = 2;
+
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+const progressed = (pass: PassResult) => pass.tokens.length > 0 || pass.scheduledTokens > 0 || pass.preempted.length > 0 || pass.endMs > pass.startMs;
 
 /** One request's token events, queued by the driver and read by the HTTP layer. */
 class TokenQueue implements EngineStream {
@@ -130,39 +135,59 @@ export class LiveDriver {
   private async loop(): Promise<void> {
     while (!this.core.isIdle) {
       const start = this.clock();
-      const pass = this.core.executePass(start);
-      this.onPass?.(pass);
-      for (const a of pass.admitted) {
-        const member = this.members.get(a.id);
-        if (member && !member.queue.admitted) {
-          member.queue.admitted = true;
-          member.queue.cachedPromptTokens = a.cachedTokens;
-        }
+      let pass = this.runPass(start);
+      if (pass.endMs > start) {
+        await this.sleepUntil(pass.endMs, false);
+        this.deliver([pass]);
+        continue;
       }
-      if (pass.endMs > start) await this.sleepUntil(pass.endMs, false);
-      this.deliver(pass);
-      const progressed = pass.tokens.length > 0 || pass.scheduledTokens > 0 || pass.preempted.length > 0 || pass.endMs > start;
-      if (!progressed) await this.sleepUntil(pass.wakeAtMs ?? Infinity, true);
-      else if (pass.endMs <= start) await nextTurn();
+      // Passes that take no simulated time (timing none, captured tokens already due) run back to back
+      // for a short slice and their tokens go out together: one write per stream, not one per token.
+      const passes = [pass];
+      while (progressed(pass) && !this.core.isIdle && this.clock() - start < ZERO_TIME_SLICE_MS) {
+        const now = this.clock();
+        pass = this.runPass(now);
+        passes.push(pass);
+        if (pass.endMs > now) break;
+      }
+      if (pass.endMs > pass.startMs) await this.sleepUntil(pass.endMs, false);
+      this.deliver(passes);
+      if (!progressed(pass)) await this.sleepUntil(pass.wakeAtMs ?? Infinity, true);
+      else await nextTurn();
     }
   }
 
-  private deliver(pass: PassResult): void {
-    const batches = new Map<TokenQueue, TokenEvent[]>();
-    for (const t of pass.tokens) {
-      const member = this.members.get(t.id);
-      if (!member) continue;
-      const batch = batches.get(member.queue) ?? [];
-      batch.push({ sequence: member.sequence, emitted: t.generated });
-      batches.set(member.queue, batch);
-      if (!t.completed) continue;
-      this.members.delete(t.id);
-      const left = (this.pending.get(member.queue) ?? 1) - 1;
-      if (left > 0) this.pending.set(member.queue, left);
-      else this.pending.delete(member.queue);
+  private runPass(now: number): PassResult {
+    const pass = this.core.executePass(now);
+    this.onPass?.(pass);
+    for (const a of pass.admitted) {
+      const member = this.members.get(a.id);
+      if (member && !member.queue.admitted) {
+        member.queue.admitted = true;
+        member.queue.cachedPromptTokens = a.cachedTokens;
+      }
+    }
+    return pass;
+  }
+
+  private deliver(passes: readonly PassResult[]): void {
+    const batches = new Map<TokenQueue, Map<number, number>>();
+    for (const pass of passes) {
+      for (const t of pass.tokens) {
+        const member = this.members.get(t.id);
+        if (!member) continue;
+        const batch = batches.get(member.queue) ?? new Map<number, number>();
+        batch.set(member.sequence, t.generated);
+        batches.set(member.queue, batch);
+        if (!t.completed) continue;
+        this.members.delete(t.id);
+        const left = (this.pending.get(member.queue) ?? 1) - 1;
+        if (left > 0) this.pending.set(member.queue, left);
+        else this.pending.delete(member.queue);
+      }
     }
     for (const [queue, batch] of batches) {
-      queue.push(batch);
+      queue.push([...batch].map(([sequence, emitted]) => ({ sequence, emitted })));
       if (!this.pending.has(queue)) queue.end();
     }
   }

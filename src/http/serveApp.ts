@@ -251,33 +251,41 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     }
   }
 
+  /** A capture's SSE events as text, split once (and with the injected token ids hidden once). */
+  const eventCache = new WeakMap<StoredExchange, Map<boolean, string[]>>();
+  const capturedEvents = (ex: StoredExchange, hide: boolean): string[] => {
+    const variants = eventCache.get(ex) ?? new Map<boolean, string[]>();
+    eventCache.set(ex, variants);
+    let events = variants.get(hide);
+    if (!events) {
+      events = ex.eventEnds.map((end, i) => ex.responseBody.toString('utf8', i === 0 ? 0 : ex.eventEnds[i - 1], end));
+      if (hide) events = events.map(hideTokenIds);
+      variants.set(hide, events);
+    }
+    return events;
+  };
+
   /** Serves a capture's own bytes (same request shape), released as the engine emits their tokens. */
   async function serveVerbatim(res: ServerResponse, ctx: RenderContext, p: Prepared, ex: StoredExchange, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal): Promise<void> {
     const hide = ex.injected.includes('return_token_ids') && !p.returnTokenIds;
-    const fix = (text: string) => {
-      const stamped = restamp(text, ctx.id, ctx.created);
-      return hide ? hideTokenIds(stamped) : stamped;
-    };
     const events = runEngine(ctx, p, plans, arrivalMs, signal);
     const headers = capturedHeaders(ex);
     if (!ex.stream) {
       for await (const batch of events) void batch;
       if (signal.aborted) return;
-      const body = fix(ex.responseBody.toString('utf8'));
+      const stamped = restamp(ex.responseBody.toString('utf8'), ctx.id, ctx.created);
+      const body = hide ? hideTokenIds(stamped) : stamped;
       res.writeHead(ex.status ?? 200, { ...headers, 'content-length': Buffer.byteLength(body) }).end(body);
       return;
     }
     res.writeHead(ex.status ?? 200, headers);
     res.flushHeaders();
+    const texts = capturedEvents(ex, hide);
     let emitted = 0;
     let next = 0;
-    const ends = ex.eventEnds;
     const release = (final: boolean) => {
       let out = '';
-      while (next < ends.length && (final || ex.eventTokens[next] <= emitted) && (final || emitted > 0)) {
-        out += fix(ex.responseBody.toString('utf8', next === 0 ? 0 : ends[next - 1], ends[next]));
-        next++;
-      }
+      while (next < texts.length && (final || (ex.eventTokens[next] <= emitted && emitted > 0))) out += restamp(texts[next++], ctx.id, ctx.created);
       return out;
     };
     const perSequence = plans.map(() => 0);

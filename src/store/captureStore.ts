@@ -6,6 +6,7 @@ import Database from 'better-sqlite3';
 import { and, asc, desc, eq, inArray, sql } from 'drizzle-orm';
 import { drizzle, type BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
 import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
+import { LruCache } from '../util/lruCache.js';
 import { packF64, packU32, unpackF64, unpackU32 } from './pack.js';
 import * as schema from './schema.js';
 
@@ -104,6 +105,7 @@ export class CaptureStore {
   private readonly insertGeneration;
   private readonly selectByKey;
   private readonly selectGenerations;
+  private readonly recentLookups = new LruCache<string, StoredExchange[]>(256);
 
   private constructor(path: string) {
     this.path = path;
@@ -206,6 +208,7 @@ export class CaptureStore {
 
   /** Writes one exchange and its generations atomically. */
   saveExchange(ex: Exchange): number {
+    this.recentLookups.clear();
     return this.sqlite.transaction(() => {
       const { id } = this.insertExchange.get({
         ...ex,
@@ -238,10 +241,18 @@ export class CaptureStore {
     })();
   }
 
-  /** Every complete capture of exactly this model and prompt, oldest first. */
+  /**
+   * Every complete capture of exactly this model and prompt, oldest first. Remembered (replay asks for the
+   * same prompts again and again); any write forgets.
+   */
   findByPrompt(model: string, promptIds: ArrayLike<number>): StoredExchange[] {
-    const rows = this.selectByKey.all({ key: promptKey(model, promptIds) });
-    return rows.map((row) => this.hydrate(row));
+    const key = promptKey(model, promptIds);
+    let found = this.recentLookups.get(key);
+    if (!found) {
+      found = this.selectByKey.all({ key }).map((row) => this.hydrate(row));
+      this.recentLookups.set(key, found);
+    }
+    return found;
   }
 
   getExchange(id: number): StoredExchange | undefined {

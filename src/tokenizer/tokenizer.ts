@@ -4,6 +4,7 @@ import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import tokenizers from 'tokenizers';
+import { LruCache } from '../util/lruCache.js';
 import { DecodeStream } from './decodeStream.js';
 
 /** Files a model directory may hold that the tokenizer, the chat template or the limits come from. */
@@ -142,9 +143,17 @@ export class ModelTokenizer {
         : 32768;
   }
 
+  /** Replayed workloads repeat their prompts: recent encodings are remembered (copies go out). */
+  private readonly encodings = new LruCache<string, number[]>(512);
+
   async encode(text: string, addSpecialTokens: boolean): Promise<number[]> {
-    const encoding = await this.tokenizer.encode(text, null, { addSpecialTokens });
-    return encoding.getIds();
+    const key = `${addSpecialTokens ? 1 : 0}${text}`;
+    let ids = this.encodings.get(key);
+    if (!ids) {
+      ids = (await this.tokenizer.encode(text, null, { addSpecialTokens })).getIds();
+      this.encodings.set(key, ids);
+    }
+    return [...ids];
   }
 
   decode(ids: number[], skipSpecialTokens: boolean): Promise<string> {

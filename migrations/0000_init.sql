@@ -17,13 +17,6 @@ CREATE TABLE `exchanges` (
 	`status` integer,
 	`model` text,
 	`stream` integer,
-	`request_headers` text,
-	`request_body` blob,
-	`response_headers` text,
-	`response_body` blob,
-	`event_ends` blob,
-	`event_times` blob,
-	`event_tokens` blob,
 	`total_ms` real,
 	`token_source` text,
 	`prompt_ids` blob,
@@ -32,6 +25,13 @@ CREATE TABLE `exchanges` (
 	`request_shape` text,
 	`injected` text,
 	`usage` text,
+	`request_headers` text,
+	`request_body` blob,
+	`response_headers` text,
+	`response_body` blob,
+	`event_ends` blob,
+	`event_times` blob,
+	`event_tokens` blob,
 	FOREIGN KEY (`run_id`) REFERENCES `runs`(`id`) ON UPDATE no action ON DELETE no action
 );
 --> statement-breakpoint

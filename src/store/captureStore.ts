@@ -105,6 +105,7 @@ export class CaptureStore {
   private readonly insertGeneration;
   private readonly selectByKey;
   private readonly selectGenerations;
+  private readonly selectPrompts;
   private readonly recentLookups = new LruCache<string, StoredExchange[]>(256);
 
   private constructor(path: string) {
@@ -172,6 +173,9 @@ export class CaptureStore {
       .where(and(eq(e.promptKey, p('key')), eq(e.outcome, 'complete')))
       .orderBy(asc(e.id))
       .prepare();
+    this.selectPrompts = this.sqlite.prepare(
+      `select id, prompt_ids as promptIds from exchanges where model = ? and outcome = 'complete' and prompt_ids is not null order by id desc`,
+    );
     this.selectGenerations = this.db
       .select()
       .from(g)
@@ -265,20 +269,18 @@ export class CaptureStore {
    * (ties: the newest). A linear scan: it only runs on the miss path.
    */
   nearest(model: string, promptIds: ArrayLike<number>): NearestCapture | null {
-    const e = schema.exchanges;
-    // Raw statement: iterating keeps memory flat however many captures the file holds.
-    const rows = this.sqlite
-      .prepare(`select id, prompt_ids as promptIds from exchanges where model = ? and outcome = 'complete' and prompt_ids is not null order by id desc`)
-      .iterate(model) as IterableIterator<{ id: number; promptIds: Buffer }>;
-    let best: NearestCapture | null = null;
+    // Iterated: memory stays flat however many captures the file holds.
+    const rows = this.selectPrompts.iterate(model) as IterableIterator<{ id: number; promptIds: Buffer }>;
+    let best: { exchangeId: number; packed: Buffer; commonPrefix: number } | null = null;
     for (const row of rows) {
-      const ids = unpackU32(row.promptIds);
-      const n = Math.min(ids.length, promptIds.length);
+      // Compared packed, in place: unpacking every stored prompt would dominate a scan of 100k captures.
+      const packed = row.promptIds;
+      const n = Math.min(packed.length >>> 2, promptIds.length);
       let k = 0;
-      while (k < n && ids[k] === promptIds[k]) k++;
-      if (!best || k > best.commonPrefix) best = { exchangeId: row.id, promptIds: ids, commonPrefix: k };
+      while (k < n && packed.readUInt32LE(k << 2) === promptIds[k]) k++;
+      if (!best || k > best.commonPrefix) best = { exchangeId: row.id, packed, commonPrefix: k };
     }
-    return best;
+    return best && { exchangeId: best.exchangeId, promptIds: unpackU32(best.packed), commonPrefix: best.commonPrefix };
   }
 
   latestRun(): StoredRun | undefined {

@@ -47,17 +47,7 @@ export const exchanges = sqliteTable(
     status: integer('status'),
     model: text('model'),
     stream: integer('stream', { mode: 'boolean' }),
-    requestHeaders: text('request_headers'),
-    requestBody: blob('request_body', { mode: 'buffer' }),
-    responseHeaders: text('response_headers'),
-    /** The upstream's bytes as received (including fields the proxy injected). */
-    responseBody: blob('response_body', { mode: 'buffer' }),
-    /** Packed u32: byte offset where each SSE event ends in `response_body`. */
-    eventEnds: blob('event_ends', { mode: 'buffer' }),
-    /** Packed f64: arrival time of each SSE event, ms since the request was sent upstream. */
-    eventTimes: blob('event_times', { mode: 'buffer' }),
-    /** Packed u32: output tokens (all choices) received up to and including each SSE event. */
-    eventTokens: blob('event_tokens', { mode: 'buffer' }),
+    // Small columns first: the lookup and miss paths read them without walking the large blobs' overflow pages.
     totalMs: real('total_ms'),
     /** `engine` | `tokenize-endpoint` | `local`. */
     tokenSource: text('token_source'),
@@ -71,6 +61,17 @@ export const exchanges = sqliteTable(
     /** JSON list of request fields the proxy added (removed again from what the client saw). */
     injected: text('injected'),
     usage: text('usage'),
+    requestHeaders: text('request_headers'),
+    requestBody: blob('request_body', { mode: 'buffer' }),
+    responseHeaders: text('response_headers'),
+    /** The upstream's bytes as received (including fields the proxy injected). */
+    responseBody: blob('response_body', { mode: 'buffer' }),
+    /** Packed u32: byte offset where each SSE event ends in `response_body`. */
+    eventEnds: blob('event_ends', { mode: 'buffer' }),
+    /** Packed f64: arrival time of each SSE event, ms since the request was sent upstream. */
+    eventTimes: blob('event_times', { mode: 'buffer' }),
+    /** Packed u32: output tokens (all choices) received up to and including each SSE event. */
+    eventTokens: blob('event_tokens', { mode: 'buffer' }),
   },
   (t) => [
     index('exchanges_prompt_key').on(t.promptKey).where(sql`outcome = 'complete'`),

@@ -1,10 +1,16 @@
 import { defineConfig } from 'vitest/config';
 
+/** Tests that measure wall-clock timing run last and alone: the other files would compete for the CPU. */
+const TIMING = ['test/timing.test.ts', 'test/engine-live.test.ts'];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    projects: [
+      { extends: true, test: { name: 'functional', include: ['test/**/*.test.ts'], exclude: TIMING, sequence: { groupOrder: 0 } } },
+      { extends: true, test: { name: 'timing', include: TIMING, fileParallelism: false, sequence: { groupOrder: 1 } } },
+    ],
   },
 });

@@ -25,6 +25,11 @@ export type Role = 'upstream' | 'capture' | 'pipe' | 'serve' | 'bare';
 export interface BareOptions {
   /** JSON file: { headers: Record<string, string>, events: string[] }. */
   eventsFile: string;
+  /**
+   * Write each event in its own event-loop turn (setImmediate), as a server streaming tokens as they come
+   * does. Otherwise all writes happen in one turn, and Node's http layer corks them into a few syscalls.
+   */
+  perTurn?: boolean;
 }
 
 /** The smallest useful node:http reverse proxy (no parsing, no recording): what Node itself costs per hop. */
@@ -57,8 +62,17 @@ function startBare(opts: BareOptions): Promise<Running> {
       req.resume();
       req.on('end', () => {
         res.writeHead(200, headers);
-        for (let i = 0; i < events.length - 1; i++) res.write(events[i]);
-        res.end(events[events.length - 1]);
+        if (!opts.perTurn) {
+          for (let i = 0; i < events.length - 1; i++) res.write(events[i]);
+          return void res.end(events[events.length - 1]);
+        }
+        let i = 0;
+        const next = () => {
+          if (i === events.length - 1) return void res.end(events[i]);
+          res.write(events[i++]);
+          setImmediate(next);
+        };
+        next();
       });
     }),
   );

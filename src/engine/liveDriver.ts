@@ -62,6 +62,9 @@ export class LiveDriver {
   private nextId = 0;
   private looping = false;
   private wake: (() => void) | null = null;
+  /** Earliest arrival since the engine went idle: the first pass counts from it, not from when it runs. */
+  private idleArrivalMs: number | null = null;
+  private lastPassEndMs = -Infinity;
 
   constructor(
     readonly core: EngineCore,
@@ -118,11 +121,14 @@ export class LiveDriver {
       },
       { once: true },
     );
-    this.kick();
+    this.kick(request.arrivalMs);
     return queue;
   }
 
-  private kick(): void {
+  private kick(arrivalMs: number): void {
+    // Idle (or about to be): the request's simulated time starts at its arrival, so the mocker's own
+    // request handling does not add to the simulated TTFT.
+    if (!this.looping || this.wake) this.idleArrivalMs = Math.min(this.idleArrivalMs ?? Infinity, arrivalMs);
     const wake = this.wake;
     this.wake = null;
     wake?.();
@@ -134,7 +140,9 @@ export class LiveDriver {
 
   private async loop(): Promise<void> {
     while (!this.core.isIdle) {
-      const start = this.clock();
+      const now = this.clock();
+      const start = this.idleArrivalMs === null ? now : Math.min(now, Math.max(this.idleArrivalMs, this.lastPassEndMs));
+      this.idleArrivalMs = null;
       let pass = this.runPass(start);
       if (pass.endMs > start) {
         await this.sleepUntil(pass.endMs, false);
@@ -159,6 +167,7 @@ export class LiveDriver {
 
   private runPass(now: number): PassResult {
     const pass = this.core.executePass(now);
+    this.lastPassEndMs = pass.endMs;
     this.onPass?.(pass);
     for (const a of pass.admitted) {
       const member = this.members.get(a.id);

@@ -343,6 +343,9 @@ export class EngineCore {
 
   /** Whether taking the first `blockCount` blocks still leaves `--watermark` of the cache free. */
   private keepsWatermark(blocks: readonly BlockId[], blockCount: number): boolean {
+    const free = this.kv.capacity - this.kv.numActive;
+    // Counting the blocks actually needed only matters near the limit.
+    if (free - blockCount >= this.watermarkBlocks) return true;
     let needed = 0;
     for (let b = 0; b < blockCount && b < blocks.length; b++) if (!this.kv.isActive(blocks[b])) needed++;
     return this.kv.capacity - this.kv.numActive - needed >= this.watermarkBlocks;

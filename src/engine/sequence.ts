@@ -6,8 +6,12 @@ import { chainHash, contentHash } from './kv/fastHash.js';
  * full block (its chained hash, or a unique id without prefix caching) plus a trailing partial block, and
  * how many tokens have blocks allocated. It produces the block moves; the scheduler applies them.
  */
+const NO_MOVES: readonly MoveBlock[] = Object.freeze([]);
+
 export class ActiveSequence {
-  readonly tokens: number[];
+  /** The prompt as given (not copied: prompts can be tens of thousands of tokens). */
+  private readonly prompt: readonly number[];
+  private readonly output: number[] = [];
   readonly promptLength: number;
   generated = 0;
   numAllocatedTokens = 0;
@@ -24,7 +28,7 @@ export class ActiveSequence {
     private readonly prefixCaching: boolean,
     private readonly uniqueId: () => BlockId,
   ) {
-    this.tokens = [...prompt];
+    this.prompt = prompt;
     this.promptLength = prompt.length;
     const full = Math.floor(prompt.length / blockSize);
     for (let i = 0; i < full; i++) this.addFullBlock(i);
@@ -35,11 +39,21 @@ export class ActiveSequence {
   }
 
   get length(): number {
-    return this.tokens.length;
+    return this.promptLength + this.output.length;
+  }
+
+  /** The tokens of block `index`, read where they are (the prompt, the output, or both). */
+  private blockContentHash(index: number): number {
+    const start = index * this.blockSize;
+    const end = start + this.blockSize;
+    if (end <= this.promptLength) return contentHash(this.prompt, start, end);
+    const block = new Array<number>(this.blockSize);
+    for (let i = start; i < end; i++) block[i - start] = i < this.promptLength ? this.prompt[i] : this.output[i - this.promptLength];
+    return contentHash(block, 0, this.blockSize);
   }
 
   private addFullBlock(index: number): BlockId {
-    const hash = chainHash(index > 0 ? this.hashes[index - 1] : null, contentHash(this.tokens, index * this.blockSize, (index + 1) * this.blockSize));
+    const hash = chainHash(index > 0 ? this.hashes[index - 1] : null, this.blockContentHash(index));
     this.hashes[index] = hash;
     const id = this.prefixCaching ? hash : this.uniqueId();
     this.blocks[index] = id;
@@ -66,29 +80,32 @@ export class ActiveSequence {
    * Appends a generated token. The first token of a new block promotes the previous partial block (now
    * full) and takes a new partial block; the last token also releases every block.
    */
-  generate(token: number): MoveBlock[] {
-    this.tokens.push(token);
+  generate(token: number): readonly MoveBlock[] {
+    this.output.push(token);
     this.generated++;
+    const crossing = this.length % this.blockSize === 1;
+    const last = this.generated >= this.maxOutput;
+    if (!crossing && !last) return NO_MOVES;
     const moves: MoveBlock[] = [];
-    if (this.length % this.blockSize === 1) {
-      const last = this.blocks.length - 1;
+    if (crossing) {
+      const index = this.blocks.length - 1;
       if (this.lastIsPartial) {
-        const partial = this.blocks[last];
-        const full = this.addFullBlock(last);
-        moves.push({ kind: 'promote', partial, full, parent: last > 0 ? this.blocks[last - 1] : null });
+        const partial = this.blocks[index];
+        const full = this.addFullBlock(index);
+        moves.push({ kind: 'promote', partial, full, parent: index > 0 ? this.blocks[index - 1] : null });
       }
       const partial = this.uniqueId();
       this.blocks.push(partial);
       this.lastIsPartial = true;
       moves.push({ kind: 'use', blocks: [partial], parent: null });
     }
-    if (this.generated >= this.maxOutput) moves.push(...this.freeMoves(this.blocks.length));
+    if (last) moves.push(...this.freeMoves(this.blocks.length));
     return moves;
   }
 
   /** Undoes the token just generated (its block could not be allocated). */
   pop(): void {
-    this.tokens.pop();
+    this.output.pop();
     this.generated--;
     if (this.lastIsPartial && this.length % this.blockSize === 0) {
       this.blocks.pop();

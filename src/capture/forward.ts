@@ -51,6 +51,10 @@ export interface RawExchange {
   injected: string[];
   status: number | null;
   responseHeaders: IncomingHttpHeaders;
+  /**
+   * The upstream's bytes. The only view of its own ArrayBuffer (never a slice of Node's shared pool), and
+   * not read by the proxy once handed to the sink: a sink may transfer it to another thread.
+   */
   responseBody: Buffer;
   stream: boolean;
   eventEnds: number[];
@@ -60,7 +64,10 @@ export interface RawExchange {
   error: string | null;
 }
 
-/** Whatever stores a finished exchange; the client's response ends only after it returns. */
+/**
+ * Whatever stores a finished exchange; the client's response ends only after it returns. It may take
+ * `responseBody` (see there); everything else in the exchange stays the caller's.
+ */
 export type ExchangeSink = (raw: RawExchange) => Promise<void>;
 
 const agents = { http: new http.Agent({ keepAlive: true, maxSockets: Infinity }), https: new https.Agent({ keepAlive: true, maxSockets: Infinity }) };
@@ -73,6 +80,42 @@ const TOKEN_ID_FIELDS = /"(prompt_token_ids|token_ids)":\[[0-9,\s]*\]/g;
  */
 export function hideTokenIds(text: string): string {
   return text.replace(TOKEN_ID_FIELDS, '"$1":null');
+}
+
+const IDS_KEY_TAIL = Buffer.from('token_ids":[');
+const PROMPT_KEY_HEAD = Buffer.from('"prompt_');
+const NULL_BYTES = Buffer.from('null');
+
+/** Bytes allowed inside a token-id array: digits, commas and (JSON) whitespace. */
+function isIdListByte(b: number): boolean {
+  return (b >= 0x30 && b <= 0x39) || b === 0x2c || b === 0x20 || (b >= 0x09 && b <= 0x0d);
+}
+
+/**
+ * `hideTokenIds` on the bytes [from, to) of `buf`, without decoding them: the same bytes (a view, no copy)
+ * when no token-id field is there, else a new buffer with each such array replaced by `null`. The proxy's
+ * per-event path: the event's bytes are never turned into a string and back.
+ */
+export function hideTokenIdsInBytes(buf: Buffer, from: number, to: number): Buffer {
+  const bytes = buf.subarray(from, to);
+  let hit = bytes.indexOf(IDS_KEY_TAIL);
+  if (hit < 0) return bytes;
+  const parts: Buffer[] = [];
+  let copied = 0;
+  for (; hit >= 0; hit = bytes.indexOf(IDS_KEY_TAIL, hit + IDS_KEY_TAIL.length)) {
+    // The key is exactly "token_ids" or "prompt_token_ids" (as the regex's leading quote requires).
+    const isKey = (hit >= 1 && bytes[hit - 1] === 0x22) || (hit >= PROMPT_KEY_HEAD.length && bytes.subarray(hit - PROMPT_KEY_HEAD.length, hit).equals(PROMPT_KEY_HEAD));
+    if (!isKey) continue;
+    const open = hit + IDS_KEY_TAIL.length - 1;
+    let close = open + 1;
+    while (close < bytes.length && isIdListByte(bytes[close])) close++;
+    if (close >= bytes.length || bytes[close] !== 0x5d) continue;
+    parts.push(bytes.subarray(copied, open), NULL_BYTES);
+    copied = close + 1;
+  }
+  if (parts.length === 0) return bytes;
+  parts.push(bytes.subarray(copied));
+  return Buffer.concat(parts);
 }
 
 export function redactHeaders(headers: IncomingHttpHeaders, redacted: ReadonlySet<string>): HeaderMap {
@@ -107,6 +150,8 @@ function clientHeaders(headers: IncomingHttpHeaders, dropLength: boolean): http.
   return out;
 }
 
+const BLANK_LINE = Buffer.from('\n\n');
+
 /** Splits a byte stream into SSE events (terminated by a blank line), remembering where each ends. */
 class EventSplitter {
   private scanFrom = 0;
@@ -117,14 +162,12 @@ class EventSplitter {
   /** Returns the completed events' byte range [from, to) within `buffer`, if any completed. */
   push(buffer: Buffer, length: number, at: number): [number, number] | null {
     const from = this.lastEnd;
-    let i = Math.max(this.scanFrom, 1);
-    while (i < length) {
-      if (buffer[i] === 0x0a && buffer[i - 1] === 0x0a) {
-        this.ends.push(i + 1);
-        this.times.push(at);
-        this.lastEnd = i + 1;
-      }
-      i++;
+    const bytes = buffer.subarray(0, length);
+    // An event ends after the second newline of each "\n\n" (found natively; the pair may straddle chunks).
+    for (let i = bytes.indexOf(BLANK_LINE, Math.max(this.scanFrom - 1, 0)); i >= 0; i = bytes.indexOf(BLANK_LINE, i + 1)) {
+      this.ends.push(i + 2);
+      this.times.push(at);
+      this.lastEnd = i + 2;
     }
     this.scanFrom = length;
     return this.lastEnd > from ? [from, this.lastEnd] : null;
@@ -153,8 +196,11 @@ class ByteSink {
     chunk.copy(this.buffer, this.length);
     this.length += chunk.length;
   }
+  /** A copy that owns its whole ArrayBuffer (never pooled), so it can be transferred to another thread. */
   bytes(): Buffer {
-    return Buffer.from(this.buffer.subarray(0, this.length));
+    const out = Buffer.allocUnsafeSlow(this.length);
+    this.buffer.copy(out, 0, 0, this.length);
+    return out;
   }
 }
 
@@ -279,6 +325,9 @@ export async function forwardExchange(
       const transform = hide && raw.status < 400;
       // A non-streamed body is rewritten whole, so its head waits for it (to keep a correct content-length).
       const deferHead = transform && !raw.stream;
+      // A body the client knows the length of is complete for it at its last byte, before the proxy ends the
+      // response: a recorded one goes out only once stored (a non-streamed answer is one piece anyway).
+      const holdBody = deferHead || (endpoint !== null && !transform && (!raw.stream || up.headers['content-length'] !== undefined));
       if (!deferHead) {
         res.writeHead(raw.status, up.statusMessage, clientHeaders(up.headers, transform));
         if (raw.stream) res.flushHeaders();
@@ -286,10 +335,12 @@ export async function forwardExchange(
       up.on('data', (chunk: Buffer) => {
         const at = performance.now() - t0;
         body.append(chunk);
-        if (!raw.stream) return deferHead ? undefined : void res.write(chunk);
+        if (!raw.stream) return holdBody ? undefined : void res.write(chunk);
         const events = splitter.push(body.buffer, body.length, at);
+        if (holdBody) return;
+        // A view of `body`'s bytes is safe to queue: appends never rewrite them (growing copies elsewhere).
         if (!transform) res.write(chunk);
-        else if (events) res.write(hideTokenIds(body.buffer.toString('utf8', events[0], events[1])));
+        else if (events) res.write(hideTokenIdsInBytes(body.buffer, events[0], events[1]));
       });
       // Once the response has begun, a broken connection is reported on it, not on the request.
       up.on('close', () => {
@@ -298,10 +349,12 @@ export async function forwardExchange(
       up.on('end', () => {
         const failed = raw.status !== null && raw.status >= 400;
         const lastEvent = splitter.ends.at(-1) ?? 0;
-        const tail = transform && raw.stream && body.length > lastEvent ? hideTokenIds(body.buffer.toString('utf8', lastEvent, body.length)) : '';
+        const tail = transform && raw.stream && body.length > lastEvent ? hideTokenIdsInBytes(body.buffer, lastEvent, body.length) : undefined;
         void done(failed ? 'failed' : 'complete', failed ? `upstream status ${raw.status}` : null, () => {
-          if (!deferHead) return void res.end(tail);
-          const out = Buffer.from(hideTokenIds(raw.responseBody.toString('utf8')));
+          if (!deferHead && holdBody) return void res.end(body.buffer.subarray(0, body.length));
+          if (!deferHead) return void (tail ? res.end(tail) : res.end());
+          // From the proxy's own copy: the sink may have taken raw.responseBody.
+          const out = hideTokenIdsInBytes(body.buffer, 0, body.length);
           const headers = clientHeaders(up.headers, true);
           headers['content-length'] = out.length;
           res.writeHead(raw.status ?? 200, up.statusMessage, headers).end(out);

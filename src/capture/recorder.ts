@@ -28,12 +28,18 @@ async function tokenizeUpstream(upstream: URL, body: Json, headers: IncomingHttp
   }
 }
 
-/** Turns proxied exchanges into stored ones: prompt and output token ids, timing, redacted headers. */
+/** What the recorder needs of a tokenizer (only for engines that send no token ids). */
+export type RecorderTokenizer = Pick<ModelTokenizer, 'renderChat' | 'encode' | 'eosTokenIds'>;
+
+/**
+ * Turns proxied exchanges into stored ones: prompt and output token ids, timing, redacted headers. Runs on
+ * the thread that calls `sink`; `mocker capture` runs it in a worker thread (see recorderThread.ts).
+ */
 export class Recorder {
   constructor(
     private readonly store: CaptureStore,
     private readonly runId: number,
-    private readonly tokenizer: ModelTokenizer,
+    private readonly tokenizer: RecorderTokenizer,
     private readonly upstream: URL,
     private readonly redacted: ReadonlySet<string>,
   ) {}

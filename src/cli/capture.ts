@@ -1,7 +1,7 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { forwardExchange } from '../capture/forward.js';
-import { Recorder } from '../capture/recorder.js';
+import { forwardExchange, type ExchangeSink } from '../capture/forward.js';
+import { RecorderThread } from '../capture/recorderThread.js';
 import { errorJson } from '../http/errors.js';
 import { CaptureStore } from '../store/captureStore.js';
 import { loadTokenizer, ModelNotFoundError, type ModelTokenizer } from '../tokenizer/index.js';
@@ -65,9 +65,18 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
     },
     tokenizer.files,
   );
-  const recorder = new Recorder(store, runId, tokenizer, upstream, new Set(opts.redactHeaders.map((h) => h.toLowerCase())));
+  // The proxy's own connection only starts the run: recording (parsing, token ids, the writes) runs in a
+  // worker thread on its own connection, off the event loop that streams every client's bytes.
+  store.close();
+  const recorder = await RecorderThread.start({
+    captures: opts.captures,
+    runId,
+    upstream: upstream.href,
+    redacted: opts.redactHeaders.map((h) => h.toLowerCase()),
+    eosTokenIds: tokenizer.eosTokenIds,
+  });
   let recorded = 0;
-  const sink = async (raw: Parameters<typeof recorder.sink>[0]) => {
+  const sink: ExchangeSink = async (raw) => {
     await recorder.sink(raw);
     recorded++;
   };
@@ -92,9 +101,11 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
   let lastLogged = 0;
   const stats = setInterval(() => {
     if (recorded === lastLogged) return;
-    lastLogged = recorded;
-    const c = store.counts();
-    console.log(`mocker capture: ${recorded} exchanges this run; file holds ${c.complete} complete, ${c.failed} failed, ${c.aborted} aborted`);
+    const n = (lastLogged = recorded);
+    recorder.counts().then(
+      (c) => console.log(`mocker capture: ${n} exchanges this run; file holds ${c.complete} complete, ${c.failed} failed, ${c.aborted} aborted`),
+      (err: unknown) => console.error(`mocker capture: could not count the captures: ${(err as Error).message}`),
+    );
   }, STATS_INTERVAL_MS);
   stats.unref();
   return {
@@ -103,10 +114,8 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       new Promise<void>((resolve) => {
         clearInterval(stats);
         server.closeAllConnections();
-        server.close(() => {
-          store.close();
-          resolve();
-        });
+        // Exchanges the shutdown aborts are stored too: the recorder flushes before it closes.
+        server.close(() => void recorder.close().then(resolve, resolve));
       }),
   };
 }

@@ -106,12 +106,13 @@ interface RequestState {
   status: RequestStatus;
   numComputed: number;
   numPreemptions: number;
-}
-
-interface Scheduled {
-  total: number;
-  promptTokens: number;
-  prefix: number;
+  /** Set when the request completed or was aborted. */
+  done: boolean;
+  /** What it was scheduled in pass `scheduledPass` (kept on the request: no per-pass allocation). */
+  scheduledPass: number;
+  scheduledTotal: number;
+  scheduledPromptTokens: number;
+  scheduledPrefix: number;
 }
 
 type ScheduleOutcome = number | 'blocked' | 'current-preempted';
@@ -177,7 +178,7 @@ export class EngineCore {
     if (why) throw new Error(why);
     if (this.requests.has(request.id)) throw new Error(`request ${request.id} is already in the engine`);
     const seq = new ActiveSequence(request.promptTokenIds, request.maxOutputTokens, this.config.blockSize, this.config.enablePrefixCaching, () => this.nextUniqueBlock--);
-    const state: RequestState = { request, seq, status: 'waiting', numComputed: 0, numPreemptions: 0 };
+    const state: RequestState = { request, seq, status: 'waiting', numComputed: 0, numPreemptions: 0, done: false, scheduledPass: -1, scheduledTotal: 0, scheduledPromptTokens: 0, scheduledPrefix: 0 };
     this.requests.set(request.id, state);
     this.waiting.pushBack(state);
   }
@@ -189,6 +190,7 @@ export class EngineCore {
     this.waiting.remove(state);
     this.running = this.running.filter((r) => r !== state);
     this.apply(state.seq.reset());
+    state.done = true;
     this.requests.delete(id);
   }
 
@@ -237,7 +239,7 @@ export class EngineCore {
   /** One scheduler iteration at time `now` (ms): schedule, then emit one token per ready request. */
   executePass(now: number): PassResult {
     this.stats.passes++;
-    const pass = new PassBuilder(this.config.maxNumBatchedTokens ?? Infinity, this.config.workerType !== 'decode');
+    const pass = new PassBuilder(this.stats.passes, this.config.maxNumBatchedTokens ?? Infinity, this.config.workerType !== 'decode');
     // Phase A: running requests first, in admission order (a positional index, as Dynamo's loop).
     let i = 0;
     while (i < this.running.length && pass.budget > 0) {
@@ -259,9 +261,7 @@ export class EngineCore {
     const prefillMs = batch === 0 ? 0 : timing.prefillMs(batch, Math.floor(pass.islSum / batch), Math.floor(pass.prefixSum / batch));
     const decodeStart = now + prefillMs;
     const { decodeMs, tokens, wakeAtMs } = this.emitReadyTokens(decodeStart, pass);
-    let scheduledTokens = 0;
-    for (const s of pass.scheduled.values()) scheduledTokens += s.total;
-    return { startMs: now, prefillMs, decodeMs, endMs: decodeStart + decodeMs, tokens, admitted: pass.admitted, preempted: pass.preempted, scheduledTokens, wakeAtMs };
+    return { startMs: now, prefillMs, decodeMs, endMs: decodeStart + decodeMs, tokens, admitted: pass.admitted, preempted: pass.preempted, scheduledTokens: pass.scheduledTokens, wakeAtMs };
   }
 
   private apply(moves: readonly MoveBlock[]): void {
@@ -272,6 +272,10 @@ export class EngineCore {
   private schedule(state: RequestState, fromWaiting: boolean, pass: PassBuilder): ScheduleOutcome {
     const { seq } = state;
     const blockSize = this.config.blockSize;
+    // Fewer free blocks than the watermark: no admission can keep it, so skip the prefix lookup.
+    if (fromWaiting && this.watermarkBlocks > 0 && this.kv.capacity - this.kv.numActive < this.watermarkBlocks) return 'blocked';
+    // No budget left: only a prompt found whole in the cache could still be admitted.
+    if (fromWaiting && pass.budget === 0 && !this.kv.contains(seq.blocks[seq.blocks.length - 1])) return 'blocked';
     const firstScheduling = state.numComputed === 0;
     const cached = firstScheduling ? Math.min(this.kv.prefixHits(seq.blocks) * blockSize, seq.promptLength) : 0;
     const before = state.numComputed + cached;
@@ -329,7 +333,7 @@ export class EngineCore {
       return 'blocked';
     }
     const promptTokens = Math.min(after, seq.promptLength) - promptBefore;
-    pass.schedule(state.request.id, { total: used, promptTokens, prefix: promptBefore });
+    pass.schedule(state, used, promptTokens, promptBefore);
     if (fromWaiting) {
       this.waiting.remove(state);
       this.running.push(state);
@@ -361,7 +365,7 @@ export class EngineCore {
     this.stats.preemptions++;
     this.apply(victim.seq.reset());
     this.waiting.pushFront(victim);
-    pass.unschedule(victim.request.id);
+    pass.unschedule(victim);
     pass.preempted.push(victim.request.id);
     pass.preemptedAny = true;
     return victim;
@@ -391,10 +395,13 @@ export class EngineCore {
         const completed = r.seq.generated >= r.seq.maxOutput;
         const handoffDelayMs = completed ? this.handoffDelayMs(r.seq.promptLength) : undefined;
         tokens.push({ id: r.request.id, generated: r.seq.generated, completed, ...(handoffDelayMs === undefined ? {} : { handoffDelayMs }) });
-        if (completed) this.requests.delete(r.request.id);
+        if (completed) {
+          r.done = true;
+          this.requests.delete(r.request.id);
+        }
       }
     }
-    this.running = this.running.filter((r) => this.requests.has(r.request.id) && r.status === 'running');
+    this.running = this.running.filter((r) => !r.done && r.status === 'running');
     return { decodeMs, tokens, wakeAtMs };
   }
 
@@ -431,39 +438,44 @@ export class EngineCore {
 
 /** The bookkeeping of one pass: budget, what was scheduled, and the prefill batch sums. */
 class PassBuilder {
-  readonly scheduled = new Map<string, Scheduled>();
   readonly admitted: Admission[] = [];
   readonly preempted: string[] = [];
   preemptedAny = false;
   batchCount = 0;
   islSum = 0;
   prefixSum = 0;
+  scheduledTokens = 0;
 
   constructor(
+    private readonly id: number,
     public budget: number,
     private readonly chargesPrefill: boolean,
   ) {}
 
-  schedule(id: string, s: Scheduled): void {
-    this.scheduled.set(id, s);
-    this.budget -= s.total;
-    if (s.promptTokens > 0 && this.chargesPrefill) {
+  schedule(state: RequestState, total: number, promptTokens: number, prefix: number): void {
+    state.scheduledPass = this.id;
+    state.scheduledTotal = total;
+    state.scheduledPromptTokens = promptTokens;
+    state.scheduledPrefix = prefix;
+    this.budget -= total;
+    this.scheduledTokens += total;
+    if (promptTokens > 0 && this.chargesPrefill) {
       this.batchCount++;
-      this.islSum += s.prefix + s.promptTokens;
-      this.prefixSum += s.prefix;
+      this.islSum += prefix + promptTokens;
+      this.prefixSum += prefix;
     }
   }
 
   /** A preempted request gives back what it was scheduled this pass. */
-  unschedule(id: string): void {
-    const s = this.scheduled.get(id);
-    if (!s) return;
-    this.scheduled.delete(id);
-    this.budget += s.total;
-    if (s.promptTokens > 0 && this.chargesPrefill) {
+  unschedule(state: RequestState): void {
+    if (state.scheduledPass !== this.id) return;
+    state.scheduledPass = -1;
+    this.budget += state.scheduledTotal;
+    this.scheduledTokens -= state.scheduledTotal;
+    if (state.scheduledPromptTokens > 0 && this.chargesPrefill) {
       this.batchCount--;
-      this.islSum -= s.prefix + s.promptTokens;
-      this.prefixSum -= s.prefix;
+      this.islSum -= state.scheduledPrefix + state.scheduledPromptTokens;
+      this.prefixSum -= state.scheduledPrefix;
     }
   }
 }

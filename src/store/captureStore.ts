@@ -285,7 +285,15 @@ export class CaptureStore {
 
   latestRun(): StoredRun | undefined {
     const row = this.db.select().from(schema.runs).orderBy(desc(schema.runs.id)).limit(1).get();
-    if (!row) return undefined;
+    return row && this.storedRun(row);
+  }
+
+  getRun(id: number): StoredRun | undefined {
+    const row = this.db.select().from(schema.runs).where(eq(schema.runs.id, id)).get();
+    return row && this.storedRun(row);
+  }
+
+  private storedRun(row: typeof schema.runs.$inferSelect): StoredRun {
     return {
       id: row.id,
       startedAt: row.startedAt,

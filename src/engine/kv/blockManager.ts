@@ -110,8 +110,13 @@ export class KvBlockManager {
   /** Leading blocks of `blocks` present in the cache (active or inactive), stopping at the first miss. */
   prefixHits(blocks: readonly BlockId[]): number {
     let hits = 0;
-    while (hits < blocks.length && (this.active.has(blocks[hits]) || this.inactive.has(blocks[hits]))) hits++;
+    while (hits < blocks.length && this.contains(blocks[hits])) hits++;
     return hits;
+  }
+
+  /** Whether the cache holds `block` (active or inactive). */
+  contains(block: BlockId): boolean {
+    return this.active.has(block) || this.inactive.has(block);
   }
 
   isActive(block: BlockId): boolean {

@@ -4,6 +4,11 @@
  */
 export class LruEvictor<T> {
   private readonly items = new Map<T, true>();
+  /**
+   * Reused across evictions (no iterator allocated per eviction): entries only ever join at the end, so
+   * everything still in the map lies after its position. Recreated once exhausted.
+   */
+  private oldest: IterableIterator<T> | null = null;
 
   /** Inserts `item` as the newest (re-inserting moves it to the back). */
   insert(item: T): void {
@@ -13,10 +18,14 @@ export class LruEvictor<T> {
 
   /** Removes and returns the oldest item, or undefined when empty. */
   evict(): T | undefined {
-    const oldest = this.items.keys().next();
-    if (oldest.done) return undefined;
-    this.items.delete(oldest.value);
-    return oldest.value;
+    let next = this.oldest?.next();
+    if (!next || next.done) {
+      this.oldest = this.items.keys();
+      next = this.oldest.next();
+      if (next.done) return undefined;
+    }
+    this.items.delete(next.value);
+    return next.value;
   }
 
   remove(item: T): boolean {

@@ -1,0 +1,79 @@
+/**
+ * The recorder's worker thread (started by recorderThread.ts): owns its own connection to the capture file
+ * and turns each exchange the proxy posts into a stored one — response parsing, token ids, one SQLite
+ * transaction — then replies, so the proxy can end the client's response.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { CaptureStore } from '../store/captureStore.js';
+import { ModelTokenizer } from '../tokenizer/index.js';
+import type { RawExchange } from './forward.js';
+import { Recorder, type RecorderTokenizer } from './recorder.js';
+import type { FromWorker, RecordWorkerInit, ToWorker, WireExchange } from './recorderThread.js';
+
+if (!parentPort) throw new Error('recordWorker.ts runs as a worker thread');
+const port = parentPort;
+const init = workerData as RecordWorkerInit;
+const store = CaptureStore.open(init.captures);
+
+/**
+ * The run's own tokenizer, read back from the capture file and built on first use: only engines that send no
+ * token ids need it, and building it (parsing tokenizer.json) takes a while.
+ */
+let local: ModelTokenizer | undefined;
+function localTokenizer(): ModelTokenizer {
+  if (!local) {
+    const run = store.getRun(init.runId);
+    if (!run) throw new Error(`run ${init.runId} is not in ${init.captures}`);
+    local = new ModelTokenizer(run.tokenizerName ?? 'captured', store.tokenizerFiles(run));
+  }
+  return local;
+}
+const tokenizer: RecorderTokenizer = {
+  eosTokenIds: init.eosTokenIds,
+  renderChat: (req) => localTokenizer().renderChat(req),
+  encode: (text, addSpecialTokens) => localTokenizer().encode(text, addSpecialTokens),
+};
+const recorder = new Recorder(store, init.runId, tokenizer, new URL(init.upstream), new Set(init.redacted));
+
+const bytes = (a: Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+
+function fromWire(w: WireExchange): RawExchange {
+  const { hasRequest, requestBody, responseBody, eventEnds, eventTimes, ...rest } = w;
+  const body = bytes(requestBody);
+  let request: Record<string, unknown> | null = null;
+  // The proxy parsed the same bytes into an object: they parse again.
+  if (hasRequest) request = JSON.parse(body.toString('utf8')) as Record<string, unknown>;
+  return { ...rest, request, requestBody: body, responseBody: bytes(responseBody), eventEnds: Array.from(eventEnds), eventTimes: Array.from(eventTimes) };
+}
+
+let inFlight = 0;
+let closeRequested = false;
+function shutDown(): void {
+  store.close();
+  port.close();
+}
+
+const post = (msg: FromWorker) => port.postMessage(msg);
+const reply = (id: number, work: () => Promise<unknown>) => {
+  inFlight++;
+  Promise.resolve()
+    .then(work)
+    .then(
+      (value) => post({ type: 'reply', id, ok: true, value }),
+      (err: unknown) => post({ type: 'reply', id, ok: false, error: err instanceof Error ? err.message : String(err) }),
+    )
+    .finally(() => {
+      inFlight--;
+      if (closeRequested && inFlight === 0) shutDown();
+    });
+};
+
+port.on('message', (msg: ToWorker) => {
+  if (msg.type === 'exchange') reply(msg.id, () => recorder.sink(fromWire(msg.exchange)));
+  else if (msg.type === 'counts') reply(msg.id, async () => store.counts());
+  else {
+    closeRequested = true;
+    if (inFlight === 0) shutDown();
+  }
+});
+post({ type: 'ready' });

@@ -1,0 +1,190 @@
+import { Worker } from 'node:worker_threads';
+import type { Outcome } from '../store/captureStore.js';
+import type { ExchangeSink, RawExchange } from './forward.js';
+
+/** What the worker is started with (its `workerData`). */
+export interface RecordWorkerInit {
+  /** The capture file; the worker opens its own connection to it. */
+  captures: string;
+  runId: number;
+  upstream: string;
+  redacted: string[];
+  /** The tokenizer's EOS ids (the stop token of an engine that sends no ids). */
+  eosTokenIds: number[];
+}
+
+/**
+ * A `RawExchange` as posted to the worker: the parsed request is parsed again there (cheaper than cloning it
+ * here), bodies and event tables travel as transferred typed arrays.
+ */
+export interface WireExchange extends Omit<RawExchange, 'request' | 'requestBody' | 'responseBody' | 'eventEnds' | 'eventTimes'> {
+  /** `request` was a JSON object (the worker parses `requestBody` again). */
+  hasRequest: boolean;
+  requestBody: Uint8Array;
+  responseBody: Uint8Array;
+  eventEnds: Uint32Array;
+  eventTimes: Float64Array;
+}
+
+export type ToWorker = { type: 'exchange'; id: number; exchange: WireExchange } | { type: 'counts'; id: number } | { type: 'close' };
+
+export type FromWorker =
+  | { type: 'ready' }
+  | { type: 'reply'; id: number; ok: true; value?: unknown }
+  | { type: 'reply'; id: number; ok: false; error: string };
+
+interface Pending {
+  resolve(value: unknown): void;
+  reject(err: Error): void;
+  settled: Promise<unknown>;
+}
+
+/**
+ * Starts the worker: the compiled `recordWorker.js` next to this module (`node dist/…`, needs nothing else), or,
+ * when this module runs from its TypeScript source (vitest, tsx), `recordWorker.ts` through tsx. Node 20 does
+ * not apply loader hooks registered with `--import` to a worker's entry point (not even inherited ones), so
+ * that worker is a small bootstrap that imports the source with tsx's `tsImport`.
+ */
+function startWorker(workerData: RecordWorkerInit): Worker {
+  const here = import.meta.url;
+  if (!/\.ts(\?|#|$)/.test(here)) return new Worker(new URL('./recordWorker.js', here), { workerData });
+  const tsx = import.meta.resolve('tsx/esm/api');
+  const entry = new URL('./recordWorker.ts', here).href;
+  const bootstrap = `import(${JSON.stringify(tsx)}).then((tsx) => tsx.tsImport(${JSON.stringify(entry)}, ${JSON.stringify(here)}));`;
+  return new Worker(bootstrap, { eval: true, workerData });
+}
+
+/**
+ * A buffer the worker can take: `buf` itself when it is the only view of its ArrayBuffer (transferred, no
+ * copy), else a copy. A pooled Buffer shares its ArrayBuffer with unrelated ones: transferring it would
+ * detach them.
+ */
+function transferable(buf: Buffer, owned: boolean): Uint8Array {
+  if (owned && buf.byteOffset === 0 && buf.byteLength === buf.buffer.byteLength) return buf;
+  const copy = new Uint8Array(buf.byteLength);
+  copy.set(buf);
+  return copy;
+}
+
+/**
+ * Records exchanges in a worker thread: response parsing, token-id derivation (the upstream's `/tokenize`
+ * and the local tokenizer, for engines that send no ids) and the SQLite transaction all run there, on the
+ * worker's own connection, never on the proxy's event loop. `sink` resolves once the worker has committed
+ * the exchange (or failed to), so the client's response still ends only after its exchange is stored.
+ */
+export class RecorderThread {
+  private worker: Worker | null = null;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private closing: Promise<void> | null = null;
+  private acceptingWork = true;
+
+  private constructor(private readonly init: RecordWorkerInit) {}
+
+  /** Starts the worker; resolves once it has opened the capture file. */
+  static async start(init: RecordWorkerInit): Promise<RecorderThread> {
+    const thread = new RecorderThread(init);
+    await thread.spawn();
+    return thread;
+  }
+
+  /** Hands an exchange to the worker; resolves once it is committed. Non-generation traffic is not recorded. */
+  readonly sink: ExchangeSink = async (raw) => {
+    if (!raw.endpoint) return;
+    const { request, requestBody, responseBody, eventEnds, eventTimes, ...rest } = raw;
+    const exchange: WireExchange = {
+      ...rest,
+      hasRequest: request !== null,
+      // The request body stays the caller's (a socket write may still hold it): always a copy.
+      requestBody: transferable(requestBody, false),
+      responseBody: transferable(responseBody, true),
+      eventEnds: Uint32Array.from(eventEnds),
+      eventTimes: Float64Array.from(eventTimes),
+    };
+    const transfer = [exchange.requestBody.buffer, exchange.responseBody.buffer, exchange.eventEnds.buffer, exchange.eventTimes.buffer] as ArrayBuffer[];
+    await this.call((id) => ({ type: 'exchange', id, exchange }), transfer);
+  };
+
+  /** The capture file's exchanges by outcome (counted by the worker: no table scan on the proxy's loop). */
+  async counts(): Promise<Record<Outcome, number>> {
+    return (await this.call((id) => ({ type: 'counts', id }))) as Record<Outcome, number>;
+  }
+
+  /** Waits for every exchange handed over so far to be stored, then closes the worker's connection and the worker. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      // Exchanges the server's shutdown aborts reach the sink in the same turn or the next ones.
+      await new Promise((resolve) => setImmediate(resolve));
+      while (this.pending.size > 0) await Promise.all([...this.pending.values()].map((p) => p.settled));
+      this.acceptingWork = false;
+      const worker = this.worker;
+      this.worker = null;
+      if (!worker) return;
+      worker.ref();
+      const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
+      worker.postMessage({ type: 'close' } satisfies ToWorker);
+      const timer = setTimeout(() => void worker.terminate(), 10_000);
+      await exited;
+      clearTimeout(timer);
+    })();
+    return this.closing;
+  }
+
+  private call(message: (id: number) => ToWorker, transfer: ArrayBuffer[] = []): Promise<unknown> {
+    if (!this.acceptingWork) return Promise.reject(new Error('the recorder is closed'));
+    const worker = this.worker ?? this.respawn();
+    const id = this.nextId++;
+    let entry!: Pending;
+    const promise = new Promise<unknown>((resolve, reject) => {
+      entry = { resolve, reject, settled: Promise.resolve() };
+    });
+    entry.settled = promise.then(
+      () => undefined,
+      () => undefined,
+    );
+    if (this.pending.size === 0) worker.ref();
+    this.pending.set(id, entry);
+    worker.postMessage(message(id), transfer);
+    return promise;
+  }
+
+  private settle(id: number, settle: (p: Pending) => void): void {
+    const entry = this.pending.get(id);
+    if (!entry) return;
+    this.pending.delete(id);
+    settle(entry);
+    if (this.pending.size === 0) this.worker?.unref();
+  }
+
+  /** A worker that died (it should not) is replaced on the next exchange; its pending calls fail. */
+  private respawn(): Worker {
+    console.error('mocker capture: restarting the recorder worker');
+    void this.spawn().catch(() => undefined);
+    return this.worker as Worker;
+  }
+
+  private spawn(): Promise<void> {
+    const worker = startWorker(this.init);
+    this.worker = worker;
+    // Idle, the worker does not keep the process alive; with work pending it does (see call/settle).
+    worker.unref();
+    let failure: Error | null = null;
+    return new Promise<void>((resolve, reject) => {
+      worker.on('message', (msg: FromWorker) => {
+        if (msg.type === 'ready') return resolve();
+        if (msg.ok) this.settle(msg.id, (p) => p.resolve(msg.value));
+        else this.settle(msg.id, (p) => p.reject(new Error(msg.error)));
+      });
+      worker.on('error', (err) => {
+        failure = err;
+        console.error(`mocker capture: recorder worker failed: ${err.stack ?? err.message}`);
+      });
+      worker.on('exit', (code) => {
+        if (this.worker === worker) this.worker = null;
+        const err = failure ?? new Error(`the recorder worker exited with code ${code}`);
+        reject(err);
+        for (const id of [...this.pending.keys()]) this.settle(id, (p) => p.reject(err));
+      });
+    });
+  }
+}

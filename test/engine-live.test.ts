@@ -201,6 +201,18 @@ describe('over HTTP with --timing model', () => {
     expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(/rank 2 is out of range/);
   });
 
+  it('--num-workers runs independent engines on consecutive servers', async () => {
+    const s = await startServe({ mode: 'random', captures: ':memory:', timing: 'model', numWorkers: 2, engine: { speedupRatio: 1 } });
+    servers.push(s);
+    expect(s.ports).toHaveLength(2);
+    const [first, second] = s.ports!.map((p) => `http://127.0.0.1:${p}`);
+    const slow = fetch(`${second}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 20, ignore_eos: true }) });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect((await engineState(first)).ranks[0].running).toBe(0);
+    expect((await engineState(second)).ranks[0].running).toBe(1);
+    expect((await slow).status).toBe(200);
+  });
+
   it('a request larger than the whole KV cache gets a 400, never a hang', async () => {
     const url = await serve({ mode: 'random', captures: ':memory:', timing: 'model', engine: { numGpuBlocks: 4, blockSize: 16 } });
     const res = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: ids(60), max_tokens: 10 }) });

@@ -48,6 +48,7 @@ program
   .option('--no-enable-chunked-prefill', 'a prompt waits until it fits one pass')
   .addOption(new Option('--preemption-mode <mode>', 'which running request is preempted on KV pressure').choices(['lifo', 'fifo']).default(DEFAULT_ENGINE_ARGS.preemptionMode))
   .option('--watermark <fraction>', 'fraction of KV blocks kept free when admitting', number('--watermark', { min: 0 }), DEFAULT_ENGINE_ARGS.watermark)
+  .option('--num-workers <n>', 'independent engines, each on its own port: --port, --port + 1, …', number('--num-workers', { integer: true, min: 1 }), 1)
   .option('--data-parallel-size <n>', 'ranks, each with its own scheduler and KV cache', number('--data-parallel-size', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.dataParallelSize)
   .option('--extra-engine-args <json>', "Dynamo mocker engine args (JSON file or inline object), applied over the flags")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
@@ -78,6 +79,7 @@ program
       mode: o.mode as ServeMode,
       engine,
       enablePromptTokensDetails: o.enablePromptTokensDetails,
+      numWorkers: o.numWorkers,
       captures: o.captures,
       model: o.model,
       servedModelName: o.servedModelName,

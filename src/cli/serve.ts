@@ -44,10 +44,15 @@ export interface ServeOptions {
   engine?: Partial<EngineArgs>;
   /** vLLM's --enable-prompt-tokens-details. */
   enablePromptTokensDetails?: boolean;
+  /** --num-workers: independent engines, each on its own port (port, port + 1, …). Default 1. */
+  numWorkers?: number;
 }
 
 export interface Running {
+  /** The (first) port listened on. */
   port: number;
+  /** Every port, one per `--num-workers` engine. */
+  ports?: number[];
   close(): Promise<void>;
 }
 
@@ -113,55 +118,70 @@ export async function startServe(options: ServeOptions): Promise<Running> {
     sink = new Recorder(store, runId, tokenizer, upstream, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink;
   }
 
-  const engine = new SimulatedEngine({
-    scheduler: {
-      numGpuBlocks: args.numGpuBlocks,
-      blockSize: args.blockSize,
-      maxNumSeqs: args.maxNumSeqs,
-      maxNumBatchedTokens: args.maxNumBatchedTokens,
-      enablePrefixCaching: args.enablePrefixCaching,
-      enableChunkedPrefill: args.enableChunkedPrefill,
-      preemptionMode: args.preemptionMode,
-      watermark: args.watermark,
-      timing: passTiming,
-      seed: opts.seed,
-    },
-    dataParallelSize: args.dataParallelSize,
-    speedupRatio: args.speedupRatio,
-    timingDescription,
-  });
-  const app = createServeApp({
-    engine,
-    resolver: new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer }),
-    tokenizer,
-    servedModels,
-    modelRoot: opts.model ?? tokenizer.name,
-    maxModelLen,
-    versionJson: run?.versionJson ?? JSON.stringify({ version: EMULATED_VLLM_VERSION }),
-    forward: upstream ? { config: { upstream, timeoutMs: opts.upstreamTimeoutMs }, sink } : undefined,
-    maxBodyBytes: opts.maxBodyBytes,
-    promptTokensDetails: opts.enablePromptTokensDetails ?? false,
-  });
-
-  const server = await new Promise<Server>((resolve) => {
-    const s = serveHono({ fetch: app.fetch, hostname: opts.host, port: opts.port, serverOptions: { noDelay: true } }, () => resolve(s as Server));
-  });
-  server.keepAliveTimeout = 65_000;
-  const port = (server.address() as AddressInfo).port;
+  const resolver = new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer });
+  const workers = opts.numWorkers ?? 1;
+  if (!Number.isInteger(workers) || workers < 1) throw new Error(`--num-workers must be a positive integer, got ${workers}`);
+  const servers: Server[] = [];
+  // One engine (own scheduler and KV cache per rank) and one server per worker, on consecutive ports.
+  for (let w = 0; w < workers; w++) {
+    const engine = new SimulatedEngine({
+      scheduler: {
+        numGpuBlocks: args.numGpuBlocks,
+        blockSize: args.blockSize,
+        maxNumSeqs: args.maxNumSeqs,
+        maxNumBatchedTokens: args.maxNumBatchedTokens,
+        enablePrefixCaching: args.enablePrefixCaching,
+        enableChunkedPrefill: args.enableChunkedPrefill,
+        preemptionMode: args.preemptionMode,
+        watermark: args.watermark,
+        timing: passTiming,
+        seed: opts.seed + w,
+      },
+      dataParallelSize: args.dataParallelSize,
+      speedupRatio: args.speedupRatio,
+      timingDescription,
+    });
+    const app = createServeApp({
+      engine,
+      resolver,
+      tokenizer,
+      servedModels,
+      modelRoot: opts.model ?? tokenizer.name,
+      maxModelLen,
+      versionJson: run?.versionJson ?? JSON.stringify({ version: EMULATED_VLLM_VERSION }),
+      forward: upstream ? { config: { upstream, timeoutMs: opts.upstreamTimeoutMs }, sink } : undefined,
+      maxBodyBytes: opts.maxBodyBytes,
+      promptTokensDetails: opts.enablePromptTokensDetails ?? false,
+    });
+    const port = opts.port === 0 ? 0 : opts.port + w;
+    const server = await new Promise<Server>((resolve, reject) => {
+      const s = serveHono({ fetch: app.fetch, hostname: opts.host, port, serverOptions: { noDelay: true } }, () => resolve(s as Server));
+      (s as Server).once('error', reject);
+    });
+    server.keepAliveTimeout = 65_000;
+    servers.push(server);
+  }
+  const ports = servers.map((s) => (s.address() as AddressInfo).port);
   console.log(
     `mocker serve: ${opts.mode} mode (outputs ${outputs}, on miss ${onMiss}, timing ${timingDescription}, speedup ${args.speedupRatio}, ` +
       `${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
-      `serving ${servedModels.join(', ')} on http://${opts.host}:${port}${store ? ` from ${opts.captures}` : ''}`,
+      `serving ${servedModels.join(', ')} on ${ports.map((p) => `http://${opts.host}:${p}`).join(', ')}${store ? ` from ${opts.captures}` : ''}`,
   );
   return {
-    port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => {
-          store?.close();
-          resolve();
-        });
-      }),
+    port: ports[0],
+    ports,
+    close: async () => {
+      await Promise.all(
+        servers.map(
+          (server) =>
+            new Promise<void>((resolve) => {
+              server.closeAllConnections();
+              server.close(() => resolve());
+            }),
+        ),
+      );
+      store?.close();
+    },
   };
 }
+

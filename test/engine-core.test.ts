@@ -90,7 +90,7 @@ describe('§9.2 KV block manager and sequences', () => {
   it('5: a second preemption frees only the blocks allocated again', () => {
     const kv = new KvBlockManager(16);
     const seq = sequence(tokens(6), 10, 4);
-    const apply = (moves: MoveBlock[]) => moves.forEach((m) => kv.process(m));
+    const apply = (moves: readonly MoveBlock[]) => moves.forEach((m) => kv.process(m));
     apply([seq.prepareAllocation(6)!]);
     seq.commitAllocation(6);
     expect(kv.numActive).toBe(2);

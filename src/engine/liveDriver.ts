@@ -90,6 +90,10 @@ export class LiveDriver {
       const why = seq.outputTokenIds.length > 0 ? this.core.rejection(request.promptTokenIds.length, seq.outputTokenIds.length) : null;
       if (why) throw new EngineRejection(`This request cannot be served: ${why}.`);
     }
+    if (signal.aborted) {
+      queue.end();
+      return queue;
+    }
     const ids: string[] = [];
     const captured = this.core.config.timing.honoursCapturedTimes;
     request.sequences.forEach((seq, sequence) => {

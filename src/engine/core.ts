@@ -198,10 +198,6 @@ export class EngineCore {
     return this.requests.size === 0;
   }
 
-  has(id: string): boolean {
-    return this.requests.has(id);
-  }
-
   view(id: string): RequestView | undefined {
     const s = this.requests.get(id);
     if (!s) return undefined;

@@ -14,10 +14,6 @@ export class WaitQueue<T> {
     return this.nodes.size;
   }
 
-  has(value: T): boolean {
-    return this.nodes.has(value);
-  }
-
   front(): T | undefined {
     return this.head?.value;
   }

@@ -123,10 +123,6 @@ export class KvBlockManager {
     return this.active.has(block);
   }
 
-  refCount(block: BlockId): number {
-    return this.active.get(block) ?? 0;
-  }
-
   get numActive(): number {
     return this.active.size;
   }

@@ -55,12 +55,12 @@ function startWorker(workerData: RecordWorkerInit): Worker {
 }
 
 /**
- * A buffer the worker can take: `buf` itself when it is the only view of its ArrayBuffer (transferred, no
- * copy), else a copy. A pooled Buffer shares its ArrayBuffer with unrelated ones: transferring it would
- * detach them.
+ * `buf` as bytes postMessage can transfer: `buf` itself when the caller gives it up (`take`) and it is the only
+ * view of its ArrayBuffer (moved, no copy), else a copy in a fresh ArrayBuffer. A pooled Buffer (Node's small
+ * allocations) shares its ArrayBuffer with unrelated ones: transferring that would detach them.
  */
-function transferable(buf: Buffer, owned: boolean): Uint8Array {
-  if (owned && buf.byteOffset === 0 && buf.byteLength === buf.buffer.byteLength) return buf;
+function transferable(buf: Buffer, take: boolean): Uint8Array {
+  if (take && buf.byteOffset === 0 && buf.byteLength === buf.buffer.byteLength) return buf;
   const copy = new Uint8Array(buf.byteLength);
   copy.set(buf);
   return copy;
@@ -134,16 +134,11 @@ export class RecorderThread {
     if (!this.acceptingWork) return Promise.reject(new Error('the recorder is closed'));
     const worker = this.worker ?? this.respawn();
     const id = this.nextId++;
-    let entry!: Pending;
-    const promise = new Promise<unknown>((resolve, reject) => {
-      entry = { resolve, reject, settled: Promise.resolve() };
-    });
-    entry.settled = promise.then(
-      () => undefined,
-      () => undefined,
-    );
-    if (this.pending.size === 0) worker.ref();
-    this.pending.set(id, entry);
+    let resolve!: Pending['resolve'];
+    let reject!: Pending['reject'];
+    const promise = new Promise<unknown>((res, rej) => ((resolve = res), (reject = rej)));
+    this.pending.set(id, { resolve, reject, settled: promise.catch(() => undefined) });
+    worker.ref();
     worker.postMessage(message(id), transfer);
     return promise;
   }

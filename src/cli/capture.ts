@@ -81,6 +81,9 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
     recorded++;
   };
 
+  /** Exchanges being proxied: close() waits for them (the ones it cuts off are stored as aborted). */
+  const inFlight = new Set<Promise<void>>();
+  let closing = false;
   const server = http.createServer((req: IncomingMessage, res: ServerResponse) => {
     readBody(req, opts.maxBodyBytes).then(
       (body) => {
@@ -89,13 +92,30 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
           res.writeHead(413, { 'content-type': 'application/json', connection: 'close' }).end(json);
           return;
         }
-        return forwardExchange({ upstream, timeoutMs: opts.upstreamTimeoutMs }, req, body, res, sink);
+        if (closing || res.destroyed) return void res.destroy();
+        const exchange = forwardExchange({ upstream, timeoutMs: opts.upstreamTimeoutMs }, req, body, res, sink).catch((err: unknown) => {
+          console.error(`mocker capture: ${req.method} ${req.url}: ${(err as Error).message}`);
+          res.destroy();
+        });
+        inFlight.add(exchange);
+        void exchange.then(() => inFlight.delete(exchange));
       },
       () => res.destroy(),
     );
   });
   server.keepAliveTimeout = 65_000;
-  await new Promise<void>((resolve) => server.listen(opts.port, opts.host, resolve));
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(opts.port, opts.host, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+  } catch (err) {
+    await recorder.close();
+    throw err;
+  }
   const port = (server.address() as AddressInfo).port;
   console.log(`mocker capture: proxying http://${opts.host}:${port} -> ${upstream.href}, recording into ${opts.captures} (run ${runId}, tokenizer ${tokenizer.name})`);
   let lastLogged = 0;
@@ -110,12 +130,15 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
   stats.unref();
   return {
     port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        clearInterval(stats);
-        server.closeAllConnections();
-        // Exchanges the shutdown aborts are stored too: the recorder flushes before it closes.
-        server.close(() => void recorder.close().then(resolve, resolve));
-      }),
+    close: async () => {
+      clearInterval(stats);
+      closing = true;
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeAllConnections();
+      await closed;
+      // The exchanges cut off here end (as aborted) once stored; then the recorder closes its file.
+      while (inFlight.size > 0) await Promise.all(inFlight);
+      await recorder.close();
+    },
   };
 }

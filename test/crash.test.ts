@@ -1,4 +1,3 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
@@ -6,9 +5,9 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServe, type Running } from '../src/cli/serve.js';
+import { startMockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 
-const MAIN = join(import.meta.dirname, '..', 'dist', 'cli', 'main.js');
 const IN_FLIGHT = 32;
 
 type Body = Record<string, unknown>;
@@ -19,21 +18,6 @@ const completed: { path: string; body: Body }[] = [
   { path: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'user', content: 'Quick answer four' }], max_tokens: 8, stream: true } },
 ];
 const slow = (i: number): Body => ({ model: MODEL, prompt: `A slow story number ${i}`, max_tokens: 200, stream: true });
-
-/** Starts `mocker capture` as its own process and resolves with its port once it listens. */
-function startCaptureProcess(upstream: string, captures: string): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(process.execPath, [MAIN, 'capture', '--upstream', upstream, '--captures', captures, '--host', '127.0.0.1', '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /proxying http:\/\/127\.0\.0\.1:(\d+)/.exec(out);
-      if (m) resolve({ child, port: Number(m[1]) });
-    });
-    child.stderr!.on('data', (d: Buffer) => process.stderr.write(d));
-    child.on('exit', (code) => reject(new Error(`mocker capture exited with ${code} before listening: ${out}`)));
-  });
-}
 
 function request(port: number, path: string, body: Body): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
@@ -70,7 +54,7 @@ describe('kill -9 of the capture process with streams in flight', () => {
     upstream = await startUpstream((body) =>
       String(body.prompt ?? '').includes('slow') ? { content: 'and then '.repeat(100), gapMs: () => 50 } : { content: 'Done quickly.' },
     );
-    const { child, port } = await startCaptureProcess(upstream.url, dbPath);
+    const { child, port } = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', dbPath]);
     for (const c of completed) {
       const res = await request(port, c.path, c.body);
       expect(res.status).toBe(200);

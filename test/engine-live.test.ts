@@ -129,6 +129,15 @@ describe('over HTTP with --timing model', () => {
   }
 
   const engineState = async (url: string) => (await (await fetch(`${url}/mocker/engine`)).json()) as EngineState;
+  /** Polls until some request is running (the one just sent has reached the engine), at most 2 s. */
+  async function whileRunning(urls: string[]): Promise<EngineState[]> {
+    for (let i = 0; i < 200; i++) {
+      const states = await Promise.all(urls.map(engineState));
+      if (states.some((s) => s.ranks.some((r) => r.running > 0))) return states;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    throw new Error('no request reached the engine within 2 s');
+  }
 
   it('an 8,192-token prompt takes the polynomial prefill plus one decode step; a shared 4,096-token prefix shortens it by what the polynomial predicts', async () => {
     const url = await serve({ mode: 'random', captures: ':memory:', timing: 'model', enablePromptTokensDetails: true });
@@ -191,9 +200,8 @@ describe('over HTTP with --timing model', () => {
 
   it('X-data-parallel-rank picks the rank; a rank out of range is a 400', async () => {
     const url = await serve({ mode: 'random', captures: ':memory:', timing: 'model', engine: { dataParallelSize: 2, speedupRatio: 1 } });
-    const slow = fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '1' }, body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 20, ignore_eos: true }) });
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    const during = await engineState(url);
+    const slow = fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '1' }, body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 200, ignore_eos: true }) });
+    const [during] = await whileRunning([url]);
     expect(during.ranks.map((r) => r.running)).toEqual([0, 1]);
     expect((await slow).status).toBe(200);
     const bad = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '2' }, body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 2 }) });
@@ -206,10 +214,10 @@ describe('over HTTP with --timing model', () => {
     servers.push(s);
     expect(s.ports).toHaveLength(2);
     const [first, second] = s.ports!.map((p) => `http://127.0.0.1:${p}`);
-    const slow = fetch(`${second}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 20, ignore_eos: true }) });
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    expect((await engineState(first)).ranks[0].running).toBe(0);
-    expect((await engineState(second)).ranks[0].running).toBe(1);
+    const slow = fetch(`${second}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 200, ignore_eos: true }) });
+    const [onFirst, onSecond] = await whileRunning([first, second]);
+    expect(onFirst.ranks[0].running).toBe(0);
+    expect(onSecond.ranks[0].running).toBe(1);
     expect((await slow).status).toBe(200);
   });
 

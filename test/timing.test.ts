@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCapture } from '../src/cli/capture.js';
-import { startServe, type Running } from '../src/cli/serve.js';
 import { CaptureStore } from '../src/store/captureStore.js';
+import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { encode, MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 
 const TTFT_MS = 200;
@@ -63,7 +63,7 @@ describe('captured timing', () => {
   let captured: number[];
   let observed: number[];
   let dbPath: string;
-  const servers: Running[] = [];
+  const servers: MockerProcess[] = [];
 
   beforeAll(async () => {
     dbPath = join(mkdtempSync(join(tmpdir(), 'mocker-timing-')), 'timing.db');
@@ -82,11 +82,12 @@ describe('captured timing', () => {
 
   afterAll(async () => {
     agent.destroy();
-    for (const s of servers) await s.close();
+    for (const s of servers) await s.stop();
   });
 
+  // The replay server runs as its own process, as deployed: the test process's own work (and GC) stays out of it.
   const serve = async (speedupRatio: number) => {
-    const s = await startServe({ mode: 'replay', captures: dbPath, engine: { speedupRatio } });
+    const s = await startMockerProcess(['serve', '--mode', 'replay', '--captures', dbPath, '--speedup-ratio', String(speedupRatio)]);
     servers.push(s);
     const url = `http://127.0.0.1:${s.port}`;
     // Measured warm, over an open keep-alive connection: one untimed replay first.

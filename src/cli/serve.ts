@@ -6,6 +6,7 @@ import { Recorder } from '../capture/recorder.js';
 import { fixedTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type PassTiming, type TimingMode } from '../engine/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
 import { createServeApp } from '../http/serveApp.js';
+import { VllmMetrics } from '../metrics/vllmMetrics.js';
 import { CaptureStore } from '../store/captureStore.js';
 import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
 import { checkEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs } from './engineArgs.js';
@@ -46,6 +47,8 @@ export interface ServeOptions {
   enablePromptTokensDetails?: boolean;
   /** --num-workers: independent engines, each on its own port (port, port + 1, …). Default 1. */
   numWorkers?: number;
+  /** --show-hidden-metrics-for-version: also vLLM's deprecated metrics. */
+  showHiddenMetrics?: boolean;
 }
 
 export interface Running {
@@ -99,8 +102,10 @@ export async function startServe(options: ServeOptions): Promise<Running> {
     const files = store.tokenizerFiles(run);
     tokenizer = files.has('tokenizer.json') ? new ModelTokenizer(run.tokenizerName ?? 'captured', files) : loadTokenizer();
   }
-  // Warm the tokenizer and the chat template so the first request's TTFT is not a cold start.
+  // Warm the tokenizer, the chat template and the random-token vocabulary (a few hundred ms on first use)
+  // so the first request's TTFT is not a cold start.
   await tokenizer.decode(await tokenizer.encode('warm up', false), true);
+  if (outputs === 'random' || onMiss === 'random') tokenizer.ordinaryTokenIds();
   try {
     tokenizer.renderChat({ messages: [{ role: 'user', content: 'warm up' }] });
   } catch {
@@ -124,6 +129,21 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   const servers: Server[] = [];
   // One engine (own scheduler and KV cache per rank) and one server per worker, on consecutive ports.
   for (let w = 0; w < workers; w++) {
+    // Each worker is its own vLLM instance: its own metrics.
+    const metrics = new VllmMetrics({
+      modelName: servedModels[0],
+      ranks: args.dataParallelSize,
+      maxModelLen,
+      showHidden: opts.showHiddenMetrics ?? false,
+      cacheConfig: {
+        block_size: args.blockSize,
+        cache_dtype: 'auto',
+        enable_prefix_caching: args.enablePrefixCaching ? 'True' : 'False',
+        num_gpu_blocks: args.numGpuBlocks,
+        num_cpu_blocks: 'None',
+        prefix_caching_hash_algo: 'sha256_cbor',
+      },
+    });
     const engine = new SimulatedEngine({
       scheduler: {
         numGpuBlocks: args.numGpuBlocks,
@@ -140,6 +160,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
       dataParallelSize: args.dataParallelSize,
       speedupRatio: args.speedupRatio,
       timingDescription,
+      observer: metrics,
     });
     const app = createServeApp({
       engine,
@@ -152,6 +173,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
       forward: upstream ? { config: { upstream, timeoutMs: opts.upstreamTimeoutMs }, sink } : undefined,
       maxBodyBytes: opts.maxBodyBytes,
       promptTokensDetails: opts.enablePromptTokensDetails ?? false,
+      metrics,
     });
     const port = opts.port === 0 ? 0 : opts.port + w;
     const server = await new Promise<Server>((resolve, reject) => {

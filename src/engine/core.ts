@@ -81,6 +81,8 @@ export interface PassResult {
   preempted: string[];
   /** Tokens computed this pass (prefill chunks and decodes). */
   scheduledTokens: number;
+  /** Of those, prompt tokens (prefill, including recomputed ones after a preemption). */
+  promptTokens: number;
   /** With captured timing: the earliest time a held-back token may come out (null: none held back). */
   wakeAtMs: number | null;
 }
@@ -257,7 +259,7 @@ export class EngineCore {
     const prefillMs = batch === 0 ? 0 : timing.prefillMs(batch, Math.floor(pass.islSum / batch), Math.floor(pass.prefixSum / batch));
     const decodeStart = now + prefillMs;
     const { decodeMs, tokens, wakeAtMs } = this.emitReadyTokens(decodeStart, pass);
-    return { startMs: now, prefillMs, decodeMs, endMs: decodeStart + decodeMs, tokens, admitted: pass.admitted, preempted: pass.preempted, scheduledTokens: pass.scheduledTokens, wakeAtMs };
+    return { startMs: now, prefillMs, decodeMs, endMs: decodeStart + decodeMs, tokens, admitted: pass.admitted, preempted: pass.preempted, scheduledTokens: pass.scheduledTokens, promptTokens: pass.promptTokens, wakeAtMs };
   }
 
   private apply(moves: readonly MoveBlock[]): void {
@@ -441,6 +443,7 @@ class PassBuilder {
   islSum = 0;
   prefixSum = 0;
   scheduledTokens = 0;
+  promptTokens = 0;
 
   constructor(
     private readonly id: number,
@@ -455,6 +458,7 @@ class PassBuilder {
     state.scheduledPrefix = prefix;
     this.budget -= total;
     this.scheduledTokens += total;
+    this.promptTokens += promptTokens;
     if (promptTokens > 0 && this.chargesPrefill) {
       this.batchCount++;
       this.islSum += prefix + promptTokens;
@@ -468,6 +472,7 @@ class PassBuilder {
     state.scheduledPass = -1;
     this.budget += state.scheduledTotal;
     this.scheduledTokens -= state.scheduledTotal;
+    this.promptTokens -= state.scheduledPromptTokens;
     if (state.scheduledPromptTokens > 0 && this.chargesPrefill) {
       this.batchCount--;
       this.islSum -= state.scheduledPrefix + state.scheduledPromptTokens;

@@ -3,4 +3,16 @@ export { runOffline, type OfflineResult, type TimedRequest } from './offlineDriv
 export { loadPerfModel, polynomialPerfModel, type PerfModel } from './perf/perfModel.js';
 export { SimulatedEngine, type SimulatedEngineOptions } from './simulatedEngine.js';
 export { fixedTiming, modelTiming, zeroTiming, type PassTiming } from './timingModels.js';
-export { EngineRejection, type Engine, type EngineRequest, type EngineSequence, type EngineState, type EngineStream, type TimingMode, type TokenEvent } from './types.js';
+export {
+  EngineRejection,
+  type Engine,
+  type EngineObserver,
+  type EngineRequest,
+  type EngineSequence,
+  type EngineState,
+  type EngineStream,
+  type FinishedRequest,
+  type PassStats,
+  type TimingMode,
+  type TokenEvent,
+} from './types.js';

@@ -1,9 +1,9 @@
 import type { EngineCore, EngineStats, PassResult } from './core.js';
 import { capturedDueTimes } from './timing.js';
-import { EngineRejection, type EngineRequest, type EngineStream, type TokenEvent } from './types.js';
+import { EngineRejection, type EngineObserver, type EngineRequest, type EngineStream, type FinishedRequest, type TokenEvent } from './types.js';
 
-/** How close to a deadline the driver stops sleeping on a timer and yields to the event loop instead. */
-const SPIN_MS = 1.5;
+/** How close to a deadline the driver stops sleeping on a timer and yields to the event loop instead (timers fire a few ms late on a busy machine). */
+const SPIN_MS = 4;
 
 /** Longest run of back-to-back zero-time passes before the driver lets I/O happen. */
 const ZERO_TIME_SLICE_MS = 2;
@@ -49,7 +49,18 @@ class TokenQueue implements EngineStream {
 interface Member {
   queue: TokenQueue;
   sequence: number;
+  /** For metrics: engine-clock times of arrival, first admission, first and latest token. */
+  arrivalMs: number;
+  admittedMs: number | null;
+  firstTokenMs: number | null;
+  lastTokenMs: number | null;
+  generated: number;
+  promptTokens: number;
+  finishReason: FinishedRequest['finishReason'];
+  maxTokensParam: number | null;
 }
+
+const seconds = (ms: number) => Math.max(0, ms) / 1000;
 
 /**
  * Drives an engine core in wall-clock time: runs a pass, sleeps until the pass ends (durations are already
@@ -66,13 +77,18 @@ export class LiveDriver {
   private idleArrivalMs: number | null = null;
   private lastPassEndMs = -Infinity;
 
+  private lastStats: EngineStats;
+
   constructor(
     readonly core: EngineCore,
     /** `--speedup-ratio`, for captured token times. */
     private readonly speedupRatio: number,
-    private readonly onPass?: (pass: PassResult) => void,
+    private readonly rank = 0,
+    private readonly observer?: EngineObserver,
     private readonly clock: () => number = () => performance.now(),
-  ) {}
+  ) {
+    this.lastStats = core.engineStats();
+  }
 
   /** Requests in this rank (running and waiting): the load used to pick a rank. */
   get load(): number {
@@ -100,7 +116,19 @@ export class LiveDriver {
       if (seq.outputTokenIds.length === 0) return;
       const id = `${this.nextId++}`;
       ids.push(id);
-      this.members.set(id, { queue, sequence });
+      const finishReason = seq.finishReason === 'length' ? 'length' : 'stop';
+      this.members.set(id, {
+        queue,
+        sequence,
+        arrivalMs: request.arrivalMs,
+        admittedMs: null,
+        firstTokenMs: null,
+        lastTokenMs: null,
+        generated: 0,
+        promptTokens: request.promptTokenIds.length,
+        finishReason,
+        maxTokensParam: request.maxTokensParam ?? null,
+      });
       this.core.add({
         id,
         promptTokenIds: request.promptTokenIds,
@@ -114,11 +142,16 @@ export class LiveDriver {
       return queue;
     }
     this.pending.set(queue, ids.length);
+    this.observer?.onRequest(this.rank, request.sequences.length);
     signal.addEventListener(
       'abort',
       () => {
         for (const id of ids) {
-          if (this.members.delete(id)) this.core.abort(id);
+          const member = this.members.get(id);
+          if (!member) continue;
+          this.members.delete(id);
+          this.core.abort(id);
+          this.finished({ ...member, finishReason: 'abort' }, this.clock());
         }
         this.pending.delete(queue);
         queue.end();
@@ -172,15 +205,67 @@ export class LiveDriver {
   private runPass(now: number): PassResult {
     const pass = this.core.executePass(now);
     this.lastPassEndMs = pass.endMs;
-    this.onPass?.(pass);
     for (const a of pass.admitted) {
       const member = this.members.get(a.id);
-      if (member && !member.queue.admitted) {
+      if (!member) continue;
+      member.admittedMs ??= now;
+      if (!member.queue.admitted) {
         member.queue.admitted = true;
         member.queue.cachedPromptTokens = a.cachedTokens;
       }
     }
+    if (this.observer) this.observe(pass);
     return pass;
+  }
+
+  /** Hands the pass to the observer as vLLM's loggers see a step; tokens count at the pass end. */
+  private observe(pass: PassResult): void {
+    const stats = this.core.engineStats();
+    const timesToFirstTokenS: number[] = [];
+    const interTokenLatenciesS: number[] = [];
+    for (const t of pass.tokens) {
+      const member = this.members.get(t.id);
+      if (!member) continue;
+      if (member.firstTokenMs === null) {
+        member.firstTokenMs = pass.endMs;
+        timesToFirstTokenS.push(seconds(pass.endMs - member.arrivalMs));
+      } else interTokenLatenciesS.push(seconds(pass.endMs - (member.lastTokenMs ?? pass.endMs)));
+      member.lastTokenMs = pass.endMs;
+      member.generated = t.generated;
+      if (t.completed) this.finished(member, pass.endMs);
+    }
+    this.observer!.onPass(this.rank, {
+      running: stats.running,
+      waiting: stats.waiting,
+      activeBlocks: stats.activeBlocks,
+      totalBlocks: stats.totalBlocks,
+      prefixCacheQueries: stats.prefixCacheQueries - this.lastStats.prefixCacheQueries,
+      prefixCacheHits: stats.prefixCacheHits - this.lastStats.prefixCacheHits,
+      preemptions: stats.preemptions - this.lastStats.preemptions,
+      promptTokens: pass.promptTokens,
+      generationTokens: pass.tokens.length,
+      timesToFirstTokenS,
+      interTokenLatenciesS,
+    });
+    this.lastStats = stats;
+  }
+
+  private finished(member: Member, endMs: number): void {
+    const admitted = member.admittedMs ?? endMs;
+    const first = member.firstTokenMs ?? endMs;
+    const last = member.lastTokenMs ?? endMs;
+    this.observer?.onFinished(this.rank, {
+      finishReason: member.finishReason,
+      e2eS: seconds(endMs - member.arrivalMs),
+      queueS: seconds(admitted - member.arrivalMs),
+      prefillS: seconds(first - admitted),
+      inferenceS: seconds(last - admitted),
+      decodeS: seconds(last - first),
+      promptTokens: member.promptTokens,
+      generationTokens: member.generated,
+      meanTimePerOutputTokenS: member.generated > 1 ? seconds(last - first) / (member.generated - 1) : 0,
+      maxTokensParam: member.maxTokensParam,
+    });
   }
 
   private deliver(passes: readonly PassResult[]): void {

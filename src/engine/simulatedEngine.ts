@@ -1,6 +1,6 @@
-import { EngineCore, type PassResult, type SchedulerConfig } from './core.js';
+import { EngineCore, type SchedulerConfig } from './core.js';
 import { LiveDriver } from './liveDriver.js';
-import { EngineRejection, type Engine, type EngineRequest, type EngineState, type EngineStream } from './types.js';
+import { EngineRejection, type Engine, type EngineObserver, type EngineRequest, type EngineState, type EngineStream } from './types.js';
 
 export interface SimulatedEngineOptions {
   scheduler: SchedulerConfig;
@@ -9,8 +9,8 @@ export interface SimulatedEngineOptions {
   speedupRatio: number;
   /** Shown in `/mocker/engine`. */
   timingDescription: string;
-  /** Called after every pass of every rank (metrics, KV events). */
-  onPass?: (rank: number, pass: PassResult) => void;
+  /** Sees every pass and request of every rank (metrics). */
+  observer?: EngineObserver;
 }
 
 /** The `Engine` the server uses: one live-driven engine core per data-parallel rank. */
@@ -23,7 +23,7 @@ export class SimulatedEngine implements Engine {
     }
     this.ranks = Array.from(
       { length: options.dataParallelSize },
-      (_, rank) => new LiveDriver(new EngineCore(options.scheduler), options.speedupRatio, options.onPass && ((pass) => options.onPass!(rank, pass))),
+      (_, rank) => new LiveDriver(new EngineCore(options.scheduler), options.speedupRatio, rank, options.observer),
     );
   }
 

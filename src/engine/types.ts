@@ -8,6 +8,8 @@ export interface EngineSequence {
   outputTokenIds: readonly number[];
   /** When each token arrived in the capture, ms after the request was sent (honoured by captured timing). */
   capturedTimesMs?: readonly number[];
+  /** How the sequence ends (`stop`, `length`…), for metrics. */
+  finishReason?: string;
 }
 
 export interface EngineRequest {
@@ -19,6 +21,8 @@ export interface EngineRequest {
   sequences: readonly EngineSequence[];
   /** Data-parallel rank asked for by the client (vLLM's `X-data-parallel-rank`); else the least loaded. */
   dataParallelRank?: number;
+  /** The request's `max_tokens` as sent (null when absent), for metrics. */
+  maxTokensParam?: number | null;
 }
 
 /** Tokens that became available at the same moment: sequence `sequence` now has `emitted` tokens out. */
@@ -52,3 +56,39 @@ export interface EngineState {
 }
 
 export type TimingMode = 'captured' | 'fixed' | 'model' | 'none';
+
+/** What one engine pass did, as vLLM's stat loggers see an engine step (counters as increments). */
+export interface PassStats {
+  running: number;
+  waiting: number;
+  activeBlocks: number;
+  totalBlocks: number;
+  prefixCacheQueries: number;
+  prefixCacheHits: number;
+  preemptions: number;
+  promptTokens: number;
+  generationTokens: number;
+  timesToFirstTokenS: number[];
+  interTokenLatenciesS: number[];
+}
+
+/** A request that left the engine, with vLLM's per-request intervals (seconds). */
+export interface FinishedRequest {
+  finishReason: 'stop' | 'length' | 'abort';
+  e2eS: number;
+  queueS: number;
+  prefillS: number;
+  inferenceS: number;
+  decodeS: number;
+  promptTokens: number;
+  generationTokens: number;
+  meanTimePerOutputTokenS: number;
+  maxTokensParam: number | null;
+}
+
+/** Receives the engine's statistics (Prometheus metrics, logs). */
+export interface EngineObserver {
+  onRequest(rank: number, n: number): void;
+  onPass(rank: number, stats: PassStats): void;
+  onFinished(rank: number, request: FinishedRequest): void;
+}

@@ -31,6 +31,8 @@ export interface ServeAppConfig {
   maxBodyBytes: number;
   /** vLLM's --enable-prompt-tokens-details: usage reports the prefix-cache hits. */
   promptTokensDetails: boolean;
+  /** `GET /metrics` (Prometheus text). */
+  metrics?: { text(): Promise<string>; readonly contentType: string };
 }
 
 type Env = { Bindings: HttpBindings };
@@ -45,6 +47,7 @@ const ROUTES: Record<string, string[]> = {
   '/ping': ['GET', 'POST'],
   '/version': ['GET'],
   '/mocker/engine': ['GET'],
+  '/metrics': ['GET'],
 };
 
 const SSE_HEADERS: OutgoingHttpHeaders = { 'content-type': 'text/event-stream; charset=utf-8' };
@@ -191,8 +194,9 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
           requestId: ctx.id,
           arrivalMs,
           promptTokenIds: p.promptIds,
-          sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs })),
+          sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs, finishReason: plan.finishReason })),
           dataParallelRank: p.dataParallelRank,
+          maxTokensParam: p.params.maxTokensRequested ? p.params.maxTokens : null,
         },
         signal,
       );
@@ -347,6 +351,10 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/v1/chat/completions', generate('chat'));
   app.get('/health', (c) => c.body(null, 200));
   app.get('/mocker/engine', (c) => c.json(engine.state()));
+  app.get('/metrics', async (c) => {
+    if (!config.metrics) return c.body('{"detail":"Not Found"}', 404, { 'content-type': 'application/json' });
+    return c.body(await config.metrics.text(), 200, { 'content-type': config.metrics.contentType });
+  });
   app.on(['GET', 'POST'], '/ping', (c) => c.body(null, 200));
   app.get('/version', (c) => c.body(config.versionJson, 200, { 'content-type': 'application/json' }));
   app.get('/v1/models', (c) => {

@@ -1,0 +1,141 @@
+/**
+ * `GET /metrics` against vLLM's exposition (vllm-wire-reference §4), read with a real Prometheus text-format
+ * parser, under a load the test controls.
+ */
+import parsePrometheusTextFormat from 'parse-prometheus-text-format';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startServe, type Running } from '../src/cli/serve.js';
+import type { EngineState } from '../src/engine/index.js';
+import { MODEL } from './support/vllmUpstream.js';
+
+type Families = ReturnType<typeof parsePrometheusTextFormat>;
+
+const LENGTH_REQUESTS = 5;
+const MAX_TOKENS = 12;
+
+describe('GET /metrics', () => {
+  let server: Running;
+  let url: string;
+  beforeAll(async () => {
+    // Slow steps and room for 3 running requests: the test knows what is running and waiting.
+    server = await startServe({ mode: 'random', captures: ':memory:', timing: 'fixed', forwardTimeMs: 40, engine: { maxNumSeqs: 3, maxNumBatchedTokens: 8192 } });
+    url = `http://127.0.0.1:${server.port}`;
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  const scrape = async (): Promise<{ families: Families; contentType: string; text: string }> => {
+    const res = await fetch(`${url}/metrics`);
+    const text = await res.text();
+    return { families: parsePrometheusTextFormat(text), contentType: res.headers.get('content-type') ?? '', text };
+  };
+  /**
+   * A histogram's `_count` sample, read from the text itself: the parser folds labelled histograms into bucket
+   * maps without their count and sum.
+   */
+  const histogramCount = (text: string, name: string) => {
+    const line = text.split('\n').find((l) => l.startsWith(`${name}_count{`));
+    if (!line) throw new Error(`no ${name}_count in /metrics`);
+    return Number(line.slice(line.lastIndexOf(' ') + 1));
+  };
+  const family = (families: Families, name: string) => {
+    const f = families.find((x) => x.name === name);
+    if (!f) throw new Error(`no ${name} in /metrics`);
+    return f;
+  };
+  const value = (families: Families, name: string, labels: Record<string, string> = {}) => {
+    const sample = family(families, name).metrics.find((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v));
+    return Number(sample?.value);
+  };
+
+  it('exposes vLLM names, types, help texts and labels before any request', async () => {
+    const { families, contentType } = await scrape();
+    expect(contentType).toMatch(/^text\/plain; version=0\.0\.4/);
+    expect(family(families, 'vllm:num_requests_running')).toMatchObject({ type: 'GAUGE', help: 'Number of requests in model execution batches.' });
+    expect(family(families, 'vllm:kv_cache_usage_perc')).toMatchObject({ type: 'GAUGE', help: 'KV-cache usage. 1 means 100 percent usage.' });
+    expect(family(families, 'vllm:prompt_tokens_total')).toMatchObject({ type: 'COUNTER', help: 'Number of prefill tokens processed.' });
+    expect(family(families, 'vllm:time_to_first_token_seconds')).toMatchObject({ type: 'HISTOGRAM', help: 'Histogram of time to first token in seconds.' });
+    expect(family(families, 'vllm:num_requests_running').metrics[0].labels).toEqual({ model_name: MODEL, engine: '0' });
+    const success = family(families, 'vllm:request_success_total').metrics.map((m) => m.labels?.finished_reason).sort();
+    expect(success).toEqual(['abort', 'length', 'stop']);
+    const ttftBuckets = Object.keys(family(families, 'vllm:time_to_first_token_seconds').metrics[0].buckets ?? {})
+      .map((le) => (le === '+Inf' ? Infinity : Number(le)))
+      .sort((a, b) => a - b);
+    expect(ttftBuckets).toEqual([0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560, Infinity]);
+    expect(histogramCount((await scrape()).text, 'vllm:time_to_first_token_seconds')).toBe(0);
+    expect(family(families, 'vllm:cache_config_info').metrics[0].labels).toMatchObject({ block_size: '64', num_gpu_blocks: '16384', engine: '0' });
+    // The deprecated gauge only with --show-hidden-metrics-for-version.
+    expect(families.find((f) => f.name === 'vllm:gpu_cache_usage_perc')).toBeUndefined();
+  });
+
+  it('tracks a controlled load: gauges match what was sent, counters only rise, histograms count the finished requests', async () => {
+    const prompts = Array.from({ length: LENGTH_REQUESTS }, (_, i) => Array.from({ length: 10 + i }, (_, t) => 1000 + 100 * i + t));
+    const sent = prompts.map((prompt) =>
+      fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt, max_tokens: MAX_TOKENS, ignore_eos: true }) }).then((r) => r.json()),
+    );
+    // One chat answer that ends by EOS: a `stop` finish.
+    const chat = fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] }) }).then(
+      (r) => r.json() as Promise<{ choices: { finish_reason: string }[]; usage: { prompt_tokens: number; completion_tokens: number } }>,
+    );
+    // Until all 6 have reached the engine (the first ends after 12 steps of 40 ms, well after).
+    let state = (await (await fetch(`${url}/mocker/engine`)).json()) as EngineState;
+    for (let i = 0; i < 40 && state.ranks[0].running + state.ranks[0].waiting < 6; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      state = (await (await fetch(`${url}/mocker/engine`)).json()) as EngineState;
+    }
+    // Gauges are set at each engine step: let one pass after the last arrival.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const during = (await scrape()).families;
+    state = (await (await fetch(`${url}/mocker/engine`)).json()) as EngineState;
+    // 6 requests sent, 3 may run.
+    expect(value(during, 'vllm:num_requests_running')).toBe(3);
+    expect(value(during, 'vllm:num_requests_waiting')).toBe(3);
+    expect(state.ranks[0]).toMatchObject({ running: 3, waiting: 3 });
+    expect(value(during, 'vllm:kv_cache_usage_perc')).toBeCloseTo(state.ranks[0].activeBlocks / state.ranks[0].totalBlocks, 9);
+
+    const counters = ['vllm:prompt_tokens_total', 'vllm:generation_tokens_total', 'vllm:prefix_cache_queries_total'];
+    let previous = counters.map((c) => value(during, c));
+    const polls: Promise<void>[] = [];
+    let done = false;
+    const watch = (async () => {
+      while (!done) {
+        const now = (await scrape()).families;
+        const current = counters.map((c) => value(now, c));
+        current.forEach((v, i) => expect(v, counters[i]).toBeGreaterThanOrEqual(previous[i]));
+        previous = current;
+        await new Promise((resolve) => setTimeout(resolve, 30));
+      }
+    })();
+    polls.push(watch);
+    let chatAnswer: Awaited<typeof chat>;
+    try {
+      await Promise.all(sent);
+      chatAnswer = await chat;
+    } finally {
+      done = true;
+      await Promise.all(polls);
+    }
+    expect(chatAnswer.choices[0].finish_reason).toBe('stop');
+
+    const { families: after, text: afterText } = await scrape();
+    const finished = LENGTH_REQUESTS + 1;
+    expect(value(after, 'vllm:request_success_total', { finished_reason: 'length' })).toBe(LENGTH_REQUESTS);
+    expect(value(after, 'vllm:request_success_total', { finished_reason: 'stop' })).toBe(1);
+    for (const h of ['vllm:e2e_request_latency_seconds', 'vllm:request_queue_time_seconds', 'vllm:request_prefill_time_seconds', 'vllm:request_decode_time_seconds', 'vllm:request_prompt_tokens', 'vllm:request_generation_tokens', 'vllm:time_to_first_token_seconds']) {
+      expect(histogramCount(afterText, h), h).toBe(finished);
+    }
+    // max_tokens was sent by the 5 completions only.
+    expect(histogramCount(afterText, 'vllm:request_params_max_tokens')).toBe(LENGTH_REQUESTS);
+    const promptTokens = prompts.reduce((n, p) => n + p.length, 0) + chatAnswer.usage.prompt_tokens;
+    expect(value(after, 'vllm:prompt_tokens_total')).toBe(promptTokens);
+    expect(value(after, 'vllm:generation_tokens_total')).toBe(LENGTH_REQUESTS * MAX_TOKENS + chatAnswer.usage.completion_tokens);
+    expect(histogramCount(afterText, 'vllm:inter_token_latency_seconds')).toBe(LENGTH_REQUESTS * (MAX_TOKENS - 1) + chatAnswer.usage.completion_tokens - 1);
+    expect(value(after, 'vllm:prefix_cache_queries_total')).toBe(promptTokens);
+    expect(value(after, 'vllm:num_requests_running')).toBe(0);
+    expect(value(after, 'vllm:num_requests_waiting')).toBe(0);
+    // Requests that waited for a slot spent measurable time queued: the queue-time histogram saw it.
+    const queueSum = afterText.split('\n').find((l) => l.startsWith('vllm:request_queue_time_seconds_sum{'))!;
+    expect(Number(queueSum.slice(queueSum.lastIndexOf(' ') + 1))).toBeGreaterThan(0);
+  });
+});

@@ -1,0 +1,16 @@
+declare module 'parse-prometheus-text-format' {
+  interface Sample {
+    value?: string;
+    labels?: Record<string, string>;
+    buckets?: Record<string, string>;
+    count?: string;
+    sum?: string;
+  }
+  interface Family {
+    name: string;
+    help: string;
+    type: 'COUNTER' | 'GAUGE' | 'HISTOGRAM' | 'SUMMARY' | 'UNTYPED';
+    metrics: Sample[];
+  }
+  export default function parsePrometheusTextFormat(text: string): Family[];
+}

@@ -1,0 +1,64 @@
+/**
+ * A plain keep-alive node:http SSE client that records when each event arrives. Run as its own small process
+ * (`node --import tsx test/support/sseTiming.ts URL BODY`) it prints `{ rttMs, arrivalsMs }` for one warm
+ * measured request: a fresh process has no garbage of the test runner's to collect mid-stream.
+ */
+import { execFile } from 'node:child_process';
+import http from 'node:http';
+import { fileURLToPath } from 'node:url';
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+
+/** Client-side arrival time of each SSE event carrying text, in ms after sending the request. */
+export async function arrivals(url: string, body: unknown): Promise<number[]> {
+  const t0 = performance.now();
+  const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+    const req = http.request(`${url}/v1/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json' } }, resolve);
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+  const times: number[] = [];
+  let buffer = '';
+  for await (const chunk of res as AsyncIterable<Buffer>) {
+    const now = performance.now() - t0;
+    buffer += chunk.toString('utf8');
+    let at: number;
+    while ((at = buffer.indexOf('\n\n')) >= 0) {
+      const event = buffer.slice(0, at);
+      buffer = buffer.slice(at + 2);
+      if (event !== 'data: [DONE]') times.push(now);
+    }
+  }
+  return times;
+}
+
+/** The client's own cost of one exchange with a server: the median warm round trip of `GET /health`. */
+export async function roundTrip(url: string): Promise<number> {
+  const samples: number[] = [];
+  for (let i = 0; i < 9; i++) {
+    const t0 = performance.now();
+    await new Promise<void>((resolve, reject) => {
+      http.get(`${url}/health`, { agent }, (res) => res.resume().on('end', resolve)).on('error', reject);
+    });
+    samples.push(performance.now() - t0);
+  }
+  return samples.sort((a, b) => a - b)[4];
+}
+
+/** Measures in a separate process: one untimed warm-up request, the round trip, then the measured request. */
+export function measureInProcess(url: string, body: unknown): Promise<{ rttMs: number; arrivalsMs: number[] }> {
+  const script = fileURLToPath(import.meta.url);
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ['--import', 'tsx', script, url, JSON.stringify(body)], (err, stdout) => (err ? reject(err) : resolve(JSON.parse(stdout) as { rttMs: number; arrivalsMs: number[] })));
+  });
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const [url, body] = process.argv.slice(2);
+  const request = JSON.parse(body) as unknown;
+  await arrivals(url, request);
+  const rttMs = await roundTrip(url);
+  const arrivalsMs = await arrivals(url, request);
+  agent.destroy();
+  process.stdout.write(JSON.stringify({ rttMs, arrivalsMs }));
+}

@@ -105,3 +105,20 @@ export function checkSampling(req: CompletionRequest | ChatRequest): void {
     throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.');
   }
 }
+
+/** `POST /tokenize`: vLLM's completion form (`prompt`) or chat form (`messages`). */
+export const tokenizeRequest = z.looseObject({
+  model: nullish(z.string()),
+  prompt: z.string().optional(),
+  messages: z.array(message).optional(),
+  add_special_tokens: nullish(z.boolean()),
+  add_generation_prompt: nullish(z.boolean()),
+  continue_final_message: nullish(z.boolean()),
+  return_token_strs: nullish(z.boolean()),
+  chat_template: nullish(z.string()),
+  chat_template_kwargs: nullish(z.record(z.string(), z.unknown())),
+  tools: nullish(z.array(z.looseObject({ type: z.string() }))),
+});
+
+/** `POST /detokenize`. */
+export const detokenizeRequest = z.looseObject({ model: nullish(z.string()), tokens: tokenIds });

@@ -13,7 +13,7 @@ import type { ChunkDelta, StoredExchange } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
 import { chunkEvent, DONE_EVENT, fullResponse, restamp, roleEvent, usageEvent, type RenderContext } from './render.js';
-import { chatRequest, checkSampling, completionRequest, parseBody, type ChatRequest, type CompletionRequest } from './schemas.js';
+import { chatRequest, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
 
 export interface ServeAppConfig {
   engine: Engine;
@@ -47,6 +47,8 @@ const ROUTES: Record<string, string[]> = {
   '/ping': ['GET', 'POST'],
   '/version': ['GET'],
   '/mocker/engine': ['GET'],
+  '/tokenize': ['POST'],
+  '/detokenize': ['POST'],
   '/metrics': ['GET'],
 };
 
@@ -306,17 +308,20 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     res.end(release(true));
   }
 
+  const readJson = async (c: Context<Env>): Promise<{ bytes: Buffer; body: Json }> => {
+    const bytes = Buffer.from(await c.req.arrayBuffer());
+    try {
+      return { bytes, body: JSON.parse(bytes.toString('utf8')) as Json };
+    } catch (err) {
+      throw new ApiError(400, `Invalid JSON body: ${(err as Error).message}`, 'Bad Request');
+    }
+  };
+
   const generate = (kind: EndpointKind) => async (c: Context<Env>) => {
     const arrivalMs = performance.now();
     const res = c.env.outgoing;
     const reqNode: IncomingMessage = c.env.incoming;
-    const bodyBytes = Buffer.from(await c.req.arrayBuffer());
-    let body: Json;
-    try {
-      body = JSON.parse(bodyBytes.toString('utf8')) as Json;
-    } catch (err) {
-      throw new ApiError(400, `Invalid JSON body: ${(err as Error).message}`, 'Bad Request');
-    }
+    const { bytes: bodyBytes, body } = await readJson(c);
     const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'));
     const resolution = await resolver.resolve(p.params, p.model, p.promptIds, requestShape(kind, body));
     if (resolution.type === 'error') throw resolution.error;
@@ -351,6 +356,29 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/v1/chat/completions', generate('chat'));
   app.get('/health', (c) => c.body(null, 200));
   app.get('/mocker/engine', (c) => c.json(engine.state()));
+  app.post('/tokenize', async (c) => {
+    const req = parseBody(tokenizeRequest, (await readJson(c)).body);
+    resolveModel(req.model);
+    if ((req.prompt === undefined) === (req.messages === undefined)) throw badRequest('Either `prompt` or `messages` must be given.');
+    let ids: number[];
+    if (req.messages !== undefined) {
+      let rendered: string;
+      try {
+        rendered = tokenizer.renderChat(req as ChatRequest);
+      } catch (err) {
+        throw badRequest(`Chat template error: ${(err as Error).message}`);
+      }
+      ids = await tokenizer.encode(rendered, req.add_special_tokens ?? false);
+    } else ids = await tokenizer.encode(req.prompt!, req.add_special_tokens ?? true);
+    const tokenStrs = req.return_token_strs ? tokenizer.tokenStrings(ids) : null;
+    return c.json({ count: ids.length, max_model_len: config.maxModelLen, tokens: ids, token_strs: tokenStrs });
+  });
+  app.post('/detokenize', async (c) => {
+    const req = parseBody(detokenizeRequest, (await readJson(c)).body);
+    resolveModel(req.model);
+    checkTokenIds(req.tokens);
+    return c.json({ prompt: await tokenizer.decode(req.tokens, false) });
+  });
   app.get('/metrics', async (c) => {
     if (!config.metrics) return c.body('{"detail":"Not Found"}', 404, { 'content-type': 'application/json' });
     return c.body(await config.metrics.text(), 200, { 'content-type': config.metrics.contentType });

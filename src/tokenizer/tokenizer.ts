@@ -161,6 +161,11 @@ export class ModelTokenizer {
   }
 
   /** vLLM V1's incremental detokenizer (`tokenizers.decoders.DecodeStream`). */
+  /** The vocabulary's string for each id (vLLM's `token_strs`), null for ids it does not have. */
+  tokenStrings(ids: readonly number[]): (string | null)[] {
+    return ids.map((id) => this.tokenizer.idToToken(id));
+  }
+
   decodeStream(skipSpecialTokens: boolean): DecodeStream {
     return new DecodeStream((ids) => this.decode(ids, skipSpecialTokens));
   }

@@ -51,6 +51,9 @@ program
   .option('--num-workers <n>', 'independent engines, each on its own port: --port, --port + 1, …', number('--num-workers', { integer: true, min: 1 }), 1)
   .option('--data-parallel-size <n>', 'ranks, each with its own scheduler and KV cache', number('--data-parallel-size', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.dataParallelSize)
   .option('--extra-engine-args <json>', "Dynamo mocker engine args (JSON file or inline object), applied over the flags")
+  .option('--api-key <key>', 'require Authorization: Bearer <key> on /v1/* (default: $VLLM_API_KEY)')
+  .option('--enable-request-id-headers', 'responses carry X-Request-Id', false)
+  .option('--enable-server-load-tracking', '/load counts requests in flight', false)
   .option('--show-hidden-metrics-for-version <version>', "also vLLM's deprecated metrics (gpu_cache_usage_perc, time_per_output_token_seconds)")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
   .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record (default: random in simulate, error otherwise)').choices(['error', 'random', 'passthrough', 'record']))
@@ -82,6 +85,9 @@ program
       enablePromptTokensDetails: o.enablePromptTokensDetails,
       numWorkers: o.numWorkers,
       showHiddenMetrics: o.showHiddenMetricsForVersion !== undefined,
+      apiKey: o.apiKey,
+      requestIdHeaders: o.enableRequestIdHeaders,
+      serverLoadTracking: o.enableServerLoadTracking,
       captures: o.captures,
       model: o.model,
       servedModelName: o.servedModelName,

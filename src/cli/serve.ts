@@ -49,6 +49,12 @@ export interface ServeOptions {
   numWorkers?: number;
   /** --show-hidden-metrics-for-version: also vLLM's deprecated metrics. */
   showHiddenMetrics?: boolean;
+  /** --api-key (else VLLM_API_KEY): `/v1/*` needs `Authorization: Bearer <key>`. */
+  apiKey?: string;
+  /** --enable-request-id-headers */
+  requestIdHeaders?: boolean;
+  /** --enable-server-load-tracking */
+  serverLoadTracking?: boolean;
 }
 
 export interface Running {
@@ -174,6 +180,9 @@ export async function startServe(options: ServeOptions): Promise<Running> {
       maxBodyBytes: opts.maxBodyBytes,
       promptTokensDetails: opts.enablePromptTokensDetails ?? false,
       metrics,
+      apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
+      requestIdHeaders: opts.requestIdHeaders,
+      serverLoadTracking: opts.serverLoadTracking,
     });
     const port = opts.port === 0 ? 0 : opts.port + w;
     const server = await new Promise<Server>((resolve, reject) => {

@@ -196,6 +196,11 @@ export class EngineCore {
     this.requests.delete(id);
   }
 
+  /** vLLM's reset_prefix_cache: forgets every cached block no request holds. */
+  resetPrefixCache(): number {
+    return this.kv.clearInactive();
+  }
+
   get isIdle(): boolean {
     return this.requests.size === 0;
   }

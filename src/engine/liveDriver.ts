@@ -96,6 +96,10 @@ export class LiveDriver {
     return s.running + s.waiting;
   }
 
+  resetPrefixCache(): number {
+    return this.core.resetPrefixCache();
+  }
+
   stats(): EngineStats {
     return this.core.engineStats();
   }

@@ -37,6 +37,10 @@ export class SimulatedEngine implements Engine {
     return driver.submit(request, signal);
   }
 
+  resetPrefixCache(): number {
+    return this.ranks.reduce((n, r) => n + r.resetPrefixCache(), 0);
+  }
+
   state(): EngineState {
     return { ranks: this.ranks.map((r, rank) => ({ rank, ...r.stats() })), timing: this.options.timingDescription };
   }

@@ -48,6 +48,8 @@ export interface Engine {
   submit(request: EngineRequest, signal: AbortSignal): EngineStream;
   /** The live state, per data-parallel rank (for `/mocker/engine`). */
   state(): EngineState;
+  /** Drops every cached block no request holds, on every rank; returns how many. */
+  resetPrefixCache(): number;
 }
 
 export interface EngineState {

@@ -33,6 +33,12 @@ export interface ServeAppConfig {
   promptTokensDetails: boolean;
   /** `GET /metrics` (Prometheus text). */
   metrics?: { text(): Promise<string>; readonly contentType: string };
+  /** vLLM's --api-key: `/v1/*` needs `Authorization: Bearer <key>`. */
+  apiKey?: string;
+  /** vLLM's --enable-request-id-headers: responses carry `X-Request-Id`. */
+  requestIdHeaders?: boolean;
+  /** vLLM's --enable-server-load-tracking: `/load` counts requests in flight (else it reads 0). */
+  serverLoadTracking?: boolean;
 }
 
 type Env = { Bindings: HttpBindings };
@@ -48,6 +54,8 @@ const ROUTES: Record<string, string[]> = {
   '/version': ['GET'],
   '/mocker/engine': ['GET'],
   '/tokenize': ['POST'],
+  '/load': ['GET'],
+  '/reset_prefix_cache': ['POST'],
   '/detokenize': ['POST'],
   '/metrics': ['GET'],
 };
@@ -344,6 +352,22 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     return RESPONSE_ALREADY_SENT;
   };
 
+  let inFlight = 0;
+  app.use('*', async (c, next) => {
+    if (config.apiKey !== undefined && c.req.path.startsWith('/v1') && c.req.method !== 'OPTIONS' && c.req.header('authorization') !== `Bearer ${config.apiKey}`) {
+      return c.body('{"error":"Unauthorized"}', 401, { 'content-type': 'application/json' });
+    }
+    if (config.requestIdHeaders) c.env.outgoing.setHeader('x-request-id', c.req.header('x-request-id') ?? randomUUID().replaceAll('-', ''));
+    const counted = config.serverLoadTracking === true && ROUTES[c.req.path]?.includes('POST') && c.req.path.startsWith('/v1');
+    if (!counted) return next();
+    inFlight++;
+    try {
+      await next();
+    } finally {
+      inFlight--;
+    }
+  });
+
   app.use(
     '*',
     bodyLimit({
@@ -356,6 +380,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/v1/chat/completions', generate('chat'));
   app.get('/health', (c) => c.body(null, 200));
   app.get('/mocker/engine', (c) => c.json(engine.state()));
+  app.get('/load', (c) => c.json({ server_load: inFlight }));
+  app.post('/reset_prefix_cache', (c) => {
+    engine.resetPrefixCache();
+    return c.body(null, 200);
+  });
   app.post('/tokenize', async (c) => {
     const req = parseBody(tokenizeRequest, (await readJson(c)).body);
     resolveModel(req.model);

@@ -22,7 +22,7 @@ export type MoveBlock =
 export type UseMove = Extract<MoveBlock, { kind: 'use' }>;
 
 /** What the cache did, for KV events: full blocks newly stored (with their parent) or evicted. */
-export type KvCacheEvent = { kind: 'stored'; blocks: BlockId[]; parent: BlockId | null } | { kind: 'removed'; blocks: BlockId[] };
+export type KvCacheEvent = { kind: 'stored'; blocks: BlockId[]; parent: BlockId | null } | { kind: 'removed'; blocks: BlockId[] } | { kind: 'cleared' };
 
 export const isFullBlock = (block: BlockId) => block >= 0;
 
@@ -105,6 +105,14 @@ export class KvBlockManager {
       this.onEvent?.({ kind: 'stored', blocks: [full], parent });
     }
     return 1;
+  }
+
+  /** Drops every cached block nobody holds (vLLM's reset_prefix_cache); returns how many. */
+  clearInactive(): number {
+    let dropped = 0;
+    while (this.inactive.evict() !== undefined) dropped++;
+    this.onEvent?.({ kind: 'cleared' });
+    return dropped;
   }
 
   /** Leading blocks of `blocks` present in the cache (active or inactive), stopping at the first miss. */

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { cdeEncodeOptions, encode } from 'cbor2';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -303,6 +304,28 @@ describe('hashBlockTokens against the cbor2 package (second oracle)', () => {
     for (let i = 0; i < 200; i++) {
       const seed = Array.from({ length: Math.floor(random() * 300) }, () => String.fromCharCode(32 + Math.floor(random() * 95))).join('');
       expect(noneHash(seed)).toEqual(cborSha256(seed));
+    }
+  });
+});
+
+describe('the kv-hashes oracle fixtures (Python hashlib + cbor2, as vLLM computes them)', () => {
+  const rows = readFileSync(new URL('./fixtures/kv-hashes/vllm-block-hashes.jsonl', import.meta.url), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { algo: string; seed: string; none_hash_hex: string; block_size: number; token_ids: number[]; blocks: { hex: string; event_u64: string }[] });
+  const cbor = rows.filter((r) => r.algo === 'sha256_cbor');
+
+  it('covers every seed and block size of the fixture file', () => {
+    expect(new Set(cbor.map((r) => `${r.seed}/${r.block_size}`))).toEqual(new Set(['0/16', '0/64', '42/16', '42/64', 'vllm-none-hash/16', 'vllm-none-hash/64']));
+  });
+
+  it('reproduces NONE_HASH, every block digest and every event value for sha256_cbor', () => {
+    for (const row of cbor) {
+      const none = noneHash(row.seed);
+      expect(none.toString('hex'), `seed ${row.seed}`).toBe(row.none_hash_hex);
+      const chain = blockHashChain(row.token_ids, row.block_size, none);
+      expect(chain.map((d) => d.toString('hex'))).toEqual(row.blocks.map((b) => b.hex));
+      expect(chain.map((d) => eventBlockHash(d).toString())).toEqual(row.blocks.map((b) => b.event_u64));
     }
   });
 });

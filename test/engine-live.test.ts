@@ -139,8 +139,7 @@ describe('over HTTP with --timing model', () => {
     throw new Error('no request reached the engine within 2 s');
   }
 
-  // Wall clock on a shared VM: a scheduling hiccup gets another measurement (fresh server), not a wider tolerance.
-  it('an 8,192-token prompt takes the polynomial prefill plus one decode step; a shared 4,096-token prefix shortens it by what the polynomial predicts', { retry: 2 }, async () => {
+  it('an 8,192-token prompt takes the polynomial prefill plus one decode step; a shared 4,096-token prefix shortens it by what the polynomial predicts', async () => {
     const url = await serve({ mode: 'random', captures: ':memory:', timing: 'model', enablePromptTokensDetails: true });
     // Warm the path with a tiny request, so the measured ones carry no first-request costs.
     await complete(url, { prompt: ids(8), max_tokens: 1 });

@@ -10,6 +10,11 @@ const ZERO_TIME_SLICE_MS = 2;
 
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
+/** A word to `Atomics.wait` on (nobody notifies it): a precise, allocation-free pause of the thread. */
+const PAUSE = new Int32Array(new SharedArrayBuffer(4));
+/** Longest blocking pause before the loop gets a turn to do I/O. */
+const MAX_PAUSE_MS = 0.25;
+
 const progressed = (pass: PassResult) => pass.tokens.length > 0 || pass.scheduledTokens > 0 || pass.preempted.length > 0 || pass.endMs > pass.startMs;
 
 /** One request's token events, queued by the driver and read by the HTTP layer. */
@@ -310,7 +315,11 @@ export class LiveDriver {
           };
       });
     }
-    while (!woken && this.clock() < deadline) await nextTurn();
+    // The last stretch: short blocking waits (no garbage, sub-ms precise) between event-loop turns for I/O.
+    while (!woken && this.clock() < deadline) {
+      Atomics.wait(PAUSE, 0, 0, Math.min(MAX_PAUSE_MS, deadline - this.clock()));
+      await nextTurn();
+    }
     if (interruptible) this.wake = null;
   }
 }

@@ -6,11 +6,15 @@ import { Recorder } from '../capture/recorder.js';
 import { fixedTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type PassTiming, type TimingMode } from '../engine/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
 import { createServeApp } from '../http/serveApp.js';
+import { StatsLog } from '../metrics/statsLog.js';
 import { VllmMetrics } from '../metrics/vllmMetrics.js';
 import { CaptureStore } from '../store/captureStore.js';
 import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
 import { checkEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs } from './engineArgs.js';
 import { engineIdentity, EMULATED_VLLM_VERSION } from './identity.js';
+
+/** vLLM's VLLM_LOG_STATS_INTERVAL (seconds, default 10). */
+const STATS_LOG_INTERVAL_MS = 1000 * Number(process.env.VLLM_LOG_STATS_INTERVAL ?? 10);
 
 /** Largest request body accepted unless told otherwise. */
 export const DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024;
@@ -133,6 +137,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   const workers = opts.numWorkers ?? 1;
   if (!Number.isInteger(workers) || workers < 1) throw new Error(`--num-workers must be a positive integer, got ${workers}`);
   const servers: Server[] = [];
+  const timers: NodeJS.Timeout[] = [];
   // One engine (own scheduler and KV cache per rank) and one server per worker, on consecutive ports.
   for (let w = 0; w < workers; w++) {
     // Each worker is its own vLLM instance: its own metrics.
@@ -150,6 +155,12 @@ export async function startServe(options: ServeOptions): Promise<Running> {
         prefix_caching_hash_algo: 'sha256_cbor',
       },
     });
+    const statsLog = new StatsLog(args.dataParallelSize, performance.now());
+    const logTimer = setInterval(() => {
+      for (const line of statsLog.lines(performance.now())) console.log(workers > 1 ? `worker ${w}: ${line}` : line);
+    }, STATS_LOG_INTERVAL_MS);
+    logTimer.unref();
+    timers.push(logTimer);
     const engine = new SimulatedEngine({
       scheduler: {
         numGpuBlocks: args.numGpuBlocks,
@@ -166,7 +177,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
       dataParallelSize: args.dataParallelSize,
       speedupRatio: args.speedupRatio,
       timingDescription,
-      observer: metrics,
+      observers: [metrics, statsLog],
     });
     const app = createServeApp({
       engine,
@@ -202,6 +213,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
     port: ports[0],
     ports,
     close: async () => {
+      timers.forEach(clearInterval);
       await Promise.all(
         servers.map(
           (server) =>

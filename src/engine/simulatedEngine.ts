@@ -9,8 +9,18 @@ export interface SimulatedEngineOptions {
   speedupRatio: number;
   /** Shown in `/mocker/engine`. */
   timingDescription: string;
-  /** Sees every pass and request of every rank (metrics). */
-  observer?: EngineObserver;
+  /** See every pass and request of every rank (metrics, logs). */
+  observers?: EngineObserver[];
+}
+
+/** One observer that tells several (none: no statistics work at all). */
+function fanOut(observers: EngineObserver[]): EngineObserver | undefined {
+  if (observers.length <= 1) return observers[0];
+  return {
+    onRequest: (rank, n) => observers.forEach((o) => o.onRequest(rank, n)),
+    onPass: (rank, stats) => observers.forEach((o) => o.onPass(rank, stats)),
+    onFinished: (rank, request) => observers.forEach((o) => o.onFinished(rank, request)),
+  };
 }
 
 /** The `Engine` the server uses: one live-driven engine core per data-parallel rank. */
@@ -23,7 +33,7 @@ export class SimulatedEngine implements Engine {
     }
     this.ranks = Array.from(
       { length: options.dataParallelSize },
-      (_, rank) => new LiveDriver(new EngineCore(options.scheduler), options.speedupRatio, rank, options.observer),
+      (_, rank) => new LiveDriver(new EngineCore(options.scheduler), options.speedupRatio, rank, fanOut(options.observers ?? [])),
     );
   }
 

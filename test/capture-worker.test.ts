@@ -10,19 +10,7 @@ import { startCapture } from '../src/cli/capture.js';
 import { CaptureStore } from '../src/store/captureStore.js';
 import { loadTokenizer } from '../src/tokenizer/index.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
-
-/** mulberry32: reproducible cases. */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return { next, pick: <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)] };
-}
+import { prng } from './support/prng.js';
 
 describe('hideTokenIdsInBytes', () => {
   const FRAGMENTS = [

@@ -7,22 +7,9 @@ import { EngineCore, type SchedulerConfig } from '../src/engine/core.js';
 import { runOffline, type TimedRequest } from '../src/engine/offlineDriver.js';
 import { polynomialPerfModel } from '../src/engine/perf/perfModel.js';
 import { modelTiming } from '../src/engine/timingModels.js';
+import { prng } from './support/prng.js';
 
 const WORKLOADS = 240;
-
-function prng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const int = (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1));
-  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)];
-  return { next, int, pick };
-}
 
 function workload(seed: number): { config: SchedulerConfig; requests: TimedRequest[] } {
   const r = prng(seed);

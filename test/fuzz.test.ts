@@ -2,24 +2,11 @@ import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServe, type Running } from '../src/cli/serve.js';
 import { MODEL } from './support/vllmUpstream.js';
+import { prng } from './support/prng.js';
 
 const REQUESTS = 600;
 const MAX_BODY = 64 * 1024;
 const CONCURRENCY = 8;
-
-/** mulberry32: a reproducible stream of cases (the seed is printed on failure). */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)];
-  return { next, pick };
-}
 
 type Json = Record<string, unknown>;
 interface Case {

@@ -9,6 +9,7 @@ import {
   hashBlockTokens,
   noneHash,
 } from '../src/engine/kv/vllmBlockHash.js';
+import { prng } from './support/prng.js';
 
 // Oracles here never call the code under test: CBOR bytes are written by hand from RFC 8949 and hashed
 // with node:crypto, the cbor2 package encodes the same values a second way, and a few digests come
@@ -251,23 +252,11 @@ describe('eventBlockHash', () => {
 });
 
 describe('hashBlockTokens against the cbor2 package (second oracle)', () => {
-  /** mulberry32: small seeded PRNG, so failures reproduce. */
-  function prng(seed: number): () => number {
-    let state = seed >>> 0;
-    return () => {
-      state = (state + 0x6d2b79f5) >>> 0;
-      let t = state;
-      t = Math.imul(t ^ (t >>> 15), t | 1);
-      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-  }
-
   // cbor2 (JS) would encode a Node Buffer through its toJSON as a map, so oracle inputs use plain Uint8Arrays.
   const cborSha256 = (value: unknown): Buffer => sha256(encode(value, cdeEncodeOptions));
 
   it('agrees on 3000 random blocks across all token widths and array-head sizes', () => {
-    const random = prng(0x5eed);
+    const random = prng(0x5eed).next;
     const widthRanges: ReadonlyArray<readonly [number, number]> = [
       [0, 23],
       [24, 255],
@@ -300,7 +289,7 @@ describe('hashBlockTokens against the cbor2 package (second oracle)', () => {
   });
 
   it('agrees on NONE_HASH for random seeds', () => {
-    const random = prng(7);
+    const random = prng(7).next;
     for (let i = 0; i < 200; i++) {
       const seed = Array.from({ length: Math.floor(random() * 300) }, () => String.fromCharCode(32 + Math.floor(random() * 95))).join('');
       expect(noneHash(seed)).toEqual(cborSha256(seed));

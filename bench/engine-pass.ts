@@ -7,6 +7,7 @@
  *   npx tsx bench/engine-pass.ts [--prompt 1000] [--passes 500] [--runs 5]
  */
 import { cpus } from 'node:os';
+import { DEFAULT_ENGINE_ARGS, schedulerConfig } from '../src/cli/engineArgs.js';
 import { EngineCore, modelTiming, polynomialPerfModel } from '../src/engine/index.js';
 import { median, numberArg, printTable, round } from './lib/stats.js';
 
@@ -21,18 +22,8 @@ const results: Record<number, number> = {};
 for (const n of SIZES) {
   const samples: number[] = [];
   for (let run = 0; run < RUNS; run++) {
-    const core = new EngineCore({
-      numGpuBlocks: 65536,
-      blockSize: 64,
-      maxNumSeqs: n,
-      maxNumBatchedTokens: 8192,
-      enablePrefixCaching: true,
-      enableChunkedPrefill: true,
-      preemptionMode: 'lifo',
-      watermark: 0.01,
-      timing: modelTiming(polynomialPerfModel, 1, 1),
-      seed: run,
-    });
+    // vLLM defaults, with room for every request and exactly n running.
+    const core = new EngineCore(schedulerConfig({ ...DEFAULT_ENGINE_ARGS, numGpuBlocks: 65536, maxNumSeqs: n }, modelTiming(polynomialPerfModel, 1, 1), run));
     for (let i = 0; i < n; i++) core.add({ id: `r${i}`, promptTokenIds: Array.from({ length: PROMPT }, (_, t) => i * PROMPT + t + 1), maxOutputTokens: PASSES * 4 });
     let now = 0;
     // Until every request is past its prefill and decoding.

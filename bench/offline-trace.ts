@@ -11,6 +11,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
+import { DEFAULT_ENGINE_ARGS, schedulerConfig } from '../src/cli/engineArgs.js';
 import { EngineCore, modelTiming, polynomialPerfModel, runOffline, type TimedRequest } from '../src/engine/index.js';
 import { parseMooncake, synthesizeTokens } from '../src/trace/mooncake.js';
 import { median, numberArg, printTable, round, stringArg } from './lib/stats.js';
@@ -33,18 +34,7 @@ console.log(`trace: ${requests.length} requests, ${inputTokens} input tokens, fr
 
 const results: { wallMs: number; simulatedMs: number; passes: number; completed: number; reused: number }[] = [];
 for (let run = 0; run < RUNS; run++) {
-  const core = new EngineCore({
-    numGpuBlocks: 16384,
-    blockSize: BLOCK_SIZE,
-    maxNumSeqs: 256,
-    maxNumBatchedTokens: 8192,
-    enablePrefixCaching: true,
-    enableChunkedPrefill: true,
-    preemptionMode: 'lifo',
-    watermark: 0.01,
-    timing: modelTiming(polynomialPerfModel, 1, 1),
-    seed: run,
-  });
+  const core = new EngineCore(schedulerConfig({ ...DEFAULT_ENGINE_ARGS, blockSize: BLOCK_SIZE }, modelTiming(polynomialPerfModel, 1, 1), run));
   const t0 = performance.now();
   const result = runOffline(core, requests);
   const wallMs = performance.now() - t0;

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import type { PreemptionMode } from '../engine/index.js';
+import type { PassTiming, PreemptionMode, SchedulerConfig } from '../engine/index.js';
 
 /** The simulated engine's settings (vLLM / Dynamo mocker flags). */
 export interface EngineArgs {
@@ -105,4 +105,20 @@ export function checkEngineArgs(args: EngineArgs): EngineArgs {
   }
   if (Math.floor(args.watermark * args.numGpuBlocks) >= args.numGpuBlocks) throw new Error(`watermark ${args.watermark} leaves no KV cache blocks to use`);
   return args;
+}
+
+/** The scheduler's configuration for these engine arguments. */
+export function schedulerConfig(args: EngineArgs, timing: PassTiming, seed: number): SchedulerConfig {
+  return {
+    numGpuBlocks: args.numGpuBlocks,
+    blockSize: args.blockSize,
+    maxNumSeqs: args.maxNumSeqs,
+    maxNumBatchedTokens: args.maxNumBatchedTokens,
+    enablePrefixCaching: args.enablePrefixCaching,
+    enableChunkedPrefill: args.enableChunkedPrefill,
+    preemptionMode: args.preemptionMode,
+    watermark: args.watermark,
+    timing,
+    seed,
+  };
 }

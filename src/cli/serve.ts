@@ -10,7 +10,7 @@ import { StatsLog } from '../metrics/statsLog.js';
 import { VllmMetrics } from '../metrics/vllmMetrics.js';
 import { CaptureStore } from '../store/captureStore.js';
 import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
-import { checkEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs } from './engineArgs.js';
+import { checkEngineArgs, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from './engineArgs.js';
 import { engineIdentity, EMULATED_VLLM_VERSION } from './identity.js';
 
 /** vLLM's VLLM_LOG_STATS_INTERVAL (seconds, default 10). */
@@ -162,18 +162,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
     logTimer.unref();
     timers.push(logTimer);
     const engine = new SimulatedEngine({
-      scheduler: {
-        numGpuBlocks: args.numGpuBlocks,
-        blockSize: args.blockSize,
-        maxNumSeqs: args.maxNumSeqs,
-        maxNumBatchedTokens: args.maxNumBatchedTokens,
-        enablePrefixCaching: args.enablePrefixCaching,
-        enableChunkedPrefill: args.enableChunkedPrefill,
-        preemptionMode: args.preemptionMode,
-        watermark: args.watermark,
-        timing: passTiming,
-        seed: opts.seed + w,
-      },
+      scheduler: schedulerConfig(args, passTiming, opts.seed + w),
       dataParallelSize: args.dataParallelSize,
       speedupRatio: args.speedupRatio,
       timingDescription,

@@ -151,7 +151,7 @@ export class LiveDriver {
       return queue;
     }
     this.pending.set(queue, ids.length);
-    this.observer?.onRequest(this.rank, request.sequences.length);
+    this.observer?.onRequest?.(this.rank, request.sequences.length);
     signal.addEventListener(
       'abort',
       () => {
@@ -263,7 +263,7 @@ export class LiveDriver {
     const admitted = member.admittedMs ?? endMs;
     const first = member.firstTokenMs ?? endMs;
     const last = member.lastTokenMs ?? endMs;
-    this.observer?.onFinished(this.rank, {
+    this.observer?.onFinished?.(this.rank, {
       finishReason: member.finishReason,
       e2eS: seconds(endMs - member.arrivalMs),
       queueS: seconds(admitted - member.arrivalMs),

@@ -17,9 +17,9 @@ export interface SimulatedEngineOptions {
 function fanOut(observers: EngineObserver[]): EngineObserver | undefined {
   if (observers.length <= 1) return observers[0];
   return {
-    onRequest: (rank, n) => observers.forEach((o) => o.onRequest(rank, n)),
+    onRequest: (rank, n) => observers.forEach((o) => o.onRequest?.(rank, n)),
     onPass: (rank, stats) => observers.forEach((o) => o.onPass(rank, stats)),
-    onFinished: (rank, request) => observers.forEach((o) => o.onFinished(rank, request)),
+    onFinished: (rank, request) => observers.forEach((o) => o.onFinished?.(rank, request)),
   };
 }
 

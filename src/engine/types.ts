@@ -90,7 +90,7 @@ export interface FinishedRequest {
 
 /** Receives the engine's statistics (Prometheus metrics, logs). */
 export interface EngineObserver {
-  onRequest(rank: number, n: number): void;
+  onRequest?(rank: number, n: number): void;
   onPass(rank: number, stats: PassStats): void;
-  onFinished(rank: number, request: FinishedRequest): void;
+  onFinished?(rank: number, request: FinishedRequest): void;
 }

@@ -1,4 +1,4 @@
-import type { EngineObserver, FinishedRequest, PassStats } from '../engine/index.js';
+import type { EngineObserver, PassStats } from '../engine/index.js';
 
 interface RankWindow {
   promptTokens: number;
@@ -26,10 +26,6 @@ export class StatsLog implements EngineObserver {
     this.windows = Array.from({ length: ranks }, emptyWindow);
     this.lastMs = startMs;
   }
-
-  onRequest(): void {}
-
-  onFinished(_rank: number, _request: FinishedRequest): void {}
 
   onPass(rank: number, stats: PassStats): void {
     const w = this.windows[rank];

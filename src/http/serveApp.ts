@@ -4,7 +4,7 @@ import type { HttpBindings } from '@hono/node-server';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import { forwardExchange, hideTokenIds, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
+import { forwardExchange, generationEndpoint, hideTokenIds, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
 import { EngineRejection, type Engine } from '../engine/index.js';
 import { textField, type ChoicePlan, type EndpointKind, type OutputParams } from '../generation/plan.js';
 import type { OutputResolver } from '../generation/resolver.js';
@@ -152,6 +152,17 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     if (bad !== undefined) throw badRequest(`Token id ${bad} is out of vocabulary`, 'prompt');
   };
 
+  /** A chat request's prompt ids as vLLM computes them: the chat template, then no special tokens by default. */
+  async function chatPromptIds(chat: ChatRequest): Promise<number[]> {
+    let rendered: string;
+    try {
+      rendered = tokenizer.renderChat(chat);
+    } catch (err) {
+      throw badRequest(`Chat template error: ${(err as Error).message}`);
+    }
+    return tokenizer.encode(rendered, chat.add_special_tokens ?? false);
+  }
+
   async function prepare(kind: EndpointKind, body: Json, rankHeader: string | undefined): Promise<Prepared> {
     const req = kind === 'chat' ? parseBody(chatRequest, body) : parseBody(completionRequest, body);
     checkSampling(req);
@@ -161,16 +172,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     if ('echo' in req && req.echo) throw new ApiError(400, 'echo is not supported by mocker.', 'BadRequestError', 'echo');
     const model = resolveModel(req.model);
     let promptIds: number[];
-    if (kind === 'chat') {
-      const chat = req as ChatRequest;
-      let rendered: string;
-      try {
-        rendered = tokenizer.renderChat(chat);
-      } catch (err) {
-        throw badRequest(`Chat template error: ${(err as Error).message}`);
-      }
-      promptIds = await tokenizer.encode(rendered, chat.add_special_tokens ?? false);
-    } else {
+    if (kind === 'chat') promptIds = await chatPromptIds(req as ChatRequest);
+    else {
       const prompt = (req as CompletionRequest).prompt;
       const single = Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0])) ? prompt[0] : prompt;
       if (Array.isArray(single) && single.some((p) => typeof p !== 'number')) {
@@ -358,7 +361,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       return c.body('{"error":"Unauthorized"}', 401, { 'content-type': 'application/json' });
     }
     if (config.requestIdHeaders) c.env.outgoing.setHeader('x-request-id', c.req.header('x-request-id') ?? randomUUID().replaceAll('-', ''));
-    const counted = config.serverLoadTracking === true && ROUTES[c.req.path]?.includes('POST') && c.req.path.startsWith('/v1');
+    const counted = config.serverLoadTracking === true && generationEndpoint(c.req.method, c.req.path) !== null;
     if (!counted) return next();
     inFlight++;
     try {
@@ -390,15 +393,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     resolveModel(req.model);
     if ((req.prompt === undefined) === (req.messages === undefined)) throw badRequest('Either `prompt` or `messages` must be given.');
     let ids: number[];
-    if (req.messages !== undefined) {
-      let rendered: string;
-      try {
-        rendered = tokenizer.renderChat(req as ChatRequest);
-      } catch (err) {
-        throw badRequest(`Chat template error: ${(err as Error).message}`);
-      }
-      ids = await tokenizer.encode(rendered, req.add_special_tokens ?? false);
-    } else ids = await tokenizer.encode(req.prompt!, req.add_special_tokens ?? true);
+    if (req.messages !== undefined) ids = await chatPromptIds(req as ChatRequest);
+    else ids = await tokenizer.encode(req.prompt!, req.add_special_tokens ?? true);
     const tokenStrs = req.return_token_strs ? tokenizer.tokenStrings(ids) : null;
     return c.json({ count: ids.length, max_model_len: config.maxModelLen, tokens: ids, token_strs: tokenStrs });
   });

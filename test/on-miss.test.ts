@@ -1,0 +1,51 @@
+/** `--on-miss passthrough | record`: a miss goes to the real engine; `record` keeps the answer as a new capture. */
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startServe, type Running } from '../src/cli/serve.js';
+import { MODEL, startUpstream } from './support/vllmUpstream.js';
+
+const ANSWER = 'Forwarded from the engine.';
+const running: Running[] = [];
+afterEach(async () => {
+  for (const s of running.splice(0)) await s.close();
+});
+
+const ask = async (port: number) => {
+  const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'Remember me', max_tokens: 16 }) });
+  return { status: res.status, json: (await res.json()) as { choices?: { text: string }[] } };
+};
+const storedExchanges = (db: string) => {
+  const sqlite = new Database(db, { readonly: true });
+  try {
+    return (sqlite.prepare("select count(*) as n from exchanges where outcome = 'complete'").get() as { n: number }).n;
+  } finally {
+    sqlite.close();
+  }
+};
+
+describe('--on-miss', () => {
+  for (const policy of ['passthrough', 'record'] as const) {
+    it(`${policy}: a miss is answered by the upstream${policy === 'record' ? ', and replayed once it is gone' : ', and nothing is stored'}`, async () => {
+      const db = join(mkdtempSync(join(tmpdir(), 'mocker-miss-')), 'captures.db');
+      const upstream = await startUpstream(() => ({ content: ANSWER }));
+      const server = await startServe({ mode: 'replay', captures: db, timing: 'none', onMiss: policy, upstream: upstream.url });
+      running.push(server);
+      const first = await ask(server.port);
+      expect(first.status).toBe(200);
+      expect(first.json.choices?.[0].text).toBe(ANSWER);
+      await upstream.close();
+      const again = await ask(server.port);
+      if (policy === 'record') {
+        expect(storedExchanges(db)).toBe(1);
+        expect(again.status).toBe(200);
+        expect(again.json.choices?.[0].text).toBe(ANSWER);
+      } else {
+        expect(storedExchanges(db)).toBe(0);
+        expect(again.status).toBe(502);
+      }
+    });
+  }
+});

@@ -303,6 +303,7 @@ describe('the kv-hashes oracle fixtures (Python hashlib + cbor2, as vLLM compute
     .split('\n')
     .map((l) => JSON.parse(l) as { algo: string; seed: string; none_hash_hex: string; block_size: number; token_ids: number[]; blocks: { hex: string; event_u64: string }[] });
   const cbor = rows.filter((r) => r.algo === 'sha256_cbor');
+  const pickle = rows.filter((r) => r.algo === 'sha256');
 
   it('covers every seed and block size of the fixture file', () => {
     expect(new Set(cbor.map((r) => `${r.seed}/${r.block_size}`))).toEqual(new Set(['0/16', '0/64', '42/16', '42/64', 'vllm-none-hash/16', 'vllm-none-hash/64']));
@@ -316,5 +317,41 @@ describe('the kv-hashes oracle fixtures (Python hashlib + cbor2, as vLLM compute
       expect(chain.map((d) => d.toString('hex'))).toEqual(row.blocks.map((b) => b.hex));
       expect(chain.map((d) => eventBlockHash(d).toString())).toEqual(row.blocks.map((b) => b.event_u64));
     }
+  });
+
+  it('reproduces NONE_HASH, every block digest and every event value for sha256 (pickle, vLLM\'s default)', () => {
+    expect(new Set(pickle.map((r) => `${r.seed}/${r.block_size}`)).size).toBe(6);
+    for (const row of pickle) {
+      const none = noneHash(row.seed, 'sha256');
+      expect(none.toString('hex'), `seed ${row.seed}`).toBe(row.none_hash_hex);
+      const chain = blockHashChain(row.token_ids, row.block_size, none, 'sha256');
+      expect(chain.map((d) => d.toString('hex'))).toEqual(row.blocks.map((b) => b.hex));
+      expect(chain.map((d) => eventBlockHash(d).toString())).toEqual(row.blocks.map((b) => b.event_u64));
+    }
+  });
+});
+
+describe('sha256 (pickle protocol 5) against bytes from Python\'s pickle.dumps', () => {
+  // Hex printed by CPython 3 `pickle.dumps(value, protocol=5)`: PROTO 5, FRAME, opcodes, STOP.
+  it('pickles the seed string', () => {
+    expect(noneHash('0', 'sha256')).toEqual(sha256(fromHex('80059505000000000000008c0130942e')));
+  });
+
+  it('pickles (parent, tuple(tokens), None) at every int width, MARK…TUPLE for long tuples', () => {
+    const parent = Buffer.alloc(32, 1);
+    const expected = fromHex(
+      '80059544000000000000004320' + '01'.repeat(32) + '94284b014b024d2c014a701101004affffff7f8a05ffffffff004b0074944e87942e',
+    );
+    expect(hashBlockTokens(parent, NONE_HASH_DEFAULT, [1, 2, 300, 70000, 2147483647, 4294967295, 0], null, 'sha256')).toEqual(sha256(expected));
+  });
+
+  it('uses TUPLE2 for a two-token block', () => {
+    const parent = Buffer.alloc(32, 1);
+    const expected = fromHex('8005952d000000000000004320' + '01'.repeat(32) + '944b014b0286944e87942e');
+    expect(hashBlockTokens(parent, NONE_HASH_DEFAULT, [1, 2], null, 'sha256')).toEqual(sha256(expected));
+  });
+
+  it('refuses extra keys, which only the CBOR path encodes', () => {
+    expect(() => hashBlockTokens(null, NONE_HASH_DEFAULT, [1, 2], ['lora'], 'sha256')).toThrow(TypeError);
   });
 });

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
+import { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig, type KvEventsFormat } from '../events/index.js';
 import { startCapture } from './capture.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs } from './engineArgs.js';
 import { DEFAULT_MAX_BODY_BYTES, startServe, type ServeMode } from './serve.js';
@@ -18,6 +19,10 @@ function number(name: string, { integer = false, min = -Infinity } = {}) {
 }
 
 const collect = (value: string, previous: string[]) => [...previous, value];
+
+function portList(name: string) {
+  return (value: string) => value.split(',').map((part) => number(name, { integer: true, min: 1 })(part.trim()));
+}
 
 const program = new Command('mocker')
   .description('Capture/replay proxy and engine simulator for LLM inference (vLLM-compatible).')
@@ -54,6 +59,11 @@ program
   .option('--api-key <key>', 'require Authorization: Bearer <key> on /v1/* (default: $VLLM_API_KEY)')
   .option('--enable-request-id-headers', 'responses carry X-Request-Id', false)
   .option('--enable-server-load-tracking', '/load counts requests in flight', false)
+  .option('--kv-events-config <json>', "vLLM's KV events config, e.g. '{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:5557\",\"replay_endpoint\":\"tcp://*:5558\"}'")
+  .option('--zmq-kv-events-ports <ports>', "Dynamo's spelling: one KV events PUB port per worker (comma list), rank r on port + r", portList('--zmq-kv-events-ports'))
+  .option('--zmq-replay-ports <ports>', 'one KV events replay (ROUTER) port per worker, with --zmq-kv-events-ports', portList('--zmq-replay-ports'))
+  .addOption(new Option('--kv-events-format <format>', 'KV event layout: array (vLLM <= 0.2x tagged arrays) | map (named fields, vLLM PR #42892)').choices(['array', 'map']).default('array'))
+  .addOption(new Option('--prefix-caching-hash-algo <algo>', "vLLM block hash of KV events (seed: $PYTHONHASHSEED, else \"vllm-none-hash\")").choices(['sha256_cbor', 'sha256']).default('sha256_cbor'))
   .option('--show-hidden-metrics-for-version <version>', "also vLLM's deprecated metrics (gpu_cache_usage_perc, time_per_output_token_seconds)")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
   .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record (default: random in simulate, error otherwise)').choices(['error', 'random', 'passthrough', 'record']))
@@ -79,11 +89,21 @@ program
       plannerProfileData: o.plannerProfileData,
     };
     if (o.extraEngineArgs) engine = applyExtraEngineArgs(engine, o.extraEngineArgs);
+    const format = o.kvEventsFormat as KvEventsFormat;
+    if (o.kvEventsConfig && o.zmqKvEventsPorts) throw new Error('--kv-events-config and --zmq-kv-events-ports both configure KV events: give one');
+    if (o.zmqReplayPorts && !o.zmqKvEventsPorts) throw new Error('--zmq-replay-ports needs --zmq-kv-events-ports');
+    let kvEvents: KvEventsConfig[] | undefined;
+    if (o.kvEventsConfig) {
+      const config = parseKvEventsConfig(o.kvEventsConfig, format);
+      kvEvents = config ? [config] : undefined;
+    } else if (o.zmqKvEventsPorts) kvEvents = dynamoKvEventsConfigs(o.zmqKvEventsPorts, o.zmqReplayPorts, o.numWorkers, format);
     await startServe({
       mode: o.mode as ServeMode,
       engine,
       enablePromptTokensDetails: o.enablePromptTokensDetails,
       numWorkers: o.numWorkers,
+      kvEvents,
+      prefixCachingHashAlgo: o.prefixCachingHashAlgo,
       showHiddenMetrics: o.showHiddenMetricsForVersion !== undefined,
       apiKey: o.apiKey,
       requestIdHeaders: o.enableRequestIdHeaders,

@@ -3,7 +3,8 @@ import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { Recorder } from '../capture/recorder.js';
-import { fixedTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type PassTiming, type TimingMode } from '../engine/index.js';
+import { defaultHashSeed, fixedTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type BlockHashAlgo, type EngineObserver, type PassTiming, type TimingMode } from '../engine/index.js';
+import { KvEventStreams, KvTraceLog, kvTraceEnabled, type KvEventsConfig } from '../events/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
 import { createServeApp } from '../http/serveApp.js';
 import { StatsLog } from '../metrics/statsLog.js';
@@ -59,6 +60,17 @@ export interface ServeOptions {
   requestIdHeaders?: boolean;
   /** --enable-server-load-tracking */
   serverLoadTracking?: boolean;
+  /**
+   * KV events: one config shared by every worker (worker w's ports offset by w × data-parallel size), or one
+   * per worker (Dynamo's --zmq-kv-events-ports). Default: none.
+   */
+  kvEvents?: KvEventsConfig[];
+  /** --prefix-caching-hash-algo for KV event hashes. Default sha256_cbor. */
+  prefixCachingHashAlgo?: BlockHashAlgo;
+  /** Default: PYTHONHASHSEED, else "vllm-none-hash". */
+  hashSeed?: string;
+  /** Dynamo's KV cache trace log. Default: DYN_MOCKER_KV_CACHE_TRACE. */
+  kvTrace?: boolean;
 }
 
 export interface Running {
@@ -136,61 +148,97 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   const resolver = new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer });
   const workers = opts.numWorkers ?? 1;
   if (!Number.isInteger(workers) || workers < 1) throw new Error(`--num-workers must be a positive integer, got ${workers}`);
+  const kvEvents = opts.kvEvents ?? [];
+  if (kvEvents.length > 1 && kvEvents.length !== workers) throw new Error(`${kvEvents.length} KV event configs for ${workers} worker(s)`);
+  const hashAlgo = opts.prefixCachingHashAlgo ?? 'sha256_cbor';
+  const kvTrace = opts.kvTrace ?? kvTraceEnabled();
   const servers: Server[] = [];
   const timers: NodeJS.Timeout[] = [];
-  // One engine (own scheduler and KV cache per rank) and one server per worker, on consecutive ports.
-  for (let w = 0; w < workers; w++) {
-    // Each worker is its own vLLM instance: its own metrics.
-    const metrics = new VllmMetrics({
-      modelName: servedModels[0],
-      ranks: args.dataParallelSize,
-      maxModelLen,
-      showHidden: opts.showHiddenMetrics ?? false,
-      cacheConfig: {
-        block_size: args.blockSize,
-        cache_dtype: 'auto',
-        enable_prefix_caching: args.enablePrefixCaching ? 'True' : 'False',
-        num_gpu_blocks: args.numGpuBlocks,
-        num_cpu_blocks: 'None',
-        prefix_caching_hash_algo: 'sha256_cbor',
-      },
-    });
-    const statsLog = new StatsLog(args.dataParallelSize, performance.now());
-    const logTimer = setInterval(() => {
-      for (const line of statsLog.lines(performance.now())) console.log(workers > 1 ? `worker ${w}: ${line}` : line);
-    }, STATS_LOG_INTERVAL_MS);
-    logTimer.unref();
-    timers.push(logTimer);
-    const engine = new SimulatedEngine({
-      scheduler: schedulerConfig(args, passTiming, opts.seed + w),
-      dataParallelSize: args.dataParallelSize,
-      speedupRatio: args.speedupRatio,
-      timingDescription,
-      observers: [metrics, statsLog],
-    });
-    const app = createServeApp({
-      engine,
-      resolver,
-      tokenizer,
-      servedModels,
-      modelRoot: opts.model ?? tokenizer.name,
-      maxModelLen,
-      versionJson: run?.versionJson ?? JSON.stringify({ version: EMULATED_VLLM_VERSION }),
-      forward: upstream ? { config: { upstream, timeoutMs: opts.upstreamTimeoutMs }, sink } : undefined,
-      maxBodyBytes: opts.maxBodyBytes,
-      promptTokensDetails: opts.enablePromptTokensDetails ?? false,
-      metrics,
-      apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
-      requestIdHeaders: opts.requestIdHeaders,
-      serverLoadTracking: opts.serverLoadTracking,
-    });
-    const port = opts.port === 0 ? 0 : opts.port + w;
-    const server = await new Promise<Server>((resolve, reject) => {
-      const s = serveHono({ fetch: app.fetch, hostname: opts.host, port, serverOptions: { noDelay: true } }, () => resolve(s as Server));
-      (s as Server).once('error', reject);
-    });
-    server.keepAliveTimeout = 65_000;
-    servers.push(server);
+  const streams: KvEventStreams[] = [];
+  const closeAll = async () => {
+    timers.forEach(clearInterval);
+    streams.forEach((s) => s.close());
+    await Promise.all(
+      servers.map(
+        (server) =>
+          new Promise<void>((resolve) => {
+            server.closeAllConnections();
+            server.close(() => resolve());
+          }),
+      ),
+    );
+    store?.close();
+  };
+  try {
+    // One engine (own scheduler and KV cache per rank) and one server per worker, on consecutive ports.
+    for (let w = 0; w < workers; w++) {
+      // Each worker is its own vLLM instance: its own metrics.
+      const metrics = new VllmMetrics({
+        modelName: servedModels[0],
+        ranks: args.dataParallelSize,
+        maxModelLen,
+        showHidden: opts.showHiddenMetrics ?? false,
+        cacheConfig: {
+          block_size: args.blockSize,
+          cache_dtype: 'auto',
+          enable_prefix_caching: args.enablePrefixCaching ? 'True' : 'False',
+          num_gpu_blocks: args.numGpuBlocks,
+          num_cpu_blocks: 'None',
+          prefix_caching_hash_algo: hashAlgo,
+        },
+      });
+      const statsLog = new StatsLog(args.dataParallelSize, performance.now());
+      const logTimer = setInterval(() => {
+        for (const line of statsLog.lines(performance.now())) console.log(workers > 1 ? `worker ${w}: ${line}` : line);
+      }, STATS_LOG_INTERVAL_MS);
+      logTimer.unref();
+      timers.push(logTimer);
+      const observers: EngineObserver[] = [metrics, statsLog];
+      const eventsConfig = kvEvents.length > 1 ? kvEvents[w] : kvEvents[0];
+      if (eventsConfig) {
+        const stream = await KvEventStreams.open(eventsConfig, args.dataParallelSize, kvEvents.length > 1 ? 0 : w * args.dataParallelSize);
+        streams.push(stream);
+        observers.push(stream);
+      }
+      if (kvTrace) observers.push(new KvTraceLog(args.blockSize, args.numGpuBlocks));
+      const engine = new SimulatedEngine({
+        scheduler: {
+          ...schedulerConfig(args, passTiming, opts.seed + w),
+          kvEvents: eventsConfig ? { algo: hashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
+          kvTrace,
+        },
+        dataParallelSize: args.dataParallelSize,
+        speedupRatio: args.speedupRatio,
+        timingDescription,
+        observers,
+      });
+      const app = createServeApp({
+        engine,
+        resolver,
+        tokenizer,
+        servedModels,
+        modelRoot: opts.model ?? tokenizer.name,
+        maxModelLen,
+        versionJson: run?.versionJson ?? JSON.stringify({ version: EMULATED_VLLM_VERSION }),
+        forward: upstream ? { config: { upstream, timeoutMs: opts.upstreamTimeoutMs }, sink } : undefined,
+        maxBodyBytes: opts.maxBodyBytes,
+        promptTokensDetails: opts.enablePromptTokensDetails ?? false,
+        metrics,
+        apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
+        requestIdHeaders: opts.requestIdHeaders,
+        serverLoadTracking: opts.serverLoadTracking,
+      });
+      const port = opts.port === 0 ? 0 : opts.port + w;
+      const server = await new Promise<Server>((resolve, reject) => {
+        const s = serveHono({ fetch: app.fetch, hostname: opts.host, port, serverOptions: { noDelay: true } }, () => resolve(s as Server));
+        (s as Server).once('error', reject);
+      });
+      server.keepAliveTimeout = 65_000;
+      servers.push(server);
+    }
+  } catch (err) {
+    await closeAll();
+    throw err;
   }
   const ports = servers.map((s) => (s.address() as AddressInfo).port);
   console.log(
@@ -201,19 +249,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   return {
     port: ports[0],
     ports,
-    close: async () => {
-      timers.forEach(clearInterval);
-      await Promise.all(
-        servers.map(
-          (server) =>
-            new Promise<void>((resolve) => {
-              server.closeAllConnections();
-              server.close(() => resolve());
-            }),
-        ),
-      );
-      store?.close();
-    },
+    close: closeAll,
   };
 }
 

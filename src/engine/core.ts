@@ -1,4 +1,5 @@
 import { KvBlockManager, type BlockId, type KvCacheEvent, type MoveBlock } from './kv/blockManager.js';
+import { VllmKvEventLog, type VllmKvEvent, type VllmKvEventOptions } from './kv/vllmKvEvents.js';
 import { ActiveSequence } from './sequence.js';
 import type { PassTiming } from './timingModels.js';
 import { WaitQueue } from './waitQueue.js';
@@ -30,7 +31,18 @@ export interface SchedulerConfig {
   workerType?: 'aggregated' | 'prefill' | 'decode';
   /** KV transfer for the handoff delay: bytes per token and link bandwidth in GB/s (0 = no delay). */
   kvTransfer?: { bytesPerToken: number; bandwidthGBps: number };
-  onKvEvent?: (event: KvCacheEvent) => void;
+  /** vLLM KV events (--kv-events-config): hash stored blocks the way vLLM does. */
+  kvEvents?: VllmKvEventOptions;
+  /** Dynamo's DYN_MOCKER_KV_CACHE_TRACE: note the cache occupancy at every store and eviction. */
+  kvTrace?: boolean;
+}
+
+/** Dynamo's KV cache trace entry (engine-reference §3.7), counts right after the store or eviction. */
+export interface KvTraceEntry {
+  event: 'allocation' | 'eviction';
+  activeBlocks: number;
+  inactiveBlocks: number;
+  freeBlocks: number;
 }
 
 export interface CoreRequest {
@@ -145,6 +157,8 @@ export class EngineCore {
   private readonly random: () => number;
   private readonly watermarkBlocks: number;
   private stats = { preemptions: 0, prefixCacheQueries: 0, prefixCacheHits: 0, passes: 0 };
+  private readonly kvEventLog?: VllmKvEventLog;
+  private kvTrace: KvTraceEntry[] = [];
 
   constructor(readonly config: SchedulerConfig) {
     if (!Number.isInteger(config.blockSize) || config.blockSize < 2) throw new Error(`block size must be an integer >= 2, got ${config.blockSize}`);
@@ -152,7 +166,8 @@ export class EngineCore {
     if (config.maxNumSeqs !== null && !(config.maxNumSeqs >= 1)) throw new Error(`max_num_seqs must be >= 1, got ${config.maxNumSeqs}`);
     if (config.maxNumBatchedTokens !== null && !(config.maxNumBatchedTokens >= 1)) throw new Error(`max_num_batched_tokens must be >= 1, got ${config.maxNumBatchedTokens}`);
     if (!(config.watermark >= 0 && config.watermark < 1)) throw new Error(`watermark must be in [0, 1), got ${config.watermark}`);
-    this.kv = new KvBlockManager(config.numGpuBlocks, config.onKvEvent);
+    if (config.kvEvents) this.kvEventLog = new VllmKvEventLog(config.kvEvents, config.blockSize);
+    this.kv = new KvBlockManager(config.numGpuBlocks, config.kvEvents || config.kvTrace ? (event) => this.onKvEvent(event) : undefined);
     this.random = seededRandom(config.seed);
     this.watermarkBlocks = Math.floor(config.watermark * config.numGpuBlocks);
   }
@@ -196,9 +211,49 @@ export class EngineCore {
     this.requests.delete(id);
   }
 
-  /** vLLM's reset_prefix_cache: forgets every cached block no request holds. */
-  resetPrefixCache(): number {
-    return this.kv.clearInactive();
+  private onKvEvent(event: KvCacheEvent): void {
+    this.kvEventLog?.record(event);
+    if (this.config.kvTrace && event.kind !== 'cleared') {
+      this.kvTrace.push({
+        event: event.kind === 'stored' ? 'allocation' : 'eviction',
+        activeBlocks: this.kv.numActive,
+        inactiveBlocks: this.kv.numInactive,
+        freeBlocks: this.kv.numFree,
+      });
+    }
+  }
+
+  /** The vLLM KV events since the last call (none unless `kvEvents` is configured). */
+  takeKvEvents(): VllmKvEvent[] {
+    return this.kvEventLog?.take() ?? [];
+  }
+
+  /** The KV trace entries since the last call (none unless `kvTrace`). */
+  takeKvTrace(): KvTraceEntry[] {
+    const entries = this.kvTrace;
+    this.kvTrace = [];
+    return entries;
+  }
+
+  /** Event hashes of every cached full block, active or not (needs `kvEvents`): what a subscriber's index should hold. */
+  cachedBlockEventHashes(): bigint[] {
+    if (!this.kvEventLog) return [];
+    return this.kvEventLog.eventHashes([...this.kv.activeBlocks()].map(([block]) => block).concat([...this.kv.inactiveBlocks()]));
+  }
+
+  /**
+   * vLLM's reset_prefix_cache: forgets every cached block. Like vLLM it fails (false) while requests hold
+   * blocks, unless `resetRunningRequests`, which first preempts them all (they recompute later).
+   */
+  resetPrefixCache(resetRunningRequests = false): boolean {
+    if (this.kv.numActive > 0 && !resetRunningRequests) return false;
+    while (this.running.length > 0) {
+      const victim = this.running.pop()!;
+      this.requeue(victim);
+      this.waiting.pushFront(victim);
+    }
+    this.kv.clearInactive();
+    return true;
   }
 
   get isIdle(): boolean {
@@ -362,16 +417,21 @@ export class EngineCore {
   private preempt(pass: PassBuilder): RequestState | undefined {
     const victim = this.config.preemptionMode === 'lifo' ? this.running.pop() : this.running.shift();
     if (!victim) return undefined;
-    victim.status = 'preempted';
-    victim.numComputed = 0;
-    victim.numPreemptions++;
-    this.stats.preemptions++;
-    this.apply(victim.seq.reset());
+    this.requeue(victim);
     this.waiting.pushFront(victim);
     pass.unschedule(victim);
     pass.preempted.push(victim.request.id);
     pass.preemptedAny = true;
     return victim;
+  }
+
+  /** A preempted request gives back its blocks and will recompute from its first token. */
+  private requeue(victim: RequestState): void {
+    victim.status = 'preempted';
+    victim.numComputed = 0;
+    victim.numPreemptions++;
+    this.stats.preemptions++;
+    this.apply(victim.seq.reset());
   }
 
   /** §1.3: one token for every request whose sequence is fully computed, all out at the pass end. */

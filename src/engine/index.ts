@@ -1,4 +1,6 @@
-export { EngineCore, type CoreRequest, type EngineStats, type PassResult, type PreemptionMode, type SchedulerConfig } from './core.js';
+export { EngineCore, type CoreRequest, type EngineStats, type KvTraceEntry, type PassResult, type PreemptionMode, type SchedulerConfig } from './core.js';
+export type { VllmKvEvent, VllmKvEventOptions } from './kv/vllmKvEvents.js';
+export { defaultHashSeed, type BlockHashAlgo } from './kv/vllmBlockHash.js';
 export { runOffline, type OfflineResult, type TimedRequest } from './offlineDriver.js';
 export { loadPerfModel, polynomialPerfModel, type PerfModel } from './perf/perfModel.js';
 export { SimulatedEngine, type SimulatedEngineOptions } from './simulatedEngine.js';

@@ -101,8 +101,19 @@ export class LiveDriver {
     return s.running + s.waiting;
   }
 
-  resetPrefixCache(): number {
-    return this.core.resetPrefixCache();
+  resetPrefixCache(resetRunningRequests: boolean): boolean {
+    const reset = this.core.resetPrefixCache(resetRunningRequests);
+    this.publishKv();
+    return reset;
+  }
+
+  /** The KV events and trace entries of what the core just did (vLLM publishes them at the step's start). */
+  private publishKv(): void {
+    if (!this.observer) return;
+    const events = this.core.takeKvEvents();
+    if (events.length > 0) this.observer.onKvEvents?.(this.rank, events);
+    const trace = this.core.takeKvTrace();
+    if (trace.length > 0) this.observer.onKvTrace?.(this.rank, trace);
   }
 
   stats(): EngineStats {
@@ -160,6 +171,7 @@ export class LiveDriver {
           if (!member) continue;
           this.members.delete(id);
           this.core.abort(id);
+          this.publishKv();
           this.finished({ ...member, finishReason: 'abort' }, this.clock());
         }
         this.pending.delete(queue);
@@ -213,6 +225,7 @@ export class LiveDriver {
 
   private runPass(now: number): PassResult {
     const pass = this.core.executePass(now);
+    this.publishKv();
     this.lastPassEndMs = pass.endMs;
     for (const a of pass.admitted) {
       const member = this.members.get(a.id);
@@ -243,7 +256,7 @@ export class LiveDriver {
       member.generated = t.generated;
       if (t.completed) this.finished(member, pass.endMs);
     }
-    this.observer!.onPass(this.rank, {
+    this.observer!.onPass?.(this.rank, {
       running: stats.running,
       waiting: stats.waiting,
       activeBlocks: stats.activeBlocks,

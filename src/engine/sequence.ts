@@ -1,4 +1,4 @@
-import type { BlockId, MoveBlock, UseMove } from './kv/blockManager.js';
+import type { BlockId, BlockTokens, MoveBlock, UseMove } from './kv/blockManager.js';
 import { chainHash, contentHash } from './kv/fastHash.js';
 
 /**
@@ -8,7 +8,7 @@ import { chainHash, contentHash } from './kv/fastHash.js';
  */
 const NO_MOVES: readonly MoveBlock[] = Object.freeze([]);
 
-export class ActiveSequence {
+export class ActiveSequence implements BlockTokens {
   /** The prompt as given (not copied: prompts can be tens of thousands of tokens). */
   private readonly prompt: readonly number[];
   private readonly output: number[] = [];
@@ -42,14 +42,19 @@ export class ActiveSequence {
     return this.promptLength + this.output.length;
   }
 
-  /** The tokens of block `index`, read where they are (the prompt, the output, or both). */
+  blockTokens(index: number): number[] {
+    const start = index * this.blockSize;
+    const block = new Array<number>(this.blockSize);
+    for (let i = start; i < start + this.blockSize; i++) block[i - start] = i < this.promptLength ? this.prompt[i] : this.output[i - this.promptLength];
+    return block;
+  }
+
+  /** The hash of block `index`'s tokens, read in place when the block is all prompt. */
   private blockContentHash(index: number): number {
     const start = index * this.blockSize;
     const end = start + this.blockSize;
     if (end <= this.promptLength) return contentHash(this.prompt, start, end);
-    const block = new Array<number>(this.blockSize);
-    for (let i = start; i < end; i++) block[i - start] = i < this.promptLength ? this.prompt[i] : this.output[i - this.promptLength];
-    return contentHash(block, 0, this.blockSize);
+    return contentHash(this.blockTokens(index), 0, this.blockSize);
   }
 
   private addFullBlock(index: number): BlockId {
@@ -69,7 +74,7 @@ export class ActiveSequence {
     const from = this.blocksFor(this.numAllocatedTokens);
     const to = this.blocksFor(tokens);
     if (to <= from) return null;
-    return { kind: 'use', blocks: this.blocks.slice(from, to), parent: from > 0 ? this.blocks[from - 1] : null };
+    return { kind: 'use', blocks: this.blocks.slice(from, to), parent: from > 0 ? this.blocks[from - 1] : null, origin: { tokens: this, index: from } };
   }
 
   commitAllocation(tokens: number): void {
@@ -92,7 +97,7 @@ export class ActiveSequence {
       if (this.lastIsPartial) {
         const partial = this.blocks[index];
         const full = this.addFullBlock(index);
-        moves.push({ kind: 'promote', partial, full, parent: index > 0 ? this.blocks[index - 1] : null });
+        moves.push({ kind: 'promote', partial, full, parent: index > 0 ? this.blocks[index - 1] : null, origin: { tokens: this, index } });
       }
       const partial = this.uniqueId();
       this.blocks.push(partial);

@@ -18,8 +18,10 @@ function fanOut(observers: EngineObserver[]): EngineObserver | undefined {
   if (observers.length <= 1) return observers[0];
   return {
     onRequest: (rank, n) => observers.forEach((o) => o.onRequest?.(rank, n)),
-    onPass: (rank, stats) => observers.forEach((o) => o.onPass(rank, stats)),
+    onPass: (rank, stats) => observers.forEach((o) => o.onPass?.(rank, stats)),
     onFinished: (rank, request) => observers.forEach((o) => o.onFinished?.(rank, request)),
+    onKvEvents: (rank, events) => observers.forEach((o) => o.onKvEvents?.(rank, events)),
+    onKvTrace: (rank, entries) => observers.forEach((o) => o.onKvTrace?.(rank, entries)),
   };
 }
 
@@ -47,8 +49,13 @@ export class SimulatedEngine implements Engine {
     return driver.submit(request, signal);
   }
 
-  resetPrefixCache(): number {
-    return this.ranks.reduce((n, r) => n + r.resetPrefixCache(), 0);
+  resetPrefixCache(resetRunningRequests = false): boolean {
+    // Every rank tries, as vLLM's reset reaches every engine core.
+    return this.ranks.map((r) => r.resetPrefixCache(resetRunningRequests)).every(Boolean);
+  }
+
+  cachedBlockEventHashes(): bigint[][] {
+    return this.ranks.map((r) => r.core.cachedBlockEventHashes());
   }
 
   state(): EngineState {

@@ -1,3 +1,6 @@
+import type { KvTraceEntry } from './core.js';
+import type { VllmKvEvent } from './kv/vllmKvEvents.js';
+
 /**
  * The engine seam: everything the HTTP layer serves goes through `Engine.submit`. The engine decides
  * when each planned output token becomes available; it never sees text or HTTP.
@@ -48,8 +51,13 @@ export interface Engine {
   submit(request: EngineRequest, signal: AbortSignal): EngineStream;
   /** The live state, per data-parallel rank (for `/mocker/engine`). */
   state(): EngineState;
-  /** Drops every cached block no request holds, on every rank; returns how many. */
-  resetPrefixCache(): number;
+  /**
+   * vLLM's reset_prefix_cache on every rank: false (nothing dropped on a rank) while requests hold blocks,
+   * unless `resetRunningRequests` preempts them first.
+   */
+  resetPrefixCache(resetRunningRequests?: boolean): boolean;
+  /** Per rank, the KV event hash of every cached block (empty without KV events). */
+  cachedBlockEventHashes(): bigint[][];
 }
 
 export interface EngineState {
@@ -88,9 +96,13 @@ export interface FinishedRequest {
   maxTokensParam: number | null;
 }
 
-/** Receives the engine's statistics (Prometheus metrics, logs). */
+/** Receives the engine's statistics (Prometheus metrics, logs) and KV cache events. */
 export interface EngineObserver {
   onRequest?(rank: number, n: number): void;
-  onPass(rank: number, stats: PassStats): void;
+  onPass?(rank: number, stats: PassStats): void;
   onFinished?(rank: number, request: FinishedRequest): void;
+  /** vLLM KV events of one engine step (or of an abort or a cache reset between steps). */
+  onKvEvents?(rank: number, events: VllmKvEvent[]): void;
+  /** Dynamo's KV cache trace entries. */
+  onKvTrace?(rank: number, entries: KvTraceEntry[]): void;
 }

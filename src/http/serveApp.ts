@@ -53,6 +53,7 @@ const ROUTES: Record<string, string[]> = {
   '/ping': ['GET', 'POST'],
   '/version': ['GET'],
   '/mocker/engine': ['GET'],
+  '/mocker/kv-blocks': ['GET'],
   '/tokenize': ['POST'],
   '/load': ['GET'],
   '/reset_prefix_cache': ['POST'],
@@ -383,9 +384,20 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/v1/chat/completions', generate('chat'));
   app.get('/health', (c) => c.body(null, 200));
   app.get('/mocker/engine', (c) => c.json(engine.state()));
+  // Event hashes as decimal strings: they are u64 and a JSON number would round them.
+  app.get('/mocker/kv-blocks', (c) =>
+    c.json({ ranks: engine.cachedBlockEventHashes().map((hashes, rank) => ({ rank, block_hashes: hashes.map(String) })) }),
+  );
   app.get('/load', (c) => c.json({ server_load: inFlight }));
   app.post('/reset_prefix_cache', (c) => {
-    engine.resetPrefixCache();
+    const resetRunning = c.req.query('reset_running_requests');
+    if (resetRunning !== undefined && !['true', 'false'].includes(resetRunning.toLowerCase())) {
+      throw badRequest(`reset_running_requests must be true or false, got "${resetRunning}".`, 'reset_running_requests');
+    }
+    // As newer vLLM: a reset that blocks still held by requests prevent is a 409, not a silent 200.
+    if (!engine.resetPrefixCache(resetRunning?.toLowerCase() === 'true')) {
+      throw new ApiError(409, 'Prefix cache reset failed: running requests still hold KV cache blocks (retry when idle, or pass ?reset_running_requests=true).', 'Conflict');
+    }
     return c.body(null, 200);
   });
   app.post('/tokenize', async (c) => {

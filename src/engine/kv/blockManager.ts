@@ -14,15 +14,32 @@ export type BlockId = number;
  * - `promote`: a partial block became full.
  */
 export type MoveBlock =
-  | { kind: 'use'; blocks: readonly BlockId[]; parent: BlockId | null }
+  | { kind: 'use'; blocks: readonly BlockId[]; parent: BlockId | null; origin?: BlockOrigin }
   | { kind: 'destroy'; blocks: readonly BlockId[] }
   | { kind: 'deref'; blocks: readonly BlockId[] }
-  | { kind: 'promote'; partial: BlockId; full: BlockId; parent: BlockId | null };
+  | { kind: 'promote'; partial: BlockId; full: BlockId; parent: BlockId | null; origin?: BlockOrigin };
 
 export type UseMove = Extract<MoveBlock, { kind: 'use' }>;
 
-/** What the cache did, for KV events: full blocks newly stored (with their parent) or evicted. */
-export type KvCacheEvent = { kind: 'stored'; blocks: BlockId[]; parent: BlockId | null } | { kind: 'removed'; blocks: BlockId[] } | { kind: 'cleared' };
+/** Where a move's first block sits in its sequence, so a stored event can name the blocks' tokens. */
+export interface BlockOrigin {
+  tokens: BlockTokens;
+  index: number;
+}
+
+export interface BlockTokens {
+  /** The token ids of full block `index`. */
+  blockTokens(index: number): number[];
+}
+
+/**
+ * What the cache did, for KV events: full blocks newly stored (a contiguous run, with the cached block
+ * before it as parent) or evicted, or the cache cleared.
+ */
+export type KvCacheEvent =
+  | { kind: 'stored'; blocks: BlockId[]; parent: BlockId | null; origin?: BlockOrigin }
+  | { kind: 'removed'; blocks: BlockId[] }
+  | { kind: 'cleared' };
 
 export const isFullBlock = (block: BlockId) => block >= 0;
 
@@ -44,7 +61,7 @@ export class KvBlockManager {
   process(move: MoveBlock): number {
     switch (move.kind) {
       case 'use':
-        return this.use(move.blocks, move.parent);
+        return this.use(move);
       case 'destroy':
         for (const block of move.blocks) {
           if (!this.active.delete(block)) throw new Error(`destroy of block ${block}, which is not active`);
@@ -63,13 +80,19 @@ export class KvBlockManager {
         }
         return move.blocks.length;
       case 'promote':
-        return this.promote(move.partial, move.full, move.parent);
+        return this.promote(move);
     }
   }
 
-  private use(blocks: readonly BlockId[], parent: BlockId | null): number {
-    const stored: BlockId[] = [];
-    let storedParent = parent;
+  private use({ blocks, parent, origin }: UseMove): number {
+    let run: BlockId[] = [];
+    let runStart = 0;
+    let runParent = parent;
+    const flush = () => {
+      if (run.length === 0) return;
+      this.onEvent?.({ kind: 'stored', blocks: run, parent: runParent, ...(origin ? { origin: { tokens: origin.tokens, index: origin.index + runStart } } : {}) });
+      run = [];
+    };
     let obtained = 0;
     for (const block of blocks) {
       const count = this.active.get(block);
@@ -82,19 +105,23 @@ export class KvBlockManager {
           this.onEvent?.({ kind: 'removed', blocks: [evicted] });
         }
         this.active.set(block, 1);
-        if (isFullBlock(block)) stored.push(block);
+        if (isFullBlock(block)) {
+          if (run.length === 0) runStart = obtained;
+          run.push(block);
+        }
         obtained++;
         continue;
       }
-      // A block that was already cached: the parent of whatever is stored after it.
-      if (stored.length === 0 && isFullBlock(block)) storedParent = block;
+      // A block that was already cached ends the run stored so far and is the parent of the next one.
+      flush();
+      if (isFullBlock(block)) runParent = block;
       obtained++;
     }
-    if (stored.length > 0) this.onEvent?.({ kind: 'stored', blocks: stored, parent: storedParent });
+    flush();
     return obtained;
   }
 
-  private promote(partial: BlockId, full: BlockId, parent: BlockId | null): number {
+  private promote({ partial, full, parent, origin }: Extract<MoveBlock, { kind: 'promote' }>): number {
     if (this.active.get(partial) !== 1) throw new Error(`promote of block ${partial}, which is not held exactly once`);
     this.active.delete(partial);
     const count = this.active.get(full);
@@ -102,7 +129,7 @@ export class KvBlockManager {
     else if (this.inactive.remove(full)) this.active.set(full, 1);
     else {
       this.active.set(full, 1);
-      this.onEvent?.({ kind: 'stored', blocks: [full], parent });
+      this.onEvent?.({ kind: 'stored', blocks: [full], parent, ...(origin ? { origin } : {}) });
     }
     return 1;
   }

@@ -1,14 +1,16 @@
 /**
- * vLLM V1 prefix-cache block hashes with `--prefix-caching-hash-algo sha256_cbor`
- * (spec: vllm-wire-reference.md §6, events §5).
+ * vLLM V1 prefix-cache block hashes (spec: vllm-wire-reference.md §6, events §5), for
+ * `--prefix-caching-hash-algo sha256_cbor` and `sha256` (vLLM's default).
  *
- * vLLM computes `sha256(cbor2.dumps((parent, tuple(token_ids), extra_keys), canonical=True))`.
- * The CBOR bytes are written here by hand into a reused scratch buffer, because this runs for every
- * full block of every request; test/vllm-block-hash.test.ts checks the bytes against hand-written
- * RFC 8949 encodings and against the cbor2 package's encoder.
+ * vLLM computes `sha256(cbor2.dumps((parent, tuple(token_ids), extra_keys), canonical=True))` or
+ * `sha256(pickle.dumps(same tuple, protocol=5))`. The bytes are written here by hand into a reused scratch
+ * buffer, because this runs for every full block of every request; test/vllm-block-hash.test.ts checks
+ * them against hand-written encodings, the cbor2 package's encoder and digests from Python itself.
  */
 // Namespace import: a named import of `hash` would fail to link on Node < 20.12, where it does not exist.
 import * as nodeCrypto from 'node:crypto';
+
+export type BlockHashAlgo = 'sha256' | 'sha256_cbor';
 
 /** vLLM's DEFAULT_NONE_HASH_SEED, used by sha256-family algorithms when PYTHONHASHSEED is unset. */
 const DEFAULT_NONE_HASH_SEED = 'vllm-none-hash';
@@ -63,11 +65,16 @@ function writeHead(buf: Buffer, offset: number, major: number, argument: number)
   return offset + 5;
 }
 
-/** The CBOR text string for `text` (Python `str`): UTF-8, definite length. */
-function encodeText(text: string): Buffer {
+/** A Python `str`'s UTF-8 bytes. */
+function pythonUtf8(text: string): Buffer {
   // Python cannot even hold a string with a lone surrogate as UTF-8; Buffer.from would silently replace it.
   if (/\p{Surrogate}/u.test(text)) throw new TypeError('vLLM block hash: string contains a lone surrogate');
-  const utf8 = Buffer.from(text, 'utf8');
+  return Buffer.from(text, 'utf8');
+}
+
+/** The CBOR text string for `text` (Python `str`): UTF-8, definite length. */
+function encodeText(text: string): Buffer {
+  const utf8 = pythonUtf8(text);
   const head = Buffer.allocUnsafe(5);
   const headLength = writeHead(head, 0, MAJOR_TEXT, utf8.length);
   return Buffer.concat([head.subarray(0, headLength), utf8]);
@@ -118,8 +125,8 @@ function encodeExtraValue(value: unknown, out: Buffer[]): void {
   }
 }
 
-/** Encodes `[parent, [tokens…], extra]` into the scratch buffer and hashes it. */
-function hashBlockRange(
+/** Encodes `[parent, [tokens…], extra]` as canonical CBOR into the scratch buffer and hashes it. */
+function cborBlockDigest(
   parent: Buffer,
   tokenIds: ArrayLike<number>,
   start: number,
@@ -165,9 +172,113 @@ function hashBlockRange(
   return sha256(buf.subarray(0, offset));
 }
 
-/** NONE_HASH for a seed string (vLLM init_none_hash with sha256_cbor). */
-export function noneHash(seed: string): Buffer {
-  return sha256(encodeText(seed));
+// Pickle protocol 5 opcodes (CPython Lib/pickletools.py) for the values vLLM hashes.
+const PICKLE_PROTO = 0x80;
+const PICKLE_FRAME = 0x95;
+const PICKLE_SHORT_BINBYTES = 0x43;
+const PICKLE_SHORT_BINUNICODE = 0x8c;
+const PICKLE_BINUNICODE = 0x58;
+const PICKLE_MEMOIZE = 0x94;
+const PICKLE_MARK = 0x28;
+const PICKLE_TUPLE = 0x74;
+const PICKLE_TUPLE1 = 0x85;
+const PICKLE_EMPTY_TUPLE = 0x29;
+const PICKLE_BININT1 = 0x4b;
+const PICKLE_BININT2 = 0x4d;
+const PICKLE_BININT = 0x4a;
+const PICKLE_LONG1 = 0x8a;
+const PICKLE_NONE = 0x4e;
+const PICKLE_STOP = 0x2e;
+/** PROTO 5, then FRAME with its 8-byte length: the pickle body starts here. */
+const PICKLE_BODY = 11;
+
+/** Writes PROTO and the FRAME header for a body that ends at `end`; returns the whole pickle. */
+function finishPickle(buf: Buffer, end: number): Buffer {
+  buf[0] = PICKLE_PROTO;
+  buf[1] = 5;
+  buf[2] = PICKLE_FRAME;
+  buf.writeBigUInt64LE(BigInt(end - PICKLE_BODY), 3);
+  return buf.subarray(0, end);
+}
+
+/** `pickle.dumps((parent, tuple(tokens), None), protocol=5)` into the scratch buffer, hashed (vLLM `sha256`). */
+function pickleBlockDigest(parent: Buffer, tokenIds: ArrayLike<number>, start: number, count: number): Buffer {
+  if (parent.length > 0xff) throw new RangeError(`vLLM block hash: parent hash of ${parent.length} bytes`);
+  const buf = ensureScratch(PICKLE_BODY + 3 + parent.length + 2 + 6 * count + 5);
+  let offset = PICKLE_BODY;
+  buf[offset++] = PICKLE_SHORT_BINBYTES;
+  buf[offset++] = parent.length;
+  offset += parent.copy(buf, offset);
+  buf[offset++] = PICKLE_MEMOIZE;
+  if (count > 3) buf[offset++] = PICKLE_MARK;
+  const end = start + count;
+  for (let i = start; i < end; i++) {
+    const token = tokenIds[i];
+    if (token >>> 0 !== token) throw new RangeError(`vLLM block hash: token id ${token} is not a uint32`);
+    if (token < 0x100) {
+      buf[offset++] = PICKLE_BININT1;
+      buf[offset++] = token;
+    } else if (token < 0x10000) {
+      buf[offset++] = PICKLE_BININT2;
+      offset = buf.writeUInt16LE(token, offset);
+    } else if (token < 0x80000000) {
+      buf[offset++] = PICKLE_BININT;
+      offset = buf.writeInt32LE(token, offset);
+    } else {
+      // Python's minimal two's complement: a uint32 with the top bit set needs a fifth, zero byte.
+      buf[offset++] = PICKLE_LONG1;
+      buf[offset++] = 5;
+      offset = buf.writeUInt32LE(token, offset);
+      buf[offset++] = 0;
+    }
+  }
+  // TUPLE1/2/3 for short tuples, MARK … TUPLE otherwise; tuples are memoized, the empty one is not.
+  if (count === 0) buf[offset++] = PICKLE_EMPTY_TUPLE;
+  else {
+    buf[offset++] = count > 3 ? PICKLE_TUPLE : PICKLE_TUPLE1 + count - 1;
+    buf[offset++] = PICKLE_MEMOIZE;
+  }
+  buf[offset++] = PICKLE_NONE;
+  buf[offset++] = PICKLE_TUPLE1 + 2;
+  buf[offset++] = PICKLE_MEMOIZE;
+  buf[offset++] = PICKLE_STOP;
+  return sha256(finishPickle(buf, offset));
+}
+
+/** `pickle.dumps(text, protocol=5)`. */
+function pickleText(text: string): Buffer {
+  const bytes = pythonUtf8(text);
+  const buf = Buffer.allocUnsafe(PICKLE_BODY + 5 + bytes.length + 2);
+  let offset = PICKLE_BODY;
+  if (bytes.length <= 0xff) {
+    buf[offset++] = PICKLE_SHORT_BINUNICODE;
+    buf[offset++] = bytes.length;
+  } else {
+    buf[offset++] = PICKLE_BINUNICODE;
+    offset = buf.writeUInt32LE(bytes.length, offset);
+  }
+  offset += bytes.copy(buf, offset);
+  buf[offset++] = PICKLE_MEMOIZE;
+  buf[offset++] = PICKLE_STOP;
+  return finishPickle(buf, offset);
+}
+
+function hashBlockRange(
+  algo: BlockHashAlgo,
+  parent: Buffer,
+  tokenIds: ArrayLike<number>,
+  start: number,
+  count: number,
+  extraKeys: readonly unknown[] | null | undefined,
+): Buffer {
+  if (algo === 'sha256_cbor') return cborBlockDigest(parent, tokenIds, start, count, extraKeys);
+  if (extraKeys != null) throw new TypeError('vLLM block hash: extra keys are only supported with sha256_cbor');
+  return pickleBlockDigest(parent, tokenIds, start, count);
+}
+
+/** NONE_HASH for a seed string (vLLM init_none_hash: the algorithm applied to the seed string). */
+export function noneHash(seed: string, algo: BlockHashAlgo = 'sha256_cbor'): Buffer {
+  return sha256(algo === 'sha256_cbor' ? encodeText(seed) : pickleText(seed));
 }
 
 /** The seed vLLM would use: process.env.PYTHONHASHSEED, else "vllm-none-hash". */
@@ -176,26 +287,27 @@ export function defaultHashSeed(): string {
   return process.env.PYTHONHASHSEED ?? DEFAULT_NONE_HASH_SEED;
 }
 
-/** vLLM hash_block_tokens with sha256_cbor: 32-byte digest of CBOR [parent (or noneHash), [token ids], extraKeys ?? null]. */
+/** vLLM hash_block_tokens: 32-byte digest of (parent (or noneHash), tuple(token ids), extraKeys ?? None). */
 export function hashBlockTokens(
   parent: Buffer | null,
   noneHash: Buffer,
   tokenIds: ArrayLike<number>,
   extraKeys?: readonly unknown[] | null,
+  algo: BlockHashAlgo = 'sha256_cbor',
 ): Buffer {
   // vLLM: `if not parent_block_hash: parent_block_hash = NONE_HASH`, so empty bytes count as "no parent".
   const effectiveParent = parent && parent.length > 0 ? parent : noneHash;
-  return hashBlockRange(effectiveParent, tokenIds, 0, tokenIds.length, extraKeys);
+  return hashBlockRange(algo, effectiveParent, tokenIds, 0, tokenIds.length, extraKeys);
 }
 
 /** The chain over all full blocks of `tokenIds` (block size `blockSize`), digests in order; a trailing partial block is not hashed. */
-export function blockHashChain(tokenIds: ArrayLike<number>, blockSize: number, noneHash: Buffer): Buffer[] {
+export function blockHashChain(tokenIds: ArrayLike<number>, blockSize: number, noneHash: Buffer, algo: BlockHashAlgo = 'sha256_cbor'): Buffer[] {
   if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`vLLM block hash: bad block size ${blockSize}`);
   const fullBlocks = Math.floor(tokenIds.length / blockSize);
   const digests = new Array<Buffer>(fullBlocks);
   let parent = noneHash;
   for (let block = 0; block < fullBlocks; block++) {
-    parent = hashBlockRange(parent, tokenIds, block * blockSize, blockSize, null);
+    parent = hashBlockRange(algo, parent, tokenIds, block * blockSize, blockSize, null);
     digests[block] = parent;
   }
   return digests;

@@ -3,6 +3,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startServe, type Running } from '../src/cli/serve.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
@@ -26,6 +27,19 @@ const storedExchanges = (db: string) => {
   }
 };
 
+/** The `mocker:` counters on /metrics, by name and labels (without model_name), read with a Prometheus parser. */
+async function mockerCounters(port: number): Promise<Record<string, number>> {
+  const families = parsePrometheusTextFormat(await (await fetch(`http://127.0.0.1:${port}/metrics`)).text());
+  const out: Record<string, number> = {};
+  for (const f of families.filter((f) => f.name.startsWith('mocker:'))) {
+    for (const m of f.metrics) {
+      expect(m.labels?.model_name).toBe(MODEL);
+      out[f.name + (m.labels?.reason ? `{${m.labels.reason}}` : '')] = Number(m.value);
+    }
+  }
+  return out;
+}
+
 describe('--on-miss', () => {
   for (const policy of ['passthrough', 'record'] as const) {
     it(`${policy}: a miss is answered by the upstream${policy === 'record' ? ', and replayed once it is gone' : ', and nothing is stored'}`, async () => {
@@ -38,13 +52,33 @@ describe('--on-miss', () => {
       expect(first.json.choices?.[0].text).toBe(ANSWER);
       await upstream.close();
       const again = await ask(server.port);
+      const counters = await mockerCounters(server.port);
+      const noErrors = { 'mocker:upstream_errors_total{timeout}': 0, 'mocker:upstream_errors_total{broken_stream}': 0, 'mocker:upstream_errors_total{error_status}': 0 };
       if (policy === 'record') {
         expect(storedExchanges(db)).toBe(1);
         expect(again.status).toBe(200);
         expect(again.json.choices?.[0].text).toBe(ANSWER);
+        // The first ask missed and was recorded; the second hit the new capture.
+        expect(counters).toEqual({
+          'mocker:capture_hits_total': 1,
+          'mocker:capture_misses_total{no_match}': 1,
+          'mocker:capture_misses_total{too_short}': 0,
+          'mocker:captures_written_total': 1,
+          'mocker:upstream_errors_total{unreachable}': 0,
+          ...noErrors,
+        });
       } else {
         expect(storedExchanges(db)).toBe(0);
         expect(again.status).toBe(502);
+        // Both asks missed; the second found the upstream gone.
+        expect(counters).toEqual({
+          'mocker:capture_hits_total': 0,
+          'mocker:capture_misses_total{no_match}': 2,
+          'mocker:capture_misses_total{too_short}': 0,
+          'mocker:captures_written_total': 0,
+          'mocker:upstream_errors_total{unreachable}': 1,
+          ...noErrors,
+        });
       }
     });
   }

@@ -70,6 +70,15 @@ export interface RawExchange {
  */
 export type ExchangeSink = (raw: RawExchange) => Promise<void>;
 
+export type UpstreamFailure = 'unreachable' | 'timeout' | 'broken_stream' | 'error_status';
+
+/** How the upstream failed this exchange, or null (it answered, or the client went away first). */
+export function upstreamFailure(raw: RawExchange): UpstreamFailure | null {
+  if (raw.outcome !== 'failed') return null;
+  if (raw.status === null) return raw.error?.includes('timed out') ? 'timeout' : 'unreachable';
+  return raw.status >= 400 ? 'error_status' : 'broken_stream';
+}
+
 const agents = { http: new http.Agent({ keepAlive: true, maxSockets: Infinity }), https: new https.Agent({ keepAlive: true, maxSockets: Infinity }) };
 
 const TOKEN_ID_FIELDS = /"(prompt_token_ids|token_ids)":\[[0-9,\s]*\]/g;

@@ -7,6 +7,7 @@ import { defaultHashSeed, fixedTiming, loadPerfModel, modelTiming, polynomialPer
 import { KvEventStreams, KvTraceLog, kvTraceEnabled, type KvEventsConfig } from '../events/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
 import { createServeApp } from '../http/serveApp.js';
+import { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { StatsLog } from '../metrics/statsLog.js';
 import { VllmMetrics } from '../metrics/vllmMetrics.js';
 import { CaptureStore } from '../store/captureStore.js';
@@ -224,6 +225,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
         maxBodyBytes: opts.maxBodyBytes,
         promptTokensDetails: opts.enablePromptTokensDetails ?? false,
         metrics,
+        mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0]),
         apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
         requestIdHeaders: opts.requestIdHeaders,
         serverLoadTracking: opts.serverLoadTracking,

@@ -17,10 +17,16 @@ export interface ResolverConfig {
   tokenizer: ModelTokenizer;
 }
 
-export type Resolution =
+/** What looking the prompt up in the captures found: a hit, or why it missed (null: no lookup, random outputs). */
+export type CaptureLookup = 'hit' | 'no_match' | 'too_short' | null;
+
+export type Resolution = (
   | { type: 'plans'; plans: ChoicePlan[]; verbatim: StoredExchange | null; source: 'captured' | 'random' }
   | { type: 'forward' }
-  | { type: 'error'; error: ApiError };
+  | { type: 'error'; error: ApiError }
+) & { lookup: CaptureLookup };
+
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 /** Tokens of context shown on each side of a divergence. */
 const CONTEXT_TOKENS = 12;
@@ -33,9 +39,9 @@ export class OutputResolver {
 
   async resolve(params: OutputParams, model: string, promptIds: readonly number[], shape: string): Promise<Resolution> {
     const { store, outputs } = this.config;
-    if (outputs === 'random' || !store) return this.random(params, promptIds);
+    if (outputs === 'random' || !store) return { ...(await this.random(params, promptIds)), lookup: null };
     const matches = store.findByPrompt(model, promptIds).filter((ex) => ex.endpoint === params.kind);
-    if (matches.length === 0) return this.miss(params, model, promptIds);
+    if (matches.length === 0) return { ...(await this.miss(params, model, promptIds)), lookup: 'no_match' };
 
     const first = this.pick(matches.length, model, promptIds, params.seed);
     const chosen: { exchange: StoredExchange; choice: number }[] = [];
@@ -46,6 +52,7 @@ export class OutputResolver {
     for (let k = 0; chosen.length < params.n; k++) chosen.push(chosen[k % chosen.length]);
 
     const plans: ChoicePlan[] = [];
+    let extended = false;
     for (const [i, { exchange, choice }] of chosen.entries()) {
       const plan = await planFromCapture(exchange.generations[choice], params, this.config.tokenizer);
       if (plan instanceof PartialHit) {
@@ -54,11 +61,13 @@ export class OutputResolver {
           const captured = await planFromCapture(exchange.generations[choice], { ...params, maxTokens: plan.captured }, this.config.tokenizer);
           if (captured instanceof PartialHit) throw new Error('unreachable: a capture always covers its own length');
           plans.push(extendPlan(captured, await planRandom([...promptIds, ...captured.tokenIds], rest, this.config.tokenizer, this.config.seed, i)));
+          extended = true;
           continue;
         }
-        if (this.config.onMiss === 'passthrough' || this.config.onMiss === 'record') return { type: 'forward' };
+        if (this.config.onMiss === 'passthrough' || this.config.onMiss === 'record') return { type: 'forward', lookup: 'too_short' };
         return {
           type: 'error',
+          lookup: 'too_short',
           error: new ApiError(
             404,
             `Partial capture hit: capture #${exchange.id} holds ${plan.captured} output tokens (it ended by length) but the request asks for up to ${plan.requested}. Lower max_tokens, recapture, or serve with --on-miss random to extend it with random tokens.`,
@@ -72,7 +81,8 @@ export class OutputResolver {
     const single = chosen.every((c) => c.exchange === chosen[0].exchange);
     const exchange = chosen[0].exchange;
     const verbatim = single && exchange.requestShape === shape && exchange.generations.length === params.n ? exchange : null;
-    return { type: 'plans', plans, verbatim, source: 'captured' };
+    // Extended with random tokens past a too-short capture: still a miss by that reason.
+    return { type: 'plans', plans, verbatim, source: 'captured', lookup: extended ? 'too_short' : 'hit' };
   }
 
   private pick(count: number, model: string, promptIds: readonly number[], seed: number | null): number {
@@ -84,13 +94,13 @@ export class OutputResolver {
     return next % count;
   }
 
-  private async random(params: OutputParams, promptIds: readonly number[]): Promise<Resolution> {
+  private async random(params: OutputParams, promptIds: readonly number[]): Promise<Omit<Extract<Resolution, { type: 'plans' }>, 'lookup'>> {
     const plans: ChoicePlan[] = [];
     for (let i = 0; i < params.n; i++) plans.push(await planRandom(promptIds, params, this.config.tokenizer, this.config.seed, i));
     return { type: 'plans', plans, verbatim: null, source: 'random' };
   }
 
-  private async miss(params: OutputParams, model: string, promptIds: readonly number[]): Promise<Resolution> {
+  private async miss(params: OutputParams, model: string, promptIds: readonly number[]): Promise<DistributiveOmit<Resolution, 'lookup'>> {
     switch (this.config.onMiss) {
       case 'random':
         return this.random(params, promptIds);

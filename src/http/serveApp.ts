@@ -8,6 +8,7 @@ import { forwardExchange, generationEndpoint, hideTokenIds, type ExchangeSink, t
 import { EngineRejection, type Engine } from '../engine/index.js';
 import { textField, type ChoicePlan, type EndpointKind, type OutputParams } from '../generation/plan.js';
 import type { OutputResolver } from '../generation/resolver.js';
+import type { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { requestShape } from '../generation/shape.js';
 import type { ChunkDelta, StoredExchange } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
@@ -33,6 +34,8 @@ export interface ServeAppConfig {
   promptTokensDetails: boolean;
   /** `GET /metrics` (Prometheus text). */
   metrics?: { text(): Promise<string>; readonly contentType: string };
+  /** The mocker's own counters (capture hits and misses, upstream errors, captures written). */
+  mockerMetrics?: MockerMetrics;
   /** vLLM's --api-key: `/v1/*` needs `Authorization: Bearer <key>`. */
   apiKey?: string;
   /** vLLM's --enable-request-id-headers: responses carry `X-Request-Id`. */
@@ -336,11 +339,17 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const { bytes: bodyBytes, body } = await readJson(c);
     const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'));
     const resolution = await resolver.resolve(p.params, p.model, p.promptIds, requestShape(kind, body));
+    config.mockerMetrics?.captureLookup(resolution.lookup);
     if (resolution.type === 'error') throw resolution.error;
     if (resolution.type === 'forward') {
       if (!config.forward) throw new ApiError(500, 'on-miss forwarding needs --upstream', 'InternalServerError');
-      const sink = config.forward.sink ?? (async () => undefined);
-      await forwardExchange(config.forward.config, reqNode, bodyBytes, res, sink);
+      const record = config.forward.sink;
+      await forwardExchange(config.forward.config, reqNode, bodyBytes, res, async (raw) => {
+        config.mockerMetrics?.forwarded(raw);
+        if (!record) return;
+        await record(raw);
+        config.mockerMetrics?.captureWritten();
+      });
       return RESPONSE_ALREADY_SENT;
     }
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestIdFor(c, body)}`;

@@ -1,0 +1,52 @@
+import { Counter, type Registry } from 'prom-client';
+import { upstreamFailure, type RawExchange, type UpstreamFailure } from '../capture/forward.js';
+import type { CaptureLookup } from '../generation/resolver.js';
+
+const MISS_REASONS = ['no_match', 'too_short'] as const;
+const FAILURES: UpstreamFailure[] = ['unreachable', 'timeout', 'broken_stream', 'error_status'];
+
+/** The mocker's own metrics, beside vLLM's on `/metrics` (prefix `mocker:`). */
+export class MockerMetrics {
+  private readonly hits;
+  private readonly misses;
+  private readonly written;
+  private readonly upstreamErrors;
+  private readonly labels;
+
+  constructor(registry: Registry, modelName: string) {
+    const registers = [registry];
+    this.labels = { model_name: modelName };
+    this.hits = new Counter({ name: 'mocker:capture_hits_total', help: 'Requests answered from a capture of the same prompt.', labelNames: ['model_name'], registers });
+    this.misses = new Counter({
+      name: 'mocker:capture_misses_total',
+      help: 'Requests no capture could answer, by reason: no_match (no capture of this prompt), too_short (the capture ended by length before max_tokens).',
+      labelNames: ['model_name', 'reason'],
+      registers,
+    });
+    this.written = new Counter({ name: 'mocker:captures_written_total', help: 'Exchanges recorded into the capture file (--on-miss record).', labelNames: ['model_name'], registers });
+    this.upstreamErrors = new Counter({
+      name: 'mocker:upstream_errors_total',
+      help: 'Forwarded requests the upstream failed, by reason: unreachable, timeout, broken_stream, error_status.',
+      labelNames: ['model_name', 'reason'],
+      registers,
+    });
+    this.hits.labels(this.labels).inc(0);
+    this.written.labels(this.labels).inc(0);
+    for (const reason of MISS_REASONS) this.misses.labels({ ...this.labels, reason }).inc(0);
+    for (const reason of FAILURES) this.upstreamErrors.labels({ ...this.labels, reason }).inc(0);
+  }
+
+  captureLookup(lookup: CaptureLookup): void {
+    if (lookup === 'hit') this.hits.labels(this.labels).inc();
+    else if (lookup !== null) this.misses.labels({ ...this.labels, reason: lookup }).inc();
+  }
+
+  forwarded(raw: RawExchange): void {
+    const failure = upstreamFailure(raw);
+    if (failure) this.upstreamErrors.labels({ ...this.labels, reason: failure }).inc();
+  }
+
+  captureWritten(): void {
+    this.written.labels(this.labels).inc();
+  }
+}

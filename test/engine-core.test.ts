@@ -191,18 +191,38 @@ describe('§9.2 scheduler', () => {
     ]);
   });
 
-  it('13: a prefill worker reports the KV handoff delay of a completed request', () => {
-    const core = makeCore({ workerType: 'prefill', kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 } });
+  it('13: a decode worker pulls a remote prefill\'s KV in tokens × bytes ÷ bandwidth (8 tokens at 1 MB/token over 1 GB/s = 8 ms), then decodes with no prefill compute', () => {
+    const transfer = { kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 } };
+    const core = makeCore(transfer);
+    core.add({ ...request('r1', 8, 2), remotePrefill: true });
+    const first = core.executePass(0);
+    expect(first.tokens).toEqual([]);
+    expect(first.wakeAtMs).toBe(8);
+    expect(core.view('r1')).toMatchObject({ status: 'waiting_for_remote_kvs', numAllocatedTokens: 8, numComputedTokens: 7 });
+    expect(core.engineStats()).toMatchObject({ activeBlocks: 1, waiting: 1, waitingForRemoteKvs: 1, running: 0 });
+    expect(core.executePass(4).tokens).toEqual([]);
+    // Landed: the last prompt token is recomputed with the first decode; no prefill time is charged.
+    const landed = core.executePass(8);
+    expect(landed).toMatchObject({ prefillMs: 0, scheduledTokens: 1, tokens: [{ id: 'r1', generated: 1, completed: false }] });
+    expect(landed.decodeMs).toBeGreaterThan(0);
+    expect(core.engineStats().prefillMs).toBe(0);
+    // 128 tokens → 128 ms.
+    const long = makeCore(transfer);
+    long.add({ ...request('r', 128, 1), remotePrefill: true });
+    expect(long.executePass(0).wakeAtMs).toBe(128);
+    // The same request computed locally is charged its prefill.
+    const local = makeCore(transfer);
+    local.add(request('r', 128, 1));
+    expect(local.executePass(0).prefillMs).toBeGreaterThan(0);
+  });
+
+  it('13b: a prefill worker emits its token at the end of the prefill, with no decode step', () => {
+    const core = makeCore({ workerType: 'prefill' });
     core.add(request('r1', 8, 1));
     const pass = core.executePass(0);
-    expect(pass.tokens).toEqual([{ id: 'r1', generated: 1, completed: true, handoffDelayMs: 8 }]);
-    // 128 tokens → 128 ms; an aggregated worker reports none.
-    const prefill128 = makeCore({ workerType: 'prefill', kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 } });
-    prefill128.add(request('r', 128, 1));
-    expect(prefill128.executePass(0).tokens[0].handoffDelayMs).toBe(128);
-    const aggregated = makeCore({ kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 } });
-    aggregated.add(request('r', 8, 1));
-    expect(aggregated.executePass(0).tokens[0].handoffDelayMs).toBeUndefined();
+    expect(pass.decodeMs).toBe(0);
+    expect(pass.endMs).toBe(pass.prefillMs);
+    expect(pass.tokens).toEqual([{ id: 'r1', generated: 1, completed: true }]);
   });
 
   it('14: the first token comes out in the pass that completes the prompt', () => {

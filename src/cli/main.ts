@@ -4,7 +4,9 @@ import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig, type KvEventsFormat } from '../events/index.js';
 import { startCapture } from './capture.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs } from './engineArgs.js';
-import { DEFAULT_MAX_BODY_BYTES, startServe, type ServeMode } from './serve.js';
+import { startPdProxy } from '../pd/proxy.js';
+import { parsePdLayout, startPdDeployment } from './pd.js';
+import { DEFAULT_MAX_BODY_BYTES, startServe, type ServeMode, type ServeOptions } from './serve.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
 
@@ -64,6 +66,13 @@ program
   .option('--zmq-replay-ports <ports>', 'one KV events replay (ROUTER) port per worker, with --zmq-kv-events-ports', portList('--zmq-replay-ports'))
   .addOption(new Option('--kv-events-format <format>', 'KV event layout: array (vLLM <= 0.2x tagged arrays) | map (named fields, vLLM PR #42892)').choices(['array', 'map']).default('array'))
   .addOption(new Option('--prefix-caching-hash-algo <algo>', "vLLM block hash of KV events (seed: $PYTHONHASHSEED, else \"vllm-none-hash\")").choices(['sha256_cbor', 'sha256']).default('sha256_cbor'))
+  .addOption(new Option('--disaggregation-mode <mode>', 'agg | prefill (answers one token, holds its KV for a decode engine) | decode').choices(['agg', 'prefill', 'decode']))
+  .option('--is-prefill-worker', "Dynamo's legacy spelling of --disaggregation-mode prefill")
+  .option('--is-decode-worker', "Dynamo's legacy spelling of --disaggregation-mode decode")
+  .option('--kv-bytes-per-token <n>', "KV bytes per token for PD transfer times (default: the model's config.json: layers x 2 x KV heads x head dim x dtype bytes)", number('--kv-bytes-per-token', { min: 0 }))
+  .addOption(new Option('--kv-cache-dtype <dtype>', 'KV cache dtype for --kv-bytes-per-token').choices(['auto', 'bfloat16', 'float16', 'float32', 'fp8', 'fp8_e4m3', 'fp8_e5m2', 'fp8_inc', 'fp8_ds_mla']).default('auto'))
+  .option('--kv-transfer-bandwidth <GBps>', 'PD KV transfer bandwidth in GB/s (0: instant)', number('--kv-transfer-bandwidth', { min: 0 }), 64)
+  .option('--pd <xPyD>', 'run x prefill and y decode engines in-process behind a PD proxy on --port (e.g. 1P1D)')
   .option('--show-hidden-metrics-for-version <version>', "also vLLM's deprecated metrics (gpu_cache_usage_perc, time_per_output_token_seconds)")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
   .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record (default: random in simulate, error otherwise)').choices(['error', 'random', 'passthrough', 'record']))
@@ -92,13 +101,20 @@ program
     const format = o.kvEventsFormat as KvEventsFormat;
     if (o.kvEventsConfig && o.zmqKvEventsPorts) throw new Error('--kv-events-config and --zmq-kv-events-ports both configure KV events: give one');
     if (o.zmqReplayPorts && !o.zmqKvEventsPorts) throw new Error('--zmq-replay-ports needs --zmq-kv-events-ports');
+    if (o.disaggregationMode && (o.isPrefillWorker || o.isDecodeWorker)) throw new Error('--disaggregation-mode cannot be combined with --is-prefill-worker / --is-decode-worker');
+    if (o.isPrefillWorker && o.isDecodeWorker) throw new Error('--is-prefill-worker and --is-decode-worker are exclusive');
+    const role: ServeOptions['role'] = o.disaggregationMode ?? (o.isPrefillWorker ? 'prefill' : o.isDecodeWorker ? 'decode' : 'agg');
     let kvEvents: KvEventsConfig[] | undefined;
     if (o.kvEventsConfig) {
       const config = parseKvEventsConfig(o.kvEventsConfig, format);
       kvEvents = config ? [config] : undefined;
     } else if (o.zmqKvEventsPorts) kvEvents = dynamoKvEventsConfigs(o.zmqKvEventsPorts, o.zmqReplayPorts, o.numWorkers, format);
-    await startServe({
+    const options: ServeOptions = {
       mode: o.mode as ServeMode,
+      role,
+      kvBytesPerToken: o.kvBytesPerToken,
+      kvCacheDtype: o.kvCacheDtype,
+      kvTransferBandwidthGBps: o.kvTransferBandwidth,
       engine,
       enablePromptTokensDetails: o.enablePromptTokensDetails,
       numWorkers: o.numWorkers,
@@ -123,7 +139,31 @@ program
       maxModelLen: o.maxModelLen,
       maxBodyBytes: o.maxBodyBytes,
       redactHeaders: o.redactHeader,
-    });
+    };
+    if (o.pd) {
+      if (role !== 'agg') throw new Error('--pd starts its own prefill and decode engines: drop --disaggregation-mode');
+      await startPdDeployment(options, parsePdLayout(o.pd));
+    } else await startServe(options);
+  });
+
+program
+  .command('pd-proxy')
+  .description("vLLM's disaggregated prefill/decode proxy (NIXL kv_transfer_params protocol) in front of prefill and decode engines")
+  .requiredOption('--prefill <urls>', 'prefill engines, comma-separated (round robin)')
+  .requiredOption('--decode <urls>', 'decode engines, comma-separated (round robin)')
+  .option('--host <host>', 'address to listen on', '0.0.0.0')
+  .option('--port <port>', 'port to listen on', number('--port', { integer: true, min: 0 }), 8000)
+  .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
+  .action(async (o) => {
+    const urls = (list: string, flag: string) =>
+      list.split(',').map((u) => {
+        try {
+          return new URL(u.trim());
+        } catch {
+          throw new Error(`${flag}: "${u}" is not a URL`);
+        }
+      });
+    await startPdProxy({ prefill: urls(o.prefill, '--prefill'), decode: urls(o.decode, '--decode'), host: o.host, port: o.port, maxBodyBytes: o.maxBodyBytes });
   });
 
 program

@@ -6,7 +6,9 @@ import { Recorder } from '../capture/recorder.js';
 import { defaultHashSeed, fixedTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type BlockHashAlgo, type EngineObserver, type PassTiming, type TimingMode } from '../engine/index.js';
 import { KvEventStreams, KvTraceLog, kvTraceEnabled, type KvEventsConfig } from '../events/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
-import { createServeApp } from '../http/serveApp.js';
+import { randomUUID } from 'node:crypto';
+import { createServeApp, type PdConfig } from '../http/serveApp.js';
+import { kvBytesPerToken } from '../pd/kvTransfer.js';
 import { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { StatsLog } from '../metrics/statsLog.js';
 import { VllmMetrics } from '../metrics/vllmMetrics.js';
@@ -72,6 +74,16 @@ export interface ServeOptions {
   hashSeed?: string;
   /** Dynamo's KV cache trace log. Default: DYN_MOCKER_KV_CACHE_TRACE. */
   kvTrace?: boolean;
+  /** --disaggregation-mode. Default agg. */
+  role?: PdConfig['role'];
+  /** --kv-bytes-per-token; default from the model's config.json and --kv-cache-dtype. */
+  kvBytesPerToken?: number;
+  /** --kv-cache-dtype. Default auto (the model's dtype). */
+  kvCacheDtype?: string;
+  /** --kv-transfer-bandwidth in GB/s (0: instant). Default 64. */
+  kvTransferBandwidthGBps?: number;
+  /** How long a prefill engine holds KV for a decode that never comes. Default VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). */
+  kvHoldTimeoutMs?: number;
 }
 
 export interface Running {
@@ -152,6 +164,14 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   const kvEvents = opts.kvEvents ?? [];
   if (kvEvents.length > 1 && kvEvents.length !== workers) throw new Error(`${kvEvents.length} KV event configs for ${workers} worker(s)`);
   const hashAlgo = opts.prefixCachingHashAlgo ?? 'sha256_cbor';
+  const role = opts.role ?? 'agg';
+  const bytesPerToken = opts.kvBytesPerToken ?? kvBytesPerToken(tokenizer.modelConfig, opts.kvCacheDtype ?? 'auto');
+  if (bytesPerToken === null) throw new Error(`cannot compute kv_bytes_per_token from ${tokenizer.name}'s config.json: give --kv-bytes-per-token`);
+  const bandwidthGBps = opts.kvTransferBandwidthGBps ?? 64;
+  if (!(bandwidthGBps >= 0)) throw new Error(`--kv-transfer-bandwidth must be >= 0, got ${bandwidthGBps}`);
+  const kvHoldTimeoutMs = opts.kvHoldTimeoutMs ?? 1000 * Number(process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT ?? 480);
+  // vLLM's side-channel host; a wildcard listen address is not one a decode engine can call.
+  const advertisedHost = process.env.VLLM_NIXL_SIDE_CHANNEL_HOST ?? (['0.0.0.0', '::'].includes(opts.host) ? '127.0.0.1' : opts.host);
   const kvTrace = opts.kvTrace ?? kvTraceEnabled();
   const servers: Server[] = [];
   const timers: NodeJS.Timeout[] = [];
@@ -195,6 +215,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
       logTimer.unref();
       timers.push(logTimer);
       const observers: EngineObserver[] = [metrics, statsLog];
+      const engineId = randomUUID();
       const eventsConfig = kvEvents.length > 1 ? kvEvents[w] : kvEvents[0];
       if (eventsConfig) {
         const stream = await KvEventStreams.open(eventsConfig, args.dataParallelSize, kvEvents.length > 1 ? 0 : w * args.dataParallelSize);
@@ -207,7 +228,10 @@ export async function startServe(options: ServeOptions): Promise<Running> {
           ...schedulerConfig(args, passTiming, opts.seed + w),
           kvEvents: eventsConfig ? { algo: hashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
           kvTrace,
+          workerType: role === 'prefill' ? 'prefill' : 'aggregated',
+          kvTransfer: { bytesPerToken, bandwidthGBps },
         },
+        kvHoldTimeoutMs,
         dataParallelSize: args.dataParallelSize,
         speedupRatio: args.speedupRatio,
         timingDescription,
@@ -229,6 +253,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
         apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
         requestIdHeaders: opts.requestIdHeaders,
         serverLoadTracking: opts.serverLoadTracking,
+        pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[w].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
       });
       const port = opts.port === 0 ? 0 : opts.port + w;
       const server = await new Promise<Server>((resolve, reject) => {

@@ -25,11 +25,11 @@ export interface SchedulerConfig {
   /** Seeds the tokens generated for requests that bring no output ids. */
   seed: number;
   /**
-   * Disaggregated roles (engine-reference §5): a prefill worker charges no decode time and reports how long
-   * the KV transfer of a completed request takes; a decode worker charges no prefill time.
+   * Disaggregated prefill (engine-reference §5.1): the token comes out at the end of the prefill, with no
+   * decode step charged.
    */
-  workerType?: 'aggregated' | 'prefill' | 'decode';
-  /** KV transfer for the handoff delay: bytes per token and link bandwidth in GB/s (0 = no delay). */
+  workerType?: 'aggregated' | 'prefill';
+  /** Pulling a remote prefill's KV (decode role, §5.2): bytes per token and link bandwidth in GB/s (0: instant). */
   kvTransfer?: { bytesPerToken: number; bandwidthGBps: number };
   /** vLLM KV events (--kv-events-config): hash stored blocks the way vLLM does. */
   kvEvents?: VllmKvEventOptions;
@@ -53,9 +53,16 @@ export interface CoreRequest {
   outputTokenIds?: readonly number[];
   /** With captured timing: the earliest time (engine clock, ms) each output token may come out. */
   notBeforeMs?: readonly number[];
+  /**
+   * The prompt's KV comes from a prefill engine (vLLM `do_remote_prefill`): its blocks are allocated and
+   * pulled (transfer time, no prefill compute), then the last prompt token is recomputed with the first decode.
+   */
+  remotePrefill?: boolean;
+  /** Keep the blocks after the last token until `releaseHeld` (a prefill engine, for a remote decode to pull). */
+  holdBlocksOnFinish?: boolean;
 }
 
-export type RequestStatus = 'waiting' | 'running' | 'preempted';
+export type RequestStatus = 'waiting' | 'running' | 'preempted' | 'waiting_for_remote_kvs';
 
 /** One request's scheduling state, as tests and `/mocker/engine` see it. */
 export interface RequestView {
@@ -72,8 +79,6 @@ export interface TokenOut {
   /** Output tokens this request has produced so far. */
   generated: number;
   completed: boolean;
-  /** Prefill worker, completed request: how long moving its KV blocks to the decode worker takes (ms). */
-  handoffDelayMs?: number;
 }
 
 export interface Admission {
@@ -112,6 +117,10 @@ export interface EngineStats {
   prefixCacheQueries: number;
   prefixCacheHits: number;
   passes: number;
+  /** Requests holding blocks while their prompt's KV is pulled from a prefill engine. */
+  waitingForRemoteKvs: number;
+  /** Simulated prefill compute charged so far (ms, before the speedup). */
+  prefillMs: number;
 }
 
 interface RequestState {
@@ -122,6 +131,10 @@ interface RequestState {
   numPreemptions: number;
   /** Set when the request completed or was aborted. */
   done: boolean;
+  /** Its prompt KV is (being) pulled from a prefill engine and was not lost since: no prefill compute. */
+  remoteKv: boolean;
+  /** When the pull completes (engine clock, ms). */
+  kvReadyAtMs: number;
   /** What it was scheduled in pass `scheduledPass` (kept on the request: no per-pass allocation). */
   scheduledPass: number;
   scheduledTotal: number;
@@ -153,10 +166,14 @@ export class EngineCore {
   private readonly requests = new Map<string, RequestState>();
   private readonly waiting = new WaitQueue<RequestState>();
   private running: RequestState[] = [];
+  /** Finished requests whose blocks wait for a remote decode to pull them. */
+  private readonly held = new Map<string, ActiveSequence>();
+  /** vLLM's WAITING_FOR_REMOTE_KVS: blocks allocated, KV in flight, in arrival order. */
+  private transferring: RequestState[] = [];
   private nextUniqueBlock = -1;
   private readonly random: () => number;
   private readonly watermarkBlocks: number;
-  private stats = { preemptions: 0, prefixCacheQueries: 0, prefixCacheHits: 0, passes: 0 };
+  private stats = { preemptions: 0, prefixCacheQueries: 0, prefixCacheHits: 0, passes: 0, prefillMs: 0 };
   private readonly kvEventLog?: VllmKvEventLog;
   private kvTrace: KvTraceEntry[] = [];
 
@@ -194,8 +211,14 @@ export class EngineCore {
     const why = this.rejection(request.promptTokenIds.length, request.maxOutputTokens);
     if (why) throw new Error(why);
     if (this.requests.has(request.id)) throw new Error(`request ${request.id} is already in the engine`);
-    const seq = new ActiveSequence(request.promptTokenIds, request.maxOutputTokens, this.config.blockSize, this.config.enablePrefixCaching, () => this.nextUniqueBlock--);
-    const state: RequestState = { request, seq, status: 'waiting', numComputed: 0, numPreemptions: 0, done: false, scheduledPass: -1, scheduledTotal: 0, scheduledPromptTokens: 0, scheduledPrefix: 0 };
+    if (this.held.has(request.id)) throw new Error(`request ${request.id} still holds blocks`);
+    const seq = new ActiveSequence(
+      request.promptTokenIds, request.maxOutputTokens, this.config.blockSize, this.config.enablePrefixCaching, () => this.nextUniqueBlock--, request.holdBlocksOnFinish,
+    );
+    const state: RequestState = {
+      request, seq, status: 'waiting', numComputed: 0, numPreemptions: 0, done: false, remoteKv: request.remotePrefill === true, kvReadyAtMs: 0,
+      scheduledPass: -1, scheduledTotal: 0, scheduledPromptTokens: 0, scheduledPrefix: 0,
+    };
     this.requests.set(request.id, state);
     this.waiting.pushBack(state);
   }
@@ -206,6 +229,7 @@ export class EngineCore {
     if (!state) return;
     this.waiting.remove(state);
     this.running = this.running.filter((r) => r !== state);
+    this.transferring = this.transferring.filter((r) => r !== state);
     this.apply(state.seq.reset());
     state.done = true;
     this.requests.delete(id);
@@ -241,6 +265,21 @@ export class EngineCore {
     return this.kvEventLog.eventHashes([...this.kv.activeBlocks()].map(([block]) => block).concat([...this.kv.inactiveBlocks()]));
   }
 
+  /** Frees the blocks a finished request kept for a remote decode; false when it holds none (unknown or released). */
+  releaseHeld(id: string): boolean {
+    const seq = this.held.get(id);
+    if (!seq) return false;
+    this.held.delete(id);
+    this.apply(seq.reset());
+    return true;
+  }
+
+  /** How many blocks a finished request still holds for a remote decode (0: none). */
+  heldBlocks(id: string): number {
+    const seq = this.held.get(id);
+    return seq ? Math.ceil(seq.numAllocatedTokens / this.config.blockSize) : 0;
+  }
+
   /**
    * vLLM's reset_prefix_cache: forgets every cached block. Like vLLM it fails (false) while requests hold
    * blocks, unless `resetRunningRequests`, which first preempts them all (they recompute later).
@@ -252,6 +291,8 @@ export class EngineCore {
       this.requeue(victim);
       this.waiting.pushFront(victim);
     }
+    // Blocks pulled for requests still waiting on a remote prefill stay held.
+    if (this.kv.numActive > 0) return false;
     this.kv.clearInactive();
     return true;
   }
@@ -284,7 +325,8 @@ export class EngineCore {
   engineStats(): EngineStats {
     return {
       running: this.running.length,
-      waiting: this.waiting.size,
+      waiting: this.waiting.size + this.transferring.length,
+      waitingForRemoteKvs: this.transferring.length,
       activeBlocks: this.kv.numActive,
       inactiveBlocks: this.kv.numInactive,
       freeBlocks: this.kv.numFree,
@@ -297,7 +339,9 @@ export class EngineCore {
   /** One scheduler iteration at time `now` (ms): schedule, then emit one token per ready request. */
   executePass(now: number): PassResult {
     this.stats.passes++;
-    const pass = new PassBuilder(this.stats.passes, this.config.maxNumBatchedTokens ?? Infinity, this.config.workerType !== 'decode');
+    const pass = new PassBuilder(this.stats.passes, this.config.maxNumBatchedTokens ?? Infinity);
+    const maxSeqs = this.config.maxNumSeqs ?? Infinity;
+    this.landTransfers(now, maxSeqs);
     // Phase A: running requests first, in admission order (a positional index, as Dynamo's loop).
     let i = 0;
     while (i < this.running.length && pass.budget > 0) {
@@ -306,10 +350,13 @@ export class EngineCore {
       if (outcome !== 'current-preempted') i++;
     }
     // Phase B: FIFO admission, none after a preemption in this pass.
-    const maxSeqs = this.config.maxNumSeqs ?? Infinity;
     while (!pass.preemptedAny && this.running.length < maxSeqs) {
       const next = this.waiting.front();
       if (!next) break;
+      if (next.remoteKv) {
+        if (!this.admitRemote(next, now, pass)) break;
+        continue;
+      }
       const outcome = this.schedule(next, true, pass);
       if (typeof outcome !== 'number' || (outcome === 0 && pass.budget === 0)) break;
     }
@@ -318,8 +365,61 @@ export class EngineCore {
     const batch = pass.batchCount;
     const prefillMs = batch === 0 ? 0 : timing.prefillMs(batch, Math.floor(pass.islSum / batch), Math.floor(pass.prefixSum / batch));
     const decodeStart = now + prefillMs;
-    const { decodeMs, tokens, wakeAtMs } = this.emitReadyTokens(decodeStart, pass);
+    this.stats.prefillMs += prefillMs;
+    const { decodeMs, tokens, wakeAtMs: tokenWake } = this.emitReadyTokens(decodeStart, pass);
+    let wakeAtMs = tokenWake;
+    for (const t of this.transferring) wakeAtMs = wakeAtMs === null ? t.kvReadyAtMs : Math.min(wakeAtMs, t.kvReadyAtMs);
     return { startMs: now, prefillMs, decodeMs, endMs: decodeStart + decodeMs, tokens, admitted: pass.admitted, preempted: pass.preempted, scheduledTokens: pass.scheduledTokens, promptTokens: pass.promptTokens, wakeAtMs };
+  }
+
+  /** Pulled KV has landed: the request runs, with only its last prompt token left to compute (vLLM ≥ 0.11). */
+  private landTransfers(now: number, maxSeqs: number): void {
+    while (this.transferring.length > 0 && this.running.length < maxSeqs) {
+      const i = this.transferring.findIndex((t) => t.kvReadyAtMs <= now);
+      if (i < 0) return;
+      const [state] = this.transferring.splice(i, 1);
+      state.status = 'running';
+      this.running.push(state);
+    }
+  }
+
+  /**
+   * Admits a request whose prompt KV a prefill engine holds: allocates every prompt block (locally cached
+   * ones are hits and need no transfer) without computing anything, and parks it until the pull completes.
+   * Like vLLM it never preempts for this; false when the blocks are not there.
+   */
+  private admitRemote(state: RequestState, now: number, pass: PassBuilder): boolean {
+    const { seq } = state;
+    const blockSize = this.config.blockSize;
+    const cached = Math.min(this.kv.prefixHits(seq.blocks) * blockSize, seq.promptLength);
+    if (this.watermarkBlocks > 0 && !this.keepsWatermark(seq.blocks, seq.blocks.length)) return false;
+    const move = seq.prepareAllocation(seq.promptLength);
+    if (move) {
+      const obtained = this.kv.process(move);
+      if (obtained < move.blocks.length) {
+        const previousBlocks = Math.ceil(seq.numAllocatedTokens / blockSize);
+        seq.commitAllocation(Math.min((previousBlocks + obtained) * blockSize, seq.promptLength));
+        this.apply(seq.reset());
+        return false;
+      }
+    }
+    seq.commitAllocation(seq.promptLength);
+    state.numComputed = seq.promptLength - 1;
+    state.status = 'waiting_for_remote_kvs';
+    state.kvReadyAtMs = now + this.transferMs(seq.promptLength - cached);
+    this.waiting.remove(state);
+    this.transferring.push(state);
+    pass.admitted.push({ id: state.request.id, cachedTokens: cached });
+    this.stats.prefixCacheQueries += seq.promptLength;
+    this.stats.prefixCacheHits += cached;
+    return true;
+  }
+
+  /** §5.2: tokens × bytes per token ÷ bandwidth. */
+  private transferMs(tokens: number): number {
+    const transfer = this.config.kvTransfer;
+    if (!transfer || !(transfer.bandwidthGBps > 0)) return 0;
+    return ((tokens * transfer.bytesPerToken) / (transfer.bandwidthGBps * 1e9)) * 1000;
   }
 
   private apply(moves: readonly MoveBlock[]): void {
@@ -417,9 +517,9 @@ export class EngineCore {
   private preempt(pass: PassBuilder): RequestState | undefined {
     const victim = this.config.preemptionMode === 'lifo' ? this.running.pop() : this.running.shift();
     if (!victim) return undefined;
+    pass.unschedule(victim);
     this.requeue(victim);
     this.waiting.pushFront(victim);
-    pass.unschedule(victim);
     pass.preempted.push(victim.request.id);
     pass.preemptedAny = true;
     return victim;
@@ -429,6 +529,8 @@ export class EngineCore {
   private requeue(victim: RequestState): void {
     victim.status = 'preempted';
     victim.numComputed = 0;
+    // Its pulled KV is gone: it recomputes the prompt here.
+    victim.remoteKv = false;
     victim.numPreemptions++;
     this.stats.preemptions++;
     this.apply(victim.seq.reset());
@@ -456,23 +558,19 @@ export class EngineCore {
       }
       if (this.generateOne(r, pass)) {
         const completed = r.seq.generated >= r.seq.maxOutput;
-        const handoffDelayMs = completed ? this.handoffDelayMs(r.seq.promptLength) : undefined;
-        tokens.push({ id: r.request.id, generated: r.seq.generated, completed, ...(handoffDelayMs === undefined ? {} : { handoffDelayMs }) });
+        tokens.push({ id: r.request.id, generated: r.seq.generated, completed });
         if (completed) {
           r.done = true;
           this.requests.delete(r.request.id);
+          if (r.request.holdBlocksOnFinish) {
+            r.seq.commitAllocation(r.seq.length);
+            this.held.set(r.request.id, r.seq);
+          }
         }
       }
     }
     this.running = this.running.filter((r) => !r.done && r.status === 'running');
     return { decodeMs, tokens, wakeAtMs };
-  }
-
-  /** §5.2: prompt tokens × bytes per token ÷ bandwidth, for requests completing on a prefill worker. */
-  private handoffDelayMs(promptTokens: number): number | undefined {
-    const transfer = this.config.kvTransfer;
-    if (this.config.workerType !== 'prefill' || !transfer || !(transfer.bandwidthGBps > 0)) return undefined;
-    return ((promptTokens * transfer.bytesPerToken) / (transfer.bandwidthGBps * 1e9)) * 1000;
   }
 
   /** Appends the request's next token, preempting others while its new block cannot be allocated. */
@@ -513,7 +611,6 @@ class PassBuilder {
   constructor(
     private readonly id: number,
     public budget: number,
-    private readonly chargesPrefill: boolean,
   ) {}
 
   schedule(state: RequestState, total: number, promptTokens: number, prefix: number): void {
@@ -524,7 +621,7 @@ class PassBuilder {
     this.budget -= total;
     this.scheduledTokens += total;
     this.promptTokens += promptTokens;
-    if (promptTokens > 0 && this.chargesPrefill) {
+    if (promptTokens > 0 && !state.remoteKv) {
       this.batchCount++;
       this.islSum += prefix + promptTokens;
       this.prefixSum += prefix;
@@ -538,7 +635,7 @@ class PassBuilder {
     this.budget += state.scheduledTotal;
     this.scheduledTokens -= state.scheduledTotal;
     this.promptTokens -= state.scheduledPromptTokens;
-    if (state.scheduledPromptTokens > 0 && this.chargesPrefill) {
+    if (state.scheduledPromptTokens > 0 && !state.remoteKv) {
       this.batchCount--;
       this.islSum -= state.scheduledPrefix + state.scheduledPromptTokens;
       this.prefixSum -= state.scheduledPrefix;

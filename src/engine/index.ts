@@ -14,6 +14,7 @@ export {
   type EngineState,
   type EngineStream,
   type FinishedRequest,
+  type KvHold,
   type PassStats,
   type TimingMode,
   type TokenEvent,

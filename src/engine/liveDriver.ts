@@ -1,6 +1,6 @@
 import type { EngineCore, EngineStats, PassResult } from './core.js';
 import { capturedDueTimes } from './timing.js';
-import { EngineRejection, type EngineObserver, type EngineRequest, type EngineStream, type FinishedRequest, type TokenEvent } from './types.js';
+import { EngineRejection, type EngineObserver, type EngineRequest, type EngineStream, type FinishedRequest, type KvHold, type TokenEvent } from './types.js';
 
 /** How close to a deadline the driver stops sleeping on a timer and yields to the event loop instead (timers fire a few ms late on a busy machine). */
 const SPIN_MS = 4;
@@ -20,6 +20,7 @@ const progressed = (pass: PassResult) => pass.tokens.length > 0 || pass.schedule
 /** One request's token events, queued by the driver and read by the HTTP layer. */
 class TokenQueue implements EngineStream {
   cachedPromptTokens = 0;
+  kvHold: KvHold | null = null;
   admitted = false;
   private readonly batches: TokenEvent[][] = [];
   private ended = false;
@@ -91,6 +92,8 @@ export class LiveDriver {
     private readonly rank = 0,
     private readonly observer?: EngineObserver,
     private readonly clock: () => number = () => performance.now(),
+    /** How long held KV blocks wait for a remote decode before they are freed anyway. */
+    private readonly kvHoldTimeoutMs = 480_000,
   ) {
     this.lastStats = core.engineStats();
   }
@@ -105,6 +108,16 @@ export class LiveDriver {
     const reset = this.core.resetPrefixCache(resetRunningRequests);
     this.publishKv();
     return reset;
+  }
+
+  /** Frees the blocks a finished prefill kept for a remote decode (false: none held); waiting requests may now fit. */
+  releaseHeld(id: string): boolean {
+    if (!this.core.releaseHeld(id)) return false;
+    this.publishKv();
+    const wake = this.wake;
+    this.wake = null;
+    wake?.();
+    return true;
   }
 
   /** The KV events and trace entries of what the core just did (vLLM publishes them at the step's start). */
@@ -154,6 +167,8 @@ export class LiveDriver {
         promptTokenIds: request.promptTokenIds,
         maxOutputTokens: seq.outputTokenIds.length,
         outputTokenIds: seq.outputTokenIds,
+        remotePrefill: request.remotePrefill,
+        holdBlocksOnFinish: request.holdKv === true && request.sequences.length === 1,
         notBeforeMs: captured ? capturedDueTimes(seq, this.speedupRatio).map((t) => request.arrivalMs + t) : undefined,
       });
     });
@@ -301,6 +316,11 @@ export class LiveDriver {
         batches.set(member.queue, batch);
         if (!t.completed) continue;
         this.members.delete(t.id);
+        const blocks = this.core.heldBlocks(t.id);
+        if (blocks > 0) {
+          member.queue.kvHold = { holdId: `${this.rank}.${t.id}`, blocks };
+          setTimeout(() => this.releaseHeld(t.id), this.kvHoldTimeoutMs).unref();
+        }
         const left = (this.pending.get(member.queue) ?? 1) - 1;
         if (left > 0) this.pending.set(member.queue, left);
         else this.pending.delete(member.queue);

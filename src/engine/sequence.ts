@@ -27,6 +27,8 @@ export class ActiveSequence implements BlockTokens {
     readonly blockSize: number,
     private readonly prefixCaching: boolean,
     private readonly uniqueId: () => BlockId,
+    /** Keep every block after the last token (a prefill engine holding KV for a remote decode). */
+    private readonly keepBlocksWhenDone = false,
   ) {
     this.prompt = prompt;
     this.promptLength = prompt.length;
@@ -104,7 +106,7 @@ export class ActiveSequence implements BlockTokens {
       this.lastIsPartial = true;
       moves.push({ kind: 'use', blocks: [partial], parent: null });
     }
-    if (last) moves.push(...this.freeMoves(this.blocks.length));
+    if (last && !this.keepBlocksWhenDone) moves.push(...this.freeMoves(this.blocks.length));
     return moves;
   }
 

@@ -11,6 +11,8 @@ export interface SimulatedEngineOptions {
   timingDescription: string;
   /** See every pass and request of every rank (metrics, logs). */
   observers?: EngineObserver[];
+  /** VLLM_NIXL_ABORT_REQUEST_TIMEOUT: held KV blocks are freed after this if no decode pulled them. Default 480 s. */
+  kvHoldTimeoutMs?: number;
 }
 
 /** One observer that tells several (none: no statistics work at all). */
@@ -35,7 +37,8 @@ export class SimulatedEngine implements Engine {
     }
     this.ranks = Array.from(
       { length: options.dataParallelSize },
-      (_, rank) => new LiveDriver(new EngineCore(options.scheduler), options.speedupRatio, rank, fanOut(options.observers ?? [])),
+      (_, rank) =>
+        new LiveDriver(new EngineCore(options.scheduler), options.speedupRatio, rank, fanOut(options.observers ?? []), undefined, options.kvHoldTimeoutMs),
     );
   }
 
@@ -52,6 +55,12 @@ export class SimulatedEngine implements Engine {
   resetPrefixCache(resetRunningRequests = false): boolean {
     // Every rank tries, as vLLM's reset reaches every engine core.
     return this.ranks.map((r) => r.resetPrefixCache(resetRunningRequests)).every(Boolean);
+  }
+
+  releaseKvHold(holdId: string): boolean {
+    const match = /^(\d+)\.(.+)$/.exec(holdId);
+    const driver = match ? this.ranks[Number(match[1])] : undefined;
+    return driver ? driver.releaseHeld(match![2]) : false;
   }
 
   cachedBlockEventHashes(): bigint[][] {

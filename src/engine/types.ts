@@ -26,6 +26,17 @@ export interface EngineRequest {
   dataParallelRank?: number;
   /** The request's `max_tokens` as sent (null when absent), for metrics. */
   maxTokensParam?: number | null;
+  /** Prefill for a remote decode (vLLM `do_remote_decode`): keep the KV blocks after finishing, until released. */
+  holdKv?: boolean;
+  /** The prompt's KV is pulled from a prefill engine (vLLM `do_remote_prefill`): no prefill compute here. */
+  remotePrefill?: boolean;
+}
+
+/** KV blocks a finished prefill keeps for a remote decode. */
+export interface KvHold {
+  /** Names the hold for `Engine.releaseKvHold` (vLLM's `remote_request_id`). */
+  holdId: string;
+  blocks: number;
 }
 
 /** Tokens that became available at the same moment: sequence `sequence` now has `emitted` tokens out. */
@@ -38,6 +49,8 @@ export interface TokenEvent {
 export interface EngineStream extends AsyncIterable<TokenEvent[]> {
   /** Prompt tokens the prefix cache supplied at the request's first admission (0 before it). */
   readonly cachedPromptTokens: number;
+  /** Once the stream ended: the blocks held for a remote decode (`holdKv`), else null. */
+  readonly kvHold: KvHold | null;
 }
 
 /** A request the engine can never run (e.g. larger than the whole KV cache): the client's error. */
@@ -58,6 +71,8 @@ export interface Engine {
   resetPrefixCache(resetRunningRequests?: boolean): boolean;
   /** Per rank, the KV event hash of every cached block (empty without KV events). */
   cachedBlockEventHashes(): bigint[][];
+  /** Frees a hold (the remote decode pulled the KV); false when there is none (unknown, expired, released). */
+  releaseKvHold(holdId: string): boolean;
 }
 
 export interface EngineState {

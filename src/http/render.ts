@@ -12,6 +12,8 @@ export interface RenderContext {
   model: string;
   returnTokenIds: boolean;
   promptTokenIds: readonly number[];
+  /** The response's top-level `kv_transfer_params` (a prefill for a remote decode); null otherwise. */
+  kvTransferParams?: Record<string, unknown> | null;
 }
 
 export interface Finish {
@@ -107,13 +109,13 @@ export function fullResponse(ctx: RenderContext, choices: RenderedChoice[], cach
       ({ plan, deltas }, index) =>
         `{"index":${index},"message":${chatMessage(deltas)},"logprobs":null,"finish_reason":${JSON.stringify(plan.finishReason)},"stop_reason":${JSON.stringify(plan.stopReason)},"token_ids":${ids(ctx, plan.tokenIds)}}`,
     );
-    return `${top},"choices":[${items.join(',')}],"service_tier":null,"system_fingerprint":null,"usage":${usage},"prompt_logprobs":null,"prompt_token_ids":${ids(ctx, ctx.promptTokenIds)},"kv_transfer_params":null}`;
+    return `${top},"choices":[${items.join(',')}],"service_tier":null,"system_fingerprint":null,"usage":${usage},"prompt_logprobs":null,"prompt_token_ids":${ids(ctx, ctx.promptTokenIds)},"kv_transfer_params":${JSON.stringify(ctx.kvTransferParams ?? null)}}`;
   }
   const items = choices.map(({ plan, deltas }, index) => {
     const text = deltas.map((d) => (typeof d.text === 'string' ? d.text : '')).join('');
     return `{"index":${index},"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":${JSON.stringify(plan.finishReason)},"stop_reason":${JSON.stringify(plan.stopReason)},"token_ids":${ids(ctx, plan.tokenIds)},"prompt_logprobs":null,"prompt_token_ids":${ids(ctx, ctx.promptTokenIds)}}`;
   });
-  return `${top},"choices":[${items.join(',')}],"service_tier":null,"system_fingerprint":null,"usage":${usage},"kv_transfer_params":null}`;
+  return `${top},"choices":[${items.join(',')}],"service_tier":null,"system_fingerprint":null,"usage":${usage},"kv_transfer_params":${JSON.stringify(ctx.kvTransferParams ?? null)}}`;
 }
 
 const ID_PREFIX = /^(data: )?\{"id":"[^"]*","object":"([^"]*)","created":\d+/;

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { kvTransferParams } from '../pd/kvTransfer.js';
 import { ApiError, badRequest } from './errors.js';
 
 const int = z.number().int();
@@ -32,6 +33,7 @@ const common = {
   add_special_tokens: nullish(z.boolean()),
   request_id: nullish(z.string()),
   user: nullish(z.string()),
+  kv_transfer_params: nullish(kvTransferParams),
 };
 
 export const completionRequest = z.looseObject({

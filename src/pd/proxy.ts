@@ -1,0 +1,165 @@
+import { randomUUID } from 'node:crypto';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { errorJson } from '../http/errors.js';
+
+export interface PdProxyOptions {
+  prefill: URL[];
+  decode: URL[];
+  host: string;
+  port: number;
+  /** Largest request body accepted. */
+  maxBodyBytes: number;
+}
+
+export interface RunningProxy {
+  port: number;
+  close(): Promise<void>;
+}
+
+type Json = Record<string, unknown>;
+
+/** What the proxy asks of the prefill hop (vllm-wire-reference.md §7 step 2). */
+const PREFILL_TRANSFER_PARAMS = {
+  do_remote_decode: true,
+  do_remote_prefill: false,
+  remote_engine_id: null,
+  remote_block_ids: null,
+  remote_host: null,
+  remote_port: null,
+};
+
+/** The prefill hop's body: a copy of the client's with one non-streamed token and the transfer request. */
+export function prefillBody(body: Json): Json {
+  const out: Json = { ...body, kv_transfer_params: PREFILL_TRANSFER_PARAMS, stream: false, max_tokens: 1 };
+  if ('max_completion_tokens' in out) out.max_completion_tokens = 1;
+  delete out.stream_options;
+  delete out.min_tokens;
+  delete out.min_completion_tokens;
+  return out;
+}
+
+const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
+
+function sendJson(res: ServerResponse, status: number, body: string): void {
+  if (res.headersSent) return void res.destroy();
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
+}
+
+async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > limit) return null;
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}
+
+/**
+ * `mocker pd-proxy`: vLLM's disaggregated toy proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py).
+ * Per request: one X-Request-Id; the prefill instance (round robin) computes the prompt and one token and
+ * returns `kv_transfer_params`; the decode instance (round robin) gets the original body plus those params, and
+ * its bytes go back to the client untouched.
+ */
+export async function startPdProxy(options: PdProxyOptions): Promise<RunningProxy> {
+  if (options.prefill.length === 0 || options.decode.length === 0) throw new Error('pd-proxy needs at least one --prefill and one --decode URL');
+  let nextPrefill = 0;
+  let nextDecode = 0;
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method === 'GET' && path === '/healthcheck') {
+      return sendJson(res, 200, JSON.stringify({ status: 'ok', prefill_instances: options.prefill.length, decode_instances: options.decode.length }));
+    }
+    if (req.method !== 'POST' || (path !== '/v1/completions' && path !== '/v1/chat/completions')) {
+      return sendJson(res, 404, JSON.stringify({ detail: 'Not Found' }));
+    }
+    const raw = await readBody(req, options.maxBodyBytes);
+    if (raw === null) return sendJson(res, 413, errorJson(413, `Request body is larger than ${options.maxBodyBytes} bytes.`, 'Request Entity Too Large'));
+    let body: Json;
+    try {
+      const parsed: unknown = JSON.parse(raw.toString('utf8'));
+      if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('expected a JSON object');
+      body = parsed as Json;
+    } catch (err) {
+      return sendJson(res, 400, errorJson(400, `Invalid JSON body: ${(err as Error).message}`));
+    }
+    const requestId = randomUUID();
+    const prefill = options.prefill[nextPrefill++ % options.prefill.length];
+    const decode = options.decode[nextDecode++ % options.decode.length];
+    const auth = req.headers.authorization ?? (process.env.OPENAI_API_KEY ? `Bearer ${process.env.OPENAI_API_KEY}` : undefined);
+    const headers = { 'content-type': 'application/json', 'x-request-id': requestId, ...(auth ? { authorization: auth } : {}) };
+
+    let prefillAnswer: Response;
+    try {
+      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: JSON.stringify(prefillBody(body)) });
+    } catch (err) {
+      return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin}: ${(err as Error).message}`, 'BadGateway'));
+    }
+    const prefillText = await prefillAnswer.text();
+    // The toy proxy requires a 2xx; an error from the prefill instance is the client's answer.
+    if (!prefillAnswer.ok) {
+      res.writeHead(prefillAnswer.status, { 'content-type': prefillAnswer.headers.get('content-type') ?? 'application/json' });
+      return void res.end(prefillText);
+    }
+    let transfer: unknown;
+    try {
+      transfer = (JSON.parse(prefillText) as Json).kv_transfer_params;
+    } catch {
+      return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin} answered with a body that is not JSON`, 'BadGateway'));
+    }
+    const decodeBody = transfer && typeof transfer === 'object' && Object.keys(transfer).length > 0 ? { ...body, kv_transfer_params: transfer } : body;
+    const payload = Buffer.from(JSON.stringify(decodeBody));
+
+    await new Promise<void>((resolve) => {
+      const target = new URL(req.url ?? path, decode);
+      const lib = target.protocol === 'https:' ? https : http;
+      const upstream = lib.request(target, {
+        method: 'POST',
+        headers: { ...headers, 'content-length': payload.length },
+        agent: target.protocol === 'https:' ? agents.https : agents.http,
+      });
+      res.on('close', () => {
+        if (!res.writableFinished) upstream.destroy();
+        resolve();
+      });
+      upstream.on('error', (err) => {
+        sendJson(res, 502, errorJson(502, `decode instance ${decode.origin}: ${err.message}`, 'BadGateway'));
+        resolve();
+      });
+      upstream.on('response', (answer) => {
+        const out: http.OutgoingHttpHeaders = {};
+        for (const name of ['content-type', 'content-length', 'x-request-id']) if (answer.headers[name] !== undefined) out[name] = answer.headers[name];
+        res.writeHead(answer.statusCode ?? 502, out);
+        res.flushHeaders();
+        answer.pipe(res);
+        answer.on('close', () => {
+          if (!answer.complete) res.destroy();
+        });
+      });
+      upstream.end(payload);
+    });
+  };
+
+  const server = http.createServer({ noDelay: true }, (req, res) => {
+    handle(req, res).catch((err: unknown) => sendJson(res, 500, errorJson(500, `pd-proxy: ${(err as Error).message}`)));
+  });
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
+  console.log(`mocker pd-proxy: ${options.prefill.length} prefill (${options.prefill.map((u) => u.origin).join(', ')}), ${options.decode.length} decode (${options.decode.map((u) => u.origin).join(', ')}) on http://${options.host}:${port}`);
+  return {
+    port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}

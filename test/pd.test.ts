@@ -1,0 +1,253 @@
+/**
+ * Prefill/decode disaggregation over vLLM's NIXL-connector protocol (vllm-wire-reference.md §7): mocker
+ * prefill and decode engines behind `mocker pd-proxy` (and `serve --pd`), driven by the official openai client
+ * and by the toy proxy's exact request sequence.
+ */
+import OpenAI from 'openai';
+import parsePrometheusTextFormat from 'parse-prometheus-text-format';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startPdDeployment } from '../src/cli/pd.js';
+import { startServe, type Running, type ServeOptions } from '../src/cli/serve.js';
+import type { EngineState } from '../src/engine/index.js';
+import { startPdProxy, type RunningProxy } from '../src/pd/proxy.js';
+import { freePorts, sleep } from './support/kvEventsClient.js';
+import { MODEL } from './support/vllmUpstream.js';
+
+const running: (Running | RunningProxy)[] = [];
+afterEach(async () => {
+  for (const r of running.splice(0).reverse()) await r.close();
+});
+
+const BASE: ServeOptions = { mode: 'simulate', captures: ':memory:', timing: 'model', seed: 5, engine: { blockSize: 16 } };
+
+async function serve(options: Partial<ServeOptions>): Promise<{ server: Running; url: string }> {
+  const server = await startServe({ ...BASE, ...options });
+  running.push(server);
+  return { server, url: `http://127.0.0.1:${server.port}` };
+}
+
+async function pdPair(options: Partial<ServeOptions> = {}) {
+  const prefill = await serve({ ...options, role: 'prefill' });
+  const decode = await serve({ ...options, role: 'decode' });
+  const proxy = await startPdProxy({ prefill: [new URL(prefill.url)], decode: [new URL(decode.url)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20 });
+  running.push(proxy);
+  return { prefill: prefill.url, decode: decode.url, proxy: `http://127.0.0.1:${proxy.port}` };
+}
+
+const engineState = async (url: string) => (await (await fetch(`${url}/mocker/engine`)).json()) as EngineState;
+const activeBlocks = async (url: string) => (await engineState(url)).ranks.reduce((n, r) => n + r.activeBlocks, 0);
+
+async function counter(url: string, name: string, reason?: string): Promise<number> {
+  const families = parsePrometheusTextFormat(await (await fetch(`${url}/metrics`)).text());
+  const sample = families.find((f) => f.name === name)?.metrics.find((m) => reason === undefined || m.labels?.reason === reason);
+  if (!sample) throw new Error(`no ${name}${reason ? `{reason="${reason}"}` : ''}`);
+  return Number(sample.value);
+}
+
+/** Everything a client reads from one request, streamed or not, chat or completion. */
+async function ask(baseUrl: string, kind: 'chat' | 'completion', stream: boolean): Promise<{ text: string; finish: string | null; ttftMs: number }> {
+  const client = new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const prompt = 'Explain how a prefill engine hands its KV cache to a decode engine, in a few words.';
+  const start = performance.now();
+  let ttftMs = -1;
+  if (kind === 'completion') {
+    if (!stream) {
+      const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 12, seed: 3 });
+      return { text: r.choices[0].text, finish: r.choices[0].finish_reason, ttftMs: performance.now() - start };
+    }
+    let text = '';
+    let finish: string | null = null;
+    for await (const chunk of await client.completions.create({ model: MODEL, prompt, max_tokens: 12, seed: 3, stream: true })) {
+      if (ttftMs < 0) ttftMs = performance.now() - start;
+      text += chunk.choices[0]?.text ?? '';
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    return { text, finish, ttftMs };
+  }
+  const messages = [{ role: 'user' as const, content: prompt }];
+  if (!stream) {
+    const r = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 12, seed: 3 });
+    return { text: r.choices[0].message.content ?? '', finish: r.choices[0].finish_reason, ttftMs: performance.now() - start };
+  }
+  let text = '';
+  let finish: string | null = null;
+  for await (const chunk of await client.chat.completions.create({ model: MODEL, messages, max_tokens: 12, seed: 3, stream: true })) {
+    if (ttftMs < 0 && chunk.choices[0]?.delta?.content) ttftMs = performance.now() - start;
+    text += chunk.choices[0]?.delta?.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  return { text, finish, ttftMs };
+}
+
+const CASES = [
+  ['completion', false],
+  ['completion', true],
+  ['chat', false],
+  ['chat', true],
+] as const;
+
+describe('mocker prefill + decode engines behind mocker pd-proxy', () => {
+  it('answer the openai client exactly as an aggregated mocker with the same seed (stream and not, chat and completions); both end with zero active blocks', async () => {
+    const pd = await pdPair();
+    const agg = await serve({});
+    for (const [kind, stream] of CASES) {
+      const viaPd = await ask(pd.proxy, kind, stream);
+      const direct = await ask(agg.url, kind, stream);
+      expect(viaPd.text, `${kind} stream=${stream}`).toBe(direct.text);
+      expect(viaPd.text.length).toBeGreaterThan(0);
+      expect(viaPd.finish).toBe(direct.finish);
+    }
+    expect(await activeBlocks(pd.prefill)).toBe(0);
+    expect(await activeBlocks(pd.decode)).toBe(0);
+    // The prefill engine computed every prompt; the decode engine pulled them and charged no prefill compute.
+    expect((await engineState(pd.prefill)).ranks[0].prefillMs).toBeGreaterThan(0);
+    expect((await engineState(pd.decode)).ranks[0].prefillMs).toBe(0);
+    expect(await counter(pd.decode, 'mocker:kv_pulls_total')).toBe(CASES.length);
+  });
+
+  it('TTFT includes the transfer: prompt tokens × --kv-bytes-per-token ÷ --kv-transfer-bandwidth', async () => {
+    // 1 MB per token over 1 GB/s: 1 ms per prompt token. The same pair without a transfer delay is the baseline.
+    const slow = await pdPair({ timing: 'none', kvBytesPerToken: 1_000_000, kvTransferBandwidthGBps: 1 });
+    const instant = await pdPair({ timing: 'none', kvTransferBandwidthGBps: 0 });
+    const body = { model: MODEL, prompt: Array.from({ length: 300 }, (_, i) => 1000 + i), max_tokens: 2, stream: true };
+    const ttft = async (url: string) => {
+      const start = performance.now();
+      const res = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const reader = res.body!.getReader();
+      await reader.read();
+      const first = performance.now() - start;
+      while (!(await reader.read()).done);
+      return first;
+    };
+    await ttft(instant.proxy);
+    await ttft(slow.proxy);
+    const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+    const slowMs: number[] = [];
+    const instantMs: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      // A fresh prompt each time: a prefix-cache hit on the decode side would shorten the transfer.
+      body.prompt = Array.from({ length: 300 }, (_, k) => 2000 + i * 1000 + k);
+      slowMs.push(await ttft(slow.proxy));
+      instantMs.push(await ttft(instant.proxy));
+    }
+    expect(median(slowMs) - median(instantMs)).toBeGreaterThan(300 - 5);
+    expect(median(slowMs) - median(instantMs)).toBeLessThan(300 + 25);
+  });
+});
+
+describe("vLLM's toy-proxy request sequence, sent directly", () => {
+  it('prefill answers with kv_transfer_params and holds the blocks; decode pulls them (same X-Request-Id) and the hold is gone', async () => {
+    const { prefill, decode } = await pdPair({ timing: 'none' });
+    const requestId = crypto.randomUUID();
+    const original = { model: MODEL, prompt: Array.from({ length: 40 }, (_, i) => 500 + i), max_tokens: 6, stream: false, min_tokens: 2 };
+    const toPrefill = {
+      ...original,
+      kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null },
+      stream: false,
+      max_tokens: 1,
+    } as Record<string, unknown>;
+    delete toPrefill.min_tokens;
+    const headers = { 'content-type': 'application/json', 'X-Request-Id': requestId };
+    const p = await fetch(`${prefill}/v1/completions`, { method: 'POST', headers, body: JSON.stringify(toPrefill) });
+    expect(p.status).toBe(200);
+    const pJson = (await p.json()) as { id: string; choices: { finish_reason: string }[]; usage: { completion_tokens: number }; kv_transfer_params: Record<string, unknown> };
+    expect(pJson.id).toBe(`cmpl-${requestId}`);
+    expect(pJson.choices[0].finish_reason).toBe('length');
+    expect(pJson.usage.completion_tokens).toBe(1);
+    const kv = pJson.kv_transfer_params;
+    expect(Object.keys(kv)).toEqual(['do_remote_prefill', 'do_remote_decode', 'remote_block_ids', 'remote_engine_id', 'remote_request_id', 'remote_host', 'remote_port', 'tp_size']);
+    expect(kv).toMatchObject({ do_remote_prefill: true, do_remote_decode: false, remote_host: '127.0.0.1', remote_port: Number(new URL(prefill).port), tp_size: 1 });
+    // 40 prompt tokens + the sampled one in blocks of 16: 3 blocks held.
+    expect(kv.remote_block_ids).toHaveLength(3);
+    expect(typeof kv.remote_engine_id).toBe('string');
+    expect(typeof kv.remote_request_id).toBe('string');
+    expect(await activeBlocks(prefill)).toBe(3);
+
+    const d = await fetch(`${decode}/v1/completions`, { method: 'POST', headers, body: JSON.stringify({ ...original, kv_transfer_params: kv }) });
+    expect(d.status).toBe(200);
+    const dJson = (await d.json()) as { id: string; usage: { completion_tokens: number }; kv_transfer_params: unknown };
+    expect(dJson.id).toBe(`cmpl-${requestId}`);
+    expect(dJson.usage.completion_tokens).toBe(6);
+    expect(dJson.kv_transfer_params).toBeNull();
+    expect(await activeBlocks(prefill)).toBe(0);
+    expect(await activeBlocks(decode)).toBe(0);
+    // A second pull of the same hold finds nothing.
+    const again = await fetch(`${decode}/v1/completions`, { method: 'POST', headers, body: JSON.stringify({ ...original, kv_transfer_params: kv }) });
+    expect(again.status).toBe(200);
+    expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(1);
+  });
+
+  it('pd-proxy /healthcheck reports the instances', async () => {
+    const { proxy } = await pdPair({ timing: 'none' });
+    expect(await (await fetch(`${proxy}/healthcheck`)).json()).toEqual({ status: 'ok', prefill_instances: 1, decode_instances: 1 });
+  });
+});
+
+describe('failed pulls fall back to local recompute, counted', () => {
+  it('unknown remote blocks, and a prefill engine that is down', async () => {
+    const { url: decode } = await serve({ role: 'decode', timing: 'model' });
+    const [closedPort] = await freePorts(1);
+    const prompt = Array.from({ length: 64 }, (_, i) => 900 + i);
+    const send = async (kv: Record<string, unknown>) => {
+      const res = await fetch(`${decode}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt, max_tokens: 4, kv_transfer_params: kv }),
+      });
+      return { status: res.status, json: (await res.json()) as { usage: { completion_tokens: number } } };
+    };
+    const params = { do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1, 2, 3, 4], remote_engine_id: 'no-such-engine', remote_request_id: 'r-1', tp_size: 1 };
+    // The decode engine itself stands in for a prefill engine that never held this request.
+    const unknown = await send({ ...params, remote_host: '127.0.0.1', remote_port: Number(new URL(decode).port) });
+    expect(unknown.status).toBe(200);
+    expect(unknown.json.usage.completion_tokens).toBe(4);
+    const down = await send({ ...params, remote_host: '127.0.0.1', remote_port: closedPort });
+    expect(down.status).toBe(200);
+    expect(down.json.usage.completion_tokens).toBe(4);
+    expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(1);
+    expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unreachable')).toBe(1);
+    expect(await counter(decode, 'mocker:kv_pulls_total')).toBe(0);
+    // Recomputed here: prefill compute is charged.
+    expect((await engineState(decode)).ranks[0].prefillMs).toBeGreaterThan(0);
+  });
+});
+
+describe('the prefill side releases held blocks', () => {
+  it('after VLLM_NIXL_ABORT_REQUEST_TIMEOUT when no decode comes; a late pull then recomputes', async () => {
+    const { url: prefill } = await serve({ role: 'prefill', timing: 'none', kvHoldTimeoutMs: 300 });
+    const { url: decode } = await serve({ role: 'decode', timing: 'none' });
+    const body = { model: MODEL, prompt: Array.from({ length: 20 }, (_, i) => 300 + i), max_tokens: 1, kv_transfer_params: { do_remote_decode: true } };
+    const res = await fetch(`${prefill}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const kv = ((await res.json()) as { kv_transfer_params: Record<string, unknown> }).kv_transfer_params;
+    expect(await activeBlocks(prefill)).toBe(2);
+    await sleep(600);
+    expect(await activeBlocks(prefill)).toBe(0);
+    const late = await fetch(`${decode}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...body, max_tokens: 3, kv_transfer_params: kv }),
+    });
+    expect(late.status).toBe(200);
+    expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(1);
+  });
+});
+
+describe('mocker serve --pd', () => {
+  it('2P2D answers like the separate engines behind pd-proxy, and round-robins both roles', async () => {
+    const [port] = await freePorts(1);
+    const deployment = await startPdDeployment({ ...BASE, host: '127.0.0.1', port }, { prefill: 2, decode: 2 });
+    running.push(deployment);
+    const url = `http://127.0.0.1:${deployment.port}`;
+    expect(await (await fetch(`${url}/healthcheck`)).json()).toEqual({ status: 'ok', prefill_instances: 2, decode_instances: 2 });
+    const separate = await pdPair();
+    for (const [kind, stream] of CASES) {
+      const inProcess = await ask(url, kind, stream);
+      expect(inProcess.text, `${kind} stream=${stream}`).toBe((await ask(separate.proxy, kind, stream)).text);
+    }
+    // Four requests over two engines per role: each engine served two.
+    const engines = deployment.ports!.map((p) => `http://127.0.0.1:${p}`);
+    const served = await Promise.all(engines.map(async (e) => (await engineState(e)).ranks[0].passes > 0));
+    expect(served).toEqual([true, true, true, true]);
+    for (const engine of engines) expect(await activeBlocks(engine)).toBe(0);
+  });
+});

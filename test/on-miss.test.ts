@@ -27,11 +27,11 @@ const storedExchanges = (db: string) => {
   }
 };
 
-/** The `mocker:` counters on /metrics, by name and labels (without model_name), read with a Prometheus parser. */
+/** The `mocker:` capture and upstream counters on /metrics, by name and labels (without model_name), read with a Prometheus parser. */
 async function mockerCounters(port: number): Promise<Record<string, number>> {
   const families = parsePrometheusTextFormat(await (await fetch(`http://127.0.0.1:${port}/metrics`)).text());
   const out: Record<string, number> = {};
-  for (const f of families.filter((f) => f.name.startsWith('mocker:'))) {
+  for (const f of families.filter((f) => /^mocker:(capture|upstream)/.test(f.name))) {
     for (const m of f.metrics) {
       expect(m.labels?.model_name).toBe(MODEL);
       out[f.name + (m.labels?.reason ? `{${m.labels.reason}}` : '')] = Number(m.value);

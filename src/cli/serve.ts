@@ -165,8 +165,9 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   if (kvEvents.length > 1 && kvEvents.length !== workers) throw new Error(`${kvEvents.length} KV event configs for ${workers} worker(s)`);
   const hashAlgo = opts.prefixCachingHashAlgo ?? 'sha256_cbor';
   const role = opts.role ?? 'agg';
+  // As Dynamo: a config without the KV geometry means no transfer delay (said when it matters).
   const bytesPerToken = opts.kvBytesPerToken ?? kvBytesPerToken(tokenizer.modelConfig, opts.kvCacheDtype ?? 'auto');
-  if (bytesPerToken === null) throw new Error(`cannot compute kv_bytes_per_token from ${tokenizer.name}'s config.json: give --kv-bytes-per-token`);
+  if (bytesPerToken === null && role !== 'agg') console.warn(`mocker serve: ${tokenizer.name}'s config.json gives no KV geometry: KV transfers take no time (give --kv-bytes-per-token)`);
   const bandwidthGBps = opts.kvTransferBandwidthGBps ?? 64;
   if (!(bandwidthGBps >= 0)) throw new Error(`--kv-transfer-bandwidth must be >= 0, got ${bandwidthGBps}`);
   const kvHoldTimeoutMs = opts.kvHoldTimeoutMs ?? 1000 * Number(process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT ?? 480);
@@ -229,7 +230,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
           kvEvents: eventsConfig ? { algo: hashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
           kvTrace,
           workerType: role === 'prefill' ? 'prefill' : 'aggregated',
-          kvTransfer: { bytesPerToken, bandwidthGBps },
+          kvTransfer: { bytesPerToken: bytesPerToken ?? 0, bandwidthGBps },
         },
         kvHoldTimeoutMs,
         dataParallelSize: args.dataParallelSize,

@@ -8,6 +8,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { startServe, type Running, type ServeOptions } from '../src/cli/serve.js';
 import { EngineCore, zeroTiming, type VllmKvEvent } from '../src/engine/index.js';
 import type { BlockHashAlgo } from '../src/engine/index.js';
+import { dynamoKvEventsConfigs, offsetEndpoint, parseKvEventsConfig } from '../src/events/config.js';
 import { BlockIndex, EventSubscriber, freePorts, replay, sleep } from './support/kvEventsClient.js';
 import { prng } from './support/prng.js';
 import { MODEL } from './support/vllmUpstream.js';
@@ -218,6 +219,38 @@ describe('the ZMQ stream', () => {
     const index = new BlockIndex();
     for (const b of sub.batches) index.apply(b.payload[1] as unknown[]);
     expect(index.invalid).toEqual([]);
+  });
+});
+
+describe('--kv-events-config and the Dynamo port flags', () => {
+  it("take vLLM's KVEventsConfig defaults (vllm-wire-reference §5)", () => {
+    expect(parseKvEventsConfig('{"enable_kv_cache_events":true}', 'array')).toEqual({
+      endpoint: 'tcp://*:5557', replayEndpoint: null, topic: '', bufferSteps: 10_000, hwm: 100_000, format: 'array',
+    });
+    expect(parseKvEventsConfig('{"enable_kv_cache_events":false,"publisher":"zmq"}', 'array')).toBeNull();
+    expect(parseKvEventsConfig('{"enable_kv_cache_events":true,"publisher":"null"}', 'array')).toBeNull();
+  });
+
+  it('name the bad field', () => {
+    expect(() => parseKvEventsConfig('{"enable_kv_cache_events":true,"buffer_step":5}', 'array')).toThrow(/buffer_step/);
+    expect(() => parseKvEventsConfig('{"enable_kv_cache_events":true,"hwm":-1}', 'array')).toThrow(/"hwm"/);
+    expect(() => parseKvEventsConfig('{enable', 'array')).toThrow(/not valid JSON/);
+  });
+
+  it('offset the port by the rank as vLLM offset_endpoint_port does (inproc gets _dp{r})', () => {
+    expect(offsetEndpoint('tcp://*:5557', 0)).toBe('tcp://*:5557');
+    expect(offsetEndpoint('tcp://*:5557', 3)).toBe('tcp://*:5560');
+    expect(offsetEndpoint('tcp://[::1]:6000', 1)).toBe('tcp://[::1]:6001');
+    expect(offsetEndpoint('inproc://kv', 2)).toBe('inproc://kv_dp2');
+    expect(() => offsetEndpoint('ipc:///tmp/kv', 1)).toThrow(/tcp/);
+  });
+
+  it('want one Dynamo port per worker', () => {
+    expect(dynamoKvEventsConfigs([5557, 5560], [5558, 5561], 2, 'array').map((c) => [c.endpoint, c.replayEndpoint, c.topic])).toEqual([
+      ['tcp://*:5557', 'tcp://*:5558', ''],
+      ['tcp://*:5560', 'tcp://*:5561', ''],
+    ]);
+    expect(() => dynamoKvEventsConfigs([5557], undefined, 2, 'array')).toThrow(/one per worker/);
   });
 });
 

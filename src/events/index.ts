@@ -1,3 +1,3 @@
-export { dynamoKvEventsConfigs, offsetEndpoint, parseKvEventsConfig, type KvEventsConfig } from './config.js';
-export { encodeKvEventBatch, type KvEventsFormat } from './encoding.js';
+export { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig } from './config.js';
+export type { KvEventsFormat } from './encoding.js';
 export { KvEventStreams, KvTraceLog, kvTraceEnabled } from './kvEventStreams.js';

@@ -17,9 +17,10 @@ import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import type { CaptureOptions } from '../../src/cli/capture.js';
 import type { ServeOptions } from '../../src/cli/serve.js';
+import type { PdProxyOptions } from '../../src/pd/proxy.js';
 import type { FastUpstreamOptions } from './fastUpstream.js';
 
-export type Role = 'upstream' | 'capture' | 'pipe' | 'serve' | 'bare';
+export type Role = 'upstream' | 'capture' | 'pipe' | 'serve' | 'bare' | 'pd-proxy';
 
 /** A bare node:http SSE server: answers every POST with these headers and events, one write per event. */
 export interface BareOptions {
@@ -121,6 +122,7 @@ export function spawnServer(role: 'capture', options: CaptureOptions, verbose?: 
 export function spawnServer(role: 'pipe', options: PipeOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: 'serve', options: ServeOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: 'bare', options: BareOptions, verbose?: boolean): Promise<ServerProcess>;
+export function spawnServer(role: 'pd-proxy', options: PdProxyOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: Role, options: object, verbose = false): Promise<ServerProcess> {
   const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), role, JSON.stringify(options)], {
     stdio: ['pipe', 'pipe', 'inherit'],
@@ -163,6 +165,11 @@ export function spawnServer(role: Role, options: object, verbose = false): Promi
   });
 }
 
+/** URLs travel as strings in the options JSON. */
+function revivePdProxyOptions(opts: PdProxyOptions): PdProxyOptions {
+  return { ...opts, prefill: opts.prefill.map((u) => new URL(String(u))), decode: opts.decode.map((u) => new URL(String(u))) };
+}
+
 async function main(role: Role, options: string): Promise<void> {
   const opts = JSON.parse(options) as unknown;
   // Imported here so each process loads only the code of its own role.
@@ -175,7 +182,9 @@ async function main(role: Role, options: string): Promise<void> {
           ? await (await import('../../src/cli/serve.js')).startServe(opts as ServeOptions)
           : role === 'pipe'
             ? await startPipe(opts as PipeOptions)
-            : await startBare(opts as BareOptions);
+            : role === 'pd-proxy'
+              ? await (await import('../../src/pd/proxy.js')).startPdProxy(revivePdProxyOptions(opts as PdProxyOptions))
+              : await startBare(opts as BareOptions);
   console.log(`READY ${running.port}`);
 
   const delay = monitorEventLoopDelay({ resolution: 1 });

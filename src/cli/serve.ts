@@ -158,13 +158,13 @@ export async function startServe(options: ServeOptions): Promise<Running> {
     sink = new Recorder(store, runId, tokenizer, upstream, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink;
   }
 
-  const resolver = new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer });
+  const role = opts.role ?? 'agg';
+  const resolver = new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer, role });
   const workers = opts.numWorkers ?? 1;
   if (!Number.isInteger(workers) || workers < 1) throw new Error(`--num-workers must be a positive integer, got ${workers}`);
   const kvEvents = opts.kvEvents ?? [];
   if (kvEvents.length > 1 && kvEvents.length !== workers) throw new Error(`${kvEvents.length} KV event configs for ${workers} worker(s)`);
   const hashAlgo = opts.prefixCachingHashAlgo ?? 'sha256_cbor';
-  const role = opts.role ?? 'agg';
   // As Dynamo: a config without the KV geometry means no transfer delay (said when it matters).
   const bytesPerToken = opts.kvBytesPerToken ?? kvBytesPerToken(tokenizer.modelConfig, opts.kvCacheDtype ?? 'auto');
   if (bytesPerToken === null && role !== 'agg') console.warn(`mocker serve: ${tokenizer.name}'s config.json gives no KV geometry: KV transfers take no time (give --kv-bytes-per-token)`);
@@ -230,7 +230,8 @@ export async function startServe(options: ServeOptions): Promise<Running> {
           kvEvents: eventsConfig ? { algo: hashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
           kvTrace,
           workerType: role === 'prefill' ? 'prefill' : 'aggregated',
-          kvTransfer: { bytesPerToken: bytesPerToken ?? 0, bandwidthGBps },
+          // With captured timing the decode hop's own captured times already include its wait for the KV.
+          kvTransfer: { bytesPerToken: bytesPerToken ?? 0, bandwidthGBps: timing === 'captured' ? 0 : bandwidthGBps },
         },
         kvHoldTimeoutMs,
         dataParallelSize: args.dataParallelSize,

@@ -8,8 +8,13 @@ import { planRandom } from './random.js';
 export type OutputsMode = 'captured' | 'random';
 export type MissPolicy = 'error' | 'random' | 'passthrough' | 'record';
 
+/** The engine's part in a prefill/decode deployment (`--disaggregation-mode`). */
+export type PdRole = 'agg' | 'prefill' | 'decode';
+
 export interface ResolverConfig {
   outputs: OutputsMode;
+  /** Which captured hop answers: a prefill engine prefers prefill hops, a decode engine decode hops. Default agg. */
+  role?: PdRole;
   onMiss: MissPolicy;
   /** `--seed`: random outputs are a function of (prompt, seed, request seed, choice). */
   seed: number;
@@ -28,6 +33,23 @@ export type Resolution = (
 
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
+/** Which hop of a PD deployment a captured exchange was, from its request's `kv_transfer_params` (null: not PD). */
+const hops = new WeakMap<StoredExchange, 'prefill' | 'decode' | null>();
+function pdHop(ex: StoredExchange): 'prefill' | 'decode' | null {
+  let hop = hops.get(ex);
+  if (hop !== undefined) return hop;
+  hop = null;
+  try {
+    const params = (JSON.parse(ex.requestBody.toString('utf8')) as { kv_transfer_params?: Record<string, unknown> | null }).kv_transfer_params;
+    if (params?.do_remote_decode === true) hop = 'prefill';
+    else if (params?.do_remote_prefill === true) hop = 'decode';
+  } catch {
+    // A body that is not JSON was never a PD hop.
+  }
+  hops.set(ex, hop);
+  return hop;
+}
+
 /** Tokens of context shown on each side of a divergence. */
 const CONTEXT_TOKENS = 12;
 
@@ -40,8 +62,9 @@ export class OutputResolver {
   async resolve(params: OutputParams, model: string, promptIds: readonly number[], shape: string): Promise<Resolution> {
     const { store, outputs } = this.config;
     if (outputs === 'random' || !store) return { ...(await this.random(params, promptIds)), lookup: null };
-    const matches = store.findByPrompt(model, promptIds).filter((ex) => ex.endpoint === params.kind);
-    if (matches.length === 0) return { ...(await this.miss(params, model, promptIds)), lookup: 'no_match' };
+    const found = store.findByPrompt(model, promptIds).filter((ex) => ex.endpoint === params.kind);
+    if (found.length === 0) return { ...(await this.miss(params, model, promptIds)), lookup: 'no_match' };
+    const matches = this.forRole(found);
 
     const first = this.pick(matches.length, model, promptIds, params.seed);
     const chosen: { exchange: StoredExchange; choice: number }[] = [];
@@ -78,11 +101,29 @@ export class OutputResolver {
       }
       plans.push(plan);
     }
+    // An aggregated engine answering from a PD capture: the client waited for the prefill hop, then the decode hop.
+    const offsetMs = (this.config.role ?? 'agg') === 'agg' && pdHop(chosen[0].exchange) === 'decode' ? prefillHopMs(found, chosen[0].exchange) : 0;
+    if (offsetMs > 0) {
+      for (const [i, plan] of plans.entries()) if (plan.capturedTimesMs) plans[i] = { ...plan, capturedTimesMs: plan.capturedTimesMs.map((t) => t + offsetMs) };
+    }
     const single = chosen.every((c) => c.exchange === chosen[0].exchange);
     const exchange = chosen[0].exchange;
     const verbatim = single && exchange.requestShape === shape && exchange.generations.length === params.n ? exchange : null;
     // Extended with random tokens past a too-short capture: still a miss by that reason.
     return { type: 'plans', plans, verbatim, source: 'captured', lookup: extended ? 'too_short' : 'hit' };
+  }
+
+  /**
+   * The captures this engine answers from: its own hop's when there are any (a PD capture holds both hops of
+   * a prompt), else the aggregated ones, else whatever matched.
+   */
+  private forRole(found: StoredExchange[]): StoredExchange[] {
+    const role = this.config.role ?? 'agg';
+    const own = found.filter((ex) => pdHop(ex) === (role === 'agg' ? null : role));
+    if (own.length > 0) return own;
+    // A prefill hop holds one token: only a prefill engine answers from it.
+    const fallback = found.filter((ex) => (role === 'prefill' ? pdHop(ex) === null : pdHop(ex) !== 'prefill'));
+    return fallback.length > 0 ? fallback : found;
   }
 
   private pick(count: number, model: string, promptIds: readonly number[], seed: number | null): number {
@@ -128,4 +169,11 @@ export class OutputResolver {
       `Request: ${side(promptIds)}, text ${await show(promptIds)}. Capture: ${side(nearest.promptIds)}, text ${await show(nearest.promptIds)}.`
     );
   }
+}
+
+/** How long the prefill hop of a captured PD request took: the one with the decode hop's X-Request-Id, else any of this prompt. */
+function prefillHopMs(found: StoredExchange[], decodeHop: StoredExchange): number {
+  const prefills = found.filter((ex) => pdHop(ex) === 'prefill');
+  const linked = prefills.find((ex) => ex.requestId !== null && ex.requestId === decodeHop.requestId) ?? prefills[0];
+  return linked?.totalMs ?? 0;
 }

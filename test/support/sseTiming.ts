@@ -10,10 +10,10 @@ import { fileURLToPath } from 'node:url';
 const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
 
 /** Client-side arrival time of each SSE event carrying text, in ms after sending the request. */
-export async function arrivals(url: string, body: unknown): Promise<number[]> {
+export async function arrivals(url: string, body: unknown, headers: Record<string, string> = {}): Promise<number[]> {
   const t0 = performance.now();
   const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
-    const req = http.request(`${url}/v1/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json' } }, resolve);
+    const req = http.request(`${url}/v1/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json', ...headers } }, resolve);
     req.on('error', reject);
     req.end(JSON.stringify(body));
   });
@@ -45,6 +45,44 @@ export async function roundTrip(url: string): Promise<number> {
   return samples.sort((a, b) => a - b)[4];
 }
 
+/** A non-streamed completion: its JSON and when its last byte arrived (ms after sending). */
+async function wholeResponse(url: string, body: unknown, headers: Record<string, string>): Promise<{ json: Record<string, unknown>; ms: number }> {
+  const t0 = performance.now();
+  const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+    const req = http.request(`${url}/v1/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json', ...headers } }, resolve);
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+  let text = '';
+  for await (const chunk of res as AsyncIterable<Buffer>) text += chunk.toString('utf8');
+  return { json: JSON.parse(text) as Record<string, unknown>, ms: performance.now() - t0 };
+}
+
+/**
+ * The toy proxy's two hops sent by hand (vllm-wire-reference.md §7): the prefill hop (one token, not streamed,
+ * `do_remote_decode`), then the streamed decode hop with the returned `kv_transfer_params`, one X-Request-Id.
+ */
+async function pdHops(prefillUrl: string, decodeUrl: string, body: Record<string, unknown>, requestId: string): Promise<{ prefillMs: number; decodeArrivalsMs: number[] }> {
+  const headers = { 'x-request-id': requestId };
+  const transfer = { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null };
+  const { stream_options: _ignored, ...rest } = body;
+  const prefill = await wholeResponse(prefillUrl, { ...rest, kv_transfer_params: transfer, stream: false, max_tokens: 1 }, headers);
+  const decodeArrivalsMs = await arrivals(decodeUrl, { ...body, kv_transfer_params: prefill.json.kv_transfer_params }, headers);
+  return { prefillMs: prefill.ms, decodeArrivalsMs };
+}
+
+/** Measures both PD hops in a separate process: an untimed warm-up pair, each server's round trip, then the measured pair. */
+export function measurePdHopsInProcess(
+  prefillUrl: string,
+  decodeUrl: string,
+  body: unknown,
+): Promise<{ prefillRttMs: number; decodeRttMs: number; prefillMs: number; decodeArrivalsMs: number[] }> {
+  const script = fileURLToPath(import.meta.url);
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ['--import', 'tsx', script, 'pd', prefillUrl, decodeUrl, JSON.stringify(body)], (err, stdout) => (err ? reject(err) : resolve(JSON.parse(stdout))));
+  });
+}
+
 /** Measures in a separate process: one untimed warm-up request, the round trip, then the measured request. */
 export function measureInProcess(url: string, body: unknown): Promise<{ rttMs: number; arrivalsMs: number[] }> {
   const script = fileURLToPath(import.meta.url);
@@ -53,7 +91,16 @@ export function measureInProcess(url: string, body: unknown): Promise<{ rttMs: n
   });
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
+if (process.argv[1] === fileURLToPath(import.meta.url) && process.argv[2] === 'pd') {
+  const [prefillUrl, decodeUrl, body] = process.argv.slice(3);
+  const request = JSON.parse(body) as Record<string, unknown>;
+  await pdHops(prefillUrl, decodeUrl, request, 'warm-up');
+  const prefillRttMs = await roundTrip(prefillUrl);
+  const decodeRttMs = await roundTrip(decodeUrl);
+  const measured = await pdHops(prefillUrl, decodeUrl, request, 'measured');
+  agent.destroy();
+  process.stdout.write(JSON.stringify({ prefillRttMs, decodeRttMs, ...measured }));
+} else if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const [url, body] = process.argv.slice(2);
   const request = JSON.parse(body) as unknown;
   await arrivals(url, request);

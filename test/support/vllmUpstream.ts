@@ -31,6 +31,8 @@ export interface Answer {
   resetAfterChunks?: number;
   /** Never answer. */
   hang?: boolean;
+  /** The top-level `kv_transfer_params` of a non-streamed answer (a prefill instance's, vllm-wire-reference §7). */
+  kvTransferParams?: Record<string, unknown>;
 }
 
 export type Script = (body: Record<string, unknown>) => Answer;
@@ -210,13 +212,13 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
         return json(res, 200, {
           id, object: 'chat.completion', created, model: MODEL,
           choices: [{ index: 0, message: { role: 'assistant', content, refusal: null, annotations: null, audio: null, function_call: null, tool_calls: toolCalls, reasoning_content: reasoning }, logprobs: null, finish_reason: finish, stop_reason: null, token_ids: idsOrNull(ids) }],
-          service_tier: null, system_fingerprint: null, usage: { ...usage, prompt_tokens_details: null }, prompt_logprobs: null, prompt_token_ids: idsOrNull(prompt), kv_transfer_params: null,
+          service_tier: null, system_fingerprint: null, usage: { ...usage, prompt_tokens_details: null }, prompt_logprobs: null, prompt_token_ids: idsOrNull(prompt), kv_transfer_params: answer.kvTransferParams ?? null,
         }, options.legacy);
       }
       return json(res, 200, {
         id, object: 'text_completion', created, model: MODEL,
         choices: [{ index: 0, text: tokens.map((t) => t.text).join(''), logprobs: null, finish_reason: finish, stop_reason: null, token_ids: idsOrNull(ids), prompt_logprobs: null, prompt_token_ids: idsOrNull(prompt) }],
-        service_tier: null, system_fingerprint: null, usage: { ...usage, prompt_tokens_details: null }, kv_transfer_params: null,
+        service_tier: null, system_fingerprint: null, usage: { ...usage, prompt_tokens_details: null }, kv_transfer_params: answer.kvTransferParams ?? null,
       }, options.legacy);
     }
 

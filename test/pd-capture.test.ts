@@ -1,0 +1,127 @@
+/**
+ * PD-split capture → replay (issue #4 item 6): two vLLM-like upstreams, a prefill one and a decode one speaking
+ * vllm-wire-reference.md §7, behind `mocker pd-proxy`, each hop through its own `mocker capture` into one capture
+ * file; then a mocker prefill + decode pair (and an aggregated mocker) replays them. The replay servers and the
+ * measuring client run as their own processes, as in test/timing.test.ts.
+ */
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startCapture } from '../src/cli/capture.js';
+import { startPdProxy, type RunningProxy } from '../src/pd/proxy.js';
+import { CaptureStore } from '../src/store/captureStore.js';
+import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { measureInProcess, measurePdHopsInProcess } from './support/sseTiming.js';
+import { encode, MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
+
+const PREFILL_MS = 150;
+const DECODE_TTFT_MS = 60;
+/** Gaps between 20 and 80 ms, varied. */
+const gap = (i: number) => 20 + ((i * 37) % 61);
+const BODY = { model: MODEL, prompt: 'Tell me a long story about disaggregated serving', max_tokens: 24, stream: true };
+const UPSTREAM_PREFILL_PARAMS = {
+  do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [7, 8], remote_engine_id: 'upstream-prefill-engine',
+  remote_request_id: 'upstream-request', remote_host: '10.0.0.1', remote_port: 5600, tp_size: 1,
+};
+
+const gaps = (times: number[]) => times.slice(1).map((t, i) => t - times[i]);
+
+async function streamedText(baseUrl: string): Promise<string> {
+  const client = new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+  let text = '';
+  for await (const chunk of await client.completions.create({ ...BODY, stream: true })) text += chunk.choices[0]?.text ?? '';
+  return text;
+}
+
+describe('PD-split capture, then replay', () => {
+  let dbPath: string;
+  let capturedText: string;
+  /** The prefill hop's captured duration, and the decode hop's captured event times (at the capture proxies). */
+  let prefillHop: number;
+  let decodeHop: number[];
+  let decodeSawParams: unknown;
+  const processes: MockerProcess[] = [];
+  const proxies: RunningProxy[] = [];
+
+  beforeAll(async () => {
+    dbPath = join(mkdtempSync(join(tmpdir(), 'mocker-pd-')), 'pd.db');
+    const prefill: Upstream = await startUpstream((body) => {
+      const transfer = body.kv_transfer_params as Record<string, unknown> | undefined;
+      return transfer?.do_remote_decode ? { content: 'word '.repeat(40), ttftMs: PREFILL_MS, kvTransferParams: UPSTREAM_PREFILL_PARAMS } : { errorStatus: 400 };
+    });
+    const decode: Upstream = await startUpstream(() => ({ content: 'story '.repeat(40), ttftMs: DECODE_TTFT_MS, gapMs: gap }));
+    const capture = (upstream: Upstream) =>
+      startCapture({ upstream: upstream.url, captures: dbPath, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
+    const captureP = await capture(prefill);
+    const captureD = await capture(decode);
+    const proxy = await startPdProxy({
+      prefill: [new URL(`http://127.0.0.1:${captureP.port}`)], decode: [new URL(`http://127.0.0.1:${captureD.port}`)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20,
+    });
+    capturedText = await streamedText(`http://127.0.0.1:${proxy.port}`);
+    decodeSawParams = decode.received.find((r) => r.path === '/v1/completions')?.body?.kv_transfer_params;
+    await proxy.close();
+    await captureP.close();
+    await captureD.close();
+    await prefill.close();
+    await decode.close();
+
+    const store = CaptureStore.open(dbPath);
+    const hops = store.findByPrompt(MODEL, await encode(BODY.prompt, true));
+    store.close();
+    const hopOf = (ex: (typeof hops)[number]) => (JSON.parse(ex.requestBody.toString('utf8')) as { kv_transfer_params?: Record<string, unknown> }).kv_transfer_params;
+    const p = hops.find((ex) => hopOf(ex)?.do_remote_decode === true)!;
+    const d = hops.find((ex) => hopOf(ex)?.do_remote_prefill === true)!;
+    prefillHop = p.generations[0].tokenTimes[0];
+    decodeHop = d.eventTimes.slice(0, BODY.max_tokens);
+    expect(p.requestId).toBe(d.requestId);
+  });
+
+  afterAll(async () => {
+    for (const p of proxies) await p.close();
+    for (const s of processes) await s.stop();
+  });
+
+  const mocker = async (...args: string[]) => {
+    const s = await startMockerProcess(['serve', '--mode', 'replay', '--captures', dbPath, ...args]);
+    processes.push(s);
+    return `http://127.0.0.1:${s.port}`;
+  };
+
+  it('captured both hops, linked by X-Request-Id, with the scripted timing', () => {
+    // 24 of the decode upstream's tokens (its answer, not the prefill's: that one token is thrown away).
+    expect(capturedText.trim().split(/\s+/)).toEqual(new Array(24).fill('story'));
+    // The decode upstream got the prefill upstream's kv_transfer_params through the capture proxies.
+    expect(decodeSawParams).toEqual(UPSTREAM_PREFILL_PARAMS);
+    expect(prefillHop).toBeGreaterThanOrEqual(PREFILL_MS);
+    expect(decodeHop[0]).toBeGreaterThanOrEqual(DECODE_TTFT_MS);
+    gaps(decodeHop).forEach((g, i) => expect(Math.abs(g - gap(i + 1))).toBeLessThanOrEqual(5));
+  });
+
+  it('a mocker prefill + decode pair behind pd-proxy replays the same content; each hop within 2 ms of its capture', { retry: 1 }, async () => {
+    const prefill = await mocker('--disaggregation-mode', 'prefill');
+    const decode = await mocker('--disaggregation-mode', 'decode');
+    const proxy = await startPdProxy({ prefill: [new URL(prefill)], decode: [new URL(decode)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20 });
+    proxies.push(proxy);
+    expect(await streamedText(`http://127.0.0.1:${proxy.port}`)).toBe(capturedText);
+
+    const m = await measurePdHopsInProcess(prefill, decode, BODY);
+    // Each captured time was measured at a capture proxy; this client also pays its own round trip.
+    expect(Math.abs(m.prefillMs - (prefillHop + m.prefillRttMs))).toBeLessThanOrEqual(2);
+    expect(m.decodeArrivalsMs).toHaveLength(decodeHop.length);
+    expect(Math.abs(m.decodeArrivalsMs[0] - (decodeHop[0] + m.decodeRttMs))).toBeLessThanOrEqual(2);
+    const want = gaps(decodeHop);
+    gaps(m.decodeArrivalsMs).forEach((g, i) => expect(Math.abs(g - want[i]), `gap ${i}`).toBeLessThanOrEqual(2));
+  });
+
+  it('an aggregated mocker replays the PD capture: the prefill hop, then the decode hop', { retry: 1 }, async () => {
+    const agg = await mocker();
+    expect(await streamedText(agg)).toBe(capturedText);
+    const { rttMs, arrivalsMs } = await measureInProcess(agg, BODY);
+    expect(arrivalsMs).toHaveLength(decodeHop.length);
+    expect(Math.abs(arrivalsMs[0] - (prefillHop + decodeHop[0] + rttMs))).toBeLessThanOrEqual(2);
+    const want = gaps(decodeHop);
+    gaps(arrivalsMs).forEach((g, i) => expect(Math.abs(g - want[i]), `gap ${i}`).toBeLessThanOrEqual(2));
+  });
+});

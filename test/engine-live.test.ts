@@ -235,6 +235,7 @@ describe('engine arguments', () => {
     expect(args).toMatchObject({ numGpuBlocks: 512, blockSize: 16, preemptionMode: 'fifo', maxNumSeqs: null });
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"num_gpu_blockz": 5}')).toThrow(/unknown key "num_gpu_blockz"/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"sglang": {}}')).toThrow(/"sglang"/);
+    expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"worker_type": "prefill"}')).toThrow(/--disaggregation-mode/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"block_size": 1}')).toThrow(/block size must be at least 2/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"preemption_mode": "random"}')).toThrow(/"preemption_mode"/);
   });

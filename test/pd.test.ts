@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { startPdDeployment } from '../src/cli/pd.js';
 import { startServe, type Running, type ServeOptions } from '../src/cli/serve.js';
 import type { EngineState } from '../src/engine/index.js';
+import { kvBytesPerToken } from '../src/pd/kvTransfer.js';
 import { startPdProxy, type RunningProxy } from '../src/pd/proxy.js';
 import { freePorts, sleep } from './support/kvEventsClient.js';
 import { MODEL } from './support/vllmUpstream.js';
@@ -177,9 +178,41 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(1);
   });
 
+  it('a prefill that ends other than by length answers kv_transfer_params null and holds nothing', async () => {
+    const { url: prefill } = await serve({ role: 'prefill', timing: 'none' });
+    const body = { model: MODEL, prompt: Array.from({ length: 40 }, (_, i) => 600 + i), max_tokens: 1, seed: 9, kv_transfer_params: { do_remote_decode: true } };
+    const post = async (extra: Record<string, unknown>) =>
+      (await (await fetch(`${prefill}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, ...extra, return_token_ids: true }) })).json()) as {
+        choices: { finish_reason: string; token_ids: number[] }[];
+        kv_transfer_params: unknown;
+      };
+    // The same seed samples the same token: asked to stop on it, the request ends by stop.
+    const first = await post({});
+    expect(first.choices[0].finish_reason).toBe('length');
+    expect(first.kv_transfer_params).not.toBeNull();
+    const held = await activeBlocks(prefill);
+    const stopped = await post({ stop_token_ids: first.choices[0].token_ids });
+    expect(stopped.choices[0].finish_reason).toBe('stop');
+    expect(stopped.kv_transfer_params).toBeNull();
+    expect(await activeBlocks(prefill)).toBe(held);
+  });
+
   it('pd-proxy /healthcheck reports the instances', async () => {
     const { proxy } = await pdPair({ timing: 'none' });
     expect(await (await fetch(`${proxy}/healthcheck`)).json()).toEqual({ status: 'ok', prefill_instances: 1, decode_instances: 1 });
+  });
+});
+
+describe('kv_bytes_per_token', () => {
+  it('is layers × 2 × KV heads × head dim × dtype bytes (engine-reference §5.2)', () => {
+    // Qwen3-0.6B: 28 layers, 8 KV heads of 128, bfloat16.
+    const qwen3 = { num_hidden_layers: 28, num_attention_heads: 16, num_key_value_heads: 8, head_dim: 128, hidden_size: 1024, torch_dtype: 'bfloat16' };
+    expect(kvBytesPerToken(qwen3, 'auto')).toBe(28 * 2 * 8 * 128 * 2);
+    expect(kvBytesPerToken(qwen3, 'fp8')).toBe(28 * 2 * 8 * 128);
+    expect(kvBytesPerToken({ ...qwen3, torch_dtype: 'float32' }, 'auto')).toBe(28 * 2 * 8 * 128 * 4);
+    // No head_dim: hidden_size ÷ attention heads; no KV heads: the attention heads (MHA).
+    expect(kvBytesPerToken({ num_hidden_layers: 32, num_attention_heads: 32, hidden_size: 4096, torch_dtype: 'float16' }, 'auto')).toBe(32 * 2 * 32 * 128 * 2);
+    expect(kvBytesPerToken({ max_position_embeddings: 4096 }, 'auto')).toBeNull();
   });
 });
 

@@ -49,12 +49,21 @@ const supported = {
   engine_type: z.literal('vllm'),
   watermark: z.number().min(0).lt(1),
 };
-/** Dynamo keys that mocker knows but does not simulate (yet): refused by name rather than ignored. */
+/** Dynamo keys that mocker knows but does not simulate: refused by name rather than ignored. */
 const UNSUPPORTED = new Set([
-  'startup_time', 'worker_type', 'is_prefill', 'is_decode', 'aic_backend', 'aic_system', 'aic_backend_version', 'aic_tp_size',
-  'aic_model_path', 'aic_moe_tp_size', 'aic_moe_ep_size', 'aic_attention_dp_size', 'enable_local_indexer', 'bootstrap_port',
-  'kv_bytes_per_token', 'kv_transfer_bandwidth', 'reasoning', 'zmq_kv_events_port', 'zmq_replay_port', 'router_queue_policy', 'sglang',
+  'startup_time', 'aic_backend', 'aic_system', 'aic_backend_version', 'aic_tp_size', 'aic_model_path', 'aic_moe_tp_size',
+  'aic_moe_ep_size', 'aic_attention_dp_size', 'enable_local_indexer', 'bootstrap_port', 'reasoning', 'router_queue_policy', 'sglang',
 ]);
+/** Dynamo keys whose setting is a serve flag in mocker (they configure the server, not the scheduler). */
+const AS_FLAGS: Record<string, string> = {
+  worker_type: '--disaggregation-mode',
+  is_prefill: '--disaggregation-mode prefill',
+  is_decode: '--disaggregation-mode decode',
+  kv_bytes_per_token: '--kv-bytes-per-token',
+  kv_transfer_bandwidth: '--kv-transfer-bandwidth',
+  zmq_kv_events_port: '--zmq-kv-events-ports',
+  zmq_replay_port: '--zmq-replay-ports',
+};
 /** Dynamo ignores it too. */
 const IGNORED = new Set(['has_perf_model']);
 
@@ -75,6 +84,7 @@ export function applyExtraEngineArgs(base: EngineArgs, source: string): EngineAr
   for (const [key, value] of Object.entries(raw)) {
     if (IGNORED.has(key)) continue;
     if (UNSUPPORTED.has(key)) throw new Error(`--extra-engine-args: "${key}" is a Dynamo mocker setting that mocker does not simulate`);
+    if (key in AS_FLAGS) throw new Error(`--extra-engine-args: "${key}" is given to mocker as ${AS_FLAGS[key]}`);
     if (!(key in supported)) throw new Error(`--extra-engine-args: unknown key "${key}"`);
     const parsed = supported[key as keyof typeof supported].safeParse(value);
     if (!parsed.success) throw new Error(`--extra-engine-args: "${key}": ${parsed.error.issues[0].message} (got ${JSON.stringify(value)})`);

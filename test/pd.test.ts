@@ -12,6 +12,7 @@ import type { EngineState } from '../src/engine/index.js';
 import { kvBytesPerToken } from '../src/pd/kvTransfer.js';
 import { startPdProxy, type RunningProxy } from '../src/pd/proxy.js';
 import { freePorts, sleep } from './support/kvEventsClient.js';
+import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL } from './support/vllmUpstream.js';
 
 const running: (Running | RunningProxy)[] = [];
@@ -266,6 +267,32 @@ describe('the prefill side releases held blocks', () => {
 });
 
 describe('mocker serve --pd', () => {
+  const processes: MockerProcess[] = [];
+  afterEach(async () => {
+    for (const p of processes.splice(0)) await p.stop();
+  });
+
+  it('`serve --pd 2P2D` (CLI) answers like separate prefill and decode processes behind `mocker pd-proxy`', async () => {
+    const common = ['--mode', 'simulate', '--captures', ':memory:', '--timing', 'none', '--seed', '5', '--block-size', '16'];
+    const [onePort, proxyPort] = await freePorts(2);
+    const spawnCli = async (args: string[], port = 0) => {
+      const p = await startMockerProcess(args, port);
+      processes.push(p);
+      return `http://127.0.0.1:${p.port}`;
+    };
+    const onePortUrl = await spawnCli(['serve', '--pd', '2P2D', ...common], onePort);
+    const prefill = await spawnCli(['serve', '--disaggregation-mode', 'prefill', ...common]);
+    const decode = await spawnCli(['serve', '--is-decode-worker', ...common]);
+    const proxy = await spawnCli(['pd-proxy', '--prefill', prefill, '--decode', decode], proxyPort);
+    expect(await (await fetch(`${onePortUrl}/healthcheck`)).json()).toEqual({ status: 'ok', prefill_instances: 2, decode_instances: 2 });
+    for (const [kind, stream] of CASES) {
+      const inOne = await ask(onePortUrl, kind, stream);
+      expect(inOne.text.length).toBeGreaterThan(0);
+      expect(inOne.text, `${kind} stream=${stream}`).toBe((await ask(proxy, kind, stream)).text);
+    }
+    expect(await counter(decode, 'mocker:kv_pulls_total')).toBe(CASES.length);
+  });
+
   it('2P2D answers like the separate engines behind pd-proxy, and round-robins both roles', async () => {
     const [port] = await freePorts(1);
     const deployment = await startPdDeployment({ ...BASE, host: '127.0.0.1', port }, { prefill: 2, decode: 2 });

@@ -99,7 +99,7 @@ describe('PD-split capture, then replay', () => {
     gaps(decodeHop).forEach((g, i) => expect(Math.abs(g - gap(i + 1))).toBeLessThanOrEqual(5));
   });
 
-  it('a mocker prefill + decode pair behind pd-proxy replays the same content; each hop within 2 ms of its capture', { retry: 1 }, async () => {
+  it('a mocker prefill + decode pair behind pd-proxy replays the same content; each hop within 2 ms of its capture', async () => {
     const prefill = await mocker('--disaggregation-mode', 'prefill');
     const decode = await mocker('--disaggregation-mode', 'decode');
     const proxy = await startPdProxy({ prefill: [new URL(prefill)], decode: [new URL(decode)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20 });
@@ -115,7 +115,7 @@ describe('PD-split capture, then replay', () => {
     gaps(m.decodeArrivalsMs).forEach((g, i) => expect(Math.abs(g - want[i]), `gap ${i}`).toBeLessThanOrEqual(2));
   });
 
-  it('an aggregated mocker replays the PD capture: the prefill hop, then the decode hop', { retry: 1 }, async () => {
+  it('an aggregated mocker replays the PD capture: the prefill hop, then the decode hop', async () => {
     const agg = await mocker();
     expect(await streamedText(agg)).toBe(capturedText);
     const { rttMs, arrivalsMs } = await measureInProcess(agg, BODY);

@@ -108,32 +108,44 @@ describe('mocker prefill + decode engines behind mocker pd-proxy', () => {
   });
 
   it('TTFT includes the transfer: prompt tokens × --kv-bytes-per-token ÷ --kv-transfer-bandwidth', async () => {
-    // 1 MB per token over 1 GB/s: 1 ms per prompt token. The same pair without a transfer delay is the baseline.
+    // 1 MB per token over 1 GB/s: 1 ms per prompt token; no compute time (--timing none). The same pair without
+    // a transfer delay is the baseline.
     const slow = await pdPair({ timing: 'none', kvBytesPerToken: 1_000_000, kvTransferBandwidthGBps: 1 });
     const instant = await pdPair({ timing: 'none', kvTransferBandwidthGBps: 0 });
-    const body = { model: MODEL, prompt: Array.from({ length: 300 }, (_, i) => 1000 + i), max_tokens: 2, stream: true };
-    const ttft = async (url: string) => {
+    let nextPrompt = 2000;
+    const ttft = async (url: string, promptTokens: number) => {
+      // A fresh prompt each time: a prefix-cache hit on the decode side would shorten the transfer.
+      const prompt = Array.from({ length: promptTokens }, (_, k) => nextPrompt + k);
+      nextPrompt += promptTokens;
       const start = performance.now();
-      const res = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const res = await fetch(`${url}/v1/completions`, {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt, max_tokens: 2, stream: true }),
+      });
       const reader = res.body!.getReader();
       await reader.read();
       const first = performance.now() - start;
       while (!(await reader.read()).done);
       return first;
     };
-    await ttft(instant.proxy);
-    await ttft(slow.proxy);
+    await ttft(instant.proxy, 300);
+    await ttft(slow.proxy, 300);
     const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-    const slowMs: number[] = [];
-    const instantMs: number[] = [];
+    const slow300: number[] = [];
+    const slow600: number[] = [];
+    const instant300: number[] = [];
     for (let i = 0; i < 3; i++) {
-      // A fresh prompt each time: a prefix-cache hit on the decode side would shorten the transfer.
-      body.prompt = Array.from({ length: 300 }, (_, k) => 2000 + i * 1000 + k);
-      slowMs.push(await ttft(slow.proxy));
-      instantMs.push(await ttft(instant.proxy));
+      slow300.push(await ttft(slow.proxy, 300));
+      slow600.push(await ttft(slow.proxy, 600));
+      instant300.push(await ttft(instant.proxy, 300));
     }
-    expect(median(slowMs) - median(instantMs)).toBeGreaterThan(300 - 5);
-    expect(median(slowMs) - median(instantMs)).toBeLessThan(300 + 25);
+    // The client waits for the whole transfer...
+    expect(median(slow300)).toBeGreaterThanOrEqual(300);
+    expect(median(slow600)).toBeGreaterThanOrEqual(600);
+    // ...which grows by 1 ms per prompt token...
+    expect(median(slow600) - median(slow300)).toBeGreaterThan(300 - 5);
+    expect(median(slow600) - median(slow300)).toBeLessThan(300 + 15);
+    // ...and adds nothing beyond it (the decode engine's pull call to the prefill engine falls inside the transfer).
+    expect(median(slow300) - median(instant300)).toBeLessThan(300 + 15);
   });
 });
 

@@ -57,9 +57,9 @@ describe('captured timing', () => {
     gaps(observed).forEach((g, i) => expect(Math.abs(g - gap(i + 1))).toBeLessThanOrEqual(5));
   });
 
-  // One retry: on this shared 2-core VM a single gap can still land a few hundredths of a ms past 2 ms (the
-  // measuring client's own read jitter); a second measurement, never a wider tolerance.
-  it('replays TTFT and every gap within 2 ms at speedup 1', { retry: 1 }, async () => {
+  // The measuring process reports medians over several requests (test/support/sseTiming.ts): on this shared
+  // 2-core VM one request's gap can land past 2 ms from the client's own read jitter; never a wider tolerance.
+  it('replays TTFT and every gap within 2 ms at speedup 1', async () => {
     const { rtt, replayed } = await replay(1);
     expect(replayed.length).toBe(captured.length);
     // The captured TTFT was measured at the proxy; this client also pays its own round trip to the server.
@@ -68,7 +68,7 @@ describe('captured timing', () => {
     gaps(replayed).forEach((g, i) => expect(Math.abs(g - want[i]), `gap ${i}`).toBeLessThanOrEqual(2));
   });
 
-  it('divides TTFT and every gap by --speedup-ratio 10', { retry: 1 }, async () => {
+  it('divides TTFT and every gap by --speedup-ratio 10', async () => {
     const { rtt, replayed } = await replay(10);
     expect(Math.abs(replayed[0] - (captured[0] / 10 + rtt))).toBeLessThanOrEqual(2);
     const want = gaps(captured).map((g) => g / 10);

@@ -1,8 +1,13 @@
-/** vLLM's auxiliary surface: --api-key, --enable-request-id-headers, /load, /reset_prefix_cache. */
+/** vLLM's auxiliary surface (vllm-wire-reference.md §3): /ping, /version, /v1/models, --api-key, --enable-request-id-headers, /load, /reset_prefix_cache. */
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
+import { startCapture } from '../src/cli/capture.js';
 import { startServe, type Running } from '../src/cli/serve.js';
 import type { EngineState } from '../src/engine/index.js';
-import { MODEL } from './support/vllmUpstream.js';
+import { MODEL, startUpstream } from './support/vllmUpstream.js';
 
 const servers: Running[] = [];
 afterEach(async () => {
@@ -17,6 +22,53 @@ const complete = (url: string, headers: Record<string, string> = {}, body: Recor
   fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 2, ...body }) });
 
 describe('auxiliary endpoints and flags', () => {
+  it('/ping answers GET and POST as /health does: 200 with an empty body', async () => {
+    const url = await serve({});
+    for (const [path, method] of [['/health', 'GET'], ['/ping', 'GET'], ['/ping', 'POST']]) {
+      const res = await fetch(`${url}${path}`, { method });
+      expect(res.status, `${method} ${path}`).toBe(200);
+      expect(await res.text(), `${method} ${path}`).toBe('');
+    }
+  });
+
+  it('/v1/models: a ModelCard per served name, with root, max_model_len and a fresh permission, read by the openai client', async () => {
+    const url = await serve({ servedModelName: ['my-model', 'alias'] });
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const first: Record<string, unknown>[] = [];
+    for await (const model of client.models.list()) first.push(model as unknown as Record<string, unknown>);
+    expect(first.map((m) => m.id)).toEqual(['my-model', 'alias']);
+    const now = Date.now() / 1000;
+    for (const card of first) {
+      // Qwen3-0.6B's config.json: max_position_embeddings 40960; root is the model, not the served name.
+      expect(card).toMatchObject({ object: 'model', owned_by: 'vllm', root: MODEL, parent: null, max_model_len: 40960 });
+      expect(Math.abs((card.created as number) - now)).toBeLessThan(5);
+      const [permission] = card.permission as Record<string, unknown>[];
+      expect(permission).toMatchObject({ object: 'model_permission', allow_create_engine: false, allow_sampling: true, allow_logprobs: true, organization: '*', group: null, is_blocking: false });
+      expect(permission.id).toMatch(/^modelperm-[0-9a-f]{32}$/);
+    }
+    // vLLM builds the permission ids per call.
+    const again = (await (await fetch(`${url}/v1/models`)).json()) as { data: { permission: { id: string }[] }[] };
+    expect(again.data[0].permission[0].id).not.toBe((first[0].permission as { id: string }[])[0].id);
+    const capped = await serve({ maxModelLen: 2048 });
+    expect(((await (await fetch(`${capped}/v1/models`)).json()) as { data: { max_model_len: number }[] }).data[0].max_model_len).toBe(2048);
+  });
+
+  it('/version: a vLLM release number; a replay answers with the captured engine\'s', async () => {
+    const url = await serve({});
+    const own = await fetch(`${url}/version`);
+    expect(own.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(Object.keys((await own.json()) as object)).toEqual(['version']);
+    // A pre-0.10.2 engine (the test double reports 0.10.1.1), captured, then replayed without it.
+    const upstream = await startUpstream(() => ({ content: 'hi' }), { legacy: true });
+    const db = join(mkdtempSync(join(tmpdir(), 'mocker-version-')), 'v.db');
+    const capture = await startCapture({ upstream: upstream.url, captures: db, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
+    expect((await complete(`http://127.0.0.1:${capture.port}`)).status).toBe(200);
+    await capture.close();
+    await upstream.close();
+    const replay = await serve({ mode: 'replay', captures: db });
+    expect(await (await fetch(`${replay}/version`)).json()).toEqual({ version: '0.10.1.1' });
+  });
+
   it('--api-key: /v1/* answers 401 without the bearer key, /health stays open', async () => {
     const url = await serve({ apiKey: 'sk-test' });
     const denied = await complete(url);

@@ -130,12 +130,71 @@ describe('GET /metrics', () => {
     const promptTokens = prompts.reduce((n, p) => n + p.length, 0) + chatAnswer.usage.prompt_tokens;
     expect(value(after, 'vllm:prompt_tokens_total')).toBe(promptTokens);
     expect(value(after, 'vllm:generation_tokens_total')).toBe(LENGTH_REQUESTS * MAX_TOKENS + chatAnswer.usage.completion_tokens);
-    expect(histogramCount(afterText, 'vllm:inter_token_latency_seconds')).toBe(LENGTH_REQUESTS * (MAX_TOKENS - 1) + chatAnswer.usage.completion_tokens - 1);
+    const interTokenGaps = LENGTH_REQUESTS * (MAX_TOKENS - 1) + chatAnswer.usage.completion_tokens - 1;
+    expect(histogramCount(afterText, 'vllm:inter_token_latency_seconds')).toBe(interTokenGaps);
+    // vLLM 0.11 still observes the deprecated TPOT histogram with every inter-token latency.
+    expect(histogramCount(afterText, 'vllm:time_per_output_token_seconds')).toBe(interTokenGaps);
     expect(value(after, 'vllm:prefix_cache_queries_total')).toBe(promptTokens);
     expect(value(after, 'vllm:num_requests_running')).toBe(0);
     expect(value(after, 'vllm:num_requests_waiting')).toBe(0);
     // Requests that waited for a slot spent measurable time queued: the queue-time histogram saw it.
     const queueSum = afterText.split('\n').find((l) => l.startsWith('vllm:request_queue_time_seconds_sum{'))!;
     expect(Number(queueSum.slice(queueSum.lastIndexOf(' ') + 1))).toBeGreaterThan(0);
+  });
+});
+
+describe('GET /metrics with several DP ranks and hidden metrics', () => {
+  let server: Running;
+  let url: string;
+  beforeAll(async () => {
+    server = await startServe({ mode: 'random', captures: ':memory:', timing: 'fixed', forwardTimeMs: 20, showHiddenMetrics: true, engine: { dataParallelSize: 2, blockSize: 16 } });
+    url = `http://127.0.0.1:${server.port}`;
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  /** One scrape: each named family's value per `engine` label. */
+  const scrape = async (...names: string[]) => {
+    const families = parsePrometheusTextFormat(await (await fetch(`${url}/metrics`)).text());
+    return names.map((name) => {
+      const f = families.find((x) => x.name === name);
+      if (!f) throw new Error(`no ${name} in /metrics`);
+      return Object.fromEntries(f.metrics.map((m) => [m.labels?.engine, Number(m.value)]));
+    });
+  };
+  const samples = async (name: string) => (await scrape(name))[0];
+
+  it('one series per rank (engine label); a request sent to rank 1 counts on rank 1 only', async () => {
+    expect(await samples('vllm:prompt_tokens_total')).toEqual({ '0': 0, '1': 0 });
+    expect(Object.keys(await samples('vllm:cache_config_info')).sort()).toEqual(['0', '1']);
+    const prompt = Array.from({ length: 40 }, (_, i) => 700 + i);
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '1' },
+      body: JSON.stringify({ model: MODEL, prompt, max_tokens: 3, ignore_eos: true }),
+    });
+    expect(res.status).toBe(200);
+    await res.json();
+    expect(await samples('vllm:prompt_tokens_total')).toEqual({ '0': 0, '1': 40 });
+    expect(await samples('vllm:generation_tokens_total')).toEqual({ '0': 0, '1': 3 });
+  });
+
+  it('--show-hidden-metrics-for-version adds the deprecated gpu_cache_usage_perc, equal to kv_cache_usage_perc per rank', async () => {
+    // 40 steps of 20 ms on rank 0: its blocks are in use while the test scrapes.
+    const held = fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '0' },
+      body: JSON.stringify({ model: MODEL, prompt: Array.from({ length: 64 }, (_, i) => 900 + i), max_tokens: 40, ignore_eos: true }),
+    });
+    let [kv, gpu] = await scrape('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc');
+    for (let i = 0; i < 50 && !(kv['0'] > 0); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      [kv, gpu] = await scrape('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc');
+    }
+    expect(kv['0']).toBeGreaterThan(0);
+    expect(kv['1']).toBe(0);
+    expect(gpu).toEqual(kv);
+    await (await held).json();
   });
 });

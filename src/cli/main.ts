@@ -73,7 +73,7 @@ program
   .addOption(new Option('--kv-cache-dtype <dtype>', 'KV cache dtype for --kv-bytes-per-token').choices(['auto', 'bfloat16', 'float16', 'float32', 'fp8', 'fp8_e4m3', 'fp8_e5m2', 'fp8_inc', 'fp8_ds_mla']).default('auto'))
   .option('--kv-transfer-bandwidth <GBps>', 'PD KV transfer bandwidth in GB/s (0: instant)', number('--kv-transfer-bandwidth', { min: 0 }), 64)
   .option('--pd <xPyD>', 'run x prefill and y decode engines in-process behind a PD proxy on --port (e.g. 1P1D)')
-  .option('--show-hidden-metrics-for-version <version>', "also vLLM's deprecated metrics (gpu_cache_usage_perc, time_per_output_token_seconds)")
+  .option('--show-hidden-metrics-for-version <version>', "also vLLM's hidden deprecated metrics (gpu_cache_usage_perc)")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
   .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record (default: random in simulate, error otherwise)').choices(['error', 'random', 'passthrough', 'record']))
   .option('--upstream <url>', 'engine to forward misses to (--on-miss passthrough|record)')

@@ -25,7 +25,7 @@ export interface MetricsConfig {
   maxModelLen: number;
   /** `vllm:cache_config_info` labels (CacheConfig fields). */
   cacheConfig: Record<string, string | number | boolean | null>;
-  /** --show-hidden-metrics-for-version: also the deprecated gpu_cache_usage_perc and time_per_output_token. */
+  /** --show-hidden-metrics-for-version: also the deprecated gpu_cache_usage_perc. */
   showHidden: boolean;
 }
 
@@ -89,9 +89,8 @@ export class VllmMetrics implements EngineObserver {
     this.paramsN = histogram('vllm:request_params_n', 'Histogram of the n request parameter.', [1, 2, 5, 10, 20]);
     this.paramsMaxTokens = histogram('vllm:request_params_max_tokens', 'Histogram of the max_tokens request parameter.', tokenBuckets);
     this.ttft = histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', TTFT_BUCKETS);
-    this.timePerOutputToken = config.showHidden
-      ? histogram('vllm:time_per_output_token_seconds', 'Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.', TOKEN_LATENCY_BUCKETS)
-      : null;
+    // Deprecated in vLLM 0.11 (the release mocker emulates) but still exposed there; hidden from 0.12.
+    this.timePerOutputToken = histogram('vllm:time_per_output_token_seconds', 'Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.', TOKEN_LATENCY_BUCKETS);
     this.interTokenLatency = histogram('vllm:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', TOKEN_LATENCY_BUCKETS);
     this.requestTimePerOutputToken = histogram('vllm:request_time_per_output_token_seconds', 'Histogram of time_per_output_token_seconds per request.', TOKEN_LATENCY_BUCKETS);
     this.e2e = histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.', REQUEST_LATENCY_BUCKETS);
@@ -130,7 +129,7 @@ export class VllmMetrics implements EngineObserver {
     for (const s of stats.timesToFirstTokenS) this.ttft.labels(l).observe(s);
     for (const s of stats.interTokenLatenciesS) {
       this.interTokenLatency.labels(l).observe(s);
-      this.timePerOutputToken?.labels(l).observe(s);
+      this.timePerOutputToken.labels(l).observe(s);
     }
   }
 

@@ -174,7 +174,7 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
       body = null;
     }
     received.push({ path, headers: req.headers, body });
-    if (path === '/version') return json(res, 200, { version: '0.11.0' });
+    if (path === '/version') return json(res, 200, { version: options.legacy ? '0.10.1.1' : '0.11.0' });
     if (path === '/health') return void res.writeHead(200, { server: 'uvicorn' }).end();
     if (path === '/v1/models') return json(res, 200, { object: 'list', data: [{ id: MODEL, object: 'model', created: 1, owned_by: 'vllm', root: MODEL, parent: null, max_model_len: 40960, permission: [] }] });
     if (path === '/tokenize' && body) {

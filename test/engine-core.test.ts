@@ -216,6 +216,33 @@ describe('§9.2 scheduler', () => {
     expect(local.executePass(0).prefillMs).toBeGreaterThan(0);
   });
 
+  it('13c: a decode request is preempted like any other; it loses the pulled KV and recomputes its prompt locally', () => {
+    // 4 blocks of 4: a local request (1 block) and a remote one (2 blocks) fit until both grow.
+    const core = makeCore({ blockSize: 4, numGpuBlocks: 4, maxNumBatchedTokens: 64, kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 } });
+    core.add(request('local', 4, 8));
+    core.executePass(0);
+    core.add({ ...request('remote', 8, 8, 100), remotePrefill: true });
+    let now = 1000;
+    let preemptedAt = -1;
+    const passes = [];
+    for (let i = 0; i < 40 && !core.isIdle; i++) {
+      const pass = core.executePass(now);
+      passes.push(pass);
+      if (preemptedAt < 0 && pass.preempted.includes('remote')) preemptedAt = passes.length - 1;
+      now = Math.max(pass.endMs, pass.wakeAtMs ?? pass.endMs) + 1;
+    }
+    // The newest running request (LIFO) is the remote one: preempted once the local one's growth needs a block.
+    expect(preemptedAt).toBeGreaterThanOrEqual(0);
+    expect(passes.slice(0, preemptedAt).every((p) => p.promptTokens === 0)).toBe(true);
+    // Back from preemption its prompt is prefilled here, with prefill time charged, before its first token.
+    const firstToken = passes.findIndex((p) => p.tokens.some((t) => t.id === 'remote'));
+    const recompute = passes.slice(preemptedAt + 1, firstToken + 1).filter((p) => p.promptTokens > 0 && p.admitted.some((a) => a.id === 'remote'));
+    expect(recompute.length).toBeGreaterThan(0);
+    expect(recompute.every((p) => p.prefillMs > 0)).toBe(true);
+    expect(core.isIdle).toBe(true);
+    expect(core.engineStats().activeBlocks).toBe(0);
+  });
+
   it('13b: a prefill worker emits its token at the end of the prefill, with no decode step', () => {
     const core = makeCore({ workerType: 'prefill' });
     core.add(request('r1', 8, 1));

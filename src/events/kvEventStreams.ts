@@ -13,12 +13,9 @@ export class KvEventStreams implements EngineObserver {
       for (let rank = 0; rank < ranks; rank++) {
         publishers.push(
           await ZmqKvEventPublisher.open({
+            ...config,
             endpoint: offsetEndpoint(config.endpoint, portOffset + rank),
             replayEndpoint: config.replayEndpoint === null ? null : offsetEndpoint(config.replayEndpoint, portOffset + rank),
-            topic: config.topic,
-            bufferSteps: config.bufferSteps,
-            hwm: config.hwm,
-            format: config.format,
             dpRank: rank,
           }),
         );

@@ -1,18 +1,13 @@
 import { Publisher, Router } from 'zeromq';
 import type { VllmKvEvent } from '../engine/index.js';
-import { encodeKvEventBatch, type KvEventsFormat } from './encoding.js';
+import type { KvEventsConfig } from './config.js';
+import { encodeKvEventBatch } from './encoding.js';
 
-export interface ZmqPublisherOptions {
-  /** PUB endpoint, already offset for the rank. */
-  endpoint: string;
-  /** ROUTER endpoint answering replay requests (null: no replay, no buffer). */
-  replayEndpoint: string | null;
-  topic: string;
-  /** Batches kept for replay. */
-  bufferSteps: number;
-  /** PUB send high-water mark (messages queued per subscriber before it drops). */
-  hwm: number;
-  format: KvEventsFormat;
+/**
+ * One rank's publisher: a `KvEventsConfig` whose endpoints are already offset for the rank (`hwm`: messages
+ * queued per subscriber before PUB drops; `replayEndpoint` null: no replay, no buffer).
+ */
+export interface ZmqPublisherOptions extends KvEventsConfig {
   dpRank: number;
 }
 

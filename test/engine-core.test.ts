@@ -9,7 +9,7 @@ import { KvBlockManager, type KvCacheEvent, type MoveBlock } from '../src/engine
 import { runOffline } from '../src/engine/offlineDriver.js';
 import { polynomialPerfModel } from '../src/engine/perf/perfModel.js';
 import { ActiveSequence } from '../src/engine/sequence.js';
-import { modelTiming } from '../src/engine/timingModels.js';
+import { fixedTiming, modelTiming } from '../src/engine/timingModels.js';
 
 function makeCore(overrides: Partial<SchedulerConfig> = {}): EngineCore {
   return new EngineCore({
@@ -250,6 +250,10 @@ describe('§9.2 scheduler', () => {
     expect(pass.decodeMs).toBe(0);
     expect(pass.endMs).toBe(pass.prefillMs);
     expect(pass.tokens).toEqual([{ id: 'r1', generated: 1, completed: true }]);
+    // --timing fixed charges the pass that emits tokens, not the prefill: a prefill worker's pass still costs a step.
+    const fixed = makeCore({ workerType: 'prefill', timing: fixedTiming(25, 0) });
+    fixed.add(request('r1', 8, 1));
+    expect(fixed.executePass(0)).toMatchObject({ endMs: 25, tokens: [{ id: 'r1', generated: 1, completed: true }] });
   });
 
   it('14: the first token comes out in the pass that completes the prompt', () => {

@@ -210,6 +210,30 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     expect(await activeBlocks(prefill)).toBe(held);
   });
 
+  it('a client that leaves during the prefill hop: the prefill request is aborted, no decode hop is sent, nothing stays held', async () => {
+    // One 800 ms engine step on the prefill side: the client is gone long before it ends.
+    const prefill = await serve({ role: 'prefill', timing: 'fixed', forwardTimeMs: 800 });
+    const decode = await serve({ role: 'decode', timing: 'none' });
+    const proxy = await startPdProxy({ prefill: [new URL(prefill.url)], decode: [new URL(decode.url)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20 });
+    running.push(proxy);
+    const leave = new AbortController();
+    const sent = fetch(`http://127.0.0.1:${proxy.port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, signal: leave.signal,
+      body: JSON.stringify({ model: MODEL, prompt: Array.from({ length: 40 }, (_, i) => 700 + i), max_tokens: 4, stream: true }),
+    });
+    await sleep(200);
+    leave.abort();
+    await expect(sent).rejects.toThrow();
+    await sleep(1000);
+    const aborted = parsePrometheusTextFormat(await (await fetch(`${prefill.url}/metrics`)).text())
+      .find((f) => f.name === 'vllm:request_success_total')!
+      .metrics.find((m) => m.labels?.finished_reason === 'abort')!;
+    expect(Number(aborted.value)).toBe(1);
+    expect(await activeBlocks(prefill.url)).toBe(0);
+    expect((await engineState(decode.url)).ranks[0].passes).toBe(0);
+    expect(await (await fetch(`http://127.0.0.1:${proxy.port}/healthcheck`)).json()).toMatchObject({ status: 'ok' });
+  });
+
   it('pd-proxy /healthcheck reports the instances', async () => {
     const { proxy } = await pdPair({ timing: 'none' });
     expect(await (await fetch(`${proxy}/healthcheck`)).json()).toEqual({ status: 'ok', prefill_instances: 1, decode_instances: 1 });

@@ -225,6 +225,8 @@ export class EngineCore {
 
   /** Drops a request at once, freeing every block it holds (client disconnect). */
   abort(id: string): void {
+    // A prefill that finished in the pass its client left during keeps nothing for a decode that never comes.
+    if (this.releaseHeld(id)) return;
     const state = this.requests.get(id);
     if (!state) return;
     this.waiting.remove(state);
@@ -366,7 +368,7 @@ export class EngineCore {
     const prefillMs = batch === 0 ? 0 : timing.prefillMs(batch, Math.floor(pass.islSum / batch), Math.floor(pass.prefixSum / batch));
     const decodeStart = now + prefillMs;
     this.stats.prefillMs += prefillMs;
-    const { decodeMs, tokens, wakeAtMs: tokenWake } = this.emitReadyTokens(decodeStart, pass);
+    const { decodeMs, tokens, wakeAtMs: tokenWake } = this.emitReadyTokens(decodeStart, prefillMs, pass);
     let wakeAtMs = tokenWake;
     for (const t of this.transferring) wakeAtMs = wakeAtMs === null ? t.kvReadyAtMs : Math.min(wakeAtMs, t.kvReadyAtMs);
     return { startMs: now, prefillMs, decodeMs, endMs: decodeStart + decodeMs, tokens, admitted: pass.admitted, preempted: pass.preempted, scheduledTokens: pass.scheduledTokens, promptTokens: pass.promptTokens, wakeAtMs };
@@ -537,7 +539,7 @@ export class EngineCore {
   }
 
   /** §1.3: one token for every request whose sequence is fully computed, all out at the pass end. */
-  private emitReadyTokens(decodeStart: number, pass: PassBuilder): { decodeMs: number; tokens: TokenOut[]; wakeAtMs: number | null } {
+  private emitReadyTokens(decodeStart: number, prefillMs: number, pass: PassBuilder): { decodeMs: number; tokens: TokenOut[]; wakeAtMs: number | null } {
     const ready = this.running.filter((r) => r.numComputed >= r.seq.length && r.seq.generated < r.seq.maxOutput);
     const tokens: TokenOut[] = [];
     if (ready.length === 0) return { decodeMs: 0, tokens, wakeAtMs: null };
@@ -545,8 +547,12 @@ export class EngineCore {
     for (const r of ready) contextSum += r.seq.length;
     const blockSize = this.config.blockSize;
     const timing = this.config.timing;
+    // A prefill worker's token comes out when its prefill ends; only a timing that charges the emitting pass
+    // rather than the prefill (--timing fixed) makes that pass cost a step.
     const decodeMs =
-      this.config.workerType === 'prefill' ? 0 : timing.decodeMs(ready.length, this.kv.numActive * blockSize, Math.floor(contextSum / ready.length), this.config.numGpuBlocks * blockSize);
+      this.config.workerType === 'prefill' && prefillMs > 0
+        ? 0
+        : timing.decodeMs(ready.length, this.kv.numActive * blockSize, Math.floor(contextSum / ready.length), this.config.numGpuBlocks * blockSize);
     const decodeEnd = decodeStart + decodeMs;
     let wakeAtMs: number | null = null;
     for (const r of ready) {

@@ -87,6 +87,11 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     } catch (err) {
       return sendJson(res, 400, errorJson(400, `Invalid JSON body: ${(err as Error).message}`));
     }
+    // A client that leaves during the prefill hop cancels it, and its decode hop is never sent.
+    const gone = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
     const requestId = randomUUID();
     const prefill = options.prefill[nextPrefill++ % options.prefill.length];
     const decode = options.decode[nextDecode++ % options.decode.length];
@@ -95,11 +100,19 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
 
     let prefillAnswer: Response;
     try {
-      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: JSON.stringify(prefillBody(body)) });
+      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: JSON.stringify(prefillBody(body)), signal: gone.signal });
     } catch (err) {
+      if (gone.signal.aborted) return;
       return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin}: ${(err as Error).message}`, 'BadGateway'));
     }
-    const prefillText = await prefillAnswer.text();
+    let prefillText: string;
+    try {
+      prefillText = await prefillAnswer.text();
+    } catch (err) {
+      if (gone.signal.aborted) return;
+      return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin}: ${(err as Error).message}`, 'BadGateway'));
+    }
+    if (gone.signal.aborted) return;
     // The toy proxy requires a 2xx; an error from the prefill instance is the client's answer.
     if (!prefillAnswer.ok) {
       res.writeHead(prefillAnswer.status, { 'content-type': prefillAnswer.headers.get('content-type') ?? 'application/json' });
@@ -122,10 +135,8 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
         headers: { ...headers, 'content-length': payload.length },
         agent: target.protocol === 'https:' ? agents.https : agents.http,
       });
-      res.on('close', () => {
-        if (!res.writableFinished) upstream.destroy();
-        resolve();
-      });
+      gone.signal.addEventListener('abort', () => upstream.destroy(), { once: true });
+      res.on('close', resolve);
       upstream.on('error', (err) => {
         sendJson(res, 502, errorJson(502, `decode instance ${decode.origin}: ${err.message}`, 'BadGateway'));
         resolve();

@@ -9,7 +9,7 @@ import { KvBlockManager, type KvCacheEvent, type MoveBlock } from '../src/engine
 import { runOffline } from '../src/engine/offlineDriver.js';
 import { polynomialPerfModel } from '../src/engine/perf/perfModel.js';
 import { ActiveSequence } from '../src/engine/sequence.js';
-import { fixedTiming, modelTiming } from '../src/engine/timingModels.js';
+import { fixedTiming, modelTiming, zeroTiming } from '../src/engine/timingModels.js';
 
 function makeCore(overrides: Partial<SchedulerConfig> = {}): EngineCore {
   return new EngineCore({
@@ -241,6 +241,20 @@ describe('§9.2 scheduler', () => {
     expect(recompute.every((p) => p.prefillMs > 0)).toBe(true);
     expect(core.isIdle).toBe(true);
     expect(core.engineStats().activeBlocks).toBe(0);
+  });
+
+  it('13d: a pulled request kept out by --max-num-seqs waits for a running one to finish, not for a time (no busy wake-ups)', () => {
+    const core = makeCore({ maxNumSeqs: 1, timing: zeroTiming(true), kvTransfer: { bytesPerToken: 1, bandwidthGBps: 0 } });
+    // Captured timing: b's tokens are due at 100 and 200 ms; c's KV lands at once but b holds the only seat.
+    core.add({ ...request('b', 8, 2), remotePrefill: true, notBeforeMs: [100, 200] });
+    core.add({ ...request('c', 8, 2, 50), remotePrefill: true, notBeforeMs: [0, 0] });
+    core.executePass(0);
+    const waiting = core.executePass(0);
+    expect(core.view('b')?.status).toBe('running');
+    expect(core.view('c')?.status).toBe('waiting_for_remote_kvs');
+    expect(waiting.tokens).toEqual([]);
+    // The next thing that can happen is b's token at 100 ms.
+    expect(waiting.wakeAtMs).toBe(100);
   });
 
   it('13b: a prefill worker emits its token at the end of the prefill, with no decode step', () => {

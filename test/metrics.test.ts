@@ -164,6 +164,7 @@ describe('GET /metrics with several DP ranks and hidden metrics', () => {
     });
   };
   const samples = async (name: string) => (await scrape(name))[0];
+  const sleepMs = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
   it('one series per rank (engine label); a request sent to rank 1 counts on rank 1 only', async () => {
     expect(await samples('vllm:prompt_tokens_total')).toEqual({ '0': 0, '1': 0 });
@@ -178,6 +179,35 @@ describe('GET /metrics with several DP ranks and hidden metrics', () => {
     await res.json();
     expect(await samples('vllm:prompt_tokens_total')).toEqual({ '0': 0, '1': 40 });
     expect(await samples('vllm:generation_tokens_total')).toEqual({ '0': 0, '1': 3 });
+    // The same prompt again hits the prefix cache, yet vLLM's IterationStats counts its whole prompt with its first token.
+    const again = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '1' },
+      body: JSON.stringify({ model: MODEL, prompt, max_tokens: 3, ignore_eos: true }),
+    });
+    await again.json();
+    expect((await samples('vllm:prefix_cache_hits_total'))['1']).toBeGreaterThan(0);
+    expect(await samples('vllm:prompt_tokens_total')).toEqual({ '0': 0, '1': 80 });
+  });
+
+  it('gauges follow an abort at once, without waiting for another engine step', async () => {
+    const leave = new AbortController();
+    const sent = fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '0' },
+      body: JSON.stringify({ model: MODEL, prompt: Array.from({ length: 64 }, (_, i) => 1500 + i), max_tokens: 200, ignore_eos: true, stream: true }),
+      signal: leave.signal,
+    });
+    const reader = (await sent).body!.getReader();
+    await reader.read();
+    let [running] = await scrape('vllm:num_requests_running');
+    for (let i = 0; i < 50 && running['0'] !== 1; i++) [running] = await scrape('vllm:num_requests_running');
+    expect(running['0']).toBe(1);
+    leave.abort();
+    await sleepMs(200);
+    const [after, usage] = await scrape('vllm:num_requests_running', 'vllm:kv_cache_usage_perc');
+    expect(after['0']).toBe(0);
+    expect(usage['0']).toBe(0);
   });
 
   it('--show-hidden-metrics-for-version adds the deprecated gpu_cache_usage_perc, equal to kv_cache_usage_perc per rank', async () => {

@@ -15,7 +15,8 @@ export function parsePdLayout(text: string): { prefill: number; decode: number }
 export async function startPdDeployment(options: ServeOptions, layout: { prefill: number; decode: number }): Promise<Running> {
   const engines: Running[] = [];
   const start = async (role: 'prefill' | 'decode') => {
-    const running = await startServe({ ...options, role, host: '127.0.0.1', port: 0, numWorkers: 1 });
+    // Engine i publishes its KV events on the config's ports offset by i × DP size, as worker i would.
+    const running = await startServe({ ...options, role, host: '127.0.0.1', port: 0, numWorkers: 1, engineIndex: engines.length });
     engines.push(running);
     return new URL(`http://127.0.0.1:${running.port}`);
   };

@@ -55,6 +55,11 @@ export interface ServeOptions {
   enablePromptTokensDetails?: boolean;
   /** --num-workers: independent engines, each on its own port (port, port + 1, …). Default 1. */
   numWorkers?: number;
+  /**
+   * Engines started before this server's first one under the same KV events config (`serve --pd`): its event
+   * ports come after theirs, as several workers' do. Default 0.
+   */
+  engineIndex?: number;
   /** --show-hidden-metrics-for-version: also vLLM's deprecated metrics. */
   showHiddenMetrics?: boolean;
   /** --api-key (else VLLM_API_KEY): `/v1/*` needs `Authorization: Bearer <key>`. */
@@ -171,6 +176,10 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   const bandwidthGBps = opts.kvTransferBandwidthGBps ?? 64;
   if (!(bandwidthGBps >= 0)) throw new Error(`--kv-transfer-bandwidth must be >= 0, got ${bandwidthGBps}`);
   const kvHoldTimeoutMs = opts.kvHoldTimeoutMs ?? 1000 * Number(process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT ?? 480);
+  // setTimeout fires at once for anything that is not a number of ms up to 2^31 - 1 (about 24.8 days).
+  if (!(kvHoldTimeoutMs > 0 && kvHoldTimeoutMs <= 2 ** 31 - 1)) {
+    throw new Error(`VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be a number of seconds between 0 and ${Math.floor((2 ** 31 - 1) / 1000)}, got "${process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT}"`);
+  }
   // vLLM's side-channel host; a wildcard listen address is not one a decode engine can call.
   const advertisedHost = process.env.VLLM_NIXL_SIDE_CHANNEL_HOST ?? (['0.0.0.0', '::'].includes(opts.host) ? '127.0.0.1' : opts.host);
   const kvTrace = opts.kvTrace ?? kvTraceEnabled();
@@ -219,7 +228,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
       const engineId = randomUUID();
       const eventsConfig = kvEvents.length > 1 ? kvEvents[w] : kvEvents[0];
       if (eventsConfig) {
-        const stream = await KvEventStreams.open(eventsConfig, args.dataParallelSize, kvEvents.length > 1 ? 0 : w * args.dataParallelSize);
+        const stream = await KvEventStreams.open(eventsConfig, args.dataParallelSize, kvEvents.length > 1 ? 0 : ((opts.engineIndex ?? 0) + w) * args.dataParallelSize);
         streams.push(stream);
         observers.push(stream);
       }

@@ -370,7 +370,10 @@ export class EngineCore {
     this.stats.prefillMs += prefillMs;
     const { decodeMs, tokens, wakeAtMs: tokenWake } = this.emitReadyTokens(decodeStart, prefillMs, pass);
     let wakeAtMs = tokenWake;
-    for (const t of this.transferring) wakeAtMs = wakeAtMs === null ? t.kvReadyAtMs : Math.min(wakeAtMs, t.kvReadyAtMs);
+    // A landed transfer kept out by --max-num-seqs waits for a running request to finish (a pass that emits
+    // tokens), not for a time: waking for it would spin.
+    const canLand = this.running.length < maxSeqs;
+    for (const t of this.transferring) if (canLand || t.kvReadyAtMs > now) wakeAtMs = wakeAtMs === null ? t.kvReadyAtMs : Math.min(wakeAtMs, t.kvReadyAtMs);
     return { startMs: now, prefillMs, decodeMs, endMs: decodeStart + decodeMs, tokens, admitted: pass.admitted, preempted: pass.preempted, scheduledTokens: pass.scheduledTokens, promptTokens: pass.promptTokens, wakeAtMs };
   }
 

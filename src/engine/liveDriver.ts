@@ -1,4 +1,4 @@
-import type { EngineCore, EngineStats, PassResult } from './core.js';
+import type { EngineCore, EngineStats, PassResult, TokenOut } from './core.js';
 import { capturedDueTimes } from './timing.js';
 import { EngineRejection, type EngineObserver, type EngineRequest, type EngineStream, type FinishedRequest, type KvHold, type TokenEvent } from './types.js';
 
@@ -64,6 +64,8 @@ interface Member {
   promptTokens: number;
   finishReason: FinishedRequest['finishReason'];
   maxTokensParam: number | null;
+  /** Its last token was computed (and counted): a disconnect before delivery is no abort. */
+  completed: boolean;
 }
 
 const seconds = (ms: number) => Math.max(0, ms) / 1000;
@@ -114,6 +116,7 @@ export class LiveDriver {
   releaseHeld(id: string): boolean {
     if (!this.core.releaseHeld(id)) return false;
     this.publishKv();
+    this.refreshStats();
     const wake = this.wake;
     this.wake = null;
     wake?.();
@@ -161,6 +164,7 @@ export class LiveDriver {
         promptTokens: request.promptTokenIds.length,
         finishReason,
         maxTokensParam: request.maxTokensParam ?? null,
+        completed: false,
       });
       this.core.add({
         id,
@@ -187,8 +191,9 @@ export class LiveDriver {
           this.members.delete(id);
           this.core.abort(id);
           this.publishKv();
-          this.finished({ ...member, finishReason: 'abort' }, this.clock());
+          if (!member.completed) this.finished({ ...member, finishReason: 'abort' }, this.clock());
         }
+        this.refreshStats();
         this.pending.delete(queue);
         queue.end();
       },
@@ -251,25 +256,36 @@ export class LiveDriver {
         member.queue.cachedPromptTokens = a.cachedTokens;
       }
     }
-    if (this.observer) this.observe(pass);
+    if (this.observer) this.observe(pass.tokens, pass.endMs);
     return pass;
   }
 
   /** Hands the pass to the observer as vLLM's loggers see a step; tokens count at the pass end. */
-  private observe(pass: PassResult): void {
+  /** After an abort or a released hold, between passes: the gauges follow the cache at once. */
+  private refreshStats(): void {
+    if (this.observer) this.observe([], this.clock());
+  }
+
+  private observe(tokens: readonly TokenOut[], endMs: number): void {
     const stats = this.core.engineStats();
     const timesToFirstTokenS: number[] = [];
     const interTokenLatenciesS: number[] = [];
-    for (const t of pass.tokens) {
+    // vLLM's IterationStats: a request's whole prompt counts once, with its first token (cached tokens included).
+    let promptTokens = 0;
+    for (const t of tokens) {
       const member = this.members.get(t.id);
       if (!member) continue;
       if (member.firstTokenMs === null) {
-        member.firstTokenMs = pass.endMs;
-        timesToFirstTokenS.push(seconds(pass.endMs - member.arrivalMs));
-      } else interTokenLatenciesS.push(seconds(pass.endMs - (member.lastTokenMs ?? pass.endMs)));
-      member.lastTokenMs = pass.endMs;
+        member.firstTokenMs = endMs;
+        timesToFirstTokenS.push(seconds(endMs - member.arrivalMs));
+        promptTokens += member.promptTokens;
+      } else interTokenLatenciesS.push(seconds(endMs - (member.lastTokenMs ?? endMs)));
+      member.lastTokenMs = endMs;
       member.generated = t.generated;
-      if (t.completed) this.finished(member, pass.endMs);
+      if (t.completed) {
+        member.completed = true;
+        this.finished(member, endMs);
+      }
     }
     this.observer!.onPass?.(this.rank, {
       running: stats.running,
@@ -279,8 +295,8 @@ export class LiveDriver {
       prefixCacheQueries: stats.prefixCacheQueries - this.lastStats.prefixCacheQueries,
       prefixCacheHits: stats.prefixCacheHits - this.lastStats.prefixCacheHits,
       preemptions: stats.preemptions - this.lastStats.preemptions,
-      promptTokens: pass.promptTokens,
-      generationTokens: pass.tokens.length,
+      promptTokens,
+      generationTokens: tokens.length,
       timesToFirstTokenS,
       interTokenLatenciesS,
     });

@@ -375,6 +375,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const arrivalMs = performance.now();
     const res = c.env.outgoing;
     const reqNode: IncomingMessage = c.env.incoming;
+    // Watched from the start: a client can leave while its prompt is tokenized, looked up or its KV pulled.
+    const abort = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) abort.abort();
+    });
     const { bytes: bodyBytes, body } = await readJson(c);
     const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'));
     const resolution = await resolver.resolve(p.params, p.model, p.promptIds, requestShape(kind, body));
@@ -394,10 +399,6 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     }
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestIdFor(c, body)}`;
     const ctx: RenderContext = { kind, id, created: Math.floor(Date.now() / 1000), model: p.model, returnTokenIds: p.returnTokenIds, promptTokenIds: p.promptIds };
-    const abort = new AbortController();
-    res.on('close', () => {
-      if (!res.writableFinished) abort.abort();
-    });
     // Captured bytes carry token ids only when the engine returned them, and never fresh kv_transfer_params.
     const verbatim =
       resolution.verbatim && (!p.returnTokenIds || resolution.verbatim.tokenSource === 'engine') && !p.kvTransfer?.do_remote_decode ? resolution.verbatim : null;

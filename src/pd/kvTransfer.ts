@@ -56,6 +56,7 @@ export async function pullRemoteKv(params: KvTransferParams, timeoutMs: number):
   }
   const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
   let res: Response;
+  let text: string;
   try {
     res = await fetch(`http://${where}${KV_PULL_PATH}`, {
       method: 'POST',
@@ -63,10 +64,10 @@ export async function pullRemoteKv(params: KvTransferParams, timeoutMs: number):
       body: JSON.stringify({ remote_engine_id: engineId, remote_request_id: requestId }),
       signal: AbortSignal.timeout(timeoutMs),
     });
+    text = await res.text();
   } catch (err) {
     return { ok: false, reason: 'unreachable', detail: `prefill engine ${where}: ${(err as Error).message}` };
   }
-  const text = await res.text();
   if (res.ok) return { ok: true };
   return { ok: false, reason: res.status === 404 ? 'unknown_blocks' : 'unreachable', detail: `prefill engine ${where} answered ${res.status}: ${text.slice(0, 200)}` };
 }

@@ -235,6 +235,20 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     expect(await (await fetch(`http://127.0.0.1:${proxy.port}/healthcheck`)).json()).toMatchObject({ status: 'ok' });
   });
 
+  it('a prefill engine holds ceil(prompt / block size) blocks: the sampled token has no KV (as vLLM)', async () => {
+    const { url: prefill } = await serve({ role: 'prefill', timing: 'none' });
+    for (const [promptTokens, blocks] of [[32, 2], [33, 3], [47, 3], [48, 3]]) {
+      const res = await fetch(`${prefill}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt: Array.from({ length: promptTokens }, (_, i) => 1000 * promptTokens + i), max_tokens: 1, kv_transfer_params: { do_remote_decode: true } }),
+      });
+      const kv = ((await res.json()) as { kv_transfer_params: { remote_block_ids: number[] } }).kv_transfer_params;
+      expect(kv.remote_block_ids, `${promptTokens} prompt tokens`).toHaveLength(blocks);
+    }
+    expect(await activeBlocks(prefill)).toBe(2 + 3 + 3 + 3);
+  });
+
   it('pd-proxy /healthcheck reports the instances', async () => {
     const { proxy } = await pdPair({ timing: 'none' });
     expect(await (await fetch(`${proxy}/healthcheck`)).json()).toEqual({ status: 'ok', prefill_instances: 1, decode_instances: 1 });

@@ -572,7 +572,8 @@ export class EngineCore {
           r.done = true;
           this.requests.delete(r.request.id);
           if (r.request.holdBlocksOnFinish) {
-            r.seq.commitAllocation(r.seq.length);
+            // Held: the KV of every token but the one just sampled.
+            r.seq.commitAllocation(r.seq.length - 1);
             this.held.set(r.request.id, r.seq);
           }
         }

@@ -101,10 +101,14 @@ export class ActiveSequence implements BlockTokens {
         const full = this.addFullBlock(index);
         moves.push({ kind: 'promote', partial, full, parent: index > 0 ? this.blocks[index - 1] : null, origin: { tokens: this, index } });
       }
-      const partial = this.uniqueId();
-      this.blocks.push(partial);
-      this.lastIsPartial = true;
-      moves.push({ kind: 'use', blocks: [partial], parent: null });
+      // A kept sequence's last token (a prefill's sampled token, its KV held for a remote decode) is never
+      // computed: no block for it, as vLLM holds ceil(prompt / block size) blocks.
+      if (!(last && this.keepBlocksWhenDone)) {
+        const partial = this.uniqueId();
+        this.blocks.push(partial);
+        this.lastIsPartial = true;
+        moves.push({ kind: 'use', blocks: [partial], parent: null });
+      }
     }
     if (last && !this.keepBlocksWhenDone) moves.push(...this.freeMoves(this.blocks.length));
     return moves;

@@ -8,6 +8,7 @@ import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS } from '../src/cli/engineArgs
 import { startServe, type Running } from '../src/cli/serve.js';
 import { modelTiming, polynomialPerfModel, SimulatedEngine, type EngineState, type SchedulerConfig } from '../src/engine/index.js';
 import { MODEL } from './support/vllmUpstream.js';
+import { roundTrip } from './support/sseTiming.js';
 
 /** engine-reference §4.1, written out here as the oracle. */
 const prefillPolynomialMs = (tokens: number) => 4.209989e-7 * tokens * tokens + 1.518344e-2 * tokens + 16.50142;
@@ -115,17 +116,6 @@ describe('over HTTP with --timing model', () => {
       req.on('error', reject);
       req.end(JSON.stringify({ model: MODEL, stream: true, stream_options: { include_usage: true }, return_token_ids: true, ...body }));
     });
-  }
-
-  /** The client's own cost of an exchange: the median warm round trip of `GET /health`. */
-  async function roundTrip(url: string): Promise<number> {
-    const samples: number[] = [];
-    for (let i = 0; i < 9; i++) {
-      const t0 = performance.now();
-      await new Promise<void>((resolve, reject) => http.get(`${url}/health`, { agent }, (res) => res.resume().on('end', resolve)).on('error', reject));
-      samples.push(performance.now() - t0);
-    }
-    return samples.sort((a, b) => a - b)[4];
   }
 
   const engineState = async (url: string) => (await (await fetch(`${url}/mocker/engine`)).json()) as EngineState;

@@ -228,9 +228,10 @@ export class LiveDriver {
         continue;
       }
       // Passes that take no simulated time (timing none, captured tokens already due) run back to back
-      // for a short slice and their tokens go out together: one write per stream, not one per token.
+      // for a short slice and their tokens go out together: one write per stream, not one per token. A pass
+      // that held a captured token back ends the slice: what it emitted is due now, and the next is not.
       const passes = [pass];
-      while (progressed(pass) && !this.core.isIdle && this.clock() - start < ZERO_TIME_SLICE_MS) {
+      while (progressed(pass) && pass.wakeAtMs === null && !this.core.isIdle && this.clock() - start < ZERO_TIME_SLICE_MS) {
         const now = this.clock();
         pass = this.runPass(now);
         passes.push(pass);

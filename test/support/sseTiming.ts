@@ -32,10 +32,15 @@ export async function arrivals(url: string, body: unknown, headers: Record<strin
   return times;
 }
 
-/** The client's own cost of one exchange with a server: the median warm round trip of `GET /health`. */
+/**
+ * The client's own cost of one exchange with a server: the median round trip of `GET /health`, each sent to a
+ * server idle for 20 ms, as a measured request finds it. (On this VM an idle process takes 0.5-1 ms to wake;
+ * back-to-back probes of a busy server would leave that out and the measured request would seem late.)
+ */
 export async function roundTrip(url: string): Promise<number> {
   const samples: number[] = [];
   for (let i = 0; i < 9; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
     const t0 = performance.now();
     await new Promise<void>((resolve, reject) => {
       http.get(`${url}/health`, { agent }, (res) => res.resume().on('end', resolve)).on('error', reject);

@@ -4,7 +4,9 @@
  */
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readFileSync } from 'node:fs';
 import { startServe, type Running } from '../src/cli/serve.js';
+import { floatToGoString } from '../src/metrics/exposition.js';
 import type { EngineState } from '../src/engine/index.js';
 import { MODEL } from './support/vllmUpstream.js';
 
@@ -12,6 +14,17 @@ type Families = ReturnType<typeof parsePrometheusTextFormat>;
 
 const LENGTH_REQUESTS = 5;
 const MAX_TOKENS = 12;
+
+describe('floatToGoString', () => {
+  it("prints every value as Python's prometheus_client does (fixture written by Python's own float repr)", () => {
+    const rows = JSON.parse(readFileSync(new URL('./fixtures/prometheus/float-to-go-string.json', import.meta.url), 'utf8')) as { value: number | string; text: string }[];
+    expect(rows.length).toBeGreaterThan(30);
+    for (const { value, text } of rows) {
+      const n = value === 'inf' ? Infinity : value === '-inf' ? -Infinity : (value as number);
+      expect(floatToGoString(n), String(value)).toBe(text);
+    }
+  });
+});
 
 describe('GET /metrics', () => {
   let server: Running;
@@ -67,6 +80,29 @@ describe('GET /metrics', () => {
     expect(family(families, 'vllm:cache_config_info').metrics[0].labels).toMatchObject({ block_size: '64', num_gpu_blocks: '16384', engine: '0' });
     // The deprecated gauge only with --show-hidden-metrics-for-version.
     expect(families.find((f) => f.name === 'vllm:gpu_cache_usage_perc')).toBeUndefined();
+  });
+
+  it("prints lines as vLLM's prometheus_client does: labels in alphabetical order, Go-style floats, _count before _sum", async () => {
+    const { text } = await scrape();
+    const lines = text.split('\n');
+    const m = `model_name="${MODEL}"`;
+    // vllm-wire-reference §4: `…_bucket{engine="0",le="0.1",model_name="m"}`, `request_success_total{engine="0",finished_reason="stop",model_name="m"}`.
+    for (const line of [
+      `vllm:num_requests_running{engine="0",${m}} 0.0`,
+      `vllm:request_success_total{engine="0",finished_reason="stop",${m}} 0.0`,
+      `vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",${m}} 0.0`,
+      `vllm:time_to_first_token_seconds_bucket{engine="0",le="1.0",${m}} 0.0`,
+      `vllm:time_to_first_token_seconds_bucket{engine="0",le="2560.0",${m}} 0.0`,
+      `vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",${m}} 0.0`,
+      `vllm:request_prompt_tokens_bucket{engine="0",le="20000.0",${m}} 0.0`,
+    ]) {
+      expect(lines, line).toContain(line);
+    }
+    const count = lines.indexOf(`vllm:time_to_first_token_seconds_count{engine="0",${m}} 0.0`);
+    const sum = lines.indexOf(`vllm:time_to_first_token_seconds_sum{engine="0",${m}} 0.0`);
+    expect(count).toBeGreaterThan(0);
+    expect(sum).toBe(count + 1);
+    expect(lines.slice(0, -1)).not.toContain('');
   });
 
   it('tracks a controlled load: gauges match what was sent, counters only rise, histograms count the finished requests', async () => {

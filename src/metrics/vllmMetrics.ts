@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EngineObserver, FinishedRequest, PassStats } from '../engine/index.js';
+import { toPrometheusClientText } from './exposition.js';
 
 /** vLLM's `build_1_2_5_buckets(max_model_len)`: 1, 2, 5, 10, 20, 50, … up to the limit. */
 export function oneTwoFiveBuckets(max: number): number[] {
@@ -151,8 +152,9 @@ export class VllmMetrics implements EngineObserver {
     this.paramsN.labels(this.labels(rank)).observe(n);
   }
 
-  text(): Promise<string> {
-    return this.registry.metrics();
+  /** The exposition as vLLM's prometheus_client prints it. */
+  async text(): Promise<string> {
+    return toPrometheusClientText(await this.registry.metrics());
   }
 
   get contentType(): string {

@@ -257,6 +257,23 @@ describe('§9.2 scheduler', () => {
     expect(waiting.wakeAtMs).toBe(100);
   });
 
+  it("13e: reset_prefix_cache with reset_running_requests fails without preempting anyone while a prefill's KV is held", () => {
+    // A 200-token prompt in 8-token chunks stays running over several passes.
+    const chunked = makeCore({ workerType: 'prefill', maxNumBatchedTokens: 8 });
+    chunked.add({ ...request('held', 8, 1), holdBlocksOnFinish: true });
+    chunked.executePass(0);
+    chunked.add(request('running', 200, 1, 1000));
+    chunked.executePass(1);
+    expect(chunked.view('running')?.status).toBe('running');
+    expect(chunked.resetPrefixCache(true)).toBe(false);
+    expect(chunked.view('running')?.status).toBe('running');
+    expect(chunked.engineStats().preemptions).toBe(0);
+    // Once the hold is released, the same reset preempts the running request and clears the cache.
+    expect(chunked.releaseHeld('held')).toBe(true);
+    expect(chunked.resetPrefixCache(true)).toBe(true);
+    expect(chunked.engineStats()).toMatchObject({ preemptions: 1, inactiveBlocks: 0, activeBlocks: 0 });
+  });
+
   it('13b: a prefill worker emits its token at the end of the prefill, with no decode step', () => {
     const core = makeCore({ workerType: 'prefill' });
     core.add(request('r1', 8, 1));

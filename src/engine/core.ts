@@ -288,13 +288,14 @@ export class EngineCore {
    */
   resetPrefixCache(resetRunningRequests = false): boolean {
     if (this.kv.numActive > 0 && !resetRunningRequests) return false;
+    // KV held for a remote decode, or arriving from a prefill engine, is not running requests': with any, the
+    // reset fails before it preempts anyone.
+    if (this.held.size > 0 || this.transferring.length > 0) return false;
     while (this.running.length > 0) {
       const victim = this.running.pop()!;
       this.requeue(victim);
       this.waiting.pushFront(victim);
     }
-    // Blocks pulled for requests still waiting on a remote prefill stay held.
-    if (this.kv.numActive > 0) return false;
     this.kv.clearInactive();
     return true;
   }

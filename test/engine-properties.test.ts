@@ -43,6 +43,12 @@ function workload(seed: number): { config: SchedulerConfig; requests: TimedReque
     timing: modelTiming(polynomialPerfModel, r.pick([0, 1, 100]), 1),
     seed,
   };
+  // A third of the workloads run on a decode worker: some requests' prompts are pulled from a prefill engine
+  // (allocated at once, computed nowhere, landing after the transfer time; instant with bandwidth 0).
+  if (r.next() < 1 / 3) {
+    config.kvTransfer = { bytesPerToken: r.pick([1_000, 1_000_000]), bandwidthGBps: r.pick([0, 1, 64]) };
+    for (const q of requests) if (r.next() < 0.5) q.request = { ...q.request, remotePrefill: true };
+  }
   return { config, requests };
 }
 
@@ -50,6 +56,7 @@ describe(`engine invariants over ${WORKLOADS} random workloads`, () => {
   it('hold after every pass, and every request completes with exactly its tokens', () => {
     let preemptions = 0;
     let prefixHits = 0;
+    let pulled = 0;
     for (let seed = 1; seed <= WORKLOADS; seed++) {
       const { config, requests } = workload(seed);
       const core = new EngineCore(config);
@@ -57,6 +64,7 @@ describe(`engine invariants over ${WORKLOADS} random workloads`, () => {
       // Plain checks per pass (expect() per block would dominate the run time); any violation fails below.
       const violations: string[] = [];
       const result = runOffline(core, requests, (pass) => {
+        pulled += core.engineStats().waitingForRemoteKvs;
         const kv = core.kv;
         if (kv.numActive + kv.numInactive > config.numGpuBlocks) violations.push(`pass at ${pass.startMs}: ${kv.numActive} active + ${kv.numInactive} inactive > ${config.numGpuBlocks}`);
         for (const [block, count] of kv.activeBlocks()) if (!(count > 0)) violations.push(`block ${block} active with count ${count}`);
@@ -77,8 +85,9 @@ describe(`engine invariants over ${WORKLOADS} random workloads`, () => {
       preemptions += core.engineStats().preemptions;
       prefixHits += core.engineStats().prefixCacheHits;
     }
-    // The workloads really exercise preemption and the prefix cache.
+    // The workloads really exercise preemption, the prefix cache and pulled KV.
     expect(preemptions).toBeGreaterThan(0);
     expect(prefixHits).toBeGreaterThan(0);
+    expect(pulled).toBeGreaterThan(0);
   });
 });

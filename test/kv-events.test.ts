@@ -91,6 +91,38 @@ describe('block hashes in events equal the Python fixtures', () => {
     }
   });
 
+  it('a decode request announces the blocks it pulls when their KV lands, not before; nobody hits them in flight', () => {
+    const row = FIXTURES.find((r) => r.algo === 'sha256_cbor' && r.block_size === 16 && r.blocks.length >= 2)!;
+    const decodeCore = () =>
+      new EngineCore({
+        numGpuBlocks: 64, blockSize: 16, maxNumSeqs: null, maxNumBatchedTokens: null, enablePrefixCaching: true, enableChunkedPrefill: true,
+        preemptionMode: 'lifo', watermark: 0, timing: zeroTiming(false), seed: 1,
+        kvEvents: { algo: row.algo, hashSeed: row.seed }, kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 },
+      });
+    const stored = (events: VllmKvEvent[]) => events.filter((e) => e.type === 'BlockStored').flatMap((e) => e.blockHashes.map(String));
+    // 1 ms per prompt token: the KV lands at t = prompt length.
+    const landsAt = row.token_ids.length;
+    const core = decodeCore();
+    core.add({ id: 'd', promptTokenIds: row.token_ids, maxOutputTokens: 1, remotePrefill: true });
+    core.executePass(0);
+    expect(core.view('d')?.status).toBe('waiting_for_remote_kvs');
+    expect(stored(core.takeKvEvents())).toEqual([]);
+    core.executePass(landsAt);
+    expect(stored(core.takeKvEvents())).toEqual(row.blocks.map((b) => b.event_u64));
+
+    // The same prompt computed here while the KV is still in flight finds nothing cached.
+    const racing = decodeCore();
+    racing.add({ id: 'd', promptTokenIds: row.token_ids, maxOutputTokens: 1, remotePrefill: true });
+    racing.executePass(0);
+    racing.add({ id: 'local', promptTokenIds: row.token_ids, maxOutputTokens: 1 });
+    expect(racing.executePass(1).admitted).toEqual([{ id: 'local', cachedTokens: 0 }]);
+    // Its blocks are stored by the local computation; the landing then adds no second BlockStored.
+    expect(stored(racing.takeKvEvents())).toEqual(row.blocks.map((b) => b.event_u64));
+    for (let t = 2; !racing.isIdle; t += landsAt) racing.executePass(t);
+    expect(stored(racing.takeKvEvents())).toEqual([]);
+    expect(racing.engineStats().activeBlocks).toBe(0);
+  });
+
   const combos = [
     ...['0', '42', 'vllm-none-hash'].flatMap((seed) => [16, 64].map((blockSize) => ({ algo: 'sha256_cbor' as const, seed, blockSize }))),
     { algo: 'sha256' as const, seed: '0', blockSize: 16 },

@@ -384,6 +384,7 @@ export class EngineCore {
       const i = this.transferring.findIndex((t) => t.kvReadyAtMs <= now);
       if (i < 0) return;
       const [state] = this.transferring.splice(i, 1);
+      this.apply(state.seq.landRemote());
       state.status = 'running';
       this.running.push(state);
     }
@@ -397,9 +398,10 @@ export class EngineCore {
   private admitRemote(state: RequestState, now: number, pass: PassBuilder): boolean {
     const { seq } = state;
     const blockSize = this.config.blockSize;
-    const cached = Math.min(this.kv.prefixHits(seq.blocks) * blockSize, seq.promptLength);
+    const hitBlocks = this.kv.prefixHits(seq.blocks);
+    const cached = Math.min(hitBlocks * blockSize, seq.promptLength);
     if (this.watermarkBlocks > 0 && !this.keepsWatermark(seq.blocks, seq.blocks.length)) return false;
-    const move = seq.prepareAllocation(seq.promptLength);
+    const move = seq.prepareRemoteAllocation(seq.promptLength, hitBlocks);
     if (move) {
       const obtained = this.kv.process(move);
       if (obtained < move.blocks.length) {

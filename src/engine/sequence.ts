@@ -83,6 +83,36 @@ export class ActiveSequence implements BlockTokens {
     this.numAllocatedTokens = tokens;
   }
 
+  /** Real ids of full blocks allocated under placeholder ids while their KV is pulled from a prefill engine. */
+  private inFlight: Map<number, BlockId> | null = null;
+
+  /**
+   * Like `prepareAllocation`, for KV pulled from a prefill engine: full blocks from `firstMissing` on are taken
+   * under unique placeholder ids, so that until the KV lands they are neither found nor announced as cached
+   * (vLLM caches a decode request's blocks once it has received them).
+   */
+  prepareRemoteAllocation(tokens: number, firstMissing: number): UseMove | null {
+    const to = this.blocksFor(tokens);
+    for (let i = Math.max(firstMissing, this.blocksFor(this.numAllocatedTokens)); i < to; i++) {
+      if (this.blocks[i] < 0) continue;
+      this.inFlight ??= new Map();
+      this.inFlight.set(i, this.blocks[i]);
+      this.blocks[i] = this.uniqueId();
+    }
+    return this.prepareAllocation(tokens);
+  }
+
+  /** The pulled KV has landed: each placeholder becomes its block's real id, now cached (and stored). */
+  landRemote(): MoveBlock[] {
+    const moves: MoveBlock[] = [];
+    for (const [index, full] of this.inFlight ?? []) {
+      moves.push({ kind: 'promote', partial: this.blocks[index], full, parent: index > 0 ? this.blocks[index - 1] : null, origin: { tokens: this, index } });
+      this.blocks[index] = full;
+    }
+    this.inFlight = null;
+    return moves;
+  }
+
   /**
    * Appends a generated token. The first token of a new block promotes the previous partial block (now
    * full) and takes a new partial block; the last token also releases every block.
@@ -128,6 +158,9 @@ export class ActiveSequence implements BlockTokens {
   reset(): MoveBlock[] {
     const moves = this.freeMoves(this.blocksFor(this.numAllocatedTokens));
     this.numAllocatedTokens = 0;
+    // KV that never landed was never cached: its placeholders are dropped, the blocks get their ids back.
+    for (const [index, full] of this.inFlight ?? []) this.blocks[index] = full;
+    this.inFlight = null;
     return moves;
   }
 
@@ -135,8 +168,8 @@ export class ActiveSequence implements BlockTokens {
   private freeMoves(count: number): MoveBlock[] {
     const moves: MoveBlock[] = [];
     for (let i = count - 1; i >= 0; i--) {
-      const partial = this.lastIsPartial && i === this.blocks.length - 1;
-      moves.push({ kind: partial ? 'destroy' : 'deref', blocks: [this.blocks[i]] });
+      const uncached = (this.lastIsPartial && i === this.blocks.length - 1) || this.inFlight?.has(i) === true;
+      moves.push({ kind: uncached ? 'destroy' : 'deref', blocks: [this.blocks[i]] });
     }
     return moves;
   }

@@ -317,6 +317,23 @@ describe('the prefill side releases held blocks', () => {
   });
 });
 
+describe('VLLM_NIXL_ABORT_REQUEST_TIMEOUT', () => {
+  it('must be a number of seconds setTimeout can wait: anything else is refused at start, naming the variable', async () => {
+    const before = process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT;
+    try {
+      for (const bad of ['soon', '-1', '0', '3000000']) {
+        process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT = bad;
+        await expect(startServe({ ...BASE, role: 'prefill' }), bad).rejects.toThrow(/VLLM_NIXL_ABORT_REQUEST_TIMEOUT/);
+      }
+      process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT = '30';
+      await serve({ role: 'prefill' });
+    } finally {
+      if (before === undefined) delete process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT;
+      else process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT = before;
+    }
+  });
+});
+
 describe('mocker serve --pd', () => {
   const processes: MockerProcess[] = [];
   afterEach(async () => {

@@ -261,12 +261,12 @@ export class LiveDriver {
     return pass;
   }
 
-  /** Hands the pass to the observer as vLLM's loggers see a step; tokens count at the pass end. */
   /** After an abort or a released hold, between passes: the gauges follow the cache at once. */
   private refreshStats(): void {
     if (this.observer) this.observe([], this.clock());
   }
 
+  /** Hands the pass to the observer as vLLM's loggers see a step; tokens count at the pass end. */
   private observe(tokens: readonly TokenOut[], endMs: number): void {
     const stats = this.core.engineStats();
     const timesToFirstTokenS: number[] = [];

@@ -1,4 +1,4 @@
-import type { BlockId, BlockTokens, MoveBlock, UseMove } from './kv/blockManager.js';
+import { isFullBlock, type BlockId, type BlockTokens, type MoveBlock, type UseMove } from './kv/blockManager.js';
 import { chainHash, contentHash } from './kv/fastHash.js';
 
 /**
@@ -94,7 +94,7 @@ export class ActiveSequence implements BlockTokens {
   prepareRemoteAllocation(tokens: number, firstMissing: number): UseMove | null {
     const to = this.blocksFor(tokens);
     for (let i = Math.max(firstMissing, this.blocksFor(this.numAllocatedTokens)); i < to; i++) {
-      if (this.blocks[i] < 0) continue;
+      if (!isFullBlock(this.blocks[i])) continue;
       this.inFlight ??= new Map();
       this.inFlight.set(i, this.blocks[i]);
       this.blocks[i] = this.uniqueId();
@@ -106,11 +106,16 @@ export class ActiveSequence implements BlockTokens {
   landRemote(): MoveBlock[] {
     const moves: MoveBlock[] = [];
     for (const [index, full] of this.inFlight ?? []) {
-      moves.push({ kind: 'promote', partial: this.blocks[index], full, parent: index > 0 ? this.blocks[index - 1] : null, origin: { tokens: this, index } });
+      moves.push(this.promotion(index, this.blocks[index], full));
       this.blocks[index] = full;
     }
     this.inFlight = null;
     return moves;
+  }
+
+  /** Block `index`, held under the uncached id `partial`, becomes the cached block `full`. */
+  private promotion(index: number, partial: BlockId, full: BlockId): MoveBlock {
+    return { kind: 'promote', partial, full, parent: index > 0 ? this.blocks[index - 1] : null, origin: { tokens: this, index } };
   }
 
   /**
@@ -129,7 +134,7 @@ export class ActiveSequence implements BlockTokens {
       if (this.lastIsPartial) {
         const partial = this.blocks[index];
         const full = this.addFullBlock(index);
-        moves.push({ kind: 'promote', partial, full, parent: index > 0 ? this.blocks[index - 1] : null, origin: { tokens: this, index } });
+        moves.push(this.promotion(index, partial, full));
       }
       // A kept sequence's last token (a prefill's sampled token, its KV held for a remote decode) is never
       // computed: no block for it, as vLLM holds ceil(prompt / block size) blocks.

@@ -99,14 +99,9 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     const headers = { 'content-type': 'application/json', 'x-request-id': requestId, ...(auth ? { authorization: auth } : {}) };
 
     let prefillAnswer: Response;
-    try {
-      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: JSON.stringify(prefillBody(body)), signal: gone.signal });
-    } catch (err) {
-      if (gone.signal.aborted) return;
-      return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin}: ${(err as Error).message}`, 'BadGateway'));
-    }
     let prefillText: string;
     try {
+      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: JSON.stringify(prefillBody(body)), signal: gone.signal });
       prefillText = await prefillAnswer.text();
     } catch (err) {
       if (gone.signal.aborted) return;

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { startServe, type Running } from '../src/cli/serve.js';
 import { floatToGoString } from '../src/metrics/exposition.js';
+import { sleep } from './support/kvEventsClient.js';
 import type { EngineState } from '../src/engine/index.js';
 import { MODEL } from './support/vllmUpstream.js';
 
@@ -117,11 +118,11 @@ describe('GET /metrics', () => {
     // Until all 6 have reached the engine (the first ends after 12 steps of 40 ms, well after).
     let state = (await (await fetch(`${url}/mocker/engine`)).json()) as EngineState;
     for (let i = 0; i < 40 && state.ranks[0].running + state.ranks[0].waiting < 6; i++) {
-      await new Promise((resolve) => setTimeout(resolve, 10));
+      await sleep(10);
       state = (await (await fetch(`${url}/mocker/engine`)).json()) as EngineState;
     }
     // Gauges are set at each engine step: let one pass after the last arrival.
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await sleep(50);
     const during = (await scrape()).families;
     state = (await (await fetch(`${url}/mocker/engine`)).json()) as EngineState;
     // 6 requests sent, 3 may run.
@@ -140,7 +141,7 @@ describe('GET /metrics', () => {
         const current = counters.map((c) => value(now, c));
         current.forEach((v, i) => expect(v, counters[i]).toBeGreaterThanOrEqual(previous[i]));
         previous = current;
-        await new Promise((resolve) => setTimeout(resolve, 30));
+        await sleep(30);
       }
     })();
     polls.push(watch);
@@ -200,7 +201,6 @@ describe('GET /metrics with several DP ranks and hidden metrics', () => {
     });
   };
   const samples = async (name: string) => (await scrape(name))[0];
-  const sleepMs = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
   it('one series per rank (engine label); a request sent to rank 1 counts on rank 1 only', async () => {
     expect(await samples('vllm:prompt_tokens_total')).toEqual({ '0': 0, '1': 0 });
@@ -240,7 +240,7 @@ describe('GET /metrics with several DP ranks and hidden metrics', () => {
     for (let i = 0; i < 50 && running['0'] !== 1; i++) [running] = await scrape('vllm:num_requests_running');
     expect(running['0']).toBe(1);
     leave.abort();
-    await sleepMs(200);
+    await sleep(200);
     const [after, usage] = await scrape('vllm:num_requests_running', 'vllm:kv_cache_usage_perc');
     expect(after['0']).toBe(0);
     expect(usage['0']).toBe(0);
@@ -255,7 +255,7 @@ describe('GET /metrics with several DP ranks and hidden metrics', () => {
     });
     let [kv, gpu] = await scrape('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc');
     for (let i = 0; i < 50 && !(kv['0'] > 0); i++) {
-      await new Promise((resolve) => setTimeout(resolve, 10));
+      await sleep(10);
       [kv, gpu] = await scrape('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc');
     }
     expect(kv['0']).toBeGreaterThan(0);

@@ -6,7 +6,7 @@ import { startCapture } from './capture.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs } from './engineArgs.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
-import { DEFAULT_MAX_BODY_BYTES, startServe, type ServeMode, type ServeOptions } from './serve.js';
+import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
 
@@ -41,7 +41,7 @@ program
   .option('--port <port>', 'port to listen on', number('--port', { integer: true, min: 0 }), 8000)
   .addOption(new Option('--outputs <source>', 'captured | random (default: captured in replay, random in random mode)').choices(['captured', 'random']))
   .addOption(new Option('--timing <timing>', 'model | captured | fixed | none (default: model in simulate, captured in replay, fixed in random)').choices(['model', 'captured', 'fixed', 'none']))
-  .option('--forward-time-ms <ms>', 'duration of one engine step for --timing fixed', number('--forward-time-ms', { min: 0 }), 25)
+  .option('--forward-time-ms <ms>', 'duration of one engine step for --timing fixed', number('--forward-time-ms', { min: 0 }), DEFAULT_FORWARD_TIME_MS)
   .option('--speedup-ratio <x>', 'divide every simulated duration by this', number('--speedup-ratio', { min: Number.MIN_VALUE }), DEFAULT_ENGINE_ARGS.speedupRatio)
   .option('--decode-speedup-ratio <x>', 'further divide decode steps (speculative decoding)', number('--decode-speedup-ratio', { min: Number.MIN_VALUE }), DEFAULT_ENGINE_ARGS.decodeSpeedupRatio)
   .option('--planner-profile-data <path>', 'perf model for --timing model: NPZ or profiler results directory (default: polynomial)')
@@ -71,13 +71,13 @@ program
   .option('--is-decode-worker', "Dynamo's legacy spelling of --disaggregation-mode decode")
   .option('--kv-bytes-per-token <n>', "KV bytes per token for PD transfer times (default: the model's config.json: layers x 2 x KV heads x head dim x dtype bytes)", number('--kv-bytes-per-token', { min: 0 }))
   .addOption(new Option('--kv-cache-dtype <dtype>', 'KV cache dtype for --kv-bytes-per-token').choices(['auto', 'bfloat16', 'float16', 'float32', 'fp8', 'fp8_e4m3', 'fp8_e5m2', 'fp8_inc', 'fp8_ds_mla']).default('auto'))
-  .option('--kv-transfer-bandwidth <GBps>', 'PD KV transfer bandwidth in GB/s (0: instant)', number('--kv-transfer-bandwidth', { min: 0 }), 64)
+  .option('--kv-transfer-bandwidth <GBps>', 'PD KV transfer bandwidth in GB/s (0: instant)', number('--kv-transfer-bandwidth', { min: 0 }), DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS)
   .option('--pd <xPyD>', 'run x prefill and y decode engines in-process behind a PD proxy on --port (e.g. 1P1D)')
   .option('--show-hidden-metrics-for-version <version>', "also vLLM's hidden deprecated metrics (gpu_cache_usage_perc)")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
   .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record (default: random in simulate, error otherwise)').choices(['error', 'random', 'passthrough', 'record']))
   .option('--upstream <url>', 'engine to forward misses to (--on-miss passthrough|record)')
-  .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), 600_000)
+  .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
   .option('--seed <n>', 'seed of random outputs', number('--seed', { integer: true }), 0)
   .option('--max-model-len <n>', 'context length (default: captured, else the model config)', number('--max-model-len', { integer: true, min: 1 }))
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
@@ -175,7 +175,7 @@ program
   .option('--port <port>', 'port to listen on', number('--port', { integer: true, min: 0 }), 8001)
   .option('--model <model>', 'tokenizer stored with the capture: local directory or HF id in the local cache (default: the upstream\'s model if cached, else bundled)')
   .option('--label <text>', 'free text stored with this capture run')
-  .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), 600_000)
+  .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (Authorization, API keys and cookies never are)', collect, [...DEFAULT_REDACTED_HEADERS])
   .action(async (o) => {

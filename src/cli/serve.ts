@@ -7,7 +7,7 @@ import { defaultHashSeed, fixedTiming, loadPerfModel, modelTiming, polynomialPer
 import { KvEventStreams, KvTraceLog, kvTraceEnabled, type KvEventsConfig } from '../events/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
 import { randomUUID } from 'node:crypto';
-import { createServeApp, type PdConfig } from '../http/serveApp.js';
+import { createServeApp, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
 import { kvBytesPerToken } from '../pd/kvTransfer.js';
 import { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { StatsLog } from '../metrics/statsLog.js';
@@ -22,6 +22,12 @@ const STATS_LOG_INTERVAL_MS = 1000 * Number(process.env.VLLM_LOG_STATS_INTERVAL 
 
 /** Largest request body accepted unless told otherwise. */
 export const DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024;
+/** One engine step under `--timing fixed`. */
+export const DEFAULT_FORWARD_TIME_MS = 25;
+/** How long the upstream may stay silent (no response, no bytes) before the request fails. */
+export const DEFAULT_UPSTREAM_TIMEOUT_MS = 600_000;
+/** PD KV transfer bandwidth, GB/s (Dynamo's mocker default). */
+export const DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS = 64;
 
 export type ServeMode = 'simulate' | 'replay' | 'random';
 
@@ -36,11 +42,11 @@ export interface ServeOptions {
   port?: number;
   outputs?: OutputsMode;
   timing?: TimingMode;
-  /** Default 25. */
+  /** Default DEFAULT_FORWARD_TIME_MS. */
   forwardTimeMs?: number;
   onMiss?: MissPolicy;
   upstream?: string;
-  /** Default 600 s. */
+  /** Default DEFAULT_UPSTREAM_TIMEOUT_MS. */
   upstreamTimeoutMs?: number;
   /** Default 0. */
   seed?: number;
@@ -85,7 +91,7 @@ export interface ServeOptions {
   kvBytesPerToken?: number;
   /** --kv-cache-dtype. Default auto (the model's dtype). */
   kvCacheDtype?: string;
-  /** --kv-transfer-bandwidth in GB/s (0: instant). Default 64. */
+  /** --kv-transfer-bandwidth in GB/s (0: instant). Default DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS. */
   kvTransferBandwidthGBps?: number;
   /** How long a prefill engine holds KV for a decode that never comes. Default VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). */
   kvHoldTimeoutMs?: number;
@@ -104,8 +110,8 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   const opts = {
     host: '127.0.0.1',
     port: 0,
-    forwardTimeMs: 25,
-    upstreamTimeoutMs: 600_000,
+    forwardTimeMs: DEFAULT_FORWARD_TIME_MS,
+    upstreamTimeoutMs: DEFAULT_UPSTREAM_TIMEOUT_MS,
     seed: 0,
     maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
     redactHeaders: DEFAULT_REDACTED_HEADERS,
@@ -121,9 +127,11 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   if (!(args.decodeSpeedupRatio > 0)) throw new Error(`--decode-speedup-ratio must be > 0, got ${args.decodeSpeedupRatio}`);
   let passTiming: PassTiming;
   let timingDescription: string;
+  let perfModel: string | null = null;
   if (timing === 'model') {
     const model = args.plannerProfileData ? await loadPerfModel(args.plannerProfileData) : polynomialPerfModel;
     passTiming = modelTiming(model, args.speedupRatio, args.decodeSpeedupRatio);
+    perfModel = model.description;
     timingDescription = `model: ${model.description}`;
   } else if (timing === 'fixed') {
     passTiming = fixedTiming(opts.forwardTimeMs, args.speedupRatio);
@@ -173,7 +181,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   // As Dynamo: a config without the KV geometry means no transfer delay (said when it matters).
   const bytesPerToken = opts.kvBytesPerToken ?? kvBytesPerToken(tokenizer.modelConfig, opts.kvCacheDtype ?? 'auto');
   if (bytesPerToken === null && role !== 'agg') console.warn(`mocker serve: ${tokenizer.name}'s config.json gives no KV geometry: KV transfers take no time (give --kv-bytes-per-token)`);
-  const bandwidthGBps = opts.kvTransferBandwidthGBps ?? 64;
+  const bandwidthGBps = opts.kvTransferBandwidthGBps ?? DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS;
   if (!(bandwidthGBps >= 0)) throw new Error(`--kv-transfer-bandwidth must be >= 0, got ${bandwidthGBps}`);
   const kvHoldTimeoutMs = opts.kvHoldTimeoutMs ?? 1000 * Number(process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT ?? 480);
   // setTimeout fires at once for anything that is not a number of ms up to 2^31 - 1 (about 24.8 days).
@@ -183,6 +191,33 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   // vLLM's side-channel host; a wildcard listen address is not one a decode engine can call.
   const advertisedHost = process.env.VLLM_NIXL_SIDE_CHANNEL_HOST ?? (['0.0.0.0', '::'].includes(opts.host) ? '127.0.0.1' : opts.host);
   const kvTrace = opts.kvTrace ?? kvTraceEnabled();
+  const settings: EffectiveSettings = {
+    mode: opts.mode,
+    outputs,
+    timing,
+    on_miss: onMiss,
+    perf_model: perfModel,
+    forward_time_ms: opts.forwardTimeMs,
+    num_gpu_blocks: args.numGpuBlocks,
+    block_size: args.blockSize,
+    max_num_seqs: args.maxNumSeqs,
+    max_num_batched_tokens: args.maxNumBatchedTokens,
+    enable_prefix_caching: args.enablePrefixCaching,
+    enable_chunked_prefill: args.enableChunkedPrefill,
+    preemption_mode: args.preemptionMode,
+    watermark: args.watermark,
+    speedup_ratio: args.speedupRatio,
+    decode_speedup_ratio: args.decodeSpeedupRatio,
+    data_parallel_size: args.dataParallelSize,
+    planner_profile_data: args.plannerProfileData ?? null,
+    disaggregation_mode: role,
+    kv_bytes_per_token: bytesPerToken,
+    kv_transfer_bandwidth: bandwidthGBps,
+    max_model_len: maxModelLen,
+    seed: opts.seed,
+    upstream: upstream?.href ?? null,
+    upstream_timeout: opts.upstreamTimeoutMs,
+  };
   const servers: Server[] = [];
   const timers: NodeJS.Timeout[] = [];
   const streams: KvEventStreams[] = [];
@@ -265,6 +300,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
         requestIdHeaders: opts.requestIdHeaders,
         serverLoadTracking: opts.serverLoadTracking,
         pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[w].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
+        settings,
       });
       const port = opts.port === 0 ? 0 : opts.port + w;
       const server = await new Promise<Server>((resolve, reject) => {

@@ -45,7 +45,15 @@ export interface ServeAppConfig {
   serverLoadTracking?: boolean;
   /** Prefill/decode disaggregation: vLLM's NIXL `kv_transfer_params` protocol, the pull as an HTTP call. */
   pd: PdConfig;
+  /** The effective settings, shown as they are by `GET /mocker/engine` beside the live state. */
+  settings: EffectiveSettings;
 }
+
+/**
+ * What this server was started with, keys spelled as vLLM's and Dynamo's arguments (`enable_prefix_caching`,
+ * `num_gpu_blocks`…): plain data built by the CLI, so a user can check what the flags amounted to.
+ */
+export type EffectiveSettings = Record<string, string | number | boolean | null | string[]>;
 
 export interface PdConfig {
   /** prefill: every request answers with exactly one token (Dynamo's prefill worker). */
@@ -434,7 +442,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/v1/completions', generate('completion'));
   app.post('/v1/chat/completions', generate('chat'));
   app.get('/health', (c) => c.body(null, 200));
-  app.get('/mocker/engine', (c) => c.json(engine.state()));
+  app.get('/mocker/engine', (c) => c.json({ ...engine.state(), config: config.settings }));
   app.post(KV_PULL_PATH, async (c) => {
     const req = parseBody(kvPullRequest, (await readJson(c)).body);
     if (req.remote_engine_id !== config.pd.endpoint().engineId || !engine.releaseKvHold(req.remote_request_id)) {

@@ -2,6 +2,7 @@ import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerRespon
 import https from 'node:https';
 import { errorJson } from '../http/errors.js';
 import type { HeaderMap } from '../store/captureStore.js';
+import type { EngineKind, TokenizeDialect, UpstreamEngine } from './upstreamEngine.js';
 
 /** Headers never forwarded hop to hop (RFC 9110 §7.6.1) or recomputed by the proxy. */
 const HOP_BY_HOP = new Set([
@@ -32,7 +33,8 @@ export function generationEndpoint(method: string, url: string): 'chat' | 'compl
 }
 
 export interface ForwardConfig {
-  upstream: URL;
+  /** The engine, and what the proxy has learnt of its dialect. */
+  upstream: UpstreamEngine;
   /** No response headers, or no bytes for this long: the exchange fails (504 if nothing was sent yet). */
   timeoutMs: number;
 }
@@ -43,6 +45,10 @@ export interface RawExchange {
   method: string;
   path: string;
   endpoint: 'chat' | 'completion' | null;
+  /** What the upstream was when the exchange started. */
+  engine: EngineKind;
+  /** How the recorder asks the upstream for token ids it did not send. */
+  tokenize: TokenizeDialect;
   requestHeaders: IncomingHttpHeaders;
   /** The body the client sent (not the one with injected fields). */
   requestBody: Buffer;
@@ -214,9 +220,33 @@ class ByteSink {
 }
 
 /**
+ * `body`, the bytes of a JSON object, with `"field":value` added as its first member: every byte the client
+ * sent reaches the engine unchanged (a re-serialisation would round big integers, turn `1e999` into `null`,
+ * `-0` into `0`, re-escape strings, and overflow the stack on deep nesting).
+ */
+export function spliceFirstMember(body: Buffer, field: string, valueJson: string): Buffer {
+  let open = 0;
+  while (open < body.length && body[open] !== 0x7b) open++;
+  let next = open + 1;
+  while (next < body.length && (body[next] === 0x20 || body[next] === 0x09 || body[next] === 0x0a || body[next] === 0x0d)) next++;
+  const empty = body[next] === 0x7d;
+  const member = Buffer.from(`${JSON.stringify(field)}:${valueJson}${empty ? '' : ','}`);
+  return Buffer.concat([body.subarray(0, open + 1), member, body.subarray(open + 1)]);
+}
+
+/** The fields the engine names in a 400/422 answer to a request the proxy added them to. */
+function refusedFields(injected: readonly string[], status: number, body: Buffer): string[] {
+  if (status !== 400 && status !== 422) return [];
+  const text = body.toString('utf8');
+  return injected.filter((field) => text.includes(field));
+}
+
+/**
  * Proxies one exchange to the upstream, streaming the upstream's bytes to the client as they arrive,
- * and hands everything observed to `sink`. Generation requests get `return_token_ids: true` injected;
- * the client sees those fields null again unless it asked for them itself.
+ * and hands everything observed to `sink`. Generation requests get `return_token_ids: true` spliced in where
+ * the engine's dialect reports token ids; the client sees those fields null again unless it asked for them
+ * itself. An engine that refuses the added field (400/422 naming it) is asked again without it, and never
+ * gets it again: the client only ever sees what the engine answers to its own request.
  */
 export async function forwardExchange(
   config: ForwardConfig,
@@ -228,33 +258,36 @@ export async function forwardExchange(
   const method = req.method ?? 'GET';
   const path = req.url ?? '/';
   const endpoint = generationEndpoint(method, path);
+  const engine = config.upstream;
+  const dialect = engine.dialect;
   let request: Record<string, unknown> | null = null;
   let sentBody = requestBody;
-  const injected: string[] = [];
+  let injected: string[] = [];
   if (endpoint) {
     try {
       const parsed = JSON.parse(requestBody.toString('utf8')) as unknown;
       if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) request = parsed as Record<string, unknown>;
     } catch {
-      // Not JSON: forwarded untouched, the upstream answers with its own error.
+      // Not JSON: forwarded untouched, the upstream answers with its own error; not recorded as a generation.
     }
-    if (request && request.return_token_ids === undefined) {
-      injected.push('return_token_ids');
-      sentBody = Buffer.from(JSON.stringify({ ...request, return_token_ids: true }));
+    if (request && dialect.injectTokenIds && request.return_token_ids === undefined) {
+      injected = ['return_token_ids'];
+      sentBody = spliceFirstMember(requestBody, 'return_token_ids', 'true');
     }
   }
-  const hide = injected.includes('return_token_ids');
-  const base = config.upstream;
+  const base = engine.url;
   const target = new URL(base.pathname.replace(/\/$/, '') + path, base);
   const startedAt = Date.now();
-  const t0 = performance.now();
-  const body = new ByteSink();
-  const splitter = new EventSplitter();
+  let t0 = performance.now();
+  let body = new ByteSink();
+  let splitter = new EventSplitter();
   const raw: RawExchange = {
     startedAt,
     method,
     path,
     endpoint,
+    engine: engine.identity.kind,
+    tokenize: dialect.tokenize,
     requestHeaders: req.headers,
     requestBody,
     request,
@@ -272,6 +305,7 @@ export async function forwardExchange(
 
   await new Promise<void>((resolve) => {
     let settled = false;
+    let upstreamReq: http.ClientRequest;
     const done = async (outcome: RawExchange['outcome'], error: string | null, endClient: () => void) => {
       if (settled) return;
       settled = true;
@@ -289,14 +323,6 @@ export async function forwardExchange(
       resolve();
     };
 
-    const lib = target.protocol === 'https:' ? https : http;
-    const upstreamReq = lib.request(target, {
-      method,
-      headers: upstreamHeaders(req.headers, sentBody.length, endpoint),
-      agent: target.protocol === 'https:' ? agents.https : agents.http,
-      timeout: config.timeoutMs,
-    });
-
     res.on('close', () => {
       if (!res.writableFinished && !settled) {
         upstreamReq.destroy();
@@ -304,72 +330,107 @@ export async function forwardExchange(
       }
     });
 
-    const fail = (err: Error) => {
-      const message = `upstream ${base.origin}: ${err.message}`;
-      if (raw.status === null) {
-        const timedOut = err.message.includes('timed out');
-        const status = timedOut ? 504 : 502;
-        void done('failed', message, () => {
-          if (res.headersSent || res.destroyed) return void res.destroy();
-          const json = errorJson(status, message, timedOut ? 'GatewayTimeout' : 'BadGateway');
-          res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) }).end(json);
-        });
-      } else {
-        // The upstream broke mid-response: the client sees the same break.
-        void done('failed', message, () => res.destroy());
-      }
-    };
-    upstreamReq.on('error', fail);
-    upstreamReq.on('timeout', () => {
-      const err = new Error(`upstream timed out after ${config.timeoutMs} ms`);
-      fail(err);
-      upstreamReq.destroy(err);
-    });
+    const send = () => {
+      const lib = target.protocol === 'https:' ? https : http;
+      const attempt = lib.request(target, {
+        method,
+        headers: upstreamHeaders(req.headers, sentBody.length, endpoint),
+        agent: target.protocol === 'https:' ? agents.https : agents.http,
+        timeout: config.timeoutMs,
+      });
+      upstreamReq = attempt;
+      // Events of an attempt given up for a resend are not this exchange's any more.
+      const current = () => upstreamReq === attempt;
 
-    upstreamReq.on('response', (up) => {
-      raw.status = up.statusCode ?? 0;
-      raw.responseHeaders = up.headers;
-      const contentType = String(up.headers['content-type'] ?? '');
-      raw.stream = contentType.startsWith('text/event-stream');
-      const transform = hide && raw.status < 400;
-      // A non-streamed body is rewritten whole, so its head waits for it (to keep a correct content-length).
-      const deferHead = transform && !raw.stream;
-      // A body the client knows the length of is complete for it at its last byte, before the proxy ends the
-      // response: a recorded one goes out only once stored (a non-streamed answer is one piece anyway).
-      const holdBody = deferHead || (endpoint !== null && !transform && (!raw.stream || up.headers['content-length'] !== undefined));
-      if (!deferHead) {
-        res.writeHead(raw.status, up.statusMessage, clientHeaders(up.headers, transform));
-        if (raw.stream) res.flushHeaders();
-      }
-      up.on('data', (chunk: Buffer) => {
-        const at = performance.now() - t0;
-        body.append(chunk);
-        if (!raw.stream) return holdBody ? undefined : void res.write(chunk);
-        const events = splitter.push(body.buffer, body.length, at);
-        if (holdBody) return;
-        // A view of `body`'s bytes is safe to queue: appends never rewrite them (growing copies elsewhere).
-        if (!transform) res.write(chunk);
-        else if (events) res.write(hideTokenIdsInBytes(body.buffer, events[0], events[1]));
+      const fail = (err: Error) => {
+        if (!current()) return;
+        const message = `upstream ${base.origin}: ${err.message}`;
+        if (raw.status === null) {
+          const timedOut = err.message.includes('timed out');
+          const status = timedOut ? 504 : 502;
+          void done('failed', message, () => {
+            if (res.headersSent || res.destroyed) return void res.destroy();
+            const json = errorJson(status, message, timedOut ? 'GatewayTimeout' : 'BadGateway');
+            res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) }).end(json);
+          });
+        } else {
+          // The upstream broke mid-response: the client sees the same break.
+          void done('failed', message, () => res.destroy());
+        }
+      };
+      attempt.on('error', fail);
+      attempt.on('timeout', () => {
+        const err = new Error(`upstream timed out after ${config.timeoutMs} ms`);
+        fail(err);
+        attempt.destroy(err);
       });
-      // Once the response has begun, a broken connection is reported on it, not on the request.
-      up.on('close', () => {
-        if (!up.complete) fail(new Error('upstream reset the connection mid-response'));
-      });
-      up.on('end', () => {
-        const failed = raw.status !== null && raw.status >= 400;
-        const lastEvent = splitter.ends.at(-1) ?? 0;
-        const tail = transform && raw.stream && body.length > lastEvent ? hideTokenIdsInBytes(body.buffer, lastEvent, body.length) : undefined;
-        void done(failed ? 'failed' : 'complete', failed ? `upstream status ${raw.status}` : null, () => {
-          if (!deferHead && holdBody) return void res.end(body.buffer.subarray(0, body.length));
-          if (!deferHead) return void (tail ? res.end(tail) : res.end());
-          // From the proxy's own copy: the sink may have taken raw.responseBody.
-          const out = hideTokenIdsInBytes(body.buffer, 0, body.length);
-          const headers = clientHeaders(up.headers, true);
-          headers['content-length'] = out.length;
-          res.writeHead(raw.status ?? 200, up.statusMessage, headers).end(out);
+
+      attempt.on('response', (up) => {
+        engine.answered();
+        raw.status = up.statusCode ?? 0;
+        raw.responseHeaders = up.headers;
+        const contentType = String(up.headers['content-type'] ?? '');
+        raw.stream = contentType.startsWith('text/event-stream');
+        const hide = injected.includes('return_token_ids');
+        const transform = hide && raw.status < 400;
+        // An error answer to a request the proxy added fields to waits whole: it may be a refusal to resend.
+        const mayResend = injected.length > 0 && (raw.status === 400 || raw.status === 422);
+        // A non-streamed body is rewritten whole, so its head waits for it (to keep a correct content-length).
+        const deferHead = mayResend || (transform && !raw.stream);
+        // A body the client knows the length of is complete for it at its last byte, before the proxy ends the
+        // response: a recorded one goes out only once stored (a non-streamed answer is one piece anyway).
+        const holdBody = deferHead || (endpoint !== null && !transform && (!raw.stream || up.headers['content-length'] !== undefined));
+        if (!deferHead) {
+          res.writeHead(raw.status, up.statusMessage, clientHeaders(up.headers, transform));
+          if (raw.stream) res.flushHeaders();
+        }
+        up.on('data', (chunk: Buffer) => {
+          const at = performance.now() - t0;
+          body.append(chunk);
+          if (!raw.stream) return holdBody ? undefined : void res.write(chunk);
+          const events = splitter.push(body.buffer, body.length, at);
+          if (holdBody) return;
+          // A view of `body`'s bytes is safe to queue: appends never rewrite them (growing copies elsewhere).
+          if (!transform) res.write(chunk);
+          else if (events) res.write(hideTokenIdsInBytes(body.buffer, events[0], events[1]));
+        });
+        // Once the response has begun, a broken connection is reported on it, not on the request.
+        up.on('close', () => {
+          if (!up.complete) fail(new Error('upstream reset the connection mid-response'));
+        });
+        up.on('end', () => {
+          if (!current()) return;
+          const refused = mayResend ? refusedFields(injected, raw.status ?? 0, body.buffer.subarray(0, body.length)) : [];
+          if (refused.length > 0) {
+            engine.refused(refused);
+            injected = injected.filter((f) => !refused.includes(f));
+            raw.injected = injected;
+            sentBody = injected.length === 0 ? requestBody : spliceFirstMember(requestBody, 'return_token_ids', 'true');
+            raw.status = null;
+            body = new ByteSink();
+            splitter = new EventSplitter();
+            raw.eventEnds = splitter.ends;
+            raw.eventTimes = splitter.times;
+            // The engine's own timing starts with the request it answers.
+            t0 = performance.now();
+            return send();
+          }
+          const failed = raw.status !== null && raw.status >= 400;
+          const lastEvent = splitter.ends.at(-1) ?? 0;
+          const tail = transform && raw.stream && body.length > lastEvent ? hideTokenIdsInBytes(body.buffer, lastEvent, body.length) : undefined;
+          void done(failed ? 'failed' : 'complete', failed ? `upstream status ${raw.status}` : null, () => {
+            if (!deferHead && holdBody) return void res.end(body.buffer.subarray(0, body.length));
+            if (!deferHead) return void (tail ? res.end(tail) : res.end());
+            // From the proxy's own copy: the sink may have taken raw.responseBody.
+            const out = transform ? hideTokenIdsInBytes(body.buffer, 0, body.length) : body.buffer.subarray(0, body.length);
+            const headers = clientHeaders(up.headers, true);
+            headers['content-length'] = out.length;
+            res.writeHead(raw.status ?? 200, up.statusMessage, headers).end(out);
+          });
         });
       });
-    });
-    upstreamReq.end(sentBody);
+      attempt.end(sentBody);
+    };
+    send();
   });
 }

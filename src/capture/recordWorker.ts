@@ -71,6 +71,7 @@ const reply = (id: number, work: () => Promise<unknown>) => {
 port.on('message', (msg: ToWorker) => {
   if (msg.type === 'exchange') reply(msg.id, () => recorder.sink(fromWire(msg.exchange)));
   else if (msg.type === 'counts') reply(msg.id, async () => store.counts());
+  else if (msg.type === 'updateRun') reply(msg.id, async () => store.updateRun(init.runId, msg.update));
   else {
     closeRequested = true;
     if (inFlight === 0) shutDown();

@@ -7,25 +7,51 @@ import { redactHeaders, type ExchangeSink, type RawExchange } from './forward.js
 
 type Json = Record<string, unknown>;
 
-/** Prompt ids as the upstream's /tokenize reports them (vLLM's shape, then llama.cpp's), or null. */
-async function tokenizeUpstream(upstream: URL, body: Json, headers: IncomingHttpHeaders): Promise<number[] | null> {
-  const target = new URL(upstream.pathname.replace(/\/$/, '') + '/tokenize', upstream);
-  const auth: Record<string, string> = headers.authorization ? { authorization: String(headers.authorization) } : {};
-  try {
-    const res = await fetch(target, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...auth },
-      body: JSON.stringify(body),
-      signal: AbortSignal.timeout(10_000),
-    });
-    if (!res.ok) return null;
-    const json = (await res.json()) as Json;
-    const tokens = json.tokens;
-    if (Array.isArray(tokens) && tokens.every((t) => typeof t === 'number')) return tokens as number[];
-    return null;
-  } catch {
-    return null;
+/**
+ * The upstream's own tokenizer endpoints, each asked in its own shape. An endpoint that does not exist (404/405)
+ * is not asked again; an empty id list for non-empty text (llama.cpp's answer to vLLM's shape) is no answer.
+ */
+class UpstreamTokenizer {
+  private readonly missing = new Set<string>();
+
+  constructor(private readonly upstream: URL) {}
+
+  private async post(path: string, body: Json, headers: IncomingHttpHeaders): Promise<Json | null> {
+    if (this.missing.has(path)) return null;
+    const target = new URL(this.upstream.pathname.replace(/\/$/, '') + path, this.upstream);
+    const auth: Record<string, string> = headers.authorization ? { authorization: String(headers.authorization) } : {};
+    try {
+      const res = await fetch(target, { method: 'POST', headers: { 'content-type': 'application/json', ...auth }, body: JSON.stringify(body), signal: AbortSignal.timeout(10_000) });
+      if (res.status === 404 || res.status === 405) this.missing.add(path);
+      if (!res.ok) return null;
+      const json = (await res.json()) as unknown;
+      return json !== null && typeof json === 'object' ? (json as Json) : null;
+    } catch {
+      return null;
+    }
   }
+
+  /** `POST /tokenize`, vLLM's shape (`prompt` or `messages`) or llama.cpp's (`content`, `add_special`). */
+  async tokenize(body: Json, text: string | null, headers: IncomingHttpHeaders): Promise<number[] | null> {
+    const tokens = (await this.post('/tokenize', body, headers))?.tokens;
+    if (!Array.isArray(tokens) || !tokens.every((t) => typeof t === 'number')) return null;
+    if (tokens.length === 0 && text !== '') return null;
+    return tokens as number[];
+  }
+
+  /** llama.cpp's `POST /apply-template`: the chat rendered by the server's own template. */
+  async applyTemplate(body: Json, headers: IncomingHttpHeaders): Promise<string | null> {
+    const prompt = (await this.post('/apply-template', body, headers))?.prompt;
+    return typeof prompt === 'string' ? prompt : null;
+  }
+}
+
+const CHAT_TEMPLATE_FIELDS = ['add_generation_prompt', 'continue_final_message', 'add_special_tokens', 'chat_template', 'chat_template_kwargs', 'tools'];
+
+function pick(request: Json, fields: readonly string[]): Json {
+  const out: Json = {};
+  for (const k of fields) if (request[k] !== undefined) out[k] = request[k];
+  return out;
 }
 
 /** What the recorder needs of a tokenizer (only for engines that send no token ids). */
@@ -40,24 +66,35 @@ export class Recorder {
     private readonly store: CaptureStore,
     private readonly runId: number,
     private readonly tokenizer: RecorderTokenizer,
-    private readonly upstream: URL,
+    upstream: URL,
     private readonly redacted: ReadonlySet<string>,
-  ) {}
+  ) {
+    this.upstreamTokenizer = new UpstreamTokenizer(upstream);
+  }
+
+  private readonly upstreamTokenizer: UpstreamTokenizer;
 
   /** Stores generation exchanges; everything else the proxy forwards (health checks, /v1/models…) is not recorded. */
   readonly sink: ExchangeSink = async (raw) => {
     if (raw.endpoint) this.store.saveExchange(await this.build(raw));
   };
 
-  private async promptIds(kind: 'chat' | 'completion', request: Json, headers: IncomingHttpHeaders): Promise<{ ids: number[]; source: TokenSource } | null> {
+  private async promptIds(kind: 'chat' | 'completion', request: Json, raw: RawExchange): Promise<{ ids: number[]; source: TokenSource } | null> {
+    const headers = raw.requestHeaders;
+    const dialect = raw.tokenize;
     const model = request.model === undefined ? {} : { model: request.model };
+    const asks = (shape: 'vllm' | 'llama.cpp') => dialect === shape || dialect === 'probe';
     if (kind === 'chat') {
-      const body: Json = { ...model, messages: request.messages };
-      for (const k of ['add_generation_prompt', 'continue_final_message', 'add_special_tokens', 'chat_template', 'chat_template_kwargs', 'tools']) {
-        if (request[k] !== undefined) body[k] = request[k];
+      if (asks('vllm')) {
+        const ids = await this.upstreamTokenizer.tokenize({ ...model, messages: request.messages, ...pick(request, CHAT_TEMPLATE_FIELDS) }, null, headers);
+        if (ids && ids.length > 0) return { ids, source: 'tokenize-endpoint' };
       }
-      const ids = await tokenizeUpstream(this.upstream, body, headers);
-      if (ids) return { ids, source: 'tokenize-endpoint' };
+      if (asks('llama.cpp')) {
+        // llama.cpp renders the chat with its own template, then tokenizes it with special tokens, as its chat endpoint does.
+        const prompt = await this.upstreamTokenizer.applyTemplate({ messages: request.messages, ...pick(request, ['tools', 'chat_template_kwargs']) }, headers);
+        const ids = prompt === null ? null : await this.upstreamTokenizer.tokenize({ content: prompt, add_special: true }, prompt, headers);
+        if (ids) return { ids, source: 'tokenize-endpoint' };
+      }
       try {
         const prompt = this.tokenizer.renderChat(request as never);
         return { ids: await this.tokenizer.encode(prompt, request.add_special_tokens === true), source: 'local' };
@@ -70,15 +107,19 @@ export class Recorder {
     if (typeof prompt !== 'string') return null;
     const addSpecial = request.add_special_tokens !== false;
     const ids =
-      (await tokenizeUpstream(this.upstream, { ...model, prompt, add_special_tokens: addSpecial }, headers)) ??
-      (await tokenizeUpstream(this.upstream, { content: prompt, add_special: addSpecial }, headers));
+      (dialect === 'vllm' || dialect === 'sglang' || dialect === 'probe' ? await this.upstreamTokenizer.tokenize({ ...model, prompt, add_special_tokens: addSpecial }, prompt, headers) : null) ??
+      (asks('llama.cpp') ? await this.upstreamTokenizer.tokenize({ content: prompt, add_special: addSpecial }, prompt, headers) : null);
     if (ids) return { ids, source: 'tokenize-endpoint' };
     return { ids: await this.tokenizer.encode(prompt, addSpecial), source: 'local' };
   }
 
-  private async outputIds(gen: Generation, headers: IncomingHttpHeaders, model: Json): Promise<{ generation: Generation; source: TokenSource }> {
-    const upstreamIds = await tokenizeUpstream(this.upstream, { ...model, prompt: gen.text, add_special_tokens: false }, headers);
-    const ids = upstreamIds ?? (await this.tokenizer.encode(gen.text, false));
+  private async outputIds(gen: Generation, raw: RawExchange, model: Json): Promise<{ generation: Generation; source: TokenSource }> {
+    const dialect = raw.tokenize;
+    const text = gen.text;
+    const upstreamIds =
+      (dialect === 'vllm' || dialect === 'sglang' || dialect === 'probe' ? await this.upstreamTokenizer.tokenize({ ...model, prompt: text, add_special_tokens: false }, text, raw.requestHeaders) : null) ??
+      (dialect === 'llama.cpp' || dialect === 'probe' ? await this.upstreamTokenizer.tokenize({ content: text, add_special: false }, text, raw.requestHeaders) : null);
+    const ids = upstreamIds ?? (await this.tokenizer.encode(text, false));
     // The token that stopped generation is in vLLM's token_ids but not in the text: a stop_token_ids hit
     // names it; an EOS stop (no stop_reason) is the model's EOS.
     const stopToken = typeof gen.stopReason === 'number' ? gen.stopReason : gen.stopReason === null && gen.finishReason !== 'length' ? this.tokenizer.eosTokenIds[0] : undefined;
@@ -116,7 +157,8 @@ export class Recorder {
     };
     if (!raw.endpoint || !raw.request || raw.status === null || raw.status >= 400) return ex;
     const parsed = parseResponse(raw.endpoint, raw.stream, raw.responseBody, raw.eventEnds, raw.eventTimes, raw.totalMs);
-    ex.model = parsed.model ?? ex.model;
+    // Replays are looked up by the model clients ask for (`transformers serve` answers with another name).
+    ex.model = ex.model ?? parsed.model;
     ex.usage = parsed.usage;
     ex.eventTokens = parsed.eventTokens;
     ex.requestShape = requestShape(raw.endpoint, raw.request);
@@ -127,12 +169,12 @@ export class Recorder {
     const modelField = ex.model === null ? {} : { model: ex.model };
     const prompt = parsed.promptIds
       ? { ids: parsed.promptIds, source: 'engine' as const }
-      : await this.promptIds(raw.endpoint, raw.request, raw.requestHeaders);
+      : await this.promptIds(raw.endpoint, raw.request, raw);
     ex.promptIds = prompt?.ids ?? null;
     const sources: TokenSource[] = [prompt?.source ?? 'local'];
     if (parsed.outputIdsFromEngine) ex.generations = parsed.generations;
     else {
-      const outputs = await Promise.all(parsed.generations.map((g) => this.outputIds(g, raw.requestHeaders, modelField)));
+      const outputs = await Promise.all(parsed.generations.map((g) => this.outputIds(g, raw, modelField)));
       ex.generations = outputs.map((o) => o.generation);
       sources.push(...outputs.map((o) => o.source));
     }

@@ -1,5 +1,5 @@
 import { Worker } from 'node:worker_threads';
-import type { Outcome } from '../store/captureStore.js';
+import type { CaptureStore, Outcome } from '../store/captureStore.js';
 import type { ExchangeSink, RawExchange } from './forward.js';
 
 /** What the worker is started with (its `workerData`). */
@@ -26,7 +26,14 @@ export interface WireExchange extends Omit<RawExchange, 'request' | 'requestBody
   eventTimes: Float64Array;
 }
 
-export type ToWorker = { type: 'exchange'; id: number; exchange: WireExchange } | { type: 'counts'; id: number } | { type: 'close' };
+/** What was learnt of the run's upstream after the run started. */
+export type RunUpdate = Parameters<CaptureStore['updateRun']>[1];
+
+export type ToWorker =
+  | { type: 'exchange'; id: number; exchange: WireExchange }
+  | { type: 'counts'; id: number }
+  | { type: 'updateRun'; id: number; update: RunUpdate }
+  | { type: 'close' };
 
 export type FromWorker =
   | { type: 'ready' }
@@ -108,6 +115,11 @@ export class RecorderThread {
   /** The capture file's exchanges by outcome (counted by the worker: no table scan on the proxy's loop). */
   async counts(): Promise<Record<Outcome, number>> {
     return (await this.call((id) => ({ type: 'counts', id }))) as Record<Outcome, number>;
+  }
+
+  /** Stores what was learnt of the run's upstream (on the worker's connection, like everything else). */
+  async updateRun(update: RunUpdate): Promise<void> {
+    await this.call((id) => ({ type: 'updateRun', id, update }));
   }
 
   /** Waits for every exchange handed over so far to be stored, then closes the worker's connection and the worker. */

@@ -5,7 +5,7 @@ import { RecorderThread } from '../capture/recorderThread.js';
 import { errorJson } from '../http/errors.js';
 import { CaptureStore } from '../store/captureStore.js';
 import { loadTokenizer, ModelNotFoundError, type ModelTokenizer } from '../tokenizer/index.js';
-import { engineIdentity } from './identity.js';
+import { describeEngine, runColumns, UpstreamEngine } from '../capture/upstreamEngine.js';
 import type { Running } from './serve.js';
 
 export interface CaptureOptions {
@@ -38,8 +38,9 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
 
 /** `mocker capture`: a transparent proxy that records every generation into the capture file. */
 export async function startCapture(opts: CaptureOptions): Promise<Running> {
-  const upstream = new URL(opts.upstream);
-  const identity = await engineIdentity(upstream);
+  const upstream = await UpstreamEngine.identify(new URL(opts.upstream));
+  const identity = upstream.identity;
+  if (identity.kind === 'unknown') console.warn(`mocker capture: ${upstream.url.origin} does not answer yet; its kind is asked again when it first answers`);
   let tokenizer: ModelTokenizer;
   if (opts.model !== undefined) tokenizer = loadTokenizer(opts.model);
   else {
@@ -55,11 +56,9 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
   const runId = store.startRun(
     {
       kind: 'capture',
-      upstream: upstream.href,
+      upstream: upstream.url.href,
       label: opts.label,
-      engineVersion: identity.engineVersion,
-      versionJson: identity.versionJson,
-      modelsJson: identity.modelsJson,
+      ...runColumns(identity),
       maxModelLen: identity.maxModelLen ?? tokenizer.maxModelLen,
       tokenizerName: tokenizer.name,
     },
@@ -71,9 +70,13 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
   const recorder = await RecorderThread.start({
     captures: opts.captures,
     runId,
-    upstream: upstream.href,
+    upstream: upstream.url.href,
     redacted: opts.redactHeaders.map((h) => h.toLowerCase()),
     eosTokenIds: tokenizer.eosTokenIds,
+  });
+  upstream.onIdentified((later) => {
+    console.log(`mocker capture: ${upstream.url.origin} answers now: ${describeEngine(later)}`);
+    recorder.updateRun(runColumns(later)).catch((err: unknown) => console.error(`mocker capture: could not store the engine's identity: ${(err as Error).message}`));
   });
   let recorded = 0;
   const sink: ExchangeSink = async (raw) => {
@@ -117,7 +120,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
     throw err;
   }
   const port = (server.address() as AddressInfo).port;
-  console.log(`mocker capture: proxying http://${opts.host}:${port} -> ${upstream.href}, recording into ${opts.captures} (run ${runId}, tokenizer ${tokenizer.name})`);
+  console.log(`mocker capture: proxying http://${opts.host}:${port} -> ${upstream.url.href} (${describeEngine(identity)}), recording into ${opts.captures} (run ${runId}, tokenizer ${tokenizer.name})`);
   let lastLogged = 0;
   const stats = setInterval(() => {
     if (recorded === lastLogged) return;

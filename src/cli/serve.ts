@@ -15,7 +15,8 @@ import { VllmMetrics } from '../metrics/vllmMetrics.js';
 import { CaptureStore } from '../store/captureStore.js';
 import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
 import { checkEngineArgs, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from './engineArgs.js';
-import { engineIdentity, EMULATED_VLLM_VERSION } from './identity.js';
+import { EMULATED_VLLM_VERSION } from './identity.js';
+import { runColumns, UpstreamEngine } from '../capture/upstreamEngine.js';
 
 /** vLLM's VLLM_LOG_STATS_INTERVAL (seconds, default 10). */
 const STATS_LOG_INTERVAL_MS = 1000 * Number(process.env.VLLM_LOG_STATS_INTERVAL ?? 10);
@@ -163,12 +164,12 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   const servedModels = opts.servedModelName?.length ? opts.servedModelName : captured.length > 0 && outputs === 'captured' ? captured : [tokenizer.name];
   const maxModelLen = opts.maxModelLen ?? run?.maxModelLen ?? tokenizer.maxModelLen;
 
-  const upstream = opts.upstream ? new URL(opts.upstream) : undefined;
+  const upstream = opts.upstream ? await UpstreamEngine.identify(new URL(opts.upstream)) : undefined;
   let sink;
   if (onMiss === 'record' && store && upstream) {
-    const identity = await engineIdentity(upstream);
-    const runId = store.startRun({ kind: 'record', upstream: upstream.href, ...identity, tokenizerName: tokenizer.name }, tokenizer.files);
-    sink = new Recorder(store, runId, tokenizer, upstream, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink;
+    const runId = store.startRun({ kind: 'record', upstream: upstream.url.href, ...runColumns(upstream.identity), tokenizerName: tokenizer.name }, tokenizer.files);
+    upstream.onIdentified((later) => store.updateRun(runId, runColumns(later)));
+    sink = new Recorder(store, runId, tokenizer, upstream.url, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink;
   }
 
   const role = opts.role ?? 'agg';

@@ -21,6 +21,8 @@ export type ChunkDelta = Record<string, unknown>;
 export interface RunInfo {
   kind: 'capture' | 'record';
   upstream?: string;
+  /** The upstream engine's kind (see capture/upstreamEngine.ts). */
+  engine?: string;
   label?: string;
   engineVersion?: string;
   versionJson?: string;
@@ -283,6 +285,11 @@ export class CaptureStore {
     return best && { exchangeId: best.exchangeId, promptIds: unpackU32(best.packed), commonPrefix: best.commonPrefix };
   }
 
+  /** What was learnt about a run's upstream after it started (an engine that was down at the start). */
+  updateRun(id: number, info: Pick<RunInfo, 'engine' | 'engineVersion' | 'versionJson' | 'modelsJson' | 'maxModelLen'>): void {
+    this.db.update(schema.runs).set(info).where(eq(schema.runs.id, id)).run();
+  }
+
   latestRun(): StoredRun | undefined {
     const row = this.db.select().from(schema.runs).orderBy(desc(schema.runs.id)).limit(1).get();
     return row && this.storedRun(row);
@@ -299,6 +306,7 @@ export class CaptureStore {
       startedAt: row.startedAt,
       kind: row.kind as RunInfo['kind'],
       upstream: row.upstream ?? undefined,
+      engine: row.engine ?? undefined,
       label: row.label ?? undefined,
       engineVersion: row.engineVersion ?? undefined,
       versionJson: row.versionJson ?? undefined,

@@ -14,6 +14,8 @@ export const runs = sqliteTable('runs', {
   startedAt: integer('started_at').notNull(),
   kind: text('kind').notNull(),
   upstream: text('upstream'),
+  /** What the upstream was: `vllm` | `sglang` | `llama.cpp` | `transformers` | `openai` | `unknown`. */
+  engine: text('engine'),
   label: text('label'),
   engineVersion: text('engine_version'),
   versionJson: text('version_json'),

@@ -216,7 +216,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
     kv_transfer_bandwidth: bandwidthGBps,
     max_model_len: maxModelLen,
     seed: opts.seed,
-    upstream: upstream?.href ?? null,
+    upstream: upstream?.url.href ?? null,
     upstream_timeout: opts.upstreamTimeoutMs,
   };
   const servers: Server[] = [];

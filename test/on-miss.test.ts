@@ -3,9 +3,9 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startServe, type Running } from '../src/cli/serve.js';
+import { mockerCounters } from './support/mockerCounters.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
 
 const ANSWER = 'Forwarded from the engine.';
@@ -26,19 +26,6 @@ const storedExchanges = (db: string) => {
     sqlite.close();
   }
 };
-
-/** The `mocker:` capture and upstream counters on /metrics, by name and labels (without model_name), read with a Prometheus parser. */
-async function mockerCounters(port: number): Promise<Record<string, number>> {
-  const families = parsePrometheusTextFormat(await (await fetch(`http://127.0.0.1:${port}/metrics`)).text());
-  const out: Record<string, number> = {};
-  for (const f of families.filter((f) => /^mocker:(capture|upstream)/.test(f.name))) {
-    for (const m of f.metrics) {
-      expect(m.labels?.model_name).toBe(MODEL);
-      out[f.name + (m.labels?.reason ? `{${m.labels.reason}}` : '')] = Number(m.value);
-    }
-  }
-  return out;
-}
 
 describe('--on-miss', () => {
   for (const policy of ['passthrough', 'record'] as const) {

@@ -6,8 +6,18 @@ const MAIN = join(import.meta.dirname, '..', '..', 'dist', 'cli', 'main.js');
 export interface MockerProcess {
   child: ChildProcess;
   port: number;
+  /** Everything the process printed on stdout so far. */
+  stdout(): string;
   /** SIGTERM and wait for the exit. */
   stop(): Promise<void>;
+}
+
+export interface SpawnOptions {
+  /** Working directory (default paths such as `captures/mocker.db` are relative to it). */
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
+  /** false: no `--port` flag, the command's default port is the one waited for (`port` must name it). */
+  portFlag?: boolean;
 }
 
 /**
@@ -15,17 +25,35 @@ export interface MockerProcess {
  * it listens on (`--port 0` picks a free one; a given port is waited for by number, for commands that print
  * other addresses first).
  */
-export function startMockerProcess(args: string[], port = 0): Promise<MockerProcess> {
-  const child = spawn(process.execPath, [MAIN, ...args, '--host', '127.0.0.1', '--port', String(port)], { stdio: ['ignore', 'pipe', 'pipe'] });
+export function startMockerProcess(args: string[], port = 0, options: SpawnOptions = {}): Promise<MockerProcess> {
+  const listen = ['--host', '127.0.0.1', ...(options.portFlag === false ? [] : ['--port', String(port)])];
+  const child = spawn(process.execPath, [MAIN, ...args, ...listen], { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd, env: options.env });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   return new Promise((resolve, reject) => {
     let out = '';
     child.stdout!.on('data', (d: Buffer) => {
       out += d.toString();
       const m = new RegExp(`http://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`).exec(out);
-      if (m) resolve({ child, port: Number(m[1]), stop: async () => void (child.kill('SIGTERM'), await exited) });
+      if (m) resolve({ child, port: Number(m[1]), stdout: () => out, stop: async () => void (child.kill('SIGTERM'), await exited) });
     });
     child.stderr!.on('data', (d: Buffer) => process.stderr.write(d));
     child.on('exit', (code) => reject(new Error(`mocker ${args[0]} exited with ${code} before listening: ${out}`)));
   });
+}
+
+/** Runs the built CLI to its exit (for arguments it must refuse): exit code and what it printed. */
+export function runMockerToExit(args: string[], options: { cwd?: string } = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  // A process that accepted the arguments would serve forever: ended after a while, its code is then null.
+  const guard = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  return new Promise((resolve) =>
+    child.once('close', (code) => {
+      clearTimeout(guard);
+      resolve({ code, stdout, stderr });
+    }),
+  );
 }

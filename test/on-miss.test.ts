@@ -1,5 +1,5 @@
 /** `--on-miss passthrough | record`: a miss goes to the real engine; `record` keeps the answer as a new capture. */
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -10,8 +10,10 @@ import { MODEL, startUpstream } from './support/vllmUpstream.js';
 
 const ANSWER = 'Forwarded from the engine.';
 const running: Running[] = [];
+const dirs: string[] = [];
 afterEach(async () => {
   for (const s of running.splice(0)) await s.close();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
 const ask = async (port: number) => {
@@ -30,7 +32,9 @@ const storedExchanges = (db: string) => {
 describe('--on-miss', () => {
   for (const policy of ['passthrough', 'record'] as const) {
     it(`${policy}: a miss is answered by the upstream${policy === 'record' ? ', and replayed once it is gone' : ', and nothing is stored'}`, async () => {
-      const db = join(mkdtempSync(join(tmpdir(), 'mocker-miss-')), 'captures.db');
+      const dir = mkdtempSync(join(tmpdir(), 'mocker-miss-'));
+      dirs.push(dir);
+      const db = join(dir, 'captures.db');
       const upstream = await startUpstream(() => ({ content: ANSWER }));
       const server = await startServe({ mode: 'replay', captures: db, timing: 'none', onMiss: policy, upstream: upstream.url });
       running.push(server);

@@ -33,9 +33,17 @@ export interface Answer {
   hang?: boolean;
   /** The top-level `kv_transfer_params` of a non-streamed answer (a prefill instance's, vllm-wire-reference §7). */
   kvTransferParams?: Record<string, unknown>;
+  /**
+   * The engine aborts the request after this many output tokens: chat answers `finish_reason: "abort"`
+   * (`stop_reason` null, §1.5); completions turn an abort into an error (a 400, or an error event in a stream).
+   */
+  abortAfterTokens?: number;
+  /** A 200 stream that breaks with vLLM's in-stream error event (§1.4) after this many output tokens. */
+  streamError?: { afterTokens: number; message: string };
 }
 
-export type Script = (body: Record<string, unknown>) => Answer;
+/** What to generate for a request; `choice` is 0..n-1 (vLLM's `n` samples of the same prompt). */
+export type Script = (body: Record<string, unknown>, choice: number) => Answer;
 
 type Json = Record<string, unknown>;
 
@@ -67,36 +75,146 @@ async function pieces(ids: number[]): Promise<string[]> {
   return out;
 }
 
-interface Token {
-  id: number;
+/** One engine step of one choice: the token ids it produced and the chunk delta they became. */
+interface Step {
+  ids: number[];
   delta: Json;
-  text: string;
 }
 
-async function plan(answer: Answer, chat: boolean, maxTokens: number): Promise<{ tokens: Token[]; finish: string }> {
-  const tokens: Token[] = [];
-  const add = async (text: string, make: (piece: string, i: number) => Json) => {
-    const ids = await encode(text, false);
-    const ps = await pieces(ids);
-    ids.forEach((id, i) => tokens.push({ id, delta: make(ps[i], i), text: ps[i] }));
-  };
-  if (answer.reasoning) await add(answer.reasoning, (p) => ({ reasoning_content: p }));
-  if (answer.toolCall) {
-    const call = answer.toolCall;
-    const id = `chatcmpl-tool-${randomUUID().replaceAll('-', '')}`;
-    await add(call.arguments, (p, i) =>
-      i === 0
-        ? { tool_calls: [{ index: 0, id, type: 'function', function: { name: call.name, arguments: p } }] }
-        : { tool_calls: [{ index: 0, function: { arguments: p } }] },
-    );
+/** Everything one choice produces. */
+interface Generation {
+  steps: Step[];
+  /** The finish reason, or null when the choice ends in an error instead (`errorMessage`). */
+  finish: string | null;
+  stopReason: string | number | null;
+  errorMessage: string | null;
+  answer: Answer;
+}
+
+/** The request's sampling parameters that end a generation (vLLM's SamplingParams). */
+interface StopParams {
+  maxTokens: number;
+  minTokens: number;
+  stop: string[];
+  stopTokenIds: number[];
+  includeStopStr: boolean;
+}
+
+/**
+ * The output text as vLLM's incremental detokenizer streams it (v1 `detokenizer.py`): stop strings are looked
+ * for in the text (`check_stop_strings`), the text is cut before the stop string (after it with
+ * `include_stop_str_in_output`), and while a stop string could still be forming, a stream holds back
+ * `max(len(stop)) - 1` characters (Python characters: code points).
+ */
+class StreamedText {
+  private readonly chars: string[] = [];
+  private sent = 0;
+  private readonly holdBack: number;
+
+  constructor(private readonly params: StopParams) {
+    this.holdBack = params.stop.length > 0 && !params.includeStopStr ? Math.max(...params.stop.map((s) => [...s].length)) - 1 : 0;
   }
-  if (answer.content !== undefined) await add(answer.content, (p) => (chat ? { content: p } : { text: p }));
-  let finish: string = answer.toolCall ? 'tool_calls' : 'stop';
-  if (tokens.length >= maxTokens || answer.finish === 'length') {
-    tokens.length = Math.min(tokens.length, maxTokens);
-    finish = 'length';
-  } else tokens.push({ id: EOS, delta: chat ? { content: '' } : { text: '' }, text: '' });
-  return { tokens, finish };
+
+  /** Adds a token's text; returns the stop string it completed, if any (looked for only when `check`: past min_tokens). */
+  add(piece: string, check: boolean): string | null {
+    const added = [...piece];
+    this.chars.push(...added);
+    if (added.length === 0 || !check) return null;
+    const text = this.chars.join('');
+    for (const stop of this.params.stop) {
+      const stopLength = [...stop].length;
+      const from = Math.max(0, this.chars.length + 1 - added.length - stopLength);
+      const found = text.indexOf(stop, this.chars.slice(0, from).join('').length);
+      if (found < 0) continue;
+      let cut = [...text.slice(0, found)].length;
+      if (this.params.includeStopStr) cut += stopLength;
+      this.chars.length = Math.min(this.chars.length, cut);
+      return stop;
+    }
+    return null;
+  }
+
+  /** The text a chunk carries now (all that is left once the choice has finished). */
+  next(finished: boolean): string {
+    const end = this.chars.length - (finished ? 0 : this.holdBack);
+    if (end <= this.sent) return '';
+    const out = this.chars.slice(this.sent, end).join('');
+    this.sent = end;
+    return out;
+  }
+}
+
+/**
+ * One choice's output: reasoning, then a tool call (its name's tokens in one step carrying the call's id and
+ * name with `"arguments":""`, §9; then the argument text), then the content, then EOS. Ends as the v1 engine
+ * does: EOS or a `stop_token_ids` hit (its text skipped, `stop_reason` the id), then `max_tokens`; a stop string
+ * found in the content text ends it too (`stop_reason` the string).
+ */
+async function generation(answer: Answer, chat: boolean, params: StopParams): Promise<Generation> {
+  const steps: Step[] = [];
+  const textKey = chat ? 'content' : 'text';
+  const text = new StreamedText(params);
+  let count = 0;
+  let finish: string | null = null;
+  let stopReason: string | number | null = null;
+  let errorMessage: string | null = null;
+  /** Counts a step's tokens; true once the choice has ended (length, abort or a scripted error). */
+  const ended = (ids: number[]): boolean => {
+    count += ids.length;
+    if (answer.streamError && count >= answer.streamError.afterTokens) errorMessage = answer.streamError.message;
+    else if (answer.abortAfterTokens !== undefined && count >= answer.abortAfterTokens) finish = 'abort';
+    else if (count >= params.maxTokens) finish = 'length';
+    return errorMessage !== null || finish !== null;
+  };
+  /** An abort's last output carries no token, only the text still held back. */
+  const done = (): Generation => {
+    if (finish === null && errorMessage === null) finish = 'length';
+    if (finish === 'abort') steps.push({ ids: [], delta: { [textKey]: text.next(true) } });
+    return { steps, finish, stopReason, errorMessage, answer };
+  };
+  /** Reasoning or tool-argument text: one token per step, not looked at for stop strings. */
+  const untracked = async (value: string, make: (piece: string) => Json): Promise<boolean> => {
+    const ids = await encode(value, false);
+    const ps = await pieces(ids);
+    for (const [i, id] of ids.entries()) {
+      steps.push({ ids: [id], delta: make(ps[i]) });
+      if (ended([id])) return true;
+    }
+    return false;
+  };
+
+  if (answer.reasoning && (await untracked(answer.reasoning, (p) => ({ reasoning_content: p })))) return done();
+  if (answer.toolCall) {
+    const { name, arguments: args } = answer.toolCall;
+    const call = { index: 0, id: `chatcmpl-tool-${randomUUID().replaceAll('-', '')}`, type: 'function', function: { name, arguments: '' } };
+    const nameIds = await encode(name, false);
+    steps.push({ ids: nameIds, delta: { tool_calls: [call] } });
+    if (ended(nameIds)) return done();
+    if (await untracked(args, (p) => ({ tool_calls: [{ index: 0, function: { arguments: p } }] }))) return done();
+  }
+  const contentIds = answer.content === undefined ? [] : await encode(answer.content, false);
+  const ps = await pieces(contentIds);
+  const scripted = contentIds.map((id, i) => ({ id, piece: ps[i] }));
+  if (answer.finish !== 'length') scripted.push({ id: EOS, piece: '' });
+  for (const [i, { id, piece }] of scripted.entries()) {
+    const pastMin = count + 1 >= params.minTokens;
+    if (pastMin && (id === EOS || params.stopTokenIds.includes(id))) {
+      // The engine stops on the token; the detokenizer skips its text.
+      count++;
+      finish = 'stop';
+      stopReason = id === EOS ? null : id;
+    } else {
+      const hit = text.add(piece, count + 1 > params.minTokens);
+      ended([id]);
+      if (hit !== null && errorMessage === null) {
+        finish = 'stop';
+        stopReason = hit;
+      } else if (finish === null && errorMessage === null && i === scripted.length - 1) finish = 'length';
+    }
+    steps.push({ ids: [id], delta: { [textKey]: text.next(finish !== null && finish !== 'abort') } });
+    if (finish !== null || errorMessage !== null) break;
+  }
+  return done();
 }
 
 function readBody(req: IncomingMessage): Promise<Buffer> {
@@ -112,9 +230,40 @@ function json(res: ServerResponse, status: number, body: unknown, legacy = false
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), server: 'uvicorn' }).end(text);
 }
 
-function error(res: ServerResponse, status: number, message: string): void {
-  json(res, status, { error: { message, type: status === 404 ? 'NotFoundError' : 'BadRequestError', param: null, code: status } });
+function error(res: ServerResponse, status: number, message: string, type = status === 404 ? 'NotFoundError' : 'BadRequestError'): void {
+  json(res, status, { error: { message, type, param: null, code: status } });
 }
+
+/**
+ * A FastAPI RequestValidationError as vLLM's handler answers it (§1.6): 400, type `Bad Request`, the message in
+ * FastAPI's `N validation error(s):` form (as a live vLLM answers a non-JSON content type).
+ */
+function validationError(res: ServerResponse, detail: string): void {
+  error(res, 400, `1 validation error:\n  ${detail}`, 'Bad Request');
+}
+
+/** Python's truthiness of a JSON value (vLLM's validators test `data.get(...)`). */
+function truthy(value: unknown): boolean {
+  if (value === null || value === undefined || value === false || value === 0 || value === '') return false;
+  if (Array.isArray(value)) return value.length > 0;
+  if (typeof value === 'object') return Object.keys(value).length > 0;
+  return true;
+}
+
+/** `json.dumps` as vLLM writes an in-stream error: `, ` and `: ` separators, non-ASCII escaped. */
+function pythonDumps(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value).replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  if (Array.isArray(value)) return `[${value.map(pythonDumps).join(', ')}]`;
+  return `{${Object.entries(value).map(([k, v]) => `${pythonDumps(k)}: ${pythonDumps(v)}`).join(', ')}}`;
+}
+
+/** vLLM's in-stream error event (`create_streaming_error_response`), HTTP status still 200. */
+function errorEvent(message: string): string {
+  return `data: ${pythonDumps({ error: { message, type: 'BadRequestError', param: null, code: 400 } })}\n\n`;
+}
+
+/** Routes behind vLLM's `validate_json_request` dependency. */
+const JSON_ONLY = new Set(['/v1/completions', '/v1/chat/completions', '/tokenize', '/detokenize']);
 
 /** Chat prompt ids the way vLLM computes them (the request's `chat_template` if it has one). */
 export async function promptIds(body: Json, chat: boolean): Promise<number[]> {
@@ -137,8 +286,8 @@ export async function promptIds(body: Json, chat: boolean): Promise<number[]> {
 export interface Upstream {
   url: string;
   port: number;
-  /** Requests received, with their headers. */
-  received: { path: string; headers: http.IncomingHttpHeaders; body: Json | null }[];
+  /** Requests received, with their headers and bytes. */
+  received: { path: string; headers: http.IncomingHttpHeaders; body: Json | null; raw: Buffer }[];
   /** Responses whose client went away before they ended. */
   abandoned: number;
   close(): Promise<void>;
@@ -173,10 +322,12 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     } catch {
       body = null;
     }
-    received.push({ path, headers: req.headers, body });
+    received.push({ path, headers: req.headers, body, raw });
     if (path === '/version') return json(res, 200, { version: options.legacy ? '0.10.1.1' : '0.11.0' });
     if (path === '/health') return void res.writeHead(200, { server: 'uvicorn' }).end();
     if (path === '/v1/models') return json(res, 200, { object: 'list', data: [{ id: MODEL, object: 'model', created: 1, owned_by: 'vllm', root: MODEL, parent: null, max_model_len: 40960, permission: [] }] });
+    const mediaType = String(req.headers['content-type'] ?? '').toLowerCase().split(';')[0];
+    if (req.method === 'POST' && JSON_ONLY.has(path) && mediaType !== 'application/json') return validationError(res, "Unsupported Media Type: Only 'application/json' is allowed");
     if (path === '/tokenize' && body) {
       const ids = body.messages ? await promptIds(body, true) : await encode(String(body.prompt), body.add_special_tokens !== false);
       return json(res, 200, { count: ids.length, max_model_len: 40960, tokens: ids, token_strs: null });
@@ -184,66 +335,110 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     const chat = path === '/v1/chat/completions';
     if (!chat && path !== '/v1/completions') return json(res, 404, { detail: 'Not Found' });
     if (!body) return error(res, 400, 'Invalid JSON');
+    // The request model's validator: `{}` is falsy in Python, so it passes.
+    if (truthy(body.stream_options) && !truthy(body.stream)) return validationError(res, 'Value error, Stream options can only be defined when `stream=True`.');
     if (body.model !== undefined && body.model !== MODEL) return error(res, 404, `The model \`${String(body.model)}\` does not exist.`);
-    const answer = script(body);
-    if (answer.hang) return;
-    if (answer.errorStatus) return error(res, answer.errorStatus, 'scripted upstream error');
+    const n = typeof body.n === 'number' ? body.n : 1;
+    const answers = Array.from({ length: n }, (_, choice) => script(body, choice));
+    const first = answers[0];
+    if (first.hang) return;
+    if (first.errorStatus) return error(res, first.errorStatus, 'scripted upstream error');
     const prompt = await promptIds(body, chat);
-    const maxTokens = Number(body.max_tokens ?? body.max_completion_tokens ?? (chat ? 40960 - prompt.length : 16));
-    const { tokens, finish } = await plan(answer, chat, maxTokens);
+    const stopField = body.stop;
+    const params: StopParams = {
+      maxTokens: Number(body.max_completion_tokens ?? body.max_tokens ?? (chat ? 40960 - prompt.length : 16)),
+      minTokens: Number(body.min_tokens ?? 0),
+      stop: (typeof stopField === 'string' ? [stopField] : Array.isArray(stopField) ? (stopField as string[]) : []).filter((s) => s.length > 0),
+      stopTokenIds: Array.isArray(body.stop_token_ids) ? (body.stop_token_ids as number[]) : [],
+      includeStopStr: body.include_stop_str_in_output === true,
+    };
+    const gens = await Promise.all(answers.map((a) => generation(a, chat, params)));
+    const stream = body.stream === true;
+    // Completions turn an aborted output into an error (serving_completion.py: `raise ValueError(output.stop_reason)`).
+    const completionAbort = !chat && gens.some((g) => g.finish === 'abort');
+    if (!stream && completionAbort) return error(res, 400, 'None');
+    const failed = gens.find((g) => g.errorMessage !== null);
+    if (!stream && failed) return error(res, 400, failed.errorMessage as string);
+
     const withIds = body.return_token_ids === true && !options.legacy;
-    const id = `${chat ? 'chatcmpl' : 'cmpl'}-${String(req.headers['x-request-id'] ?? randomUUID().replaceAll('-', ''))}`;
+    // X-Request-Id, else the body's request_id, else a uuid4 hex (serving_engine `_base_request_id`).
+    const header = req.headers['x-request-id'];
+    const requestId = (typeof header === 'string' && header) || (typeof body.request_id === 'string' && body.request_id) || randomUUID().replaceAll('-', '');
+    const id = `${chat ? 'chatcmpl' : 'cmpl'}-${requestId}`;
     const created = Math.floor(Date.now() / 1000);
     const idsOrNull = (ids: number[]) => (withIds ? ids : null);
-    const usage = { prompt_tokens: prompt.length, total_tokens: prompt.length + tokens.length, completion_tokens: tokens.length };
+    const outputIds = (g: Generation) => g.steps.flatMap((s) => s.ids);
+    const completionTokens = gens.reduce((t, g) => t + outputIds(g).length, 0);
+    const usageOf = (completion: number) => ({ prompt_tokens: prompt.length, total_tokens: prompt.length + completion, completion_tokens: completion });
+    // Chat reports a stop after tool calls as `tool_calls` (serving_chat).
+    const finishOf = (g: Generation) => (chat && g.answer.toolCall && g.finish === 'stop' ? 'tool_calls' : g.finish);
+    const joined = (g: Generation, key: string) => g.steps.map((s) => (typeof s.delta[key] === 'string' ? s.delta[key] : '')).join('');
     const start = performance.now();
-    let due = answer.ttftMs ?? 0;
+    let due = first.ttftMs ?? 0;
     const waitUntil = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, start + ms - performance.now())));
+    const rounds = Math.max(...gens.map((g) => g.steps.length));
 
-    if (body.stream !== true) {
-      await waitUntil(due + tokens.reduce((t, _, i) => t + (i > 0 ? (answer.gapMs?.(i) ?? 0) : 0), 0));
-      const ids = tokens.map((t) => t.id);
+    if (!stream) {
+      await waitUntil(due + Array.from({ length: rounds }, (_, i) => (i > 0 ? (first.gapMs?.(i) ?? 0) : 0)).reduce((a, b) => a + b, 0));
+      const usage = { ...usageOf(completionTokens), prompt_tokens_details: null };
       if (chat) {
-        const content = answer.content === undefined ? null : tokens.map((t) => (typeof t.delta.content === 'string' ? t.delta.content : '')).join('');
-        const reasoning = answer.reasoning ? tokens.map((t) => (typeof t.delta.reasoning_content === 'string' ? t.delta.reasoning_content : '')).join('') : null;
-        const toolCalls = answer.toolCall
-          ? [{ id: (tokens[0].delta.tool_calls as Json[])[0].id, type: 'function', function: { name: answer.toolCall.name, arguments: answer.toolCall.arguments } }]
-          : [];
+        const choices = gens.map((g, index) => {
+          const call = g.steps[0]?.delta.tool_calls as Json[] | undefined;
+          const toolCalls = g.answer.toolCall && call
+            ? [{ id: call[0].id, type: 'function', function: { name: g.answer.toolCall.name, arguments: g.steps.flatMap((s) => ((s.delta.tool_calls as { function: { arguments: string } }[] | undefined) ?? [])).map((c) => c.function.arguments).join('') } }]
+            : [];
+          const message = { role: 'assistant', content: g.answer.content === undefined ? null : joined(g, 'content'), refusal: null, annotations: null, audio: null, function_call: null, tool_calls: toolCalls, reasoning_content: g.answer.reasoning ? joined(g, 'reasoning_content') : null };
+          return { index, message, logprobs: null, finish_reason: finishOf(g), stop_reason: g.stopReason, token_ids: idsOrNull(outputIds(g)) };
+        });
         return json(res, 200, {
-          id, object: 'chat.completion', created, model: MODEL,
-          choices: [{ index: 0, message: { role: 'assistant', content, refusal: null, annotations: null, audio: null, function_call: null, tool_calls: toolCalls, reasoning_content: reasoning }, logprobs: null, finish_reason: finish, stop_reason: null, token_ids: idsOrNull(ids) }],
-          service_tier: null, system_fingerprint: null, usage: { ...usage, prompt_tokens_details: null }, prompt_logprobs: null, prompt_token_ids: idsOrNull(prompt), kv_transfer_params: answer.kvTransferParams ?? null,
+          id, object: 'chat.completion', created, model: MODEL, choices, service_tier: null, system_fingerprint: null, usage,
+          prompt_logprobs: null, prompt_token_ids: idsOrNull(prompt), kv_transfer_params: first.kvTransferParams ?? null,
         }, options.legacy);
       }
-      return json(res, 200, {
-        id, object: 'text_completion', created, model: MODEL,
-        choices: [{ index: 0, text: tokens.map((t) => t.text).join(''), logprobs: null, finish_reason: finish, stop_reason: null, token_ids: idsOrNull(ids), prompt_logprobs: null, prompt_token_ids: idsOrNull(prompt) }],
-        service_tier: null, system_fingerprint: null, usage: { ...usage, prompt_tokens_details: null }, kv_transfer_params: answer.kvTransferParams ?? null,
-      }, options.legacy);
+      const choices = gens.map((g, index) => ({ index, text: joined(g, 'text'), logprobs: null, finish_reason: g.finish, stop_reason: g.stopReason, token_ids: idsOrNull(outputIds(g)), prompt_logprobs: null, prompt_token_ids: idsOrNull(prompt) }));
+      return json(res, 200, { id, object: 'text_completion', created, model: MODEL, choices, service_tier: null, system_fingerprint: null, usage, kv_transfer_params: first.kvTransferParams ?? null }, options.legacy);
     }
 
+    // stream_options present: include_usage defaults to true (StreamOptions, ≈v0.10–0.13, §1.4).
+    const streamOptions = body.stream_options !== null && typeof body.stream_options === 'object' ? (body.stream_options as Json) : null;
+    const includeUsage = streamOptions !== null && ('include_usage' in streamOptions ? streamOptions.include_usage === true : true);
+    const continuousUsage = includeUsage && streamOptions?.continuous_usage_stats === true;
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', server: 'uvicorn' });
     res.flushHeaders();
-    const send = (obj: unknown) => res.write(`data: ${JSON.stringify(options.legacy ? withoutTokenIdFields(obj) : obj)}\n\n`);
+    const event = (obj: unknown) => `data: ${JSON.stringify(options.legacy ? withoutTokenIdFields(obj) : obj)}\n\n`;
+    const send = (obj: unknown) => res.write(event(obj));
     const head = { id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model: MODEL };
     await waitUntil(due);
-    if (chat) send({ ...head, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], prompt_token_ids: idsOrNull(prompt) });
-    for (let i = 0; i < tokens.length; i++) {
-      if (i > 0) {
-        due += answer.gapMs?.(i) ?? 0;
-        await waitUntil(due);
-      }
-      if (answer.resetAfterChunks !== undefined && i >= answer.resetAfterChunks) return void res.socket?.destroy();
-      const last = i === tokens.length - 1;
-      const t = tokens[i];
-      if (chat) {
-        send({ ...head, choices: [{ index: 0, delta: t.delta, logprobs: null, finish_reason: last ? finish : null, ...(last ? { stop_reason: null } : {}), token_ids: idsOrNull([t.id]) }] });
-      } else {
-        send({ ...head, choices: [{ index: 0, text: t.text, logprobs: null, finish_reason: last ? finish : null, stop_reason: null, prompt_token_ids: i === 0 ? idsOrNull(prompt) : null, token_ids: idsOrNull([t.id]) }], usage: null });
+    if (chat) {
+      for (let index = 0; index < n; index++) {
+        send({ ...head, choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], ...(continuousUsage ? { usage: usageOf(0) } : {}), prompt_token_ids: idsOrNull(prompt) });
       }
     }
-    const opts = body.stream_options as Json | undefined;
-    if (opts?.include_usage) send({ ...head, choices: [], usage });
+    const sent = gens.map(() => 0);
+    for (let round = 0; round < rounds; round++) {
+      if (round > 0) {
+        due += first.gapMs?.(round) ?? 0;
+        await waitUntil(due);
+      }
+      if (first.resetAfterChunks !== undefined && round >= first.resetAfterChunks) return void res.socket?.destroy();
+      for (const [index, g] of gens.entries()) {
+        const step = g.steps[round];
+        if (!step) continue;
+        const last = round === g.steps.length - 1;
+        const finish = last ? finishOf(g) : null;
+        if (finish === 'abort' && !chat) return void res.end(errorEvent('None') + 'data: [DONE]\n\n');
+        sent[index] += step.ids.length;
+        if (chat) {
+          const usage = continuousUsage ? { usage: usageOf(sent[index]) } : {};
+          send({ ...head, choices: [{ index, delta: step.delta, logprobs: null, finish_reason: finish, ...(last && finish !== null ? { stop_reason: g.stopReason } : {}), token_ids: idsOrNull(step.ids) }], ...usage });
+        } else {
+          const usage = continuousUsage ? { ...usageOf(sent[index]), prompt_tokens_details: null } : null;
+          send({ ...head, choices: [{ index, text: step.delta.text, logprobs: null, finish_reason: finish, stop_reason: last ? g.stopReason : null, prompt_token_ids: round === 0 ? idsOrNull(prompt) : null, token_ids: idsOrNull(step.ids) }], usage });
+        }
+        if (last && g.errorMessage !== null) return void res.end(errorEvent(g.errorMessage) + 'data: [DONE]\n\n');
+      }
+    }
+    if (includeUsage) send({ ...head, choices: [], usage: usageOf(completionTokens) });
     res.end('data: [DONE]\n\n');
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

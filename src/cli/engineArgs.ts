@@ -72,7 +72,14 @@ const IGNORED = new Set(['has_perf_model']);
  * `base`. Unknown or unsupported keys fail with their name.
  */
 export function applyExtraEngineArgs(base: EngineArgs, source: string): EngineArgs {
-  const text = source.trimStart().startsWith('{') ? source : readFileSync(source, 'utf8');
+  let text = source;
+  if (!source.trimStart().startsWith('{')) {
+    try {
+      text = readFileSync(source, 'utf8');
+    } catch (err) {
+      throw new Error(`--extra-engine-args: cannot read ${source} (${(err as Error).message})`);
+    }
+  }
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -111,9 +118,11 @@ export function applyExtraEngineArgs(base: EngineArgs, source: string): EngineAr
 export function checkEngineArgs(args: EngineArgs): EngineArgs {
   if (args.blockSize < 2) throw new Error(`block size must be at least 2, got ${args.blockSize}`);
   if (args.maxNumBatchedTokens !== null && args.maxNumSeqs !== null && args.maxNumBatchedTokens < args.maxNumSeqs) {
-    throw new Error(`max_num_batched_tokens (${args.maxNumBatchedTokens}) must be at least max_num_seqs (${args.maxNumSeqs}): every running request needs a token per pass`);
+    throw new Error(
+      `max_num_batched_tokens (--max-num-batched-tokens) ${args.maxNumBatchedTokens} must be at least max_num_seqs (--max-num-seqs) ${args.maxNumSeqs}: every running request needs a token per pass`,
+    );
   }
-  if (Math.floor(args.watermark * args.numGpuBlocks) >= args.numGpuBlocks) throw new Error(`watermark ${args.watermark} leaves no KV cache blocks to use`);
+  if (Math.floor(args.watermark * args.numGpuBlocks) >= args.numGpuBlocks) throw new Error(`watermark (--watermark) ${args.watermark} leaves no KV cache blocks to use`);
   return args;
 }
 

@@ -10,15 +10,29 @@ import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MA
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
 
-function number(name: string, { integer = false, min = -Infinity } = {}) {
+/** A numeric flag's parser: `min` inclusive, `above` and `below` exclusive bounds. */
+function number(name: string, { integer = false, min = -Infinity, above = -Infinity, below = Infinity } = {}) {
   return (value: string) => {
     const n = Number(value);
-    if (!Number.isFinite(n) || (integer && !Number.isInteger(n)) || n < min) {
-      throw new InvalidArgumentError(`${name} must be ${integer ? 'an integer' : 'a number'}${min > -Infinity ? ` >= ${min}` : ''}, got "${value}"`);
+    if (!Number.isFinite(n) || (integer && !Number.isInteger(n)) || n < min || n <= above || n >= below) {
+      const bounds = [min > -Infinity && `>= ${min}`, above > -Infinity && `> ${above}`, below < Infinity && `< ${below}`].filter(Boolean).join(' and ');
+      throw new InvalidArgumentError(`${name} must be ${integer ? 'an integer' : 'a number'}${bounds ? ` ${bounds}` : ''}, got "${value}"`);
     }
     return n;
   };
 }
+
+/** A URL flag's value, refused with the flag's name. */
+function checkedUrl(flag: string, text: string): URL {
+  try {
+    return new URL(text);
+  } catch {
+    throw new InvalidArgumentError(`${flag}: "${text}" is not a URL`);
+  }
+}
+
+/** Parser of a URL flag that keeps the text as given. */
+const urlFlag = (flag: string) => (value: string) => (checkedUrl(flag, value), value);
 
 const collect = (value: string, previous: string[]) => [...previous, value];
 
@@ -42,8 +56,8 @@ program
   .addOption(new Option('--outputs <source>', 'captured | random (default: captured in replay, random in random mode)').choices(['captured', 'random']))
   .addOption(new Option('--timing <timing>', 'model | captured | fixed | none (default: model in simulate, captured in replay, fixed in random)').choices(['model', 'captured', 'fixed', 'none']))
   .option('--forward-time-ms <ms>', 'duration of one engine step for --timing fixed', number('--forward-time-ms', { min: 0 }), DEFAULT_FORWARD_TIME_MS)
-  .option('--speedup-ratio <x>', 'divide every simulated duration by this', number('--speedup-ratio', { min: Number.MIN_VALUE }), DEFAULT_ENGINE_ARGS.speedupRatio)
-  .option('--decode-speedup-ratio <x>', 'further divide decode steps (speculative decoding)', number('--decode-speedup-ratio', { min: Number.MIN_VALUE }), DEFAULT_ENGINE_ARGS.decodeSpeedupRatio)
+  .option('--speedup-ratio <x>', 'divide every simulated duration by this', number('--speedup-ratio', { above: 0 }), DEFAULT_ENGINE_ARGS.speedupRatio)
+  .option('--decode-speedup-ratio <x>', 'further divide decode steps (speculative decoding)', number('--decode-speedup-ratio', { above: 0 }), DEFAULT_ENGINE_ARGS.decodeSpeedupRatio)
   .option('--planner-profile-data <path>', 'perf model for --timing model: NPZ or profiler results directory (default: polynomial)')
   .option('--num-gpu-blocks-override <n>', 'KV cache blocks per rank', number('--num-gpu-blocks-override', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.numGpuBlocks)
   .option('--block-size <n>', 'tokens per KV block', number('--block-size', { integer: true, min: 2 }), DEFAULT_ENGINE_ARGS.blockSize)
@@ -54,7 +68,7 @@ program
   .option('--enable-chunked-prefill', 'split long prompts over passes', DEFAULT_ENGINE_ARGS.enableChunkedPrefill)
   .option('--no-enable-chunked-prefill', 'a prompt waits until it fits one pass')
   .addOption(new Option('--preemption-mode <mode>', 'which running request is preempted on KV pressure').choices(['lifo', 'fifo']).default(DEFAULT_ENGINE_ARGS.preemptionMode))
-  .option('--watermark <fraction>', 'fraction of KV blocks kept free when admitting', number('--watermark', { min: 0 }), DEFAULT_ENGINE_ARGS.watermark)
+  .option('--watermark <fraction>', 'fraction of KV blocks kept free when admitting', number('--watermark', { min: 0, below: 1 }), DEFAULT_ENGINE_ARGS.watermark)
   .option('--num-workers <n>', 'independent engines, each on its own port: --port, --port + 1, …', number('--num-workers', { integer: true, min: 1 }), 1)
   .option('--data-parallel-size <n>', 'ranks, each with its own scheduler and KV cache', number('--data-parallel-size', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.dataParallelSize)
   .option('--extra-engine-args <json>', "Dynamo mocker engine args (JSON file or inline object), applied over the flags")
@@ -76,7 +90,7 @@ program
   .option('--show-hidden-metrics-for-version <version>', "also vLLM's hidden deprecated metrics (gpu_cache_usage_perc)")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
   .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record (default: random in simulate, error otherwise)').choices(['error', 'random', 'passthrough', 'record']))
-  .option('--upstream <url>', 'engine to forward misses to (--on-miss passthrough|record)')
+  .option('--upstream <url>', 'engine to forward misses to (--on-miss passthrough|record)', urlFlag('--upstream'))
   .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
   .option('--seed <n>', 'seed of random outputs', number('--seed', { integer: true }), 0)
   .option('--max-model-len <n>', 'context length (default: captured, else the model config)', number('--max-model-len', { integer: true, min: 1 }))
@@ -155,21 +169,14 @@ program
   .option('--port <port>', 'port to listen on', number('--port', { integer: true, min: 0 }), 8000)
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .action(async (o) => {
-    const urls = (list: string, flag: string) =>
-      list.split(',').map((u) => {
-        try {
-          return new URL(u.trim());
-        } catch {
-          throw new Error(`${flag}: "${u}" is not a URL`);
-        }
-      });
+    const urls = (list: string, flag: string) => list.split(',').map((u) => checkedUrl(flag, u.trim()));
     await startPdProxy({ prefill: urls(o.prefill, '--prefill'), decode: urls(o.decode, '--decode'), host: o.host, port: o.port, maxBodyBytes: o.maxBodyBytes });
   });
 
 program
   .command('capture')
   .description('Proxy a real engine transparently and record every generation into a capture file.')
-  .requiredOption('--upstream <url>', 'the engine to capture (e.g. http://gpu-box:8000)')
+  .requiredOption('--upstream <url>', 'the engine to capture (e.g. http://gpu-box:8000)', urlFlag('--upstream'))
   .option('--captures <file>', 'capture file (SQLite)', DEFAULT_CAPTURES)
   .option('--host <host>', 'address to listen on', '0.0.0.0')
   .option('--port <port>', 'port to listen on', number('--port', { integer: true, min: 0 }), 8001)

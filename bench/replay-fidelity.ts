@@ -1,0 +1,253 @@
+/**
+ * Benchmark: replay timing as an outside client sees it (issue #10 item 7). Goal: |gap error| p99 ≤ 1 ms,
+ * |TTFT error| median ≤ 1 ms.
+ *
+ * 1. The vLLM test double (test/support/vllmUpstream.ts, in a child process of this script: its tokenizing
+ *    would otherwise hold up this process's client, which must timestamp events as they arrive) answers --requests distinct streamed
+ *    requests (chat and completions alternating, 8–64 output tokens) with a seeded TTFT uniform in
+ *    5–250 ms and every inter-token gap uniform in 1–80 ms.
+ * 2. `mocker capture` (the built CLI, its own process) records them while this process's client sends them,
+ *    --concurrency at a time, timestamping every SSE event as it arrives (bench/lib/sseClient.ts).
+ * 3. `mocker serve --mode replay` (the built CLI, its own process, default `--timing captured`) answers the
+ *    same requests in the same order, measured by the same client code.
+ * 4. Per request: TTFT = request sent → first token event; gaps = between successive token events (the chat
+ *    role event does not count). Error = replay − capture, both as this client saw them; the table gives
+ *    p50 / p99 / max of |error|. Two more rows split it: the replay client against the offsets the capture
+ *    file stored (what replay itself adds; its TTFT also holds the capture proxy's own request handling),
+ *    and the capture client against the double's script (how late the proxy hop and the double's own
+ *    tokenizing made the captured tokens: replay reproduces that, it is no error).
+ * Every phase also reports the machine's load average and this client's event-loop delay: on a shared
+ * machine a stall of the client or of a server shows up as a gap error, whoever caused it.
+ *
+ *   npm run build && npx tsx bench/replay-fidelity.ts [--requests 200] [--concurrency 4] [--seed 1]
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { CaptureStore } from '../src/store/captureStore.js';
+import { startMockerProcess, type MockerProcess } from '../test/support/mockerProcess.js';
+import { prng } from '../test/support/prng.js';
+import { MODEL, startUpstream, type Upstream } from '../test/support/vllmUpstream.js';
+import { postStream, type StreamResult } from './lib/sseClient.js';
+import { median, nowMs, numberArg, printTable, quantile, round } from './lib/stats.js';
+
+const REQUESTS = numberArg('requests', 200);
+const CONCURRENCY = numberArg('concurrency', 4);
+const SEED = numberArg('seed', 1);
+const PROGRESS_EVERY = 25;
+
+const WORDS = ['alpha', 'river', 'stone', 'quietly', 'beneath', 'the', 'silver', 'moon', 'a', 'traveler', 'counts', 'seven', 'lanterns', 'and', 'sings', 'of', 'harbors', 'far', 'away.'];
+
+interface Spec {
+  kind: 'chat' | 'completions';
+  /** Distinct per request, so each replay finds its own capture. */
+  prompt: string;
+  tokens: number;
+  ttftMs: number;
+  /** gaps[k]: ms between token k and token k + 1. */
+  gaps: number[];
+  /** The request body, as both runs send it. */
+  body: string;
+}
+
+function specs(count: number, seed: number): Spec[] {
+  const rng = prng(seed);
+  const uniform = (lo: number, hi: number) => lo + rng.next() * (hi - lo);
+  return Array.from({ length: count + 1 }, (_, i) => {
+    const kind = i % 2 === 0 ? 'chat' : 'completions';
+    const prompt = `Request ${i}: ${Array.from({ length: rng.int(5, 40) }, () => rng.pick(WORDS)).join(' ')}`;
+    const tokens = rng.int(8, 64);
+    const ttftMs = uniform(5, 250);
+    const gaps = Array.from({ length: tokens - 1 }, () => uniform(1, 80));
+    const common = { model: MODEL, max_tokens: tokens, stream: true };
+    const body = JSON.stringify(kind === 'chat' ? { ...common, messages: [{ role: 'user', content: prompt }] } : { ...common, prompt });
+    return { kind, prompt, tokens, ttftMs, gaps, body };
+  });
+}
+
+/** Enough text for 64 tokens whatever the request: `finish: 'length'` cuts it at max_tokens. */
+const ANSWER = Array.from({ length: 90 }, (_, i) => WORDS[(i * 7 + 3) % WORDS.length]).join(' ');
+
+function scriptedUpstream(all: Spec[]): Promise<Upstream> {
+  const byPrompt = new Map(all.map((s) => [s.prompt, s]));
+  return startUpstream((body) => {
+    const messages = body.messages as { content: string }[] | undefined;
+    const spec = byPrompt.get(messages ? messages[0].content : String(body.prompt));
+    if (!spec) return { errorStatus: 400 };
+    return { content: ANSWER, finish: 'length', ttftMs: spec.ttftMs, gapMs: (i) => spec.gaps[i - 1] };
+  });
+}
+
+interface UpstreamProcess {
+  url: string;
+  stop(): Promise<void>;
+}
+
+/** This script as `upstream --requests N --seed S`: the scripted double in its own process, until its stdin closes. */
+function spawnUpstream(): Promise<UpstreamProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), 'upstream', '--requests', String(REQUESTS), '--seed', String(SEED)], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  return new Promise((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`the upstream exited with ${code} before listening`)));
+    createInterface({ input: child.stdout }).once('line', (line) => {
+      const url = /^READY (\S+)$/.exec(line)?.[1];
+      if (!url) return reject(new Error(`the upstream said ${line}`));
+      resolve({ url, stop: async () => void (child.stdin.end(), await exited) });
+    });
+  });
+}
+
+async function upstreamMain(): Promise<void> {
+  const upstream = await scriptedUpstream(specs(REQUESTS, SEED));
+  console.log(`READY ${upstream.url}`);
+  process.stdin.resume().on('end', () => void upstream.close().then(() => process.exit(0)));
+}
+
+const pathOf = (spec: Spec) => (spec.kind === 'chat' ? '/v1/chat/completions' : '/v1/completions');
+/** The chat stream opens with the role event, which carries no token. */
+const firstTokenEvent = (spec: Spec) => (spec.kind === 'chat' ? 1 : 0);
+
+/** What one client saw of one request: TTFT and the gaps between its token events (ms). */
+interface Seen {
+  ttftMs: number;
+  gapsMs: number[];
+}
+
+function seen(spec: Spec, r: StreamResult, label: string): Seen {
+  const first = firstTokenEvent(spec);
+  const expected = first + spec.tokens + 1; // + [DONE]
+  if (r.status !== 200 || r.events !== expected) throw new Error(`${label} ${pathOf(spec)} "${spec.prompt.slice(0, 20)}…": status ${r.status}, ${r.events} events (want ${expected})`);
+  const tokens = r.arrivals.slice(first, first + spec.tokens);
+  return { ttftMs: tokens[0] - r.sentAt, gapsMs: tokens.slice(1).map((t, k) => t - tokens[k]) };
+}
+
+/** The token times `mocker capture` stored for each measured spec, relative to when it began forwarding it. */
+function storedTimes(captures: string, all: Spec[]): Seen[] {
+  const store = CaptureStore.open(captures);
+  const byBody = new Map<string, number[]>();
+  try {
+    // A fresh file: exchange ids run from 1 without holes.
+    for (let id = 1, ex = store.getExchange(id); ex; ex = store.getExchange(++id)) byBody.set(ex.requestBody.toString('utf8'), ex.eventTimes);
+  } finally {
+    store.close();
+  }
+  return all.slice(1).map((spec) => {
+    const times = byBody.get(spec.body);
+    if (!times) throw new Error(`no capture stored for "${spec.prompt.slice(0, 20)}…"`);
+    const tokens = times.slice(firstTokenEvent(spec), firstTokenEvent(spec) + spec.tokens);
+    return { ttftMs: tokens[0], gapsMs: tokens.slice(1).map((t, k) => t - tokens[k]) };
+  });
+}
+
+const loadNow = () => loadavg().map((x) => round(x, 2)).join(' ');
+
+/** Sends every spec (index 0 first, alone, as an unmeasured warm-up), `CONCURRENCY` at a time, in order. */
+async function drive(label: string, port: number, all: Spec[]): Promise<Seen[]> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
+  const send = async (spec: Spec) => seen(spec, await postStream(agent, `http://127.0.0.1:${port}${pathOf(spec)}`, spec.body), label);
+  await send(all[0]);
+  console.log(`  ${label}: load average before ${loadNow()}`);
+  const delay = monitorEventLoopDelay({ resolution: 1 });
+  delay.enable();
+  const out = new Array<Seen>(all.length - 1);
+  const start = nowMs();
+  let next = 1;
+  let done = 0;
+  const lane = async () => {
+    while (next < all.length) {
+      const i = next++;
+      out[i - 1] = await send(all[i]);
+      if (++done % PROGRESS_EVERY === 0 || done === out.length) console.log(`  ${label}: ${done}/${out.length} requests (${round((nowMs() - start) / 1000, 1)} s)`);
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, lane));
+  delay.disable();
+  console.log(`  ${label}: load average after ${loadNow()}; client event-loop delay p99 ${round(delay.percentile(99) / 1e6, 2)} ms, max ${round(delay.max / 1e6, 2)} ms`);
+  agent.destroy();
+  return out;
+}
+
+interface ErrorStats {
+  p50: number;
+  p99: number;
+  max: number;
+  /** Median of the signed error: replay late (+) or early (−). */
+  bias: number;
+  n: number;
+}
+
+function errorStats(signed: number[]): ErrorStats {
+  const abs = signed.map(Math.abs);
+  return { p50: round(median(abs)), p99: round(quantile(abs, 0.99)), max: round(Math.max(...abs)), bias: round(median(signed)), n: signed.length };
+}
+
+function compare(reference: Seen[], measured: Seen[]): { ttft: ErrorStats; gap: ErrorStats } {
+  return {
+    ttft: errorStats(measured.map((m, i) => m.ttftMs - reference[i].ttftMs)),
+    gap: errorStats(measured.flatMap((m, i) => m.gapsMs.map((g, k) => g - reference[i].gapsMs[k]))),
+  };
+}
+
+async function main(): Promise<void> {
+  console.log(`replay fidelity: ${REQUESTS} streamed requests (chat and completions, 8–64 tokens, TTFT 5–250 ms, gaps 1–80 ms, seed ${SEED}), ${CONCURRENCY} at a time`);
+  console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model ?? '?'}, node ${process.version}`);
+  const all = specs(REQUESTS, SEED);
+  const dir = mkdtempSync(join(tmpdir(), 'mocker-bench-fidelity-'));
+  const captures = join(dir, 'fidelity.db');
+  let upstream: UpstreamProcess | null = null;
+  let server: MockerProcess | null = null;
+  try {
+    upstream = await spawnUpstream();
+    server = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', captures]);
+    const captured = await drive('capture', server.port, all);
+    await server.stop();
+    server = null;
+    await upstream.stop();
+    upstream = null;
+
+    const stored = storedTimes(captures, all);
+    server = await startMockerProcess(['serve', '--mode', 'replay', '--captures', captures]);
+    const replayed = await drive('replay', server.port, all);
+    await server.stop();
+    server = null;
+
+    const script: Seen[] = all.slice(1).map((s) => ({ ttftMs: s.ttftMs, gapsMs: s.gaps }));
+    const fidelity = compare(captured, replayed);
+    const replayVsStored = compare(stored, replayed);
+    const captureVsScript = compare(script, captured);
+    console.log('\n|error| in ms (bias: median signed error, + = later)');
+    printTable(
+      ['comparison', 'TTFT p50', 'TTFT p99', 'TTFT max', 'TTFT bias', 'gap p50', 'gap p99', 'gap max', 'gap bias', 'gaps'],
+      ([['replay vs capture (client)', fidelity], ['replay client vs stored', replayVsStored], ['capture client vs script', captureVsScript]] as const).map(([name, s]) => [
+        name, s.ttft.p50, s.ttft.p99, s.ttft.max, s.ttft.bias, s.gap.p50, s.gap.p99, s.gap.max, s.gap.bias, s.gap.n,
+      ]),
+    );
+    const met = { gapP99: fidelity.gap.p99 <= 1, ttftP50: fidelity.ttft.p50 <= 1 };
+    console.log(`goal gap p99 ≤ 1 ms: ${met.gapP99 ? 'MET' : 'NOT MET'}; TTFT p50 ≤ 1 ms: ${met.ttftP50 ? 'MET' : 'NOT MET'}`);
+    console.log(
+      JSON.stringify({
+        bench: 'replay-fidelity',
+        config: { requests: REQUESTS, concurrency: CONCURRENCY, seed: SEED },
+        replayVsCapture: fidelity,
+        replayVsStored,
+        captureVsScript,
+        target: { gapP99Ms: 1, ttftP50Ms: 1, met: met.gapP99 && met.ttftP50 },
+      }),
+    );
+  } finally {
+    await server?.stop();
+    await upstream?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const run = process.argv[2] === 'upstream' ? upstreamMain() : main();
+run.catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,271 @@
+/**
+ * `mocker capture` in front of engines that are not vLLM — llama.cpp's server and `transformers serve`, as
+ * doubles built from their recorded answers — and in front of vLLM with bodies a re-serialisation would change.
+ * Everything runs through the spawned CLI and the official `openai` client.
+ */
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEngineDouble, type EngineDouble, type EngineName } from './support/engineDoubles.js';
+import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { MODEL, startUpstream } from './support/vllmUpstream.js';
+
+type Json = Record<string, unknown>;
+
+interface Oracle {
+  kind: string;
+  text?: string;
+  ids_without_special?: number[];
+  request?: { messages: { role: string; content: string }[] };
+  ids?: number[];
+}
+
+/** Python HF tokenizers' answers for the bundled Qwen3 tokenizer (test/fixtures/tokenizer). */
+const ORACLE = readFileSync(join(import.meta.dirname, 'fixtures', 'tokenizer', 'qwen3.jsonl'), 'utf8')
+  .split('\n')
+  .filter((l) => l.trim() !== '')
+  .map((l) => JSON.parse(l) as Oracle);
+const ORACLE_TEXT = ORACLE.find((o) => o.kind === 'encode' && o.text === 'Hello world')!;
+const ORACLE_CHAT = ORACLE.find((o) => o.kind === 'chat' && o.request?.messages.length === 1 && o.request.messages[0].content === 'Hi there' && Object.keys(o.request).length === 1)!;
+
+const tempDirs: string[] = [];
+function tempFile(name: string): string {
+  const dir = mkdtempSync(join(tmpdir(), 'mocker-engines-'));
+  tempDirs.push(dir);
+  return join(dir, name);
+}
+afterAll(() => tempDirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+/** The stored rows, read with plain SQLite (packed ids are little-endian u32). */
+function storedExchanges(file: string): { path: string; outcome: string; model: string | null; promptIds: number[] | null; tokenSource: string | null; requestBody: string }[] {
+  const db = new Database(file, { readonly: true });
+  try {
+    const rows = db.prepare('SELECT path, outcome, model, prompt_ids, token_source, request_body FROM exchanges ORDER BY id').all() as {
+      path: string; outcome: string; model: string | null; prompt_ids: Buffer | null; token_source: string | null; request_body: Buffer;
+    }[];
+    return rows.map((r) => ({
+      path: r.path,
+      outcome: r.outcome,
+      model: r.model,
+      tokenSource: r.token_source,
+      requestBody: r.request_body.toString('utf8'),
+      promptIds: r.prompt_ids ? Array.from({ length: r.prompt_ids.length / 4 }, (_, i) => r.prompt_ids!.readUInt32LE(i * 4)) : null,
+    }));
+  } finally {
+    db.close();
+  }
+}
+
+function runEngines(file: string): (string | null)[] {
+  const db = new Database(file, { readonly: true });
+  try {
+    return (db.prepare('SELECT engine FROM runs ORDER BY id').all() as { engine: string | null }[]).map((r) => r.engine);
+  } finally {
+    db.close();
+  }
+}
+
+interface Request {
+  name: string;
+  chat: boolean;
+  body: Json;
+}
+
+/** The raw answer, as bytes, through the official client. */
+async function rawAnswer(client: OpenAI, r: Request): Promise<{ status: number; text: string }> {
+  const call = r.chat ? client.chat.completions.create(r.body as never) : client.completions.create(r.body as never);
+  const res = await call.asResponse();
+  return { status: res.status, text: await res.text() };
+}
+
+/** Content, finish reason and usage of an answer, streamed or not. */
+function summary(chat: boolean, stream: boolean, text: string): { content: string; finish: unknown; usage: unknown } {
+  const chunks: Json[] = stream
+    ? text
+        .split('\n')
+        .filter((l) => l.startsWith('data: ') && l !== 'data: [DONE]')
+        .map((l) => JSON.parse(l.slice(6)) as Json)
+    : [JSON.parse(text) as Json];
+  let content = '';
+  let finish: unknown = null;
+  let usage: unknown = null;
+  for (const chunk of chunks) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of (chunk.choices ?? []) as Json[]) {
+      const piece = chat ? ((stream ? (c.delta as Json) : (c.message as Json))?.content ?? '') : (c.text ?? '');
+      content += String(piece);
+      if (c.finish_reason != null) finish = c.finish_reason;
+    }
+  }
+  return { content, finish, usage };
+}
+
+function requestsFor(model: string): Request[] {
+  const recordedChat = { model, messages: [{ role: 'user', content: 'Say hello in three words.' }], max_tokens: 8, temperature: 0 };
+  const recordedCompletion = { model, prompt: 'The capital of France is', max_tokens: 8, temperature: 0 };
+  return [
+    // The requests both engines answered when their fixtures were recorded…
+    { name: 'recorded completion', chat: false, body: recordedCompletion },
+    { name: 'recorded completion stream', chat: false, body: { ...recordedCompletion, stream: true, stream_options: { include_usage: true } } },
+    { name: 'recorded chat', chat: true, body: recordedChat },
+    { name: 'recorded chat stream', chat: true, body: { ...recordedChat, stream: true, stream_options: { include_usage: true } } },
+    // …and prompts whose token ids the Python tokenizer oracle knows.
+    { name: 'oracle completion', chat: false, body: { model, prompt: ORACLE_TEXT.text, max_tokens: 6, temperature: 0 } },
+    { name: 'oracle chat stream', chat: true, body: { model, messages: ORACLE_CHAT.request!.messages, max_tokens: 5, temperature: 0, stream: true, stream_options: { include_usage: true } } },
+  ];
+}
+
+describe.each<EngineName>(['llama.cpp', 'transformers'])('capture in front of %s', (engineName) => {
+  let engine: EngineDouble;
+  let capture: MockerProcess;
+  let file: string;
+  const direct: Record<string, { status: number; text: string }> = {};
+  const proxied: Record<string, { status: number; text: string }> = {};
+
+  beforeAll(async () => {
+    engine = await startEngineDouble(engineName);
+    file = tempFile('capture.db');
+    capture = await startMockerProcess(['capture', '--upstream', engine.url, '--captures', file]);
+    const directClient = new OpenAI({ baseURL: `${engine.url}/v1`, apiKey: 'sk-test', maxRetries: 0 });
+    const proxyClient = new OpenAI({ baseURL: `http://127.0.0.1:${capture.port}/v1`, apiKey: 'sk-test', maxRetries: 0 });
+    for (const r of requestsFor(engine.model)) {
+      direct[r.name] = await rawAnswer(directClient, r);
+      proxied[r.name] = await rawAnswer(proxyClient, r);
+    }
+    await capture.stop();
+  });
+  afterAll(async () => {
+    await capture?.stop();
+    await engine?.close();
+  });
+
+  it('is identified and stored as what it is', () => {
+    expect(capture.stdout()).toContain(`(${engineName})`);
+    expect(runEngines(file)).toEqual([engineName]);
+  });
+
+  it('answers the openai client byte for byte as the engine answers it directly', () => {
+    for (const r of requestsFor(engine.model)) {
+      expect(direct[r.name].status, r.name).toBe(200);
+      expect(proxied[r.name], r.name).toEqual(direct[r.name]);
+    }
+  });
+
+  it('sends the engine only what the client sent: no field it does not know', () => {
+    const generations = engine.received.filter((r) => r.path.startsWith('/v1/') && r.method === 'POST');
+    expect(generations.length).toBe(requestsFor(engine.model).length * 2);
+    for (const r of generations) expect(r.raw.toString('utf8')).not.toContain('return_token_ids');
+  });
+
+  it('stores the prompt ids the Python tokenizer gives, and as many as the engine counted', () => {
+    const rows = storedExchanges(file);
+    const requests = requestsFor(engine.model);
+    expect(rows.map((r) => r.outcome)).toEqual(requests.map(() => 'complete'));
+    rows.forEach((row, i) => {
+      const usage = summary(requests[i].chat, requests[i].body.stream === true, direct[requests[i].name].text).usage as { prompt_tokens: number };
+      expect(row.promptIds?.length, requests[i].name).toBe(usage.prompt_tokens);
+      expect(row.model).toBe(engine.model);
+      // llama.cpp tokenizes with its own endpoint; transformers serve has none.
+      expect(row.tokenSource).toBe(engineName === 'llama.cpp' ? 'tokenize-endpoint' : 'local');
+    });
+    expect(rows[4].promptIds).toEqual(ORACLE_TEXT.ids_without_special);
+    expect(rows[5].promptIds).toEqual(ORACLE_CHAT.ids);
+  });
+
+  it('replays the same content, finish reason and usage from the capture file alone', async () => {
+    const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', file, '--timing', 'none']);
+    try {
+      const client = new OpenAI({ baseURL: `http://127.0.0.1:${replay.port}/v1`, apiKey: 'sk-test', maxRetries: 0 });
+      for (const r of requestsFor(engine.model)) {
+        const stream = r.body.stream === true;
+        const answer = await rawAnswer(client, r);
+        expect(answer.status, `${r.name}: ${answer.text}`).toBe(200);
+        expect(summary(r.chat, stream, answer.text), r.name).toEqual(summary(r.chat, stream, direct[r.name].text));
+      }
+    } finally {
+      await replay.stop();
+    }
+  });
+});
+
+describe('capture of an engine that refuses return_token_ids', () => {
+  it('asks again without it, never shows the refusal, and learns what the engine is once it answers', async () => {
+    // `transformers serve` starts after the proxy: the proxy does not know yet that it refuses unknown fields.
+    const probe = await startEngineDouble('transformers');
+    const port = Number(new URL(probe.url).port);
+    await probe.close();
+    const file = tempFile('late.db');
+    const capture = await startMockerProcess(['capture', '--upstream', `http://127.0.0.1:${port}`, '--captures', file]);
+    const engine = await startEngineDouble('transformers', port);
+    try {
+      const body = { model: engine.model, prompt: 'The capital of France is', max_tokens: 8, temperature: 0 };
+      const directText = await (await client(engine.url).completions.create(body).asResponse()).text();
+      engine.received.length = 0;
+      const first = await client(`http://127.0.0.1:${capture.port}`).completions.create(body).asResponse();
+      expect(first.status).toBe(200);
+      expect(await first.text()).toBe(directText);
+      const sent = engine.received.filter((r) => r.path === '/v1/completions').map((r) => JSON.parse(r.raw.toString('utf8')) as Json);
+      expect(sent.map((b) => b.return_token_ids)).toEqual([true, undefined]);
+      // Remembered: the next request goes once, as the client sent it.
+      engine.received.length = 0;
+      const second = await client(`http://127.0.0.1:${capture.port}`).chat.completions.create({ model: engine.model, messages: [{ role: 'user', content: 'Say hello in three words.' }], max_tokens: 8, temperature: 0 });
+      expect(second.choices[0].finish_reason).toBe('length');
+      expect(engine.received.filter((r) => r.path.startsWith('/v1/')).map((r) => r.raw.toString('utf8').includes('return_token_ids'))).toEqual([false]);
+      await expect.poll(() => runEngines(file)).toEqual(['transformers']);
+      await capture.stop();
+      expect(storedExchanges(file).map((r) => r.outcome)).toEqual(['complete', 'complete']);
+    } finally {
+      await capture.stop();
+      await engine.close();
+    }
+  });
+});
+
+function client(base: string): OpenAI {
+  return new OpenAI({ baseURL: `${base}/v1`, apiKey: 'sk-test', maxRetries: 0 });
+}
+
+describe('byte-transparent forwarding', () => {
+  const nested = (depth: number) => `${'['.repeat(depth)}${']'.repeat(depth)}`;
+  const BODIES: [string, string][] = [
+    ['big integer', `{"model":"${MODEL}","prompt":"Hi","max_tokens":2,"seed":9007199254740993}`],
+    ['1e999 and -0', `{"model":"${MODEL}","prompt":"Hi","max_tokens":2,"top_p":1e999,"presence_penalty":-0,"frequency_penalty":-0.0}`],
+    ['unicode escapes', `{"model":"${MODEL}","prompt":"caf\\u00e9 \\ud83c\\udf0d \\/ \\"q\\"","max_tokens":2}`],
+    ['whitespace and key order', `  {\n\t"max_tokens" : 2 ,\n "prompt":"Hi",  "model":"${MODEL}"  }  `],
+    ['deep nesting', `{"model":"${MODEL}","prompt":"Hi","max_tokens":2,"vllm_xargs":{"deep":${nested(5000)}}}`],
+  ];
+
+  it('the engine receives the client bytes plus only the injected field; the client gets an answer, never a reset', async () => {
+    const upstream = await startUpstream(() => ({ content: 'Hello there friend' }));
+    const file = tempFile('bytes.db');
+    const capture = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', file]);
+    try {
+      for (const [name, body] of BODIES) {
+        upstream.received.length = 0;
+        const res = await fetch(`http://127.0.0.1:${capture.port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+        expect(res.status, name).toBe(200);
+        await res.text();
+        const sent = upstream.received.find((r) => r.path === '/v1/completions')!.raw.toString('utf8');
+        const brace = body.indexOf('{');
+        expect(sent, name).toBe(`${body.slice(0, brace + 1)}"return_token_ids":true,${body.slice(brace + 1)}`);
+      }
+      // Not a JSON object: forwarded untouched, answered by the engine, not recorded as a generation.
+      upstream.received.length = 0;
+      const broken = await fetch(`http://127.0.0.1:${capture.port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"prompt": "Hi",' });
+      expect(broken.status).toBe(400);
+      expect(upstream.received.find((r) => r.path === '/v1/completions')!.raw.toString('utf8')).toBe('{"prompt": "Hi",');
+      await capture.stop();
+      const rows = storedExchanges(file);
+      expect(rows.slice(0, BODIES.length).map((r) => r.requestBody)).toEqual(BODIES.map(([, b]) => b));
+      expect(rows.slice(0, BODIES.length).map((r) => r.outcome)).toEqual(BODIES.map(() => 'complete'));
+      expect(rows[BODIES.length].outcome).toBe('failed');
+      expect(rows[BODIES.length].promptIds).toBeNull();
+    } finally {
+      await capture.stop();
+      await upstream.close();
+    }
+  });
+});

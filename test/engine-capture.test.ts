@@ -224,6 +224,32 @@ describe('capture of an engine that refuses return_token_ids', () => {
   });
 });
 
+describe('capture of an engine not identified yet', () => {
+  it("takes no empty id list for text: llama.cpp's [] to vLLM's /tokenize shape is passed over for its own", async () => {
+    const probe = await startEngineDouble('llama.cpp');
+    const port = Number(new URL(probe.url).port);
+    await probe.close();
+    const file = tempFile('late-llama.db');
+    const capture = await startMockerProcess(['capture', '--upstream', `http://127.0.0.1:${port}`, '--captures', file]);
+    const engine = await startEngineDouble('llama.cpp', port);
+    try {
+      await client(`http://127.0.0.1:${capture.port}`).completions.create({ model: engine.model, prompt: ORACLE_TEXT.text!, max_tokens: 4 });
+      await client(`http://127.0.0.1:${capture.port}`).chat.completions.create({ model: engine.model, messages: ORACLE_CHAT.request!.messages as never, max_tokens: 4 });
+      // Both shapes were asked while the engine was unknown: vLLM's got llama.cpp's empty list.
+      const tokenizeBodies = engine.received.filter((r) => r.path === '/tokenize').map((r) => JSON.parse(r.raw.toString('utf8')) as Json);
+      expect(tokenizeBodies.some((b) => 'prompt' in b)).toBe(true);
+      await capture.stop();
+      const rows = storedExchanges(file);
+      expect(rows.map((r) => r.promptIds)).toEqual([ORACLE_TEXT.ids_without_special, ORACLE_CHAT.ids]);
+      expect(rows.map((r) => r.tokenSource)).toEqual(['tokenize-endpoint', 'tokenize-endpoint']);
+      expect(runEngines(file)).toEqual(['llama.cpp']);
+    } finally {
+      await capture.stop();
+      await engine.close();
+    }
+  });
+});
+
 function client(base: string): OpenAI {
   return new OpenAI({ baseURL: `${base}/v1`, apiKey: 'sk-test', maxRetries: 0 });
 }

@@ -365,3 +365,89 @@ describe('§9.2 item 19: the token-generation matrix', () => {
         });
       }
 });
+
+describe("vLLM's prefix-hit rule (get_computed_blocks: whole blocks, at most num_tokens - 1 tokens)", () => {
+  // engine-reference §4.1's prefill polynomial over the new tokens of a one-request batch.
+  const prefillPolynomialMs = (tokens: number) => 4.209989e-7 * tokens * tokens + 1.518344e-2 * tokens + 16.50142;
+  const cachingCore = (overrides: Partial<SchedulerConfig> = {}) => makeCore({ blockSize: 16, enablePrefixCaching: true, ...overrides });
+  const drain = (core: EngineCore, from: number) => {
+    let now = from;
+    while (!core.isIdle) now = core.executePass(now).endMs;
+    return now;
+  };
+
+  // The cases of the rule with blocks of 16: a prompt of k full blocks, all cached, hits k - 1 of them.
+  it.each([
+    { length: 128, hits: 112 },
+    { length: 130, hits: 128 },
+    { length: 129, hits: 128 },
+    { length: 17, hits: 16 },
+    { length: 16, hits: 0 },
+    { length: 10, hits: 0 },
+  ])('a $length-token prompt sent again hits $hits tokens, and its prefill computes only the others', ({ length, hits }) => {
+    const core = cachingCore();
+    core.add(request('first', length, 1));
+    const now = drain(core, 0);
+    core.add(request('second', length, 1));
+    const pass = core.executePass(now);
+    expect(pass.admitted).toEqual([{ id: 'second', cachedTokens: hits }]);
+    expect(pass.promptTokens).toBe(length - hits);
+    expect(pass.scheduledTokens).toBe(length - hits);
+    expect(pass.prefillMs).toBeCloseTo(prefillPolynomialMs(length - hits), 9);
+    expect(pass.tokens).toEqual([{ id: 'second', generated: 1, completed: true }]);
+    expect(core.engineStats()).toMatchObject({ prefixCacheQueries: 2 * length, prefixCacheHits: hits });
+  });
+
+  it('without prefix caching nothing is looked up: no hit, no query', () => {
+    const core = makeCore({ blockSize: 16 });
+    core.add(request('first', 128, 1));
+    core.add(request('second', 128, 1));
+    drain(core, 0);
+    expect(core.engineStats()).toMatchObject({ prefixCacheQueries: 0, prefixCacheHits: 0 });
+  });
+
+  it('a prompt found whole in the cache still needs budget for its last block: it waits for the next pass', () => {
+    const core = cachingCore({ maxNumBatchedTokens: 16 });
+    core.add(request('first', 128, 1));
+    const now = drain(core, 0);
+    core.add(request('other', 16, 1, 5000));
+    core.add(request('second', 128, 1));
+    const full = core.executePass(now);
+    expect(full.admitted).toEqual([{ id: 'other', cachedTokens: 0 }]);
+    expect(core.waitingIds()).toEqual(['second']);
+    const next = core.executePass(full.endMs);
+    expect(next.admitted).toEqual([{ id: 'second', cachedTokens: 112 }]);
+    expect(next.promptTokens).toBe(16);
+  });
+
+  it('a decode whose prompt is cached here pulls the rest (the last block) and recomputes the last prompt token', () => {
+    // 1 MB per token over 1 GB/s: 1 ms per pulled token.
+    const core = cachingCore({ kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 } });
+    core.add(request('local', 128, 1));
+    const now = drain(core, 0);
+    core.add({ ...request('decode', 128, 2), remotePrefill: true });
+    const admitted = core.executePass(now);
+    expect(admitted.admitted).toEqual([{ id: 'decode', cachedTokens: 112 }]);
+    expect(admitted.wakeAtMs).toBe(now + 16);
+    expect(core.view('decode')).toMatchObject({ status: 'waiting_for_remote_kvs', numComputedTokens: 127, numAllocatedTokens: 128 });
+    const landed = core.executePass(now + 16);
+    expect(landed).toMatchObject({ prefillMs: 0, scheduledTokens: 1, promptTokens: 1, tokens: [{ id: 'decode', generated: 1, completed: false }] });
+    drain(core, landed.endMs);
+    expect(core.engineStats().activeBlocks).toBe(0);
+  });
+
+  it('a prefill engine follows the rule too, and still holds the whole prompt for the remote decode', () => {
+    const core = cachingCore({ workerType: 'prefill' });
+    core.add({ ...request('p1', 128, 1), holdBlocksOnFinish: true });
+    const now = drain(core, 0);
+    core.add({ ...request('p2', 128, 1), holdBlocksOnFinish: true });
+    const pass = core.executePass(now);
+    expect(pass.admitted).toEqual([{ id: 'p2', cachedTokens: 112 }]);
+    expect(pass.promptTokens).toBe(16);
+    expect(pass.prefillMs).toBeCloseTo(prefillPolynomialMs(16), 9);
+    expect(pass.tokens).toEqual([{ id: 'p2', generated: 1, completed: true }]);
+    expect(core.heldBlocks('p2')).toBe(8);
+    expect(core.releaseHeld('p1') && core.releaseHeld('p2')).toBe(true);
+    expect(core.engineStats().activeBlocks).toBe(0);
+  });
+});

@@ -20,7 +20,9 @@ function workload(seed: number): { config: SchedulerConfig; requests: TimedReque
   let longest = 0;
   for (let i = 0; i < count; i++) {
     const prefix = r.next() < 0.6 ? r.pick(prefixes) : [];
-    const prompt = [...prefix, ...Array.from({ length: r.int(1, 200) }, () => r.int(1, 50_000))];
+    // Some requests repeat an earlier prompt whole: the prefix cache can hold all of it.
+    const repeated = requests.length > 0 && r.next() < 0.15 ? r.pick(requests).request.promptTokenIds : null;
+    const prompt = repeated ?? [...prefix, ...Array.from({ length: r.int(1, 200) }, () => r.int(1, 50_000))];
     const maxOutputTokens = r.int(1, 120);
     longest = Math.max(longest, Math.ceil((prompt.length + maxOutputTokens) / blockSize));
     requests.push({ arrivalMs: r.pick([0, r.int(0, 50), r.int(0, 5000)]), request: { id: `r${i}`, promptTokenIds: prompt, maxOutputTokens } });
@@ -56,6 +58,7 @@ describe(`engine invariants over ${WORKLOADS} random workloads`, () => {
   it('hold after every pass, and every request completes with exactly its tokens', () => {
     let preemptions = 0;
     let prefixHits = 0;
+    let cappedHits = 0;
     let pulled = 0;
     for (let seed = 1; seed <= WORKLOADS; seed++) {
       const { config, requests } = workload(seed);
@@ -63,7 +66,20 @@ describe(`engine invariants over ${WORKLOADS} random workloads`, () => {
       const where = `workload ${seed}`;
       // Plain checks per pass (expect() per block would dominate the run time); any violation fails below.
       const violations: string[] = [];
+      const promptLength = new Map(requests.map(({ request }) => [request.id, request.promptTokenIds.length]));
+      const admittedBefore = new Set<string>();
       const result = runOffline(core, requests, (pass) => {
+        // vLLM's prefix-hit rule: whole blocks, never a request's last token (a first admission: its prompt's).
+        for (const { id, cachedTokens } of pass.admitted) {
+          const length = promptLength.get(id)!;
+          const first = !admittedBefore.has(id);
+          admittedBefore.add(id);
+          if (cachedTokens % config.blockSize !== 0) violations.push(`${id} hit ${cachedTokens} tokens, not whole blocks of ${config.blockSize}`);
+          if (first && cachedTokens >= length) violations.push(`${id} hit ${cachedTokens} tokens of its ${length}-token prompt`);
+          if (!config.enablePrefixCaching && cachedTokens > 0) violations.push(`${id} hit ${cachedTokens} tokens without prefix caching`);
+          // A block-aligned prompt that hit all but its last block: where the rule keeps a block out.
+          if (first && length % config.blockSize === 0 && cachedTokens > 0 && cachedTokens === length - config.blockSize) cappedHits++;
+        }
         pulled += core.engineStats().waitingForRemoteKvs;
         const kv = core.kv;
         if (kv.numActive + kv.numInactive > config.numGpuBlocks) violations.push(`pass at ${pass.startMs}: ${kv.numActive} active + ${kv.numInactive} inactive > ${config.numGpuBlocks}`);
@@ -88,6 +104,7 @@ describe(`engine invariants over ${WORKLOADS} random workloads`, () => {
     // The workloads really exercise preemption, the prefix cache and pulled KV.
     expect(preemptions).toBeGreaterThan(0);
     expect(prefixHits).toBeGreaterThan(0);
+    expect(cappedHits).toBeGreaterThan(0);
     expect(pulled).toBeGreaterThan(0);
   });
 });

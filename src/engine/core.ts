@@ -83,7 +83,7 @@ export interface TokenOut {
 
 export interface Admission {
   id: string;
-  /** Prompt tokens found in the prefix cache at this admission. */
+  /** Tokens found in the prefix cache at this admission (whole blocks, never the last token). */
   cachedTokens: number;
 }
 
@@ -352,16 +352,16 @@ export class EngineCore {
       if (outcome === 'blocked') break;
       if (outcome !== 'current-preempted') i++;
     }
-    // Phase B: FIFO admission, none after a preemption in this pass.
-    while (!pass.preemptedAny && this.running.length < maxSeqs) {
+    // Phase B: FIFO admission, none after a preemption in this pass, and none without budget: every admitted
+    // request computes at least its last prompt token (vLLM's waiting loop also stops at an empty budget).
+    while (!pass.preemptedAny && this.running.length < maxSeqs && pass.budget > 0) {
       const next = this.waiting.front();
       if (!next) break;
       if (next.remoteKv) {
         if (!this.admitRemote(next, now, pass)) break;
         continue;
       }
-      const outcome = this.schedule(next, true, pass);
-      if (typeof outcome !== 'number' || (outcome === 0 && pass.budget === 0)) break;
+      if (typeof this.schedule(next, true, pass) !== 'number') break;
     }
 
     const timing = this.config.timing;
@@ -398,8 +398,8 @@ export class EngineCore {
   private admitRemote(state: RequestState, now: number, pass: PassBuilder): boolean {
     const { seq } = state;
     const blockSize = this.config.blockSize;
-    const hitBlocks = this.kv.prefixHits(seq.blocks);
-    const cached = Math.min(hitBlocks * blockSize, seq.promptLength);
+    const cached = this.cachedPrefixTokens(seq);
+    const hitBlocks = cached / blockSize;
     if (this.watermarkBlocks > 0 && !this.keepsWatermark(seq.blocks, seq.blocks.length)) return false;
     const move = seq.prepareRemoteAllocation(seq.promptLength, hitBlocks);
     if (move) {
@@ -418,9 +418,27 @@ export class EngineCore {
     this.waiting.remove(state);
     this.transferring.push(state);
     pass.admitted.push({ id: state.request.id, cachedTokens: cached });
-    this.stats.prefixCacheQueries += seq.promptLength;
-    this.stats.prefixCacheHits += cached;
+    this.recordLookup(seq, cached);
     return true;
+  }
+
+  /**
+   * vLLM's get_computed_blocks: the leading cached blocks, but at most `length - 1` tokens (the prompt, plus
+   * what a preempted request had generated), so the last token is always computed for its logits. A prompt of
+   * k full blocks, all cached, hits k - 1 blocks: its last block is recomputed. (Dynamo's mocker credits all k.)
+   * Without prefix caching nothing is looked up, not even a preempted request's own blocks.
+   */
+  private cachedPrefixTokens(seq: ActiveSequence): number {
+    if (!this.config.enablePrefixCaching) return 0;
+    const blockSize = this.config.blockSize;
+    return Math.min(this.kv.prefixHits(seq.blocks), Math.floor((seq.length - 1) / blockSize)) * blockSize;
+  }
+
+  /** vLLM's prefix-cache stats: a lookup queries all the request's tokens; without prefix caching none is made. */
+  private recordLookup(seq: ActiveSequence, cached: number): void {
+    if (!this.config.enablePrefixCaching) return;
+    this.stats.prefixCacheQueries += seq.length;
+    this.stats.prefixCacheHits += cached;
   }
 
   /** §5.2: tokens × bytes per token ÷ bandwidth. */
@@ -440,10 +458,8 @@ export class EngineCore {
     const blockSize = this.config.blockSize;
     // Fewer free blocks than the watermark: no admission can keep it, so skip the prefix lookup.
     if (fromWaiting && this.watermarkBlocks > 0 && this.kv.capacity - this.kv.numActive < this.watermarkBlocks) return 'blocked';
-    // No budget left: only a prompt found whole in the cache could still be admitted.
-    if (fromWaiting && pass.budget === 0 && !this.kv.contains(seq.blocks[seq.blocks.length - 1])) return 'blocked';
     const firstScheduling = state.numComputed === 0;
-    const cached = firstScheduling ? Math.min(this.kv.prefixHits(seq.blocks) * blockSize, seq.promptLength) : 0;
+    const cached = firstScheduling ? this.cachedPrefixTokens(seq) : 0;
     const before = state.numComputed + cached;
     const promptBefore = Math.min(before, seq.promptLength);
     const remaining = seq.length - before;
@@ -505,8 +521,7 @@ export class EngineCore {
       this.running.push(state);
       state.status = 'running';
       pass.admitted.push({ id: state.request.id, cachedTokens: cached });
-      this.stats.prefixCacheQueries += seq.promptLength;
-      this.stats.prefixCacheHits += cached;
+      this.recordLookup(seq, cached);
     }
     return used;
   }

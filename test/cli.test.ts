@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import OpenAI from 'openai';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startServe, type Running } from '../src/cli/serve.js';
 import type { EngineState } from '../src/engine/index.js';
 import { CaptureStore } from '../src/store/captureStore.js';
@@ -236,5 +236,261 @@ describe('defaults: each command with no flag but the required ones', () => {
     for (let i = 0; i < 2; i++) await client(url).completions.create({ model: MODEL, prompt, max_tokens: 4 });
     // The second prefill hop hits the first one's blocks: floor((200 - 1) / 64) * 64 tokens, as vLLM.
     expect((await engineView(prefillUrl)).ranks[0].prefixCacheHits).toBe(192);
+  });
+});
+
+describe('every flag of the README CLI tables, through spawned processes', () => {
+  it('serve: engine, server and PD-transfer flags in one random-mode process', async () => {
+    const { url } = await mocker([
+      'serve', '--mode', 'random', '--forward-time-ms', '7', '--speedup-ratio', '2', '--decode-speedup-ratio', '3',
+      '--num-gpu-blocks-override', '512', '--block-size', '16', '--max-num-seqs', '8', '--max-num-batched-tokens', '256',
+      '--no-enable-prefix-caching', '--no-enable-chunked-prefill', '--preemption-mode', 'fifo', '--watermark', '0.05',
+      '--data-parallel-size', '2', '--seed', '9', '--max-model-len', '1000', '--kv-bytes-per-token', '1000', '--kv-transfer-bandwidth', '3',
+      '--disaggregation-mode', 'decode', '--show-hidden-metrics-for-version', '0.10', '--api-key', 'sk-cli', '--enable-request-id-headers',
+      '--enable-server-load-tracking', '--max-body-bytes', '20000', '--served-model-name', 'alpha', 'beta',
+    ]);
+    const view = await engineView(url);
+    expect(view.config).toMatchObject({
+      mode: 'random', outputs: 'random', timing: 'fixed', perf_model: null, forward_time_ms: 7, speedup_ratio: 2, decode_speedup_ratio: 3,
+      num_gpu_blocks: 512, block_size: 16, max_num_seqs: 8, max_num_batched_tokens: 256, enable_prefix_caching: false, enable_chunked_prefill: false,
+      preemption_mode: 'fifo', watermark: 0.05, data_parallel_size: 2, seed: 9, max_model_len: 1000, kv_bytes_per_token: 1000,
+      kv_transfer_bandwidth: 3, disaggregation_mode: 'decode',
+    });
+    expect(view.ranks.map((r) => [r.rank, r.totalBlocks, r.blockSize])).toEqual([[0, 512, 16], [1, 512, 16]]);
+    // vLLM's metrics follow: one cache_config_info per DP rank, and the hidden gpu_cache_usage_perc.
+    const cacheConfig = await metricSamples(url, 'vllm:cache_config_info');
+    expect(cacheConfig.map((s) => s.labels.engine).sort()).toEqual(['0', '1']);
+    for (const s of cacheConfig) expect(s.labels).toMatchObject({ block_size: '16', num_gpu_blocks: '512', enable_prefix_caching: 'False' });
+    expect(await metricSamples(url, 'vllm:gpu_cache_usage_perc')).toHaveLength(2);
+
+    // --api-key
+    const unauthorized = await fetch(`${url}/v1/models`);
+    expect(unauthorized.status).toBe(401);
+    expect(await unauthorized.json()).toEqual({ error: 'Unauthorized' });
+    const openai = client(url, 'sk-cli');
+    // --served-model-name
+    expect((await openai.models.list()).data.map((m) => m.id)).toEqual(['alpha', 'beta']);
+    // --enable-request-id-headers: the request's own id comes back.
+    const { data, response } = await openai.completions.create({ model: 'beta', prompt: tokens(10), max_tokens: 3 }, { headers: { 'X-Request-Id': 'cli-request-7' } }).withResponse();
+    expect(response.headers.get('x-request-id')).toBe('cli-request-7');
+    expect(data.usage?.completion_tokens).toBe(3);
+    // --no-enable-chunked-prefill with --max-num-batched-tokens 256: a longer prompt can never be scheduled.
+    await expect(openai.completions.create({ model: 'alpha', prompt: tokens(300), max_tokens: 1 })).rejects.toMatchObject({ status: 400 });
+    // --max-model-len
+    await expect(openai.completions.create({ model: 'alpha', prompt: tokens(1000), max_tokens: 1 })).rejects.toThrow(/maximum context length is 1000 tokens/);
+    // --max-body-bytes
+    const big = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { authorization: 'Bearer sk-cli', 'content-type': 'application/json' }, body: JSON.stringify({ model: 'alpha', prompt: 'x'.repeat(20_000) }) });
+    expect(big.status).toBe(413);
+    // --enable-server-load-tracking: /load counts the stream in flight.
+    const abort = new AbortController();
+    const stream = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer sk-cli', 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'alpha', prompt: tokens(10), max_tokens: 900, stream: true }),
+      signal: abort.signal,
+    });
+    const reader = stream.body!.getReader();
+    await reader.read();
+    expect(await (await fetch(`${url}/load`)).json()).toEqual({ server_load: 1 });
+    abort.abort();
+    await reader.read().catch(() => undefined);
+  });
+
+  it('serve --is-prefill-worker --kv-cache-dtype fp8 (and the positive --enable-* spellings): one token and kv_transfer_params; 1-byte KV elements', async () => {
+    const { url } = await mocker(['serve', '--is-prefill-worker', '--kv-cache-dtype', 'fp8', '--enable-prefix-caching', '--enable-chunked-prefill']);
+    // README: layers × 2 × KV heads × head dim × dtype bytes = 28 × 2 × 8 × 128 × 1 for the bundled Qwen3-0.6B.
+    expect((await engineView(url)).config).toMatchObject({
+      disaggregation_mode: 'prefill', kv_bytes_per_token: 28 * 2 * 8 * 128 * 1, enable_prefix_caching: true, enable_chunked_prefill: true,
+    });
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: tokens(100), max_tokens: 5, kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false } }),
+    });
+    const body = (await res.json()) as { usage: { completion_tokens: number }; kv_transfer_params: Json };
+    expect(body.usage.completion_tokens).toBe(1);
+    expect(body.kv_transfer_params).toMatchObject({ do_remote_prefill: true, do_remote_decode: false });
+  });
+
+  it('serve: Dynamo KV event ports per worker, map layout, sha256 hashes, --model, --planner-profile-data, --extra-engine-args file', async () => {
+    const [events0, events1, replay0, replay1] = await freePorts(4);
+    // README: kv_bytes_per_token = layers × 2 × KV heads × head dim × dtype bytes.
+    const model = modelDir({ max_position_embeddings: 3000, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 4, head_dim: 64, torch_dtype: 'float32' });
+    const profile = tempDir();
+    writeFileSync(join(profile, 'prefill_raw_data.json'), JSON.stringify({ prefill_isl: [100, 1000], prefill_ttft: [20, 60] }));
+    writeFileSync(join(profile, 'decode_raw_data.json'), JSON.stringify({ x_kv_usage: [0.1, 0.9], y_context_length: [100, 1000], z_itl: [5, 9], max_kv_tokens: 100_000 }));
+    const extra = join(tempDir(), 'engine.json');
+    writeFileSync(extra, JSON.stringify({ num_gpu_blocks: 1000, max_num_seqs: 32 }));
+    const { process: p } = await mocker([
+      'serve', '--num-workers', '2', '--zmq-kv-events-ports', `${events0},${events1}`, '--zmq-replay-ports', `${replay0},${replay1}`,
+      '--kv-events-format', 'map', '--prefix-caching-hash-algo', 'sha256', '--block-size', '16', '--model', model, '--outputs', 'random',
+      '--is-decode-worker', '--planner-profile-data', profile, '--extra-engine-args', extra,
+    ]);
+    const urls = servedUrls(p);
+    expect(urls).toHaveLength(2);
+    const [sub0, sub1] = await Promise.all([EventSubscriber.connect(`tcp://127.0.0.1:${events0}`), EventSubscriber.connect(`tcp://127.0.0.1:${events1}`)]);
+    subscribers.push(sub0, sub1);
+
+    const view = await engineView(urls[1]);
+    expect(view.config).toMatchObject({
+      outputs: 'random', disaggregation_mode: 'decode', block_size: 16, num_gpu_blocks: 1000, max_num_seqs: 32,
+      planner_profile_data: profile, perf_model: expect.stringContaining(profile), max_model_len: 3000, kv_bytes_per_token: 2 * 2 * 4 * 64 * 4,
+    });
+    const models = await client(urls[1]).models.list();
+    expect(models.data.map((m) => [m.id, (m as unknown as Json).root])).toEqual([[model, model]]);
+    const [cacheConfig] = await metricSamples(urls[1], 'vllm:cache_config_info');
+    expect(cacheConfig.labels).toMatchObject({ prefix_caching_hash_algo: 'sha256', num_gpu_blocks: '1000', block_size: '16' });
+
+    // vLLM's sha256 (pickle) hashes for the fixture prompt, published by worker 1 only, as named-field maps.
+    const row = hashRow('sha256', 16);
+    await client(urls[1]).completions.create({ model, prompt: row.token_ids, max_tokens: 1 });
+    await sub1.settle();
+    expect(storedHashes(sub1)).toEqual(row.blocks.map((b) => b.event_u64));
+    expect((sub1.batches[0].payload[1] as Json[])[0]).toMatchObject({ type: 'BlockStored', block_size: 16 });
+    expect(sub0.batches).toHaveLength(0);
+    // Worker 1's replay ROUTER hands the same batches back.
+    const replayed = await replay(`tcp://127.0.0.1:${replay1}`, 0n);
+    expect(replayed.batches.map((b) => b.payload)).toEqual(sub1.batches.map((b) => b.payload));
+  });
+
+  it('pd-proxy --max-body-bytes', async () => {
+    const [proxyPort, prefillPort, decodePort] = await freePorts(3);
+    const { url } = await mocker(['pd-proxy', '--prefill', `http://127.0.0.1:${prefillPort}`, '--decode', `http://127.0.0.1:${decodePort}`, '--max-body-bytes', '1000'], { port: proxyPort });
+    const post = (size: number) => fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'x'.repeat(size) }) });
+    expect((await post(1000)).status).toBe(413);
+    // Within the limit it goes on to the (absent) prefill engine.
+    expect((await post(100)).status).not.toBe(413);
+  });
+
+  it('capture: every flag; then serve replays the file (--mode replay and --on-miss record, --mode random with --outputs captured and --on-miss passthrough)', async () => {
+    const engine = await upstream((body) => (String(body.prompt).includes('hang') ? { hang: true } : { content: `Answer to ${String(body.prompt)}` }));
+    const generations = () => engine.received.filter((r) => r.path === '/v1/completions');
+    const model = modelDir({ max_position_embeddings: 5000 });
+    const captures = join(tempDir(), 'golden.db');
+    const capture = await mocker([
+      'capture', '--upstream', engine.url, '--captures', captures, '--model', model, '--label', 'golden run',
+      '--upstream-timeout', '400', '--max-body-bytes', '5000', '--redact-header', 'X-Secret',
+    ]);
+    const capturing = client(capture.url);
+    const answer = await capturing.completions.create({ model: MODEL, prompt: 'First question', max_tokens: 8 }, { headers: { 'X-Secret': 'hush' } });
+    expect(answer.choices[0].text).toBe('Answer to First question');
+    expect(generations()[0].headers['x-secret']).toBe('hush');
+    // --upstream-timeout: an engine silent for longer is a 504.
+    await expect(capturing.completions.create({ model: MODEL, prompt: 'hang', max_tokens: 8 })).rejects.toMatchObject({ status: 504 });
+    // --max-body-bytes
+    const big = await fetch(`${capture.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'x'.repeat(5000) }) });
+    expect(big.status).toBe(413);
+    await capture.process.stop();
+    const store = CaptureStore.open(captures);
+    try {
+      // --label, --model (the tokenizer stored with the run), --redact-header
+      expect(store.latestRun()).toMatchObject({ kind: 'capture', label: 'golden run', tokenizerName: model });
+      const first = store.getExchange(1)!;
+      expect(first.outcome).toBe('complete');
+      expect(first.requestHeaders['x-secret']).toBeUndefined();
+      expect(first.requestHeaders['content-type']).toBe('application/json');
+    } finally {
+      store.close();
+    }
+
+    // --mode random --outputs captured: the captured answer for the captured prompt, the upstream for others.
+    const random = await mocker(['serve', '--mode', 'random', '--outputs', 'captured', '--timing', 'none', '--on-miss', 'passthrough', '--upstream', engine.url, '--captures', captures]);
+    expect((await engineView(random.url)).config).toMatchObject({ mode: 'random', outputs: 'captured', timing: 'none', on_miss: 'passthrough', upstream: new URL(engine.url).href });
+    const replaying = client(random.url);
+    const before = generations().length;
+    expect((await replaying.completions.create({ model: MODEL, prompt: 'First question', max_tokens: 8 })).choices[0].text).toBe('Answer to First question');
+    expect(generations()).toHaveLength(before);
+    expect((await replaying.completions.create({ model: MODEL, prompt: 'Second question', max_tokens: 8 })).choices[0].text).toBe('Answer to Second question');
+    expect(generations()).toHaveLength(before + 1);
+    await random.process.stop();
+
+    // --mode replay --on-miss record: a miss is forwarded once and stored (without the redacted header), then replayed.
+    const replay = await mocker(['serve', '--mode', 'replay', '--on-miss', 'record', '--upstream', engine.url, '--captures', captures, '--upstream-timeout', '400', '--redact-header', 'X-Other']);
+    // README modes table: replay times tokens as captured.
+    expect((await engineView(replay.url)).config).toMatchObject({ mode: 'replay', outputs: 'captured', timing: 'captured', on_miss: 'record', upstream_timeout: 400 });
+    const recording = client(replay.url);
+    for (let i = 0; i < 2; i++) {
+      const r = await recording.completions.create({ model: MODEL, prompt: 'Third question', max_tokens: 8 }, { headers: { 'X-Other': 'private' } });
+      expect(r.choices[0].text).toBe('Answer to Third question');
+    }
+    expect(generations()).toHaveLength(before + 2);
+    await expect(recording.completions.create({ model: MODEL, prompt: 'hang again', max_tokens: 8 })).rejects.toMatchObject({ status: 504 });
+    await replay.process.stop();
+    const recorded = CaptureStore.open(captures);
+    try {
+      const run = recorded.latestRun()!;
+      expect(run.kind).toBe('record');
+      const exchanges = Array.from({ length: 10 }, (_, i) => recorded.getExchange(i + 1)).filter((e) => e?.runId === run.id);
+      const complete = exchanges.filter((e) => e!.outcome === 'complete');
+      expect(complete.map((e) => (JSON.parse(e!.requestBody.toString()) as Json).prompt)).toEqual(['Third question']);
+      expect(complete[0]!.requestHeaders['x-other']).toBeUndefined();
+    } finally {
+      recorded.close();
+    }
+  });
+});
+
+describe('bad values: a clear error naming the flag, and a non-zero exit', () => {
+  /** Each: the arguments, and what stderr must name (the flag, or the flags of a bad combination). */
+  const CASES: [string[], string][] = [
+    [['serve', '--mode', 'fast'], '--mode'],
+    [['serve', '--port', '-1'], '--port'],
+    [['serve', '--outputs', 'maybe'], '--outputs'],
+    [['serve', '--timing', 'slow'], '--timing'],
+    [['serve', '--forward-time-ms', '-1'], '--forward-time-ms'],
+    [['serve', '--speedup-ratio', '0'], '--speedup-ratio'],
+    [['serve', '--decode-speedup-ratio', 'fast'], '--decode-speedup-ratio'],
+    [['serve', '--planner-profile-data', '/nonexistent/profile'], '--planner-profile-data'],
+    [['serve', '--num-gpu-blocks-override', '0'], '--num-gpu-blocks-override'],
+    [['serve', '--block-size', '1'], '--block-size'],
+    [['serve', '--max-num-seqs', '0'], '--max-num-seqs'],
+    [['serve', '--max-num-batched-tokens', '1.5'], '--max-num-batched-tokens'],
+    [['serve', '--max-num-batched-tokens', '4', '--max-num-seqs', '8'], '--max-num-batched-tokens'],
+    [['serve', '--preemption-mode', 'random'], '--preemption-mode'],
+    [['serve', '--watermark', '1'], '--watermark'],
+    [['serve', '--data-parallel-size', '1.5'], '--data-parallel-size'],
+    [['serve', '--num-workers', '0'], '--num-workers'],
+    [['serve', '--extra-engine-args', '{"bogus": 1}'], '--extra-engine-args: unknown key "bogus"'],
+    [['serve', '--extra-engine-args', '/nonexistent/engine.json'], '--extra-engine-args'],
+    [['serve', '--model', '/nonexistent/model'], '--model'],
+    [['serve', '--on-miss', 'sometimes'], '--on-miss'],
+    [['serve', '--on-miss', 'passthrough'], '--upstream'],
+    [['serve', '--upstream', 'not a url'], '--upstream'],
+    [['serve', '--upstream-timeout', '0'], '--upstream-timeout'],
+    [['serve', '--seed', '1.5'], '--seed'],
+    [['serve', '--max-model-len', '0'], '--max-model-len'],
+    [['serve', '--max-body-bytes', '0'], '--max-body-bytes'],
+    [['serve', '--kv-events-config', 'not json'], '--kv-events-config'],
+    [['serve', '--zmq-kv-events-ports', '5557,5558'], '--zmq-kv-events-ports'],
+    [['serve', '--zmq-replay-ports', '5558'], '--zmq-replay-ports'],
+    [['serve', '--kv-events-format', 'yaml'], '--kv-events-format'],
+    [['serve', '--prefix-caching-hash-algo', 'md5'], '--prefix-caching-hash-algo'],
+    [['serve', '--disaggregation-mode', 'both'], '--disaggregation-mode'],
+    [['serve', '--is-prefill-worker', '--is-decode-worker'], '--is-prefill-worker and --is-decode-worker'],
+    [['serve', '--kv-bytes-per-token', 'many'], '--kv-bytes-per-token'],
+    [['serve', '--kv-cache-dtype', 'int4'], '--kv-cache-dtype'],
+    [['serve', '--kv-transfer-bandwidth', '-2'], '--kv-transfer-bandwidth'],
+    [['serve', '--pd', '1X'], '--pd'],
+    [['capture'], '--upstream'],
+    [['capture', '--upstream', 'not a url'], '--upstream'],
+    [['capture', '--upstream', 'http://127.0.0.1:1', '--upstream-timeout', 'soon'], '--upstream-timeout'],
+    [['capture', '--upstream', 'http://127.0.0.1:1', '--max-body-bytes', '0'], '--max-body-bytes'],
+    [['capture', '--upstream', 'http://127.0.0.1:1', '--port', 'x'], '--port'],
+    [['pd-proxy', '--decode', 'http://127.0.0.1:1'], '--prefill'],
+    [['pd-proxy', '--prefill', 'http://127.0.0.1:1', '--decode', 'not a url'], '--decode'],
+    [['pd-proxy', '--prefill', 'http://127.0.0.1:1', '--decode', 'http://127.0.0.1:2', '--max-body-bytes', '-1'], '--max-body-bytes'],
+  ];
+
+  let cwd: string;
+  beforeAll(() => void (cwd = mkdtempSync(join(tmpdir(), 'mocker-cli-bad-'))));
+  afterAll(() => rmSync(cwd, { recursive: true, force: true }));
+
+  // Concurrent (vitest's default of five at a time): each case is a Node start-up.
+  it.concurrent.each(CASES)('%j names %s', async (args, named) => {
+    // A listen address of our own: a case that were accepted would not take a default port.
+    const listen = args.includes('--port') ? ['--host', '127.0.0.1'] : ['--host', '127.0.0.1', '--port', '0'];
+    const result = await runMockerToExit([...args, ...listen], { cwd });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(named);
   });
 });

@@ -130,7 +130,12 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   let timingDescription: string;
   let perfModel: string | null = null;
   if (timing === 'model') {
-    const model = args.plannerProfileData ? await loadPerfModel(args.plannerProfileData) : polynomialPerfModel;
+    const profile = args.plannerProfileData;
+    const model = profile
+      ? await loadPerfModel(profile).catch((err: Error) => {
+          throw new Error(`--planner-profile-data: ${err.message}`);
+        })
+      : polynomialPerfModel;
     passTiming = modelTiming(model, args.speedupRatio, args.decodeSpeedupRatio);
     perfModel = model.description;
     timingDescription = `model: ${model.description}`;

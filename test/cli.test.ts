@@ -177,6 +177,11 @@ describe('defaults: each command with no flag but the required ones', () => {
     const second = await client(url).completions.create({ model: MODEL, prompt, max_tokens: 1 });
     // vLLM v1 (KVCacheManager.get_computed_blocks): at most num_tokens - 1 tokens hit, in whole blocks of 64.
     expect(second.usage?.prompt_tokens_details?.cached_tokens).toBe(Math.floor((9000 - 1) / 64) * 64);
+    // Where that rule shows: a prompt of exactly 141 blocks hits 140 of them the second time (Dynamo: all 141).
+    const whole = tokens(141 * 64, 3);
+    await client(url).completions.create({ model: MODEL, prompt: whole, max_tokens: 1 });
+    const again = await client(url).completions.create({ model: MODEL, prompt: whole, max_tokens: 1 });
+    expect(again.usage?.prompt_tokens_details?.cached_tokens).toBe(Math.floor((141 * 64 - 1) / 64) * 64);
   });
 
   it('capture: listens on 8001, records into captures/mocker.db of the working directory, 413 beyond 32 MiB', async () => {

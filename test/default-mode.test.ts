@@ -55,14 +55,15 @@ const script: Script = (body) => (body.messages ? { content: CAPITAL } : { conte
 interface Answer {
   text: string;
   finish: string | null;
+  stopReason: string | number | null;
   ids: number[];
   promptIds: number[];
 }
 
-/** vLLM's token-id fields of a non-streamed answer (`return_token_ids`), which the openai types do not declare. */
-interface TokenIdFields {
+/** vLLM's fields of a non-streamed answer (`return_token_ids`, `stop_reason`), which the openai types do not declare. */
+interface VllmFields {
   prompt_token_ids?: number[] | null;
-  choices: { token_ids?: number[] | null; prompt_token_ids?: number[] | null }[];
+  choices: { token_ids?: number[] | null; prompt_token_ids?: number[] | null; stop_reason?: string | number | null }[];
 }
 
 const clientFor = (port: number, apiKey = 'unused') => new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey, maxRetries: 0 });
@@ -70,24 +71,33 @@ const clientFor = (port: number, apiKey = 'unused') => new OpenAI({ baseURL: `ht
 async function askChat(client: OpenAI, messages: ChatCompletionMessageParam[], extra: Json = {}): Promise<Answer> {
   // vLLM's extra fields (return_token_ids, seed…) go in the body as they are.
   const res = await client.chat.completions.create({ model: MODEL, messages, return_token_ids: true, ...extra } as ChatCompletionCreateParamsNonStreaming);
-  const vllm = res as unknown as TokenIdFields;
-  return { text: res.choices[0].message.content ?? '', finish: res.choices[0].finish_reason, ids: vllm.choices[0].token_ids ?? [], promptIds: vllm.prompt_token_ids ?? [] };
+  const vllm = res as unknown as VllmFields;
+  return {
+    text: res.choices[0].message.content ?? '', finish: res.choices[0].finish_reason, stopReason: vllm.choices[0].stop_reason ?? null,
+    ids: vllm.choices[0].token_ids ?? [], promptIds: vllm.prompt_token_ids ?? [],
+  };
 }
 
 async function askCompletion(client: OpenAI, prompt: string | number[], extra: Json = {}): Promise<Answer> {
   const res = await client.completions.create({ model: MODEL, prompt, return_token_ids: true, ...extra } as CompletionCreateParamsNonStreaming);
-  const vllm = res as unknown as TokenIdFields;
-  return { text: res.choices[0].text, finish: res.choices[0].finish_reason, ids: vllm.choices[0].token_ids ?? [], promptIds: vllm.choices[0].prompt_token_ids ?? [] };
+  const vllm = res as unknown as VllmFields;
+  return {
+    text: res.choices[0].text, finish: res.choices[0].finish_reason, stopReason: vllm.choices[0].stop_reason ?? null,
+    ids: vllm.choices[0].token_ids ?? [], promptIds: vllm.choices[0].prompt_token_ids ?? [],
+  };
 }
 
-async function streamChat(client: OpenAI, messages: ChatCompletionMessageParam[]): Promise<{ text: string; finish: string | null }> {
-  let text = '';
+/** A streamed chat answer: its text, finish reason, and the content of each chunk after the role chunk. */
+async function streamChat(client: OpenAI, messages: ChatCompletionMessageParam[]): Promise<{ text: string; finish: string | null; pieces: string[] }> {
   let finish: string | null = null;
+  const pieces: string[] = [];
   for await (const chunk of await client.chat.completions.create({ model: MODEL, messages, stream: true })) {
-    text += chunk.choices[0]?.delta.content ?? '';
-    finish = chunk.choices[0]?.finish_reason ?? finish;
+    const choice = chunk.choices[0];
+    if (!choice) continue;
+    if (choice.delta.role === undefined) pieces.push(choice.delta.content ?? '');
+    finish = choice.finish_reason ?? finish;
   }
-  return { text, finish };
+  return { text: pieces.join(''), finish, pieces };
 }
 
 /** Counter increments between two /metrics readings. */
@@ -145,8 +155,12 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
   it('answers a captured prompt with the captured content and token ids, streamed or not', async () => {
     const before = await mockerCounters(serve.port);
     expect(await askChat(client, QUESTION)).toEqual(capital);
-    // The capture was not streamed: the stream is rendered from its tokens.
-    expect(await streamChat(client, QUESTION)).toEqual({ text: CAPITAL, finish: 'stop' });
+    // The capture was not streamed: the stream is rendered from its tokens, one chunk per token as vLLM streams
+    // them (one per engine step, vllm-wire-reference.md §1.4), the EOS's with empty content.
+    const streamed = await streamChat(client, QUESTION);
+    expect(streamed).toMatchObject({ text: CAPITAL, finish: 'stop' });
+    expect(streamed.pieces).toHaveLength(capital.ids.length);
+    expect(streamed.pieces.at(-1)).toBe('');
     expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker:capture_hits_total': 2 });
   });
 
@@ -200,6 +214,14 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
     expect(longerAgain).toEqual(longer);
   });
 
+  it('a capture that ended by length whose tokens hold a stop string answers a larger max_tokens in full: a hit that stops there', async () => {
+    const before = await mockerCounters(serve.port);
+    const stopped = await askCompletion(client, COUNT_PROMPT, { max_tokens: 20, stop: [' four'] });
+    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker:capture_hits_total': 1 });
+    // As vLLM: the text ends before the stop string, the token that completed it is kept, stop_reason names it.
+    expect(stopped).toMatchObject({ text: ' one two three', finish: 'stop', stopReason: ' four', ids: counting.ids.slice(0, 4) });
+  });
+
   it('--outputs random ignores the captures; its random answers are the default mode\'s for the same --seed', async () => {
     const random = await spawnServe('--outputs', 'random');
     const randomClient = clientFor(random.port);
@@ -240,6 +262,8 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
     expect(requestSide).toBe(TABS);
     expect(SQL.startsWith(before) && before.length > 0).toBe(true);
 
+    // A stop string inside the captured tokens: no token past the capture is needed.
+    expect(await askCompletion(strictClient, COUNT_PROMPT, { max_tokens: 20, stop: [' four'] })).toMatchObject({ text: ' one two three', finish: 'stop' });
     const counters = await mockerCounters(strict.port);
     const partial = await askCompletion(strictClient, COUNT_PROMPT, { max_tokens: 20 }).then(
       () => null,

@@ -7,13 +7,18 @@ export class PartialHit {
   constructor(readonly captured: number, readonly requested: number) {}
 }
 
-function fromGeneration(gen: Generation): ChoicePlan {
+/** The chunks as the engine sent them. */
+function capturedChunks(gen: Generation): PlannedChunk[] {
   const chunks: PlannedChunk[] = [];
   let end = 0;
   gen.chunkTokens.forEach((count, i) => {
     end += count;
     chunks.push({ end, delta: gen.chunkDeltas[i] });
   });
+  return chunks;
+}
+
+function fromGeneration(gen: Generation, chunks: PlannedChunk[]): ChoicePlan {
   return {
     tokenIds: gen.outputIds,
     capturedTimesMs: gen.tokenTimes,
@@ -21,6 +26,27 @@ function fromGeneration(gen: Generation): ChoicePlan {
     finishReason: gen.finishReason ?? 'stop',
     stopReason: gen.stopReason,
   };
+}
+
+/**
+ * A non-streamed capture holds its whole output as one chunk, but the engine made it one token per step (and
+ * streams, and checks stop strings, per step: vllm-wire-reference.md §1.4). One chunk per token, carrying the
+ * incremental detokenizer's piece, when those pieces give back the captured text exactly; else null (a text
+ * cut by a stop string, reasoning or tool calls: kept whole).
+ */
+async function perTokenChunks(gen: Generation, params: OutputParams, tokenizer: ModelTokenizer): Promise<PlannedChunk[] | null> {
+  const field = textField(params.kind);
+  const delta = gen.chunkDeltas[0];
+  if (gen.chunkTokens.length !== 1 || gen.outputIds.length < 2 || Object.keys(delta).some((k) => k !== field) || typeof delta[field] !== 'string') return null;
+  const stream = tokenizer.decodeStream(true);
+  const chunks: PlannedChunk[] = [];
+  let text = '';
+  for (const [i, id] of gen.outputIds.entries()) {
+    const piece = (await stream.step(id)) ?? '';
+    text += piece;
+    chunks.push({ end: i + 1, delta: { [field]: piece } });
+  }
+  return text === delta[field] ? chunks : null;
 }
 
 /** Cuts a captured plan to `max` tokens; a chunk cut in the middle gets its text re-decoded. */
@@ -45,17 +71,17 @@ async function truncate(plan: ChoicePlan, max: number, params: OutputParams, tok
 /**
  * How a captured generation answers a request with the same prompt tokens (PRODUCT §2): cut by a smaller
  * max_tokens, by stop strings or stop token ids found earlier; a request wanting more tokens than a
- * length-capped capture holds is a partial hit.
+ * length-capped capture holds, and not stopped within them, is a partial hit.
  */
-export async function planFromCapture(gen: Generation, params: OutputParams, tokenizer: ModelTokenizer): Promise<ChoicePlan | PartialHit> {
-  let plan = fromGeneration(gen);
+export async function planFromCapture(gen: Generation, params: OutputParams, tokenizer: ModelTokenizer, streamed: boolean): Promise<ChoicePlan | PartialHit> {
+  let plan = fromGeneration(gen, (streamed ? null : await perTokenChunks(gen, params, tokenizer)) ?? capturedChunks(gen));
   const captured = plan.tokenIds.length;
   if (params.maxTokens < captured) plan = await truncate(plan, params.maxTokens, params, tokenizer);
-  else if (params.maxTokens > captured && plan.finishReason === 'length' && params.maxTokensRequested) {
-    return new PartialHit(captured, params.maxTokens);
-  }
   plan = cutAtStopToken(plan, { ...params, ignoreEos: true }, tokenizer.eosTokenIds);
-  return cutAtStopString(plan, params, tokenizer);
+  plan = await cutAtStopString(plan, params, tokenizer);
+  // Still ending by length after the stop rules: the request would have gone on past the captured tokens.
+  if (params.maxTokens > captured && plan.finishReason === 'length' && params.maxTokensRequested) return new PartialHit(captured, params.maxTokens);
+  return plan;
 }
 
 /** Extends a partial hit with random tokens (`--on-miss random`): the captured tokens first, then random ones. */

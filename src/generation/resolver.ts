@@ -77,11 +77,11 @@ export class OutputResolver {
     const plans: ChoicePlan[] = [];
     let extended = false;
     for (const [i, { exchange, choice }] of chosen.entries()) {
-      const plan = await planFromCapture(exchange.generations[choice], params, this.config.tokenizer);
+      const plan = await planFromCapture(exchange.generations[choice], params, this.config.tokenizer, exchange.stream);
       if (plan instanceof PartialHit) {
         if (this.config.onMiss === 'random') {
           const rest = { ...params, maxTokens: plan.requested - plan.captured };
-          const captured = await planFromCapture(exchange.generations[choice], { ...params, maxTokens: plan.captured }, this.config.tokenizer);
+          const captured = await planFromCapture(exchange.generations[choice], { ...params, maxTokens: plan.captured }, this.config.tokenizer, exchange.stream);
           if (captured instanceof PartialHit) throw new Error('unreachable: a capture always covers its own length');
           plans.push(extendPlan(captured, await planRandom([...promptIds, ...captured.tokenIds], rest, this.config.tokenizer, this.config.seed, i)));
           extended = true;

@@ -3,7 +3,7 @@
  * types. With no flag, the settings are the README's CLI tables' defaults (the oracle: the expected values are
  * copied from README.md, not from the code); every flag of those tables has an observable effect.
  */
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -46,9 +46,9 @@ function tempDir(): string {
  * `port`: wait for that port (a fixed one, or the command's default with `portFlag: false`).
  */
 async function mocker(args: string[], options: { cwd?: string; port?: number; portFlag?: boolean } = {}) {
-  const process = await startMockerProcess(args, options.port ?? 0, { cwd: options.cwd ?? tempDir(), env: ENV, portFlag: options.portFlag });
-  processes.push(process);
-  return { process, url: `http://127.0.0.1:${process.port}` };
+  const spawned = await startMockerProcess(args, options.port ?? 0, { cwd: options.cwd ?? tempDir(), env: ENV, portFlag: options.portFlag });
+  processes.push(spawned);
+  return { process: spawned, url: `http://127.0.0.1:${spawned.port}` };
 }
 
 async function upstream(script: Script = () => ({ content: 'Hello from the engine.' })): Promise<Upstream> {
@@ -280,7 +280,7 @@ describe('every flag of the README CLI tables, through spawned processes', () =>
     expect(response.headers.get('x-request-id')).toBe('cli-request-7');
     expect(data.usage?.completion_tokens).toBe(3);
     // --no-enable-chunked-prefill with --max-num-batched-tokens 256: a longer prompt can never be scheduled.
-    await expect(openai.completions.create({ model: 'alpha', prompt: tokens(300), max_tokens: 1 })).rejects.toMatchObject({ status: 400 });
+    await expect(openai.completions.create({ model: 'alpha', prompt: tokens(300), max_tokens: 1 })).rejects.toMatchObject({ status: 400, message: expect.stringContaining('without chunked prefill') });
     // --max-model-len
     await expect(openai.completions.create({ model: 'alpha', prompt: tokens(1000), max_tokens: 1 })).rejects.toThrow(/maximum context length is 1000 tokens/);
     // --max-body-bytes

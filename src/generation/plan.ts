@@ -67,7 +67,10 @@ export function cutAtStopToken(plan: ChoicePlan, params: OutputParams, eosTokenI
     const isEos = eos.has(id);
     if (!isEos && !stopIds.has(id)) continue;
     const keptChunks = plan.chunks.filter((c) => c.end <= i);
-    const chunks = [...keptChunks, { end: i + 1, delta: { [textField(params.kind)]: '' } }];
+    // A captured chunk that ends with this very token already holds vLLM's text for it (the stop token's skipped):
+    // a non-streamed capture is one such chunk, with the whole text.
+    const ending = plan.chunks.find((c) => c.end === i + 1 && c.delta);
+    const chunks = [...keptChunks, ending ?? { end: i + 1, delta: { [textField(params.kind)]: '' } }];
     return endPlan(plan, i + 1, chunks, 'stop', isEos ? null : id);
   }
   return plan;

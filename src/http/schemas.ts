@@ -86,7 +86,8 @@ const MAX_N_SEQUENCES = Number(process.env.VLLM_MAX_N_SEQUENCES ?? 16384);
 
 /** The value checks vLLM's protocol validators and SamplingParams._verify_args make. */
 export function checkSampling(req: CompletionRequest | ChatRequest): void {
-  if (req.stream_options && req.stream !== true) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
+  // vLLM's validator tests `data.get("stream_options")`: an empty object is falsy in Python and passes.
+  if (req.stream_options && Object.keys(req.stream_options).length > 0 && req.stream !== true) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
   if (req.n !== undefined && req.n !== null && req.n < 1) throw badRequest(`n must be at least 1, got ${req.n}.`, 'n');
   if (req.n != null && req.n > MAX_N_SEQUENCES) throw badRequest(`n must be at most ${MAX_N_SEQUENCES}, got ${req.n}.`, 'n');
   const maxTokens: number | null | undefined =

@@ -222,7 +222,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       promptIds,
       params: outputParams(kind, req, promptIds.length),
       stream,
-      includeUsage: stream && req.stream_options?.include_usage === true,
+      // stream_options given: include_usage defaults to true (vLLM ≈0.10–0.13 StreamOptions), an explicit null is off.
+      includeUsage: stream && !!req.stream_options && (req.stream_options.include_usage === undefined || req.stream_options.include_usage === true),
       returnTokenIds: req.return_token_ids === true,
       dataParallelRank: dataParallelRank(rankHeader),
       kvTransfer: req.kv_transfer_params ?? null,
@@ -368,6 +369,13 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     }
   };
 
+  /** vLLM's `validate_json_request` on its API routes: any other media type is a 400 before the body is read. */
+  const readApiJson = (c: Context<Env>): ReturnType<typeof readJson> => {
+    const mediaType = (c.req.header('content-type') ?? '').toLowerCase().split(';')[0];
+    if (mediaType !== 'application/json') throw new ApiError(400, "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed", 'Bad Request');
+    return readJson(c);
+  };
+
   /** Block ids named in `remote_block_ids`: opaque to the decode side, distinct while held. */
   let nextBlockId = 1;
 
@@ -388,7 +396,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     res.on('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    const { bytes: bodyBytes, body } = await readJson(c);
+    const { bytes: bodyBytes, body } = await readApiJson(c);
     const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'));
     const resolution = await resolver.resolve(p.params, p.model, p.promptIds, requestShape(kind, body));
     config.mockerMetrics?.captureLookup(resolution.lookup);
@@ -467,7 +475,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     return c.body(null, 200);
   });
   app.post('/tokenize', async (c) => {
-    const req = parseBody(tokenizeRequest, (await readJson(c)).body);
+    const req = parseBody(tokenizeRequest, (await readApiJson(c)).body);
     resolveModel(req.model);
     if ((req.prompt === undefined) === (req.messages === undefined)) throw badRequest('Either `prompt` or `messages` must be given.');
     let ids: number[];
@@ -477,7 +485,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     return c.json({ count: ids.length, max_model_len: config.maxModelLen, tokens: ids, token_strs: tokenStrs });
   });
   app.post('/detokenize', async (c) => {
-    const req = parseBody(detokenizeRequest, (await readJson(c)).body);
+    const req = parseBody(detokenizeRequest, (await readApiJson(c)).body);
     resolveModel(req.model);
     checkTokenIds(req.tokens);
     return c.json({ prompt: await tokenizer.decode(req.tokens, false) });

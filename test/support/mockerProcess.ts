@@ -22,8 +22,8 @@ export interface SpawnOptions {
 
 /**
  * Runs the built CLI (`node dist/cli/main.js …`) as its own process and resolves once it prints the address
- * it listens on (`--port 0` picks a free one; a given port is waited for by number, for commands that print
- * other addresses first).
+ * it listens on ("on http://…" or "proxying http://…": the addresses of upstreams it names are not; `--port 0`
+ * picks a free one; a given port is waited for by number, for `serve --pd`, whose engines print theirs first).
  */
 export function startMockerProcess(args: string[], port = 0, options: SpawnOptions = {}): Promise<MockerProcess> {
   const listen = ['--host', '127.0.0.1', ...(options.portFlag === false ? [] : ['--port', String(port)])];
@@ -33,7 +33,7 @@ export function startMockerProcess(args: string[], port = 0, options: SpawnOptio
     let out = '';
     child.stdout!.on('data', (d: Buffer) => {
       out += d.toString();
-      const m = new RegExp(`http://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`).exec(out);
+      const m = new RegExp(`(?:on|proxying) http://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`).exec(out);
       if (m) resolve({ child, port: Number(m[1]), stdout: () => out, stop: async () => void (child.kill('SIGTERM'), await exited) });
     });
     child.stderr!.on('data', (d: Buffer) => process.stderr.write(d));

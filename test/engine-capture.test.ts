@@ -191,15 +191,20 @@ describe.each<EngineName>(['llama.cpp', 'transformers'])('capture in front of %s
   });
 });
 
+/** A capture started while its engine is down, then the engine (as happens when both start at once). */
+async function captureBeforeEngine(engineName: EngineName): Promise<{ capture: MockerProcess; engine: EngineDouble; file: string }> {
+  const probe = await startEngineDouble(engineName);
+  const port = Number(new URL(probe.url).port);
+  await probe.close();
+  const file = tempFile('late.db');
+  const capture = await startMockerProcess(['capture', '--upstream', `http://127.0.0.1:${port}`, '--captures', file]);
+  return { capture, engine: await startEngineDouble(engineName, port), file };
+}
+
 describe('capture of an engine that refuses return_token_ids', () => {
   it('asks again without it, never shows the refusal, and learns what the engine is once it answers', async () => {
-    // `transformers serve` starts after the proxy: the proxy does not know yet that it refuses unknown fields.
-    const probe = await startEngineDouble('transformers');
-    const port = Number(new URL(probe.url).port);
-    await probe.close();
-    const file = tempFile('late.db');
-    const capture = await startMockerProcess(['capture', '--upstream', `http://127.0.0.1:${port}`, '--captures', file]);
-    const engine = await startEngineDouble('transformers', port);
+    // The proxy does not know yet that `transformers serve` refuses unknown fields.
+    const { capture, engine, file } = await captureBeforeEngine('transformers');
     try {
       const body = { model: engine.model, prompt: 'The capital of France is', max_tokens: 8, temperature: 0 };
       const directText = await (await client(engine.url).completions.create(body).asResponse()).text();
@@ -226,12 +231,7 @@ describe('capture of an engine that refuses return_token_ids', () => {
 
 describe('capture of an engine not identified yet', () => {
   it("takes no empty id list for text: llama.cpp's [] to vLLM's /tokenize shape is passed over for its own", async () => {
-    const probe = await startEngineDouble('llama.cpp');
-    const port = Number(new URL(probe.url).port);
-    await probe.close();
-    const file = tempFile('late-llama.db');
-    const capture = await startMockerProcess(['capture', '--upstream', `http://127.0.0.1:${port}`, '--captures', file]);
-    const engine = await startEngineDouble('llama.cpp', port);
+    const { capture, engine, file } = await captureBeforeEngine('llama.cpp');
     try {
       await client(`http://127.0.0.1:${capture.port}`).completions.create({ model: engine.model, prompt: ORACLE_TEXT.text!, max_tokens: 4 });
       await client(`http://127.0.0.1:${capture.port}`).chat.completions.create({ model: engine.model, messages: ORACLE_CHAT.request!.messages as never, max_tokens: 4 });

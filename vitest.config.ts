@@ -5,6 +5,7 @@ const TIMING = ['test/timing.test.ts', 'test/pd-capture.test.ts', 'test/engine-l
 
 export default defineConfig({
   test: {
+    globalSetup: ['test/support/tempRoot.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',

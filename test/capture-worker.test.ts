@@ -1,6 +1,5 @@
 import { mkdtempSync } from 'node:fs';
 import http from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -11,6 +10,7 @@ import { CaptureStore } from '../src/store/captureStore.js';
 import { loadTokenizer } from '../src/tokenizer/index.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
 import { prng } from './support/prng.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 describe('hideTokenIdsInBytes', () => {
   const FRAGMENTS = [
@@ -48,7 +48,7 @@ afterAll(async () => {
 });
 
 function newCaptureFile(): { path: string; runId: number } {
-  const path = join(mkdtempSync(join(tmpdir(), 'mocker-worker-')), 'capture.db');
+  const path = join(mkdtempSync(join(testTmpdir(), 'mocker-worker-')), 'capture.db');
   const store = CaptureStore.open(path);
   const tokenizer = loadTokenizer();
   const runId = store.startRun({ kind: 'capture', tokenizerName: tokenizer.name }, tokenizer.files);
@@ -129,7 +129,7 @@ describe('mocker capture shutdown', () => {
   it('stores the streams its close() cuts off as aborted before it resolves', async () => {
     const upstream = await startUpstream(() => ({ content: 'slow '.repeat(100), gapMs: () => 30 }));
     cleanup.push(() => upstream.close());
-    const db = join(mkdtempSync(join(tmpdir(), 'mocker-close-')), 'capture.db');
+    const db = join(mkdtempSync(join(testTmpdir(), 'mocker-close-')), 'capture.db');
     const capture = await startCapture({ upstream: upstream.url, captures: db, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
     const streams = await Promise.all(
       Array.from({ length: 4 }, (_, i) =>

@@ -5,7 +5,6 @@
  */
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import OpenAI from 'openai';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
@@ -16,6 +15,7 @@ import { CaptureStore } from '../src/store/captureStore.js';
 import { EventSubscriber, freePorts, replay } from './support/kvEventsClient.js';
 import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 type Json = Record<string, unknown>;
 type EngineView = EngineState & { config: Json };
@@ -36,7 +36,7 @@ afterEach(async () => {
 });
 
 function tempDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'mocker-cli-'));
+  const dir = mkdtempSync(join(testTmpdir(), 'mocker-cli-'));
   dirs.push(dir);
   return dir;
 }
@@ -487,7 +487,7 @@ describe('bad values: a clear error naming the flag, and a non-zero exit', () =>
   ];
 
   let cwd: string;
-  beforeAll(() => void (cwd = mkdtempSync(join(tmpdir(), 'mocker-cli-bad-'))));
+  beforeAll(() => void (cwd = mkdtempSync(join(testTmpdir(), 'mocker-cli-bad-'))));
   afterAll(() => rmSync(cwd, { recursive: true, force: true }));
 
   // Concurrent (vitest's default of five at a time): each case is a Node start-up.

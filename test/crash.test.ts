@@ -1,12 +1,12 @@
 import { mkdtempSync } from 'node:fs';
 import http from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServe, type Running } from '../src/cli/serve.js';
 import { startMockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 const IN_FLIGHT = 32;
 
@@ -50,7 +50,7 @@ describe('kill -9 of the capture process with streams in flight', () => {
   const answers: string[] = [];
 
   beforeAll(async () => {
-    dbPath = join(mkdtempSync(join(tmpdir(), 'mocker-crash-')), 'golden.db');
+    dbPath = join(mkdtempSync(join(testTmpdir(), 'mocker-crash-')), 'golden.db');
     upstream = await startUpstream((body) =>
       String(body.prompt ?? '').includes('slow') ? { content: 'and then '.repeat(100), gapMs: () => 50 } : { content: 'Done quickly.' },
     );

@@ -9,7 +9,6 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import type { ChatCompletionCreateParamsNonStreaming, ChatCompletionMessageParam, CompletionCreateParamsNonStreaming } from 'openai/resources';
@@ -18,6 +17,7 @@ import { freePorts } from './support/kvEventsClient.js';
 import { mockerCounters } from './support/mockerCounters.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { decode, encode, MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 type Json = Record<string, unknown>;
 
@@ -125,7 +125,7 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
   };
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'mocker-default-mode-'));
+    dir = mkdtempSync(join(testTmpdir(), 'mocker-default-mode-'));
     db = join(dir, 'captures.db');
     const upstream = await startUpstream(script);
     const capture = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', db]);
@@ -315,7 +315,7 @@ describe('mocker capture with its default redaction', () => {
   let capture: MockerProcess | undefined;
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'mocker-redaction-'));
+    dir = mkdtempSync(join(testTmpdir(), 'mocker-redaction-'));
     upstream = await startUpstream(script);
     cookies = await setCookieInFront(upstream, `session=${secrets['set-cookie']}; HttpOnly`);
   });

@@ -1,10 +1,10 @@
 import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCapture } from '../src/cli/capture.js';
 import { startServe, type Running } from '../src/cli/serve.js';
 import { CHAT_TEMPLATE, decode, MODEL, promptIds, startUpstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 const SYSTEM = 'You are a careful assistant. Answer in one short sentence.';
 const messages = [
@@ -21,7 +21,7 @@ describe('miss diagnostics', () => {
   let replay: Running;
 
   beforeAll(async () => {
-    const dbPath = join(mkdtempSync(join(tmpdir(), 'mocker-miss-')), 'golden.db');
+    const dbPath = join(mkdtempSync(join(testTmpdir(), 'mocker-miss-')), 'golden.db');
     const upstream = await startUpstream(() => ({ content: 'Paris is the capital of France.' }));
     const capture = await startCapture({ upstream: upstream.url, captures: dbPath, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
     const res = await fetch(`http://127.0.0.1:${capture.port}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(captured) });

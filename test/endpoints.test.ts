@@ -1,6 +1,5 @@
 /** vLLM's auxiliary surface (vllm-wire-reference.md §3): /ping, /version, /v1/models, --api-key, --enable-request-id-headers, /load, /reset_prefix_cache. */
 import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -8,6 +7,7 @@ import { startCapture } from '../src/cli/capture.js';
 import { startServe, type Running } from '../src/cli/serve.js';
 import type { EngineState } from '../src/engine/index.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 const servers: Running[] = [];
 afterEach(async () => {
@@ -60,7 +60,7 @@ describe('auxiliary endpoints and flags', () => {
     expect(Object.keys((await own.json()) as object)).toEqual(['version']);
     // A pre-0.10.2 engine (the test double reports 0.10.1.1), captured, then replayed without it.
     const upstream = await startUpstream(() => ({ content: 'hi' }), { legacy: true });
-    const db = join(mkdtempSync(join(tmpdir(), 'mocker-version-')), 'v.db');
+    const db = join(mkdtempSync(join(testTmpdir(), 'mocker-version-')), 'v.db');
     const capture = await startCapture({ upstream: upstream.url, captures: db, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
     expect((await complete(`http://127.0.0.1:${capture.port}`)).status).toBe(200);
     await capture.close();

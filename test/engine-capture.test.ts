@@ -4,7 +4,6 @@
  * Everything runs through the spawned CLI and the official `openai` client.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
@@ -12,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEngineDouble, type EngineDouble, type EngineName } from './support/engineDoubles.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 type Json = Record<string, unknown>;
 
@@ -33,7 +33,7 @@ const ORACLE_CHAT = ORACLE.find((o) => o.kind === 'chat' && o.request?.messages.
 
 const tempDirs: string[] = [];
 function tempFile(name: string): string {
-  const dir = mkdtempSync(join(tmpdir(), 'mocker-engines-'));
+  const dir = mkdtempSync(join(testTmpdir(), 'mocker-engines-'));
   tempDirs.push(dir);
   return join(dir, name);
 }

@@ -1,12 +1,12 @@
 /** `--on-miss passthrough | record`: a miss goes to the real engine; `record` keeps the answer as a new capture. */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startServe, type Running } from '../src/cli/serve.js';
 import { mockerCounters } from './support/mockerCounters.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 const ANSWER = 'Forwarded from the engine.';
 const running: Running[] = [];
@@ -32,7 +32,7 @@ const storedExchanges = (db: string) => {
 describe('--on-miss', () => {
   for (const policy of ['passthrough', 'record'] as const) {
     it(`${policy}: a miss is answered by the upstream${policy === 'record' ? ', and replayed once it is gone' : ', and nothing is stored'}`, async () => {
-      const dir = mkdtempSync(join(tmpdir(), 'mocker-miss-'));
+      const dir = mkdtempSync(join(testTmpdir(), 'mocker-miss-'));
       dirs.push(dir);
       const db = join(dir, 'captures.db');
       const upstream = await startUpstream(() => ({ content: ANSWER }));

@@ -5,7 +5,6 @@
  * measuring client run as their own processes, as in test/timing.test.ts.
  */
 import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,6 +14,7 @@ import { CaptureStore } from '../src/store/captureStore.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { measureInProcess, measurePdHopsInProcess } from './support/sseTiming.js';
 import { encode, MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 const PREFILL_MS = 150;
 const DECODE_TTFT_MS = 60;
@@ -46,7 +46,7 @@ describe('PD-split capture, then replay', () => {
   const proxies: RunningProxy[] = [];
 
   beforeAll(async () => {
-    dbPath = join(mkdtempSync(join(tmpdir(), 'mocker-pd-')), 'pd.db');
+    dbPath = join(mkdtempSync(join(testTmpdir(), 'mocker-pd-')), 'pd.db');
     const prefill: Upstream = await startUpstream((body) => {
       const transfer = body.kv_transfer_params as Record<string, unknown> | undefined;
       return transfer?.do_remote_decode ? { content: 'word '.repeat(40), ttftMs: PREFILL_MS, kvTransferParams: UPSTREAM_PREFILL_PARAMS } : { errorStatus: 400 };

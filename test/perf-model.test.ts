@@ -1,14 +1,14 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { zipSync } from 'fflate';
 import { afterAll, describe, expect, it } from 'vitest';
 import { readNpz } from '../src/engine/perf/npy.js';
 import { InterpolatedPerfModel, loadPerfModel, polynomialPerfModel, type PerfModel, type PerfTables } from '../src/engine/perf/perfModel.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 // Every expected number below comes from the spec (§4.1 example tables) or is computed by hand in the comments.
 
-const dir = mkdtempSync(join(tmpdir(), 'perf-model-'));
+const dir = mkdtempSync(join(testTmpdir(), 'perf-model-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** Asserts `actual` is within `tolerance` of `expected` (the spec prints 2-decimal values). */

@@ -5,12 +5,12 @@
 import OpenAI from 'openai';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EngineState } from '../src/engine/index.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 describe('mocker serve --block-size 16 --enable-prompt-tokens-details: the same 128-token prompt twice', () => {
   let dir: string;
@@ -18,7 +18,7 @@ describe('mocker serve --block-size 16 --enable-prompt-tokens-details: the same 
   let url: string;
   beforeAll(async () => {
     // The default mode opens captures/mocker.db under the working directory: a temporary one.
-    dir = mkdtempSync(join(tmpdir(), 'mocker-prefix-hit-'));
+    dir = mkdtempSync(join(testTmpdir(), 'mocker-prefix-hit-'));
     mocker = await startMockerProcess(['serve', '--block-size', '16', '--enable-prompt-tokens-details'], 0, { cwd: dir });
     url = `http://127.0.0.1:${mocker.port}`;
   });

@@ -1,11 +1,11 @@
 import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCapture } from '../src/cli/capture.js';
 import { startServe, type Running } from '../src/cli/serve.js';
 import { MODEL, startUpstream, type Answer, type Upstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 const EMOJI = '你好，世界！🌍🚀 naïve café 👨‍👩‍👧';
 
@@ -70,7 +70,7 @@ describe('capture then replay through a vLLM-like upstream', () => {
   const secrets = { authorization: 'Bearer sk-secret-AAAA1111', 'api-key': 'azure-key-BBBB2222', 'x-api-key': 'xkey-CCCC3333', cookie: 'session=cookie-DDDD4444' };
 
   beforeAll(async () => {
-    dbPath = join(mkdtempSync(join(tmpdir(), 'mocker-')), 'golden.db');
+    dbPath = join(mkdtempSync(join(testTmpdir(), 'mocker-')), 'golden.db');
     upstream = await startUpstream(script);
     capture = await startCapture({ upstream: upstream.url, captures: dbPath, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: ['authorization', 'api-key', 'x-api-key', 'cookie', 'set-cookie'] });
   });

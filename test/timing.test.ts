@@ -1,5 +1,4 @@
 import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCapture } from '../src/cli/capture.js';
@@ -7,6 +6,7 @@ import { CaptureStore } from '../src/store/captureStore.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { arrivals, measureInProcess, roundTrip } from './support/sseTiming.js';
 import { encode, MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 const TTFT_MS = 200;
 /** Gaps between 20 and 80 ms, varied. */
@@ -23,7 +23,7 @@ describe('captured timing', () => {
   const servers: MockerProcess[] = [];
 
   beforeAll(async () => {
-    dbPath = join(mkdtempSync(join(tmpdir(), 'mocker-timing-')), 'timing.db');
+    dbPath = join(mkdtempSync(join(testTmpdir(), 'mocker-timing-')), 'timing.db');
     upstream = await startUpstream(() => ({ content: 'word '.repeat(40), ttftMs: TTFT_MS, gapMs: gap }));
     const capture = await startCapture({ upstream: upstream.url, captures: dbPath, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
     await roundTrip(`http://127.0.0.1:${capture.port}`);

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { ModelTokenizer, loadModelFiles } from '../src/tokenizer/index.js';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { testTmpdir } from './support/tempRoot.js';
 
 const FIXTURES = new URL('./fixtures/tokenizer/', import.meta.url);
 
@@ -59,8 +60,7 @@ describe.each(cases)('tokenizer oracle %s', (file, make) => {
 describe('model resolution', () => {
   it('finds a model in the local Hugging Face cache by id', async () => {
     const { mkdtempSync, mkdirSync, copyFileSync, writeFileSync } = await import('node:fs');
-    const { tmpdir } = await import('node:os');
-    const home = mkdtempSync(join(tmpdir(), 'hf-'));
+    const home = mkdtempSync(join(testTmpdir(), 'hf-'));
     const snap = join(home, 'hub', 'models--meta-llama--Llama-3.1-8B-Instruct', 'snapshots', 'abc123');
     mkdirSync(snap, { recursive: true });
     mkdirSync(join(home, 'hub', 'models--meta-llama--Llama-3.1-8B-Instruct', 'refs'));

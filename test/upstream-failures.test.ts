@@ -1,13 +1,13 @@
 import { mkdtempSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startCapture } from '../src/cli/capture.js';
 import { startServe, type Running } from '../src/cli/serve.js';
 import { encode, EOS, MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 const cleanup: (() => Promise<void>)[] = [];
 afterAll(async () => {
@@ -15,7 +15,7 @@ afterAll(async () => {
 });
 
 async function captureOf(upstreamUrl: string, timeoutMs = 10_000): Promise<{ port: number; db: string }> {
-  const db = join(mkdtempSync(join(tmpdir(), 'mocker-fail-')), 'capture.db');
+  const db = join(mkdtempSync(join(testTmpdir(), 'mocker-fail-')), 'capture.db');
   const capture = await startCapture({ upstream: upstreamUrl, captures: db, host: '127.0.0.1', port: 0, upstreamTimeoutMs: timeoutMs, maxBodyBytes: 1 << 20, redactHeaders: [] });
   cleanup.push(() => capture.close());
   return { port: capture.port, db };

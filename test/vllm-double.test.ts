@@ -5,7 +5,6 @@
  * from the Python HF tokenizer fixtures (test/fixtures/tokenizer/qwen3.jsonl), never from the double.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI, { APIError } from 'openai';
 import type { ChatCompletionCreateParamsNonStreaming, ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources';
@@ -13,6 +12,7 @@ import type { CompletionCreateParamsNonStreaming, CompletionCreateParamsStreamin
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream, type Answer, type Upstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 type Json = Record<string, unknown>;
 
@@ -58,7 +58,7 @@ let direct: OpenAI;
 let captured: OpenAI;
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'mocker-vllm-double-'));
+  dir = mkdtempSync(join(testTmpdir(), 'mocker-vllm-double-'));
   db = join(dir, 'golden.db');
   upstream = await startUpstream((body, choice) => {
     const answer = answers.get(lastText(body));

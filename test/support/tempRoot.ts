@@ -1,0 +1,21 @@
+/**
+ * Vitest's global setup: every test file makes its temporary directories under one root, removed when the run
+ * ends (whatever the files did, or failed to do), so a run leaves nothing behind.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const ENV = 'MOCKER_TEST_TMPDIR';
+
+export function setup(): () => void {
+  const root = mkdtempSync(join(tmpdir(), 'mocker-tests-'));
+  // Test workers are started after this and inherit it.
+  process.env[ENV] = root;
+  return () => rmSync(root, { recursive: true, force: true });
+}
+
+/** Where tests make their temporary directories (the system's when run outside vitest's global setup). */
+export function testTmpdir(): string {
+  return process.env[ENV] ?? tmpdir();
+}

@@ -2,10 +2,11 @@
  * Benchmark: replay timing as an outside client sees it (issue #10 item 7). Goal: |gap error| p99 ≤ 1 ms,
  * |TTFT error| median ≤ 1 ms.
  *
- * 1. The vLLM test double (test/support/vllmUpstream.ts, in a child process of this script: its tokenizing
- *    would otherwise hold up this process's client, which must timestamp events as they arrive) answers --requests distinct streamed
- *    requests (chat and completions alternating, 8–64 output tokens) with a seeded TTFT uniform in
- *    5–250 ms and every inter-token gap uniform in 1–80 ms.
+ * 1. The vLLM test double (test/support/vllmUpstream.ts, in a child process of this script, whose client
+ *    must not wait for the double's tokenizing) answers --requests distinct streamed requests (chat and
+ *    completions alternating, 8–64 output tokens) with a seeded TTFT uniform in 5–250 ms and every
+ *    inter-token gap uniform in 1–80 ms. Two more requests go first, unmeasured, one per endpoint: the
+ *    first requests after start run cold code and come out a few ms late.
  * 2. `mocker capture` (the built CLI, its own process) records them while this process's client sends them,
  *    --concurrency at a time, timestamping every SSE event as it arrives (bench/lib/sseClient.ts).
  * 3. `mocker serve --mode replay` (the built CLI, its own process, default `--timing captured`) answers the
@@ -13,10 +14,11 @@
  *    pass), whose difference from the first is the run-to-run noise of this machine, not a replay error.
  * 4. Per request: TTFT = request sent → first token event; gaps = between successive token events (the chat
  *    role event does not count). Error = replay − capture, both as this client saw them; the table gives
- *    p50 / p99 / max of |error|. Two more rows split it: the replay client against the offsets the capture
- *    file stored (what replay itself adds; its TTFT also holds the capture proxy's own request handling),
- *    and the capture client against the double's script (how late the proxy hop and the double's own
- *    tokenizing made the captured tokens: replay reproduces that, it is no error).
+ *    p50 / p99 / max of |error|. The other rows split it: the two replay passes against each other; the
+ *    replay client against the offsets the capture file stored (what replay and one hop add; the stored
+ *    TTFT starts when the proxy forwards, so the client's round trip is in it); and the capture client
+ *    against the double's script (how late the double's own tokenizing and the proxy hop made the captured
+ *    tokens: replay reproduces that, it is no error).
  * Every phase also reports the machine's load average and this client's event-loop delay: on a shared
  * machine a stall of the client or of a server shows up as a gap error, whoever caused it.
  *
@@ -41,6 +43,8 @@ const REQUESTS = numberArg('requests', 200);
 const CONCURRENCY = numberArg('concurrency', 4);
 const SEED = numberArg('seed', 1);
 const PROGRESS_EVERY = 25;
+/** Unmeasured requests first, one per endpoint (cold code). */
+const WARM_UP = 2;
 
 const WORDS = ['alpha', 'river', 'stone', 'quietly', 'beneath', 'the', 'silver', 'moon', 'a', 'traveler', 'counts', 'seven', 'lanterns', 'and', 'sings', 'of', 'harbors', 'far', 'away.'];
 
@@ -59,7 +63,7 @@ interface Spec {
 function specs(count: number, seed: number): Spec[] {
   const rng = prng(seed);
   const uniform = (lo: number, hi: number) => lo + rng.next() * (hi - lo);
-  return Array.from({ length: count + 1 }, (_, i) => {
+  return Array.from({ length: WARM_UP + count }, (_, i) => {
     const kind = i % 2 === 0 ? 'chat' : 'completions';
     const prompt = `Request ${i}: ${Array.from({ length: rng.int(5, 40) }, () => rng.pick(WORDS)).join(' ')}`;
     const tokens = rng.int(8, 64);
@@ -131,15 +135,20 @@ function seen(spec: Spec, r: StreamResult, label: string): Seen {
 function storedTimes(captures: string, all: Spec[]): Seen[] {
   const store = CaptureStore.open(captures);
   const byBody = new Map<string, number[]>();
+  const counts = store.counts();
+  const stored = counts.complete + counts.failed + counts.aborted;
   try {
-    // A fresh file: exchange ids run from 1 without holes.
-    for (let id = 1, ex = store.getExchange(id); ex; ex = store.getExchange(++id)) byBody.set(ex.requestBody.toString('utf8'), ex.eventTimes);
+    // A fresh file, so ids run from 1 (the bound only guards against holes).
+    for (let id = 1; byBody.size < stored && id <= stored + 1000; id++) {
+      const ex = store.getExchange(id);
+      if (ex) byBody.set(ex.requestBody.toString('utf8'), ex.eventTimes);
+    }
   } finally {
     store.close();
   }
-  return all.slice(1).map((spec) => {
+  return all.slice(WARM_UP).map((spec) => {
     const times = byBody.get(spec.body);
-    if (!times) throw new Error(`no capture stored for "${spec.prompt.slice(0, 20)}…"`);
+    if (!times) throw new Error(`no capture stored for "${spec.prompt.slice(0, 20)}…" (the file holds ${JSON.stringify(counts)} of ${all.length} sent)`);
     const tokens = times.slice(firstTokenEvent(spec), firstTokenEvent(spec) + spec.tokens);
     return { ttftMs: tokens[0], gapsMs: tokens.slice(1).map((t, k) => t - tokens[k]) };
   });
@@ -147,22 +156,22 @@ function storedTimes(captures: string, all: Spec[]): Seen[] {
 
 const loadNow = () => loadavg().map((x) => round(x, 2)).join(' ');
 
-/** Sends every spec (index 0 first, alone, as an unmeasured warm-up), `CONCURRENCY` at a time, in order. */
+/** Sends the warm-up specs one by one, then the others, `CONCURRENCY` at a time, in order. */
 async function drive(label: string, port: number, all: Spec[]): Promise<Seen[]> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
   const send = async (spec: Spec) => seen(spec, await postStream(agent, `http://127.0.0.1:${port}${pathOf(spec)}`, spec.body), label);
-  await send(all[0]);
+  for (const spec of all.slice(0, WARM_UP)) await send(spec);
   console.log(`  ${label}: load average before ${loadNow()}`);
   const delay = monitorEventLoopDelay({ resolution: 1 });
   delay.enable();
-  const out = new Array<Seen>(all.length - 1);
+  const out = new Array<Seen>(all.length - WARM_UP);
   const start = nowMs();
-  let next = 1;
+  let next = WARM_UP;
   let done = 0;
   const lane = async () => {
     while (next < all.length) {
       const i = next++;
-      out[i - 1] = await send(all[i]);
+      out[i - WARM_UP] = await send(all[i]);
       if (++done % PROGRESS_EVERY === 0 || done === out.length) console.log(`  ${label}: ${done}/${out.length} requests (${round((nowMs() - start) / 1000, 1)} s)`);
     }
   };
@@ -218,7 +227,7 @@ async function main(): Promise<void> {
     await server.stop();
     server = null;
 
-    const script: Seen[] = all.slice(1).map((s) => ({ ttftMs: s.ttftMs, gapsMs: s.gaps }));
+    const script: Seen[] = all.slice(WARM_UP).map((s) => ({ ttftMs: s.ttftMs, gapsMs: s.gaps }));
     const fidelity = compare(captured, replayed);
     const replayVsStored = compare(stored, replayed);
     const captureVsScript = compare(script, captured);

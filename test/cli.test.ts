@@ -435,11 +435,24 @@ describe('every flag of the README CLI tables, through spawned processes', () =>
   });
 });
 
+describe('mocker --version', () => {
+  it("prints package.json's version and exits 0", async () => {
+    const { version } = JSON.parse(readFileSync(join(import.meta.dirname, '..', 'package.json'), 'utf8')) as { version: string };
+    for (const flag of ['--version', '-V']) {
+      const result = await runMockerToExit([flag]);
+      expect(result.code).toBe(0);
+      expect(result.stdout.trim()).toBe(version);
+    }
+  });
+});
+
 describe('bad values: a clear error naming the flag, and a non-zero exit', () => {
   /** Each: the arguments, and what stderr must name (the flag, or the flags of a bad combination). */
   const CASES: [string[], string][] = [
     [['serve', '--mode', 'fast'], '--mode'],
     [['serve', '--port', '-1'], '--port'],
+    [['serve', '--port', '99999'], '--port must be an integer >= 0 and < 65536'],
+    [['serve', '--zmq-kv-events-ports', '0'], '--zmq-kv-events-ports must be an integer >= 1 and < 65536'],
     [['serve', '--outputs', 'maybe'], '--outputs'],
     [['serve', '--timing', 'slow'], '--timing'],
     [['serve', '--forward-time-ms', '-1'], '--forward-time-ms'],

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { createRequire } from 'node:module';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig, type KvEventsFormat } from '../events/index.js';
@@ -36,12 +37,20 @@ const urlFlag = (flag: string) => (value: string) => (checkedUrl(flag, value), v
 
 const collect = (value: string, previous: string[]) => [...previous, value];
 
-function portList(name: string) {
-  return (value: string) => value.split(',').map((part) => number(name, { integer: true, min: 1 })(part.trim()));
+/** A TCP port (0: any free one, where `allowAny`). */
+function port(name: string, allowAny = true) {
+  return number(name, { integer: true, min: allowAny ? 0 : 1, below: 65536 });
 }
+
+function portList(name: string) {
+  return (value: string) => value.split(',').map((part) => port(name, false)(part.trim()));
+}
+
+const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 
 const program = new Command('mocker')
   .description('Capture/replay proxy and engine simulator for LLM inference (vLLM-compatible).')
+  .version(version, '-V, --version', 'print the mocker version')
   .showHelpAfterError();
 
 program
@@ -52,7 +61,7 @@ program
   .option('--model <model>', 'local model directory or Hugging Face id in the local HF cache (default: the capture\'s tokenizer, else bundled Qwen/Qwen3-0.6B)')
   .option('--served-model-name <name...>', 'model names to accept (default: the captured models, else --model)')
   .option('--host <host>', 'address to listen on', '0.0.0.0')
-  .option('--port <port>', 'port to listen on', number('--port', { integer: true, min: 0 }), 8000)
+  .option('--port <port>', 'port to listen on', port('--port'), 8000)
   .addOption(new Option('--outputs <source>', 'captured | random (default: captured in replay, random in random mode)').choices(['captured', 'random']))
   .addOption(new Option('--timing <timing>', 'model | captured | fixed | none (default: model in simulate, captured in replay, fixed in random)').choices(['model', 'captured', 'fixed', 'none']))
   .option('--forward-time-ms <ms>', 'duration of one engine step for --timing fixed', number('--forward-time-ms', { min: 0 }), DEFAULT_FORWARD_TIME_MS)
@@ -166,7 +175,7 @@ program
   .requiredOption('--prefill <urls>', 'prefill engines, comma-separated (round robin)')
   .requiredOption('--decode <urls>', 'decode engines, comma-separated (round robin)')
   .option('--host <host>', 'address to listen on', '0.0.0.0')
-  .option('--port <port>', 'port to listen on', number('--port', { integer: true, min: 0 }), 8000)
+  .option('--port <port>', 'port to listen on', port('--port'), 8000)
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .action(async (o) => {
     const urls = (list: string, flag: string) => list.split(',').map((u) => checkedUrl(flag, u.trim()));
@@ -179,7 +188,7 @@ program
   .requiredOption('--upstream <url>', 'the engine to capture (e.g. http://gpu-box:8000)', urlFlag('--upstream'))
   .option('--captures <file>', 'capture file (SQLite)', DEFAULT_CAPTURES)
   .option('--host <host>', 'address to listen on', '0.0.0.0')
-  .option('--port <port>', 'port to listen on', number('--port', { integer: true, min: 0 }), 8001)
+  .option('--port <port>', 'port to listen on', port('--port'), 8001)
   .option('--model <model>', 'tokenizer stored with the capture: local directory or HF id in the local cache (default: the upstream\'s model if cached, else bundled)')
   .option('--label <text>', 'free text stored with this capture run')
   .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)

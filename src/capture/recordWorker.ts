@@ -28,8 +28,11 @@ function localTokenizer(): ModelTokenizer {
   }
   return local;
 }
+let eosTokenIds = init.eosTokenIds;
 const tokenizer: RecorderTokenizer = {
-  eosTokenIds: init.eosTokenIds,
+  get eosTokenIds() {
+    return eosTokenIds;
+  },
   renderChat: (req) => localTokenizer().renderChat(req),
   encode: (text, addSpecialTokens) => localTokenizer().encode(text, addSpecialTokens),
 };
@@ -72,6 +75,13 @@ port.on('message', (msg: ToWorker) => {
   if (msg.type === 'exchange') reply(msg.id, () => recorder.sink(fromWire(msg.exchange)));
   else if (msg.type === 'counts') reply(msg.id, async () => store.counts());
   else if (msg.type === 'updateRun') reply(msg.id, async () => store.updateRun(init.runId, msg.update));
+  else if (msg.type === 'setTokenizer') {
+    reply(msg.id, async () => {
+      store.setRunTokenizer(init.runId, msg.name, new Map(msg.files.map(([file, data]) => [file, bytes(data)])));
+      local = undefined;
+      eosTokenIds = msg.eosTokenIds;
+    });
+  }
   else {
     closeRequested = true;
     if (inFlight === 0) shutDown();

@@ -33,6 +33,7 @@ export type ToWorker =
   | { type: 'exchange'; id: number; exchange: WireExchange }
   | { type: 'counts'; id: number }
   | { type: 'updateRun'; id: number; update: RunUpdate }
+  | { type: 'setTokenizer'; id: number; name: string; files: [string, Uint8Array][]; eosTokenIds: number[] }
   | { type: 'close' };
 
 export type FromWorker =
@@ -120,6 +121,11 @@ export class RecorderThread {
   /** Stores what was learnt of the run's upstream (on the worker's connection, like everything else). */
   async updateRun(update: RunUpdate): Promise<void> {
     await this.call((id) => ({ type: 'updateRun', id, update }));
+  }
+
+  /** Replaces the run's tokenizer, in the file and for the exchanges recorded from now on. */
+  async setTokenizer(name: string, files: Map<string, Buffer>, eosTokenIds: number[]): Promise<void> {
+    await this.call((id) => ({ type: 'setTokenizer', id, name, files: [...files].map(([file, data]) => [file, Uint8Array.from(data)]), eosTokenIds }));
   }
 
   /** Waits for every exchange handed over so far to be stored, then closes the worker's connection and the worker. */

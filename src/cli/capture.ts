@@ -42,15 +42,19 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
   const identity = upstream.identity;
   if (identity.kind === 'unknown') console.warn(`mocker capture: ${upstream.url.origin} does not answer yet; its kind is asked again when it first answers`);
   let tokenizer: ModelTokenizer;
+  /** The bundled tokenizer stands in for the engine's own, which may be found once the engine answers. */
+  let standIn = false;
   if (opts.model !== undefined) tokenizer = loadTokenizer(opts.model);
   else {
     try {
       tokenizer = loadTokenizer(identity.modelRoot);
+      standIn = identity.modelRoot === undefined;
     } catch (err) {
       if (!(err instanceof ModelNotFoundError)) throw err;
       console.warn(`mocker capture: ${err.message}; using the bundled tokenizer (pass --model to choose)`);
       tokenizer = loadTokenizer();
     }
+    if (identity.kind === 'unknown') console.warn(`mocker capture: using the bundled tokenizer until ${upstream.url.origin} answers and names its model`);
   }
   const store = CaptureStore.open(opts.captures);
   const runId = store.startRun(
@@ -76,7 +80,15 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
   });
   upstream.onIdentified((later) => {
     console.log(`mocker capture: ${upstream.url.origin} answers now: ${describeEngine(later)}`);
-    recorder.updateRun(runColumns(later)).catch((err: unknown) => console.error(`mocker capture: could not store the engine's identity: ${(err as Error).message}`));
+    const failed = (what: string) => (err: unknown) => console.error(`mocker capture: could not store ${what}: ${(err as Error).message}`);
+    recorder.updateRun(runColumns(later)).catch(failed("the engine's identity"));
+    if (!standIn || later.modelRoot === undefined) return;
+    try {
+      const own = loadTokenizer(later.modelRoot);
+      recorder.setTokenizer(own.name, own.files, own.eosTokenIds).then(() => console.log(`mocker capture: tokenizer ${own.name} from now on`), failed('the tokenizer'));
+    } catch (err) {
+      console.warn(`mocker capture: ${(err as Error).message}; keeping the bundled tokenizer (pass --model to choose)`);
+    }
   });
   let recorded = 0;
   const sink: ExchangeSink = async (raw) => {

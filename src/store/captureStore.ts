@@ -197,12 +197,7 @@ export class CaptureStore {
   /** Starts a capture run; tokenizer files are stored content-addressed (deduplicated across runs). */
   startRun(info: RunInfo, tokenizerFiles: Map<string, Buffer>): number {
     return this.sqlite.transaction(() => {
-      const files: Record<string, string> = {};
-      for (const [name, data] of tokenizerFiles) {
-        const hash = sha256(data);
-        this.db.insert(schema.blobs).values({ sha256: hash, size: data.length, data }).onConflictDoNothing().run();
-        files[name] = hash;
-      }
+      const files = this.storeFiles(tokenizerFiles);
       const row = this.db
         .insert(schema.runs)
         .values({ ...info, startedAt: Date.now(), tokenizerFiles: JSON.stringify(files) })
@@ -210,6 +205,24 @@ export class CaptureStore {
         .get();
       return row.id;
     })();
+  }
+
+  /** Replaces a run's tokenizer (one learnt after the run started: its engine was down at the start). */
+  setRunTokenizer(id: number, name: string, tokenizerFiles: Map<string, Buffer>): void {
+    this.sqlite.transaction(() => {
+      const files = this.storeFiles(tokenizerFiles);
+      this.db.update(schema.runs).set({ tokenizerName: name, tokenizerFiles: JSON.stringify(files) }).where(eq(schema.runs.id, id)).run();
+    })();
+  }
+
+  private storeFiles(tokenizerFiles: Map<string, Buffer>): Record<string, string> {
+    const files: Record<string, string> = {};
+    for (const [name, data] of tokenizerFiles) {
+      const hash = sha256(data);
+      this.db.insert(schema.blobs).values({ sha256: hash, size: data.length, data }).onConflictDoNothing().run();
+      files[name] = hash;
+    }
+    return files;
   }
 
   /** Writes one exchange and its generations atomically. */

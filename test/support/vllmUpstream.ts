@@ -296,6 +296,8 @@ export interface Upstream {
 export interface UpstreamOptions {
   /** Behave like vLLM before 0.10.2: no `return_token_ids`, no token-id fields in responses. */
   legacy?: boolean;
+  /** Listen on this port (default: any free one). */
+  port?: number;
 }
 
 /** Removes vLLM ≥ 0.10.2's token-id fields, as older versions never sent them. */
@@ -441,7 +443,7 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     if (includeUsage) send({ ...head, choices: [], usage: usageOf(completionTokens) });
     res.end('data: [DONE]\n\n');
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));
   const actual = (server.address() as AddressInfo).port;
   return {
     url: `http://127.0.0.1:${actual}`,

@@ -534,6 +534,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
 
   app.onError((err, c) => {
     const res = c.env.outgoing;
+    // A client that left mid-upload is ordinary: nobody to answer, nothing to report.
+    if (c.env.incoming.destroyed && (err as NodeJS.ErrnoException).code === 'ECONNRESET') return RESPONSE_ALREADY_SENT;
     const apiError = err instanceof ApiError ? err : new ApiError(500, `Internal error: ${err.message}`, 'InternalServerError');
     if (!(err instanceof ApiError)) console.error('mocker serve: unexpected error', err);
     if (res.headersSent) {

@@ -8,6 +8,8 @@ export interface MockerProcess {
   port: number;
   /** Everything the process printed on stdout so far. */
   stdout(): string;
+  /** Everything the process printed on stderr so far (also echoed to the test's own stderr). */
+  stderr(): string;
   /** SIGTERM and wait for the exit. */
   stop(): Promise<void>;
 }
@@ -31,12 +33,16 @@ export function startMockerProcess(args: string[], port = 0, options: SpawnOptio
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   return new Promise((resolve, reject) => {
     let out = '';
+    let err = '';
     child.stdout!.on('data', (d: Buffer) => {
       out += d.toString();
       const m = new RegExp(`(?:on|proxying) http://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`).exec(out);
-      if (m) resolve({ child, port: Number(m[1]), stdout: () => out, stop: async () => void (child.kill('SIGTERM'), await exited) });
+      if (m) resolve({ child, port: Number(m[1]), stdout: () => out, stderr: () => err, stop: async () => void (child.kill('SIGTERM'), await exited) });
     });
-    child.stderr!.on('data', (d: Buffer) => process.stderr.write(d));
+    child.stderr!.on('data', (d: Buffer) => {
+      err += d.toString();
+      process.stderr.write(d);
+    });
     child.on('exit', (code) => reject(new Error(`mocker ${args[0]} exited with ${code} before listening: ${out}`)));
   });
 }

@@ -28,7 +28,8 @@ describe('miss diagnostics', () => {
     expect(res.status).toBe(200);
     await capture.close();
     await upstream.close();
-    replay = await startServe({ mode: 'replay', captures: dbPath, timing: 'none' });
+    // The edited template travels in the request, as vLLM takes it only with --trust-request-chat-template.
+    replay = await startServe({ mode: 'replay', captures: dbPath, timing: 'none', trustRequestChatTemplate: true });
   });
 
   afterAll(async () => {

@@ -103,7 +103,10 @@ function checkAnswer(c: Case, text: string): void {
   }
   const choices = objects.flatMap((o) => (o.choices as Json[]) ?? []);
   const indices = new Set(choices.map((ch) => ch.index));
-  expect(indices.size).toBe(typeof req.n === 'number' ? req.n : 1);
+  // A list of strings or of token-id lists is a batch: n choices per prompt (vLLM's batched completions).
+  const batch = !c.path.includes('chat') && Array.isArray(req.prompt) && req.prompt.length > 0 && typeof req.prompt[0] !== 'number';
+  const prompts = batch ? (req.prompt as unknown[]).length : 1;
+  expect(indices.size).toBe((typeof req.n === 'number' ? req.n : 1) * prompts);
   const finishes = choices.map((ch) => ch.finish_reason).filter((f) => f !== null && f !== undefined);
   expect(finishes.length).toBe(indices.size);
   for (const f of finishes) expect(['stop', 'length']).toContain(f);

@@ -98,6 +98,7 @@ program
   .option('--pd <xPyD>', 'run x prefill and y decode engines in-process behind a PD proxy on --port (e.g. 1P1D)')
   .option('--show-hidden-metrics-for-version <version>', "also vLLM's hidden deprecated metrics (gpu_cache_usage_perc)")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
+  .option('--trust-request-chat-template', "render a chat_template sent in a request (in a process of its own, stopped after 2 s) instead of answering vLLM's 400", false)
   .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record (default: random in simulate, error otherwise)').choices(['error', 'random', 'passthrough', 'record']))
   .option('--upstream <url>', 'engine to forward misses to (--on-miss passthrough|record)', urlFlag('--upstream'))
   .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
@@ -140,6 +141,7 @@ program
       kvTransferBandwidthGBps: o.kvTransferBandwidth,
       engine,
       enablePromptTokensDetails: o.enablePromptTokensDetails,
+      trustRequestChatTemplate: o.trustRequestChatTemplate,
       numWorkers: o.numWorkers,
       kvEvents,
       prefixCachingHashAlgo: o.prefixCachingHashAlgo,

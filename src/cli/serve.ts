@@ -54,6 +54,8 @@ export interface ServeOptions {
   maxModelLen?: number;
   /** Default 32 MiB. */
   maxBodyBytes?: number;
+  /** vLLM's --trust-request-chat-template: a request's own chat_template is rendered, not refused. */
+  trustRequestChatTemplate?: boolean;
   /** Default: DEFAULT_REDACTED_HEADERS. */
   redactHeaders?: string[];
   /** Scheduler, KV cache and speedups (defaults: DEFAULT_ENGINE_ARGS). */
@@ -307,6 +309,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
         serverLoadTracking: opts.serverLoadTracking,
         pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[w].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
         settings,
+        trustRequestChatTemplate: opts.trustRequestChatTemplate,
       });
       const port = opts.port === 0 ? 0 : opts.port + w;
       const server = await new Promise<Server>((resolve, reject) => {

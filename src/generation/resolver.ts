@@ -1,4 +1,4 @@
-import { ApiError } from '../http/errors.js';
+import { ApiError, badRequest } from '../http/errors.js';
 import { promptKey, type CaptureStore, type StoredExchange } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { extendPlan, PartialHit, planFromCapture } from './captured.js';
@@ -50,6 +50,28 @@ function pdHop(ex: StoredExchange): 'prefill' | 'decode' | null {
   return hop;
 }
 
+/**
+ * The output tokens one request may plan, all its choices (and all the prompts of a batch) together. Plans are
+ * held in memory until the request ends, so a request whose outputs would not even fit the KV cache at once
+ * (`n` = 16384 with `max_tokens` = 1000) is refused with a 400 as soon as its plans outgrow this.
+ */
+export class OutputBudget {
+  private planned = 0;
+  constructor(
+    readonly tokens: number,
+    /** What the budget is, for the refusal (e.g. the KV cache size). */
+    private readonly source: string,
+  ) {}
+
+  /** Counts planned tokens; throws the 400 once the request's plans outgrow the budget. */
+  spend(tokens: number): void {
+    this.planned += tokens;
+    if (this.planned > this.tokens) {
+      throw badRequest(`This request cannot be served: its choices need more than ${this.tokens} output tokens in all, more than ${this.source}. Lower n or max_tokens.`, 'n');
+    }
+  }
+}
+
 /** Tokens of context shown on each side of a divergence. */
 const CONTEXT_TOKENS = 12;
 
@@ -59,11 +81,11 @@ export class OutputResolver {
 
   constructor(private readonly config: ResolverConfig) {}
 
-  async resolve(params: OutputParams, model: string, promptIds: readonly number[], shape: string): Promise<Resolution> {
+  async resolve(params: OutputParams, model: string, promptIds: readonly number[], shape: string, budget?: OutputBudget): Promise<Resolution> {
     const { store, outputs } = this.config;
-    if (outputs === 'random' || !store) return { ...(await this.random(params, promptIds)), lookup: null };
+    if (outputs === 'random' || !store) return { ...(await this.random(params, promptIds, budget)), lookup: null };
     const found = store.findByPrompt(model, promptIds).filter((ex) => ex.endpoint === params.kind);
-    if (found.length === 0) return { ...(await this.miss(params, model, promptIds)), lookup: 'no_match' };
+    if (found.length === 0) return { ...(await this.miss(params, model, promptIds, budget)), lookup: 'no_match' };
     const matches = this.forRole(found);
 
     const first = this.pick(matches.length, model, promptIds, params.seed);
@@ -84,6 +106,7 @@ export class OutputResolver {
           const captured = await planFromCapture(exchange.generations[choice], { ...params, maxTokens: plan.captured }, this.config.tokenizer, exchange.stream);
           if (captured instanceof PartialHit) throw new Error('unreachable: a capture always covers its own length');
           plans.push(extendPlan(captured, await planRandom([...promptIds, ...captured.tokenIds], rest, this.config.tokenizer, this.config.seed, i)));
+          budget?.spend(plans[plans.length - 1].tokenIds.length);
           extended = true;
           continue;
         }
@@ -100,6 +123,7 @@ export class OutputResolver {
         };
       }
       plans.push(plan);
+      budget?.spend(plan.tokenIds.length);
     }
     // An aggregated engine answering from a PD capture: the client waited for the prefill hop, then the decode hop.
     const offsetMs = (this.config.role ?? 'agg') === 'agg' && pdHop(chosen[0].exchange) === 'decode' ? prefillHopMs(found, chosen[0].exchange) : 0;
@@ -135,16 +159,19 @@ export class OutputResolver {
     return next % count;
   }
 
-  private async random(params: OutputParams, promptIds: readonly number[]): Promise<Omit<Extract<Resolution, { type: 'plans' }>, 'lookup'>> {
+  private async random(params: OutputParams, promptIds: readonly number[], budget?: OutputBudget): Promise<Omit<Extract<Resolution, { type: 'plans' }>, 'lookup'>> {
     const plans: ChoicePlan[] = [];
-    for (let i = 0; i < params.n; i++) plans.push(await planRandom(promptIds, params, this.config.tokenizer, this.config.seed, i));
+    for (let i = 0; i < params.n; i++) {
+      plans.push(await planRandom(promptIds, params, this.config.tokenizer, this.config.seed, i));
+      budget?.spend(plans[i].tokenIds.length);
+    }
     return { type: 'plans', plans, verbatim: null, source: 'random' };
   }
 
-  private async miss(params: OutputParams, model: string, promptIds: readonly number[]): Promise<DistributiveOmit<Resolution, 'lookup'>> {
+  private async miss(params: OutputParams, model: string, promptIds: readonly number[], budget?: OutputBudget): Promise<DistributiveOmit<Resolution, 'lookup'>> {
     switch (this.config.onMiss) {
       case 'random':
-        return this.random(params, promptIds);
+        return this.random(params, promptIds, budget);
       case 'passthrough':
       case 'record':
         return { type: 'forward' };

@@ -51,9 +51,9 @@ function usageJson(promptTokens: number, completionTokens: number): string {
 const details = (cachedTokens: number | null) => (cachedTokens === null ? null : `{"cached_tokens":${cachedTokens}}`);
 
 /** The final `stream_options.include_usage` chunk (dumped without nulls, as vLLM does). */
-export function usageEvent(ctx: RenderContext, completionTokens: number, cachedTokens: number | null): string {
+export function usageEvent(ctx: RenderContext, promptTokens: number, completionTokens: number, cachedTokens: number | null): string {
   const cached = details(cachedTokens);
-  return `data: ${head(ctx)},"choices":[],"usage":{${usageJson(ctx.promptTokenIds.length, completionTokens)}${cached ? `,"prompt_tokens_details":${cached}` : ''}}}\n\n`;
+  return `data: ${head(ctx)},"choices":[],"usage":{${usageJson(promptTokens, completionTokens)}${cached ? `,"prompt_tokens_details":${cached}` : ''}}}\n\n`;
 }
 
 export const DONE_EVENT = 'data: [DONE]\n\n';
@@ -96,12 +96,14 @@ function chatMessage(deltas: ChunkDelta[]): string {
 export interface RenderedChoice {
   plan: ChoicePlan;
   deltas: ChunkDelta[];
+  /** The prompt this choice answers (a batched completion has several). */
+  promptTokenIds: readonly number[];
 }
 
-/** The non-streamed response body. */
-export function fullResponse(ctx: RenderContext, choices: RenderedChoice[], cachedTokens: number | null): string {
+/** The non-streamed response body; `promptTokens` counts every prompt of the request (vLLM sums a batch's). */
+export function fullResponse(ctx: RenderContext, choices: RenderedChoice[], promptTokens: number, cachedTokens: number | null): string {
   const completionTokens = choices.reduce((n, c) => n + c.plan.tokenIds.length, 0);
-  const usage = `{${usageJson(ctx.promptTokenIds.length, completionTokens)},"prompt_tokens_details":${details(cachedTokens) ?? 'null'}}`;
+  const usage = `{${usageJson(promptTokens, completionTokens)},"prompt_tokens_details":${details(cachedTokens) ?? 'null'}}`;
   const object = ctx.kind === 'chat' ? 'chat.completion' : 'text_completion';
   const top = `{"id":${JSON.stringify(ctx.id)},"object":"${object}","created":${ctx.created},"model":${JSON.stringify(ctx.model)}`;
   if (ctx.kind === 'chat') {
@@ -111,9 +113,9 @@ export function fullResponse(ctx: RenderContext, choices: RenderedChoice[], cach
     );
     return `${top},"choices":[${items.join(',')}],"service_tier":null,"system_fingerprint":null,"usage":${usage},"prompt_logprobs":null,"prompt_token_ids":${ids(ctx, ctx.promptTokenIds)},"kv_transfer_params":${JSON.stringify(ctx.kvTransferParams ?? null)}}`;
   }
-  const items = choices.map(({ plan, deltas }, index) => {
+  const items = choices.map(({ plan, deltas, promptTokenIds }, index) => {
     const text = deltas.map((d) => (typeof d.text === 'string' ? d.text : '')).join('');
-    return `{"index":${index},"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":${JSON.stringify(plan.finishReason)},"stop_reason":${JSON.stringify(plan.stopReason)},"token_ids":${ids(ctx, plan.tokenIds)},"prompt_logprobs":null,"prompt_token_ids":${ids(ctx, ctx.promptTokenIds)}}`;
+    return `{"index":${index},"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":${JSON.stringify(plan.finishReason)},"stop_reason":${JSON.stringify(plan.stopReason)},"token_ids":${ids(ctx, plan.tokenIds)},"prompt_logprobs":null,"prompt_token_ids":${ids(ctx, promptTokenIds)}}`;
   });
   return `${top},"choices":[${items.join(',')}],"service_tier":null,"system_fingerprint":null,"usage":${usage},"kv_transfer_params":${JSON.stringify(ctx.kvTransferParams ?? null)}}`;
 }

@@ -28,6 +28,10 @@ const common = {
   temperature: nullish(z.number()),
   top_p: nullish(z.number()),
   top_k: nullish(int),
+  min_p: nullish(z.number()),
+  presence_penalty: nullish(z.number()),
+  frequency_penalty: nullish(z.number()),
+  repetition_penalty: nullish(z.number()),
   skip_special_tokens: nullish(z.boolean()),
   return_token_ids: nullish(z.boolean()),
   add_special_tokens: nullish(z.boolean()),
@@ -83,13 +87,43 @@ export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infe
 
 /** vLLM's bound on `n` (its `VLLM_MAX_N_SEQUENCES` environment variable, same default). */
 const MAX_N_SEQUENCES = Number(process.env.VLLM_MAX_N_SEQUENCES ?? 16384);
+/** vLLM's `_SAMPLING_EPS`: a temperature below it is greedy sampling. */
+const SAMPLING_EPS = 1e-5;
 
-/** The value checks vLLM's protocol validators and SamplingParams._verify_args make. */
+/** A float as Python's `str` prints it in vLLM's messages (pydantic turns a JSON `2` into `2.0`). */
+function pyFloat(x: number): string {
+  if (!Number.isFinite(x)) return Number.isNaN(x) ? 'nan' : x > 0 ? 'inf' : '-inf';
+  return Number.isInteger(x) && Math.abs(x) < 1e16 ? x.toFixed(1) : String(x);
+}
+
+/**
+ * The value checks of vLLM's protocol validators and of `SamplingParams._verify_args`, in that order (messages
+ * as vLLM's sampling_params.py words them).
+ */
 export function checkSampling(req: CompletionRequest | ChatRequest): void {
   // vLLM's validator tests `data.get("stream_options")`: an empty object is falsy in Python and passes.
   if (req.stream_options && Object.keys(req.stream_options).length > 0 && req.stream !== true) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
-  if (req.n !== undefined && req.n !== null && req.n < 1) throw badRequest(`n must be at least 1, got ${req.n}.`, 'n');
-  if (req.n != null && req.n > MAX_N_SEQUENCES) throw badRequest(`n must be at most ${MAX_N_SEQUENCES}, got ${req.n}.`, 'n');
+  if ('suffix' in req && req.suffix != null) throw badRequest('suffix is not currently supported', 'suffix');
+  if ('continue_final_message' in req && req.continue_final_message && req.add_generation_prompt) {
+    throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.');
+  }
+  const n = req.n ?? 1;
+  if (n < 1) throw badRequest(`n must be at least 1, got ${n}.`, 'n');
+  if (n > MAX_N_SEQUENCES) throw badRequest(`n must be at most ${MAX_N_SEQUENCES}, got ${n}. To increase this limit, set the VLLM_MAX_N_SEQUENCES environment variable.`, 'n');
+  for (const penalty of ['presence_penalty', 'frequency_penalty'] as const) {
+    const value = req[penalty];
+    if (value != null && !(value >= -2 && value <= 2)) throw badRequest(`${penalty} must be in [-2, 2], got ${pyFloat(value)}.`, penalty);
+  }
+  const repetition = req.repetition_penalty;
+  if (repetition != null && !Number.isFinite(repetition)) throw badRequest(`repetition_penalty must be a finite number, got ${pyFloat(repetition)}.`, 'repetition_penalty');
+  if (repetition != null && repetition <= 0) throw badRequest(`repetition_penalty must be greater than zero, got ${pyFloat(repetition)}.`, 'repetition_penalty');
+  const temperature = req.temperature;
+  if (temperature != null && !Number.isFinite(temperature)) throw badRequest(`temperature must be a finite number, got ${pyFloat(temperature)}.`, 'temperature');
+  if (temperature != null && temperature < 0) throw badRequest(`temperature must be non-negative, got ${pyFloat(temperature)}.`, 'temperature');
+  if (req.top_p != null && !(req.top_p > 0 && req.top_p <= 1)) throw badRequest(`top_p must be in (0, 1], got ${pyFloat(req.top_p)}.`, 'top_p');
+  // -1 is still accepted as "disabled"; 0 is the documented spelling.
+  if (req.top_k != null && req.top_k < -1) throw badRequest(`top_k must be 0 (disable), or at least 1, got ${req.top_k}.`, 'top_k');
+  if (req.min_p != null && !(req.min_p >= 0 && req.min_p <= 1)) throw badRequest(`min_p must be in [0, 1], got ${pyFloat(req.min_p)}.`, 'min_p');
   const maxTokens: number | null | undefined =
     'max_completion_tokens' in req && typeof req.max_completion_tokens === 'number' ? req.max_completion_tokens : req.max_tokens;
   if (maxTokens !== undefined && maxTokens !== null && maxTokens < 1 && !('echo' in req && req.echo)) {
@@ -99,13 +133,19 @@ export function checkSampling(req: CompletionRequest | ChatRequest): void {
   if (req.min_tokens != null && maxTokens != null && req.min_tokens > maxTokens) {
     throw badRequest(`min_tokens must be less than or equal to max_tokens=${maxTokens}, got ${req.min_tokens}.`, 'min_tokens');
   }
-  if (req.temperature != null && req.temperature < 0) throw badRequest(`temperature must be non-negative, got ${req.temperature}.`, 'temperature');
-  if (req.top_p != null && !(req.top_p > 0 && req.top_p <= 1)) throw badRequest(`top_p must be in (0, 1], got ${req.top_p}.`, 'top_p');
   if (req.seed != null && Math.abs(req.seed) > Number.MAX_SAFE_INTEGER) throw badRequest('seed is out of range.', 'seed');
   if (req.stop_token_ids?.some((id) => id < 0)) throw badRequest('stop_token_ids must be non-negative.', 'stop_token_ids');
-  if ('suffix' in req && req.suffix != null) throw badRequest('suffix is not currently supported', 'suffix');
-  if ('continue_final_message' in req && req.continue_final_message && req.add_generation_prompt) {
-    throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.');
+  const stops = req.stop == null ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
+  if (stops.some((s) => s === '')) throw badRequest('stop cannot contain an empty string.', 'stop');
+  // Zero temperature is greedy sampling: every choice would be the same.
+  if (temperature != null && temperature < SAMPLING_EPS && n > 1) throw badRequest(`n must be 1 when using greedy sampling, got ${n}.`, 'n');
+}
+
+/** vLLM's `_validate_chat_template`: a template in the request (or in its kwargs) needs `--trust-request-chat-template`. */
+export function checkRequestChatTemplate(req: { chat_template?: string | null; chat_template_kwargs?: Record<string, unknown> | null }, trusted: boolean): void {
+  if (trusted) return;
+  if (req.chat_template != null || (req.chat_template_kwargs?.chat_template ?? null) !== null) {
+    throw badRequest('Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template.');
   }
 }
 

@@ -5,17 +5,17 @@ import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { forwardExchange, generationEndpoint, hideTokenIds, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
-import { EngineRejection, type Engine } from '../engine/index.js';
+import { EngineRejection, type Engine, type EngineStream, type TokenEvent } from '../engine/index.js';
 import { textField, type ChoicePlan, type EndpointKind, type OutputParams } from '../generation/plan.js';
-import type { OutputResolver } from '../generation/resolver.js';
+import { OutputBudget, type OutputResolver, type Resolution } from '../generation/resolver.js';
 import type { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type KvTransferParams, type PrefillEndpoint } from '../pd/kvTransfer.js';
 import { requestShape } from '../generation/shape.js';
 import type { ChunkDelta, StoredExchange } from '../store/captureStore.js';
-import type { ModelTokenizer } from '../tokenizer/index.js';
+import { TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
 import { chunkEvent, DONE_EVENT, fullResponse, restamp, roleEvent, usageEvent, type RenderContext } from './render.js';
-import { chatRequest, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
+import { chatRequest, checkRequestChatTemplate, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
 
 export interface ServeAppConfig {
   engine: Engine;
@@ -47,7 +47,12 @@ export interface ServeAppConfig {
   pd: PdConfig;
   /** The effective settings, shown as they are by `GET /mocker/engine` beside the live state. */
   settings: EffectiveSettings;
+  /** vLLM's --trust-request-chat-template: a `chat_template` in the request is used (rendered in a worker), not refused. */
+  trustRequestChatTemplate?: boolean;
 }
+
+/** How long a template sent with a request may render (in its worker) before the request is refused. */
+export const REQUEST_TEMPLATE_TIMEOUT_MS = 2000;
 
 /**
  * What this server was started with, keys spelled as vLLM's and Dynamo's arguments (`enable_prefix_caching`,
@@ -110,8 +115,10 @@ interface Prepared {
   kind: EndpointKind;
   body: Json;
   model: string;
-  promptIds: number[];
-  params: OutputParams;
+  /** One prompt, or a batched completion's several (vLLM runs one engine request per prompt). */
+  prompts: number[][];
+  /** Per prompt (a chat's default max_tokens depends on its prompt's length). */
+  params: OutputParams[];
   stream: boolean;
   includeUsage: boolean;
   returnTokenIds: boolean;
@@ -124,6 +131,47 @@ function dataParallelRank(header: string | undefined): number | undefined {
   if (header === undefined) return undefined;
   if (!/^\s*\d+\s*$/.test(header)) throw badRequest(`Invalid X-data-parallel-rank header: ${JSON.stringify(header)} is not a non-negative integer.`);
   return Number(header);
+}
+
+/** Several engine streams' token events as they come, each with the index of its stream (vLLM's merge_async_iterators). */
+async function* mergeStreams(streams: EngineStream[]): AsyncGenerator<[number, TokenEvent[]]> {
+  if (streams.length === 1) {
+    for await (const batch of streams[0]) yield [0, batch];
+    return;
+  }
+  const ready: [number, TokenEvent[]][] = [];
+  let open = streams.length;
+  let failure: unknown = null;
+  let wake: (() => void) | null = null;
+  const notify = () => {
+    const w = wake;
+    wake = null;
+    w?.();
+  };
+  streams.forEach((stream, i) => {
+    void (async () => {
+      for await (const batch of stream) {
+        ready.push([i, batch]);
+        notify();
+      }
+    })()
+      .catch((err: unknown) => (failure ??= err))
+      .finally(() => {
+        open--;
+        notify();
+      });
+  });
+  let next = 0;
+  while (open > 0 || next < ready.length) {
+    if (failure) throw failure;
+    if (next === ready.length) {
+      ready.length = next = 0;
+      await new Promise<void>((resolve) => (wake = resolve));
+      continue;
+    }
+    yield ready[next++];
+  }
+  if (failure) throw failure;
 }
 
 /**
@@ -180,16 +228,35 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     if (bad !== undefined) throw badRequest(`Token id ${bad} is out of vocabulary`, 'prompt');
   };
 
-  /** A chat request's prompt ids as vLLM computes them: the chat template, then no special tokens by default. */
-  async function chatPromptIds(chat: ChatRequest): Promise<number[]> {
-    let rendered: string;
+  /** A chat request's prompt text as vLLM renders it; a template sent with the request renders in a worker thread. */
+  async function renderChatPrompt(chat: ChatRequest): Promise<string> {
+    checkRequestChatTemplate(chat, config.trustRequestChatTemplate === true);
+    const fromRequest = chat.chat_template != null || chat.chat_template_kwargs?.chat_template != null;
     try {
-      rendered = tokenizer.renderChat(chat);
+      return fromRequest ? await tokenizer.renderRequestTemplate(chat, REQUEST_TEMPLATE_TIMEOUT_MS) : tokenizer.renderChat(chat);
     } catch (err) {
       throw badRequest(`Chat template error: ${(err as Error).message}`);
     }
-    return tokenizer.encode(rendered, chat.add_special_tokens ?? false);
   }
+
+  /** A prompt's ids; one far beyond the context length is refused before all of it is tokenized. */
+  async function encodePrompt(text: string, addSpecialTokens: boolean): Promise<number[]> {
+    try {
+      return await tokenizer.encodeBounded(text, addSpecialTokens, config.maxModelLen);
+    } catch (err) {
+      if (!(err instanceof TooManyTokens)) throw err;
+      const limit = config.maxModelLen;
+      throw badRequest(
+        `This model's maximum context length is ${limit} tokens. However, your request has more than ${limit} input tokens (${err.tokens} in its first ${err.chars} characters). Please reduce the length of the input messages.`,
+      );
+    }
+  }
+
+  /** The output tokens one request may plan: what the KV cache of a rank holds. */
+  const outputBudget = (): OutputBudget => {
+    const rank = engine.state().ranks[0];
+    return new OutputBudget(rank.totalBlocks * rank.blockSize, `the KV cache holds (${rank.totalBlocks} blocks of ${rank.blockSize} tokens)`);
+  };
 
   async function prepare(kind: EndpointKind, body: Json, rankHeader: string | undefined): Promise<Prepared> {
     const req = kind === 'chat' ? parseBody(chatRequest, body) : parseBody(completionRequest, body);
@@ -199,28 +266,27 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     }
     if ('echo' in req && req.echo) throw new ApiError(400, 'echo is not supported by mocker.', 'BadRequestError', 'echo');
     const model = resolveModel(req.model);
-    let promptIds: number[];
-    if (kind === 'chat') promptIds = await chatPromptIds(req as ChatRequest);
+    const prompts: number[][] = [];
+    if (kind === 'chat') prompts.push(await encodePrompt(await renderChatPrompt(req as ChatRequest), req.add_special_tokens ?? false));
     else {
       const prompt = (req as CompletionRequest).prompt;
-      const single = Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0])) ? prompt[0] : prompt;
-      if (Array.isArray(single) && single.some((p) => typeof p !== 'number')) {
-        throw badRequest(`mocker serves one prompt per request; this request has ${(single as unknown[]).length}.`, 'prompt');
-      }
-      if (typeof single === 'string') promptIds = await tokenizer.encode(single, req.add_special_tokens ?? true);
-      else {
-        promptIds = single as number[];
-        checkTokenIds(promptIds);
+      // A list of strings or of token-id lists is a batch: one choice block per prompt.
+      const batch: (string | number[])[] = Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== 'number' ? (prompt as (string | number[])[]) : [prompt as string | number[]];
+      // Every choice plans at least one token: a batch whose choices alone outgrow the budget is refused untokenized.
+      outputBudget().spend(batch.length * (req.n ?? 1));
+      for (const item of batch) {
+        if (typeof item !== 'string') checkTokenIds(item);
+        prompts.push(typeof item === 'string' ? await encodePrompt(item, req.add_special_tokens ?? true) : item);
       }
     }
-    if (promptIds.length === 0) throw badRequest('The decoder prompt cannot be empty', 'prompt');
+    if (prompts.some((ids) => ids.length === 0)) throw badRequest('The decoder prompt cannot be empty', 'prompt');
     const stream = req.stream === true;
     return {
       kind,
       body,
       model,
-      promptIds,
-      params: outputParams(kind, req, promptIds.length),
+      prompts,
+      params: prompts.map((ids) => outputParams(kind, req, ids.length)),
       stream,
       // stream_options given: include_usage defaults to true (vLLM ≈0.10–0.13 StreamOptions), an explicit null is off.
       includeUsage: stream && !!req.stream_options && (req.stream_options.include_usage === undefined || req.stream_options.include_usage === true),
@@ -230,17 +296,19 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     };
   }
 
-  const runEngine = (ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill = false) => {
+  /** Submits one prompt's plans; `part` numbers the prompts of a batch (vLLM's engine request `<id>-<i>`), null alone. */
+  const runEngine = (ctx: RenderContext, p: Prepared, part: number | null, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill = false) => {
+    const params = p.params[part ?? 0];
     try {
       return engine.submit(
         {
-          requestId: ctx.id,
+          requestId: part === null ? ctx.id : `${ctx.id}-${part}`,
           arrivalMs,
-          promptTokenIds: p.promptIds,
+          promptTokenIds: ctx.promptTokenIds,
           sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs, finishReason: plan.finishReason })),
           dataParallelRank: p.dataParallelRank,
-          maxTokensParam: p.params.maxTokensRequested ? p.params.maxTokens : null,
-          holdKv: p.kvTransfer?.do_remote_decode === true,
+          maxTokensParam: params.maxTokensRequested ? params.maxTokens : null,
+          holdKv: part === null && p.kvTransfer?.do_remote_decode === true,
           remotePrefill,
         },
         signal,
@@ -251,16 +319,33 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     }
   };
 
-  /** Renders plans through the engine in vLLM's format. */
+  /**
+   * Renders plans through the engine in vLLM's format: `plans[i]` answers the i-th prompt (one, or a batched
+   * completion's several), its choice j is the response's choice i * n + j (vLLM's numbering), and usage sums them.
+   */
   async function serveRendered(
-    res: ServerResponse, ctx: RenderContext, p: Prepared, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill: boolean,
+    res: ServerResponse, ctx: RenderContext, p: Prepared, plansByPrompt: ChoicePlan[][], arrivalMs: number, abort: AbortController, remotePrefill: boolean,
   ): Promise<void> {
+    const signal = abort.signal;
     const field = textField(p.kind);
-    const decoders = plans.map(() => tokenizer.decodeStream(p.params.skipSpecialTokens));
+    const batched = plansByPrompt.length > 1;
+    const contexts = plansByPrompt.map((_, i) => ({ ...ctx, promptTokenIds: p.prompts[i] }));
+    const firstChoice = plansByPrompt.map((_, i) => plansByPrompt.slice(0, i).reduce((n, plans) => n + plans.length, 0));
+    const plans = plansByPrompt.flat();
+    const promptOf = plansByPrompt.flatMap((prompt, i) => prompt.map(() => i));
+    const decoders = plans.map(() => tokenizer.decodeStream(p.params[0].skipSpecialTokens));
     const nextChunk = plans.map(() => 0);
-    const deltas: ChunkDelta[][] = plans.map(() => []);
-    const events = runEngine(ctx, p, plans, arrivalMs, signal, remotePrefill);
-    const cachedTokens = () => (config.promptTokensDetails ? events.cachedPromptTokens : null);
+    // Only a non-streamed answer needs the text once every token is out; a stream keeps nothing it has sent.
+    const deltas: ChunkDelta[][] | null = p.stream ? null : plans.map(() => []);
+    let streams: EngineStream[];
+    try {
+      streams = plansByPrompt.map((prompt, i) => runEngine(contexts[i], p, batched ? i : null, prompt, arrivalMs, signal, remotePrefill));
+    } catch (err) {
+      abort.abort(); // the prompts already submitted leave the engine
+      throw err;
+    }
+    // vLLM's prompt_tokens_details: the first prompt's engine output to arrive when streaming, the last prompt's otherwise.
+    let cachedFrom = streams.length - 1;
 
     const deltaOf = async (s: number, start: number, end: number): Promise<ChunkDelta> => {
       const chunk = plans[s].chunks[nextChunk[s]];
@@ -272,38 +357,43 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
 
     if (p.stream) res.writeHead(200, SSE_HEADERS);
     let started = false;
-    for await (const batch of events) {
+    for await (const [prompt, batch] of mergeStreams(streams)) {
       let out = '';
+      if (!started && p.stream) cachedFrom = prompt;
       if (p.stream && !started && p.kind === 'chat') for (let s = 0; s < plans.length; s++) out += roleEvent(ctx, s);
       started = true;
-      for (const { sequence: s, emitted } of batch) {
+      for (const { sequence, emitted } of batch) {
+        const s = firstChoice[prompt] + sequence;
         const plan = plans[s];
         while (nextChunk[s] < plan.chunks.length && plan.chunks[nextChunk[s]].end <= emitted) {
           const start = nextChunk[s] === 0 ? 0 : plan.chunks[nextChunk[s] - 1].end;
           const end = plan.chunks[nextChunk[s]].end;
           const delta = await deltaOf(s, start, end);
-          deltas[s].push(delta);
+          deltas?.[s].push(delta);
           const last = nextChunk[s] === plan.chunks.length - 1;
           if (p.stream) {
             const finish = last ? { reason: plan.finishReason, stopReason: plan.stopReason } : null;
-            out += chunkEvent(ctx, s, delta, plan.tokenIds.slice(start, end), finish, nextChunk[s] === 0);
+            out += chunkEvent(contexts[prompt], s, delta, plan.tokenIds.slice(start, end), finish, nextChunk[s] === 0);
           }
           nextChunk[s]++;
         }
       }
       if (out && !signal.aborted) res.write(out);
     }
-    const hold = events.kvHold;
+    const hold = batched ? null : streams[0].kvHold;
     // vLLM hands the blocks to a remote decode only after a length-capped finish, in a non-streamed answer.
     if (hold && !signal.aborted && !p.stream && plans[0].finishReason === 'length') {
       ctx.kvTransferParams = prefillResponseParams(config.pd.endpoint(), hold.holdId, Array.from({ length: hold.blocks }, () => nextBlockId++));
     } else if (hold) engine.releaseKvHold(hold.holdId);
     if (signal.aborted) return;
+    const cachedTokens = config.promptTokensDetails ? streams[cachedFrom].cachedPromptTokens : null;
+    const promptTokens = p.prompts.reduce((n, ids) => n + ids.length, 0);
     if (p.stream) {
       const tokens = plans.reduce((n, plan) => n + plan.tokenIds.length, 0);
-      res.end((p.includeUsage ? usageEvent(ctx, tokens, cachedTokens()) : '') + DONE_EVENT);
+      res.end((p.includeUsage ? usageEvent(ctx, promptTokens, tokens, cachedTokens) : '') + DONE_EVENT);
     } else {
-      jsonResponse(res, 200, fullResponse(ctx, plans.map((plan, s) => ({ plan, deltas: deltas[s] })), cachedTokens()));
+      const choices = plans.map((plan, s) => ({ plan, deltas: deltas![s], promptTokenIds: p.prompts[promptOf[s]] }));
+      jsonResponse(res, 200, fullResponse(ctx, choices, promptTokens, cachedTokens));
     }
   }
 
@@ -326,7 +416,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     res: ServerResponse, ctx: RenderContext, p: Prepared, ex: StoredExchange, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill: boolean,
   ): Promise<void> {
     const hide = ex.injected.includes('return_token_ids') && !p.returnTokenIds;
-    const events = runEngine(ctx, p, plans, arrivalMs, signal, remotePrefill);
+    const events = runEngine(ctx, p, null, plans, arrivalMs, signal, remotePrefill);
     const headers = capturedHeaders(ex);
     if (!ex.stream) {
       for await (const batch of events) void batch;
@@ -398,11 +488,18 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     });
     const { bytes: bodyBytes, body } = await readApiJson(c);
     const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'));
-    const resolution = await resolver.resolve(p.params, p.model, p.promptIds, requestShape(kind, body));
-    config.mockerMetrics?.captureLookup(resolution.lookup);
-    const remotePrefill = resolution.type === 'plans' && p.kvTransfer?.do_remote_prefill === true && (await pullKv(p.kvTransfer));
-    if (resolution.type === 'error') throw resolution.error;
-    if (resolution.type === 'forward') {
+    const shape = requestShape(kind, body);
+    const budget = outputBudget();
+    const resolutions: Resolution[] = [];
+    for (const [i, promptIds] of p.prompts.entries()) {
+      const resolution = await resolver.resolve(p.params[i], p.model, promptIds, shape, budget);
+      config.mockerMetrics?.captureLookup(resolution.lookup);
+      if (resolution.type === 'error') throw resolution.error;
+      resolutions.push(resolution);
+    }
+    const batched = p.prompts.length > 1;
+    // The upstream answers a batch whole when one of its prompts is to be forwarded.
+    if (resolutions.some((r) => r.type === 'forward')) {
       if (!config.forward) throw new ApiError(500, 'on-miss forwarding needs --upstream', 'InternalServerError');
       const record = config.forward.sink;
       await forwardExchange(config.forward.config, reqNode, bodyBytes, res, async (raw) => {
@@ -413,13 +510,15 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       });
       return RESPONSE_ALREADY_SENT;
     }
+    const planned = resolutions as Extract<Resolution, { type: 'plans' }>[];
+    const remotePrefill = !batched && p.kvTransfer?.do_remote_prefill === true && (await pullKv(p.kvTransfer));
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestIdFor(c, body)}`;
-    const ctx: RenderContext = { kind, id, created: Math.floor(Date.now() / 1000), model: p.model, returnTokenIds: p.returnTokenIds, promptTokenIds: p.promptIds };
+    const ctx: RenderContext = { kind, id, created: Math.floor(Date.now() / 1000), model: p.model, returnTokenIds: p.returnTokenIds, promptTokenIds: p.prompts[0] };
     // Captured bytes carry token ids only when the engine returned them, and never fresh kv_transfer_params.
-    const verbatim =
-      resolution.verbatim && (!p.returnTokenIds || resolution.verbatim.tokenSource === 'engine') && !p.kvTransfer?.do_remote_decode ? resolution.verbatim : null;
-    if (verbatim) await serveVerbatim(res, ctx, p, verbatim, resolution.plans, arrivalMs, abort.signal, remotePrefill);
-    else await serveRendered(res, ctx, p, resolution.plans, arrivalMs, abort.signal, remotePrefill);
+    const capture = batched ? null : planned[0].verbatim;
+    const verbatim = capture && (!p.returnTokenIds || capture.tokenSource === 'engine') && !p.kvTransfer?.do_remote_decode ? capture : null;
+    if (verbatim) await serveVerbatim(res, ctx, p, verbatim, planned[0].plans, arrivalMs, abort.signal, remotePrefill);
+    else await serveRendered(res, ctx, p, planned.map((r) => r.plans), arrivalMs, abort, remotePrefill);
     return RESPONSE_ALREADY_SENT;
   };
 
@@ -479,7 +578,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     resolveModel(req.model);
     if ((req.prompt === undefined) === (req.messages === undefined)) throw badRequest('Either `prompt` or `messages` must be given.');
     let ids: number[];
-    if (req.messages !== undefined) ids = await chatPromptIds(req as ChatRequest);
+    if (req.messages !== undefined) ids = await tokenizer.encode(await renderChatPrompt(req as ChatRequest), req.add_special_tokens ?? false);
     else ids = await tokenizer.encode(req.prompt!, req.add_special_tokens ?? true);
     const tokenStrs = req.return_token_strs ? tokenizer.tokenStrings(ids) : null;
     return c.json({ count: ids.length, max_model_len: config.maxModelLen, tokens: ids, token_strs: tokenStrs });

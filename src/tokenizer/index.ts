@@ -7,5 +7,6 @@ export {
   ModelNotFoundError,
   ModelTokenizer,
   TOKENIZER_FILES,
+  TooManyTokens,
   type ChatTemplateRequest,
 } from './tokenizer.js';

@@ -6,6 +6,7 @@ import { Template } from '@huggingface/jinja';
 import tokenizers from 'tokenizers';
 import { LruCache } from '../util/lruCache.js';
 import { DecodeStream } from './decodeStream.js';
+import { renderIsolated } from './isolatedTemplate.js';
 
 /** Files a model directory may hold that the tokenizer, the chat template or the limits come from. */
 export const TOKENIZER_FILES = [
@@ -32,6 +33,32 @@ const BUNDLED_CONFIG = {
 const BUNDLED_GENERATION_CONFIG = { eos_token_id: [151645, 151643] };
 
 export class ModelNotFoundError extends Error {}
+
+/**
+ * Texts longer than this many characters per allowed token are tokenized piecewise by `encodeBounded`; real
+ * text averages 3 to 5 characters per token, so what is served is tokenized whole.
+ */
+const BOUNDED_CHARS_PER_TOKEN = 8;
+
+/** A text holds more tokens than allowed: `tokens` were counted in its first `chars` characters. */
+export class TooManyTokens extends Error {
+  constructor(
+    readonly tokens: number,
+    readonly chars: number,
+  ) {
+    super(`more than ${tokens} tokens`);
+  }
+}
+
+/** A piece of at most `size` characters from `start`, ended before a space that starts a word when there is one. */
+function pieceEnd(text: string, start: number, size: number): number {
+  const limit = start + size;
+  if (limit >= text.length) return text.length;
+  for (let i = limit; i > start + size / 2; i--) {
+    if (text.charCodeAt(i) === 0x20 && /\S/.test(text[i - 1]) && /\p{L}/u.test(text[i + 1] ?? '')) return i;
+  }
+  return limit;
+}
 
 export interface ChatTemplateRequest {
   messages: unknown[];
@@ -163,9 +190,30 @@ export class ModelTokenizer {
     let ids = this.encodings.get(key);
     if (!ids) {
       ids = (await this.tokenizer.encode(text, null, { addSpecialTokens })).getIds();
-      this.encodings.set(key, ids);
+      // A text too long to serve is not kept: it would hold its characters and ids for 511 more requests.
+      if (text.length <= this.maxModelLen * BOUNDED_CHARS_PER_TOKEN) this.encodings.set(key, ids);
     }
     return [...ids];
+  }
+
+  /**
+   * `encode`, except that a text far beyond `maxTokens` is refused before all of it is tokenized: a long text is
+   * tokenized in pieces cut where the pre-tokenizer splits anyway (before a space that starts a word), and as
+   * soon as the pieces hold more than `maxTokens` tokens (plus two per cut, for a cut the pre-tokenizer would not
+   * make) it throws `TooManyTokens` with what it counted. Texts that fit are encoded whole, exactly.
+   */
+  async encodeBounded(text: string, addSpecialTokens: boolean, maxTokens: number): Promise<number[]> {
+    if (text.length > maxTokens * BOUNDED_CHARS_PER_TOKEN) {
+      let counted = 0;
+      let pieces = 0;
+      for (let start = 0; start < text.length; pieces++) {
+        const end = pieceEnd(text, start, maxTokens * BOUNDED_CHARS_PER_TOKEN);
+        counted += (await this.tokenizer.encode(text.slice(start, end), null, { addSpecialTokens: false })).getLength();
+        start = end;
+        if (counted > maxTokens + 2 * (pieces + 1)) throw new TooManyTokens(counted, start);
+      }
+    }
+    return this.encode(text, addSpecialTokens);
   }
 
   decode(ids: number[], skipSpecialTokens: boolean): Promise<string> {
@@ -197,26 +245,46 @@ export class ModelTokenizer {
 
   /** Renders a chat request the way vLLM does (transformers' apply_chat_template semantics). */
   renderChat(req: ChatTemplateRequest): string {
-    const source =
-      req.chat_template ?? (req.tools && req.tools.length > 0 ? (this.toolTemplate ?? this.defaultTemplate) : this.defaultTemplate);
-    if (source === undefined) throw new Error(`The model ${this.name} has no chat template; use /v1/completions instead.`);
+    const { source, context } = this.chatTemplateInput(req);
     let template = this.templates.get(source);
     if (!template) {
       template = new Template(source);
       this.templates.set(source, template);
     }
+    return this.finishChat(req, template.render(context));
+  }
+
+  /**
+   * Renders a chat request whose template came with the request in a worker thread: a hostile template cannot
+   * hold the event loop, and is stopped after `timeoutMs` or when it outgrows its heap.
+   */
+  async renderRequestTemplate(req: ChatTemplateRequest, timeoutMs: number): Promise<string> {
+    const { source, context } = this.chatTemplateInput(req);
+    return this.finishChat(req, await renderIsolated(source, context, timeoutMs));
+  }
+
+  /** The template a request renders with and the variables it sees (plain data: it may cross to a worker). */
+  private chatTemplateInput(req: ChatTemplateRequest): { source: string; context: Record<string, unknown> } {
+    const fromKwargs = req.chat_template_kwargs?.chat_template;
+    const source =
+      req.chat_template ??
+      (typeof fromKwargs === 'string' ? fromKwargs : undefined) ??
+      (req.tools && req.tools.length > 0 ? (this.toolTemplate ?? this.defaultTemplate) : this.defaultTemplate);
+    if (source === undefined) throw new Error(`The model ${this.name} has no chat template; use /v1/completions instead.`);
     const continueFinal = req.continue_final_message === true;
-    const messages = prepareMessages(req.messages);
-    let rendered = template.render({
+    const context = {
       ...this.specialTokens,
       ...(req.chat_template_kwargs ?? {}),
-      messages,
+      messages: prepareMessages(req.messages),
       tools: req.tools ?? undefined,
       documents: req.documents ?? undefined,
       add_generation_prompt: continueFinal ? false : (req.add_generation_prompt ?? true),
-    });
-    if (continueFinal) rendered = cutAfterFinalMessage(rendered, messages);
-    return rendered;
+    };
+    return { source, context };
+  }
+
+  private finishChat(req: ChatTemplateRequest, rendered: string): string {
+    return req.continue_final_message === true ? cutAfterFinalMessage(rendered, prepareMessages(req.messages)) : rendered;
   }
 }
 

@@ -6,6 +6,8 @@ const int = z.number().int();
 /** Token ids, checked in one pass: a per-element schema costs tens of ms on an 8k-token prompt. */
 const tokenIds = z.custom<number[]>((v) => Array.isArray(v) && v.every((t) => Number.isInteger(t)), 'expected an array of integer token ids');
 const nullish = <T extends z.ZodType>(schema: T) => schema.nullish();
+/** pydantic's float: any JSON number, inf included (a JSON 1e999), so that _verify_args' own messages answer it. */
+const float = z.custom<number>((v) => typeof v === 'number', 'expected a number');
 
 const streamOptions = z.looseObject({
   include_usage: nullish(z.boolean()),
@@ -25,13 +27,13 @@ const common = {
   ignore_eos: nullish(z.boolean()),
   min_tokens: nullish(int),
   seed: nullish(int),
-  temperature: nullish(z.number()),
-  top_p: nullish(z.number()),
+  temperature: nullish(float),
+  top_p: nullish(float),
   top_k: nullish(int),
-  min_p: nullish(z.number()),
-  presence_penalty: nullish(z.number()),
-  frequency_penalty: nullish(z.number()),
-  repetition_penalty: nullish(z.number()),
+  min_p: nullish(float),
+  presence_penalty: nullish(float),
+  frequency_penalty: nullish(float),
+  repetition_penalty: nullish(float),
   skip_special_tokens: nullish(z.boolean()),
   return_token_ids: nullish(z.boolean()),
   add_special_tokens: nullish(z.boolean()),

@@ -50,8 +50,8 @@ export function renderIsolated(source: string, context: Record<string, unknown>,
     });
     child.once('close', (code, signal) => {
       clearTimeout(timer);
-      if (timedOut) return reject(new TemplateRenderError(`rendering took longer than ${timeoutMs} ms and was stopped`));
-      if (code !== 0) return reject(new TemplateRenderError(`rendering failed (${signal ?? `exit code ${code}`}: beyond its ${RENDER_HEAP_MB} MB heap?)`));
+      if (timedOut) return reject(new TemplateRenderError(`rendering was stopped after ${timeoutMs} ms`));
+      if (code !== 0) return reject(new TemplateRenderError(`rendering was stopped: its process ended (${signal ?? `exit code ${code}`}), most likely beyond its ${RENDER_HEAP_MB} MB heap`));
       try {
         const out = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { text?: string; error?: string };
         if (out.error !== undefined) reject(new TemplateRenderError(out.error));

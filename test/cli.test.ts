@@ -143,7 +143,7 @@ const README_SERVE_DEFAULTS = {
 describe('defaults: each command with no flag but the required ones', () => {
   it('serve: the README defaults; prefix caching on in /metrics; a 9,000-token prompt is admitted (chunked prefill)', async () => {
     const cwd = tempDir();
-    const { url } = await mocker(['serve'], { cwd });
+    const { url, process: spawned } = await mocker(['serve'], { cwd });
     expect((await engineView(url)).config).toEqual(README_SERVE_DEFAULTS);
     const [cacheConfig] = await metricSamples(url, 'vllm:cache_config_info');
     expect(cacheConfig.labels).toMatchObject({ enable_prefix_caching: 'True', block_size: '64', num_gpu_blocks: '16384', prefix_caching_hash_algo: 'sha256_cbor' });
@@ -153,9 +153,11 @@ describe('defaults: each command with no flag but the required ones', () => {
     expect(answer.usage).toMatchObject({ prompt_tokens: 9000, completion_tokens: 1 });
     expect(answer.choices[0].finish_reason).toBe('length');
 
-    // --model: the bundled tokenizer, served under its name; --captures: captures/mocker.db in the working directory.
+    // --model: the bundled tokenizer, served under its name; --captures: captures/mocker.db in the working
+    // directory, only read (not there: every request is a miss, and no file is created).
     expect((await client(url).models.list()).data.map((m) => m.id)).toEqual([MODEL]);
-    expect(existsSync(join(cwd, 'captures', 'mocker.db'))).toBe(true);
+    expect(spawned.stdout()).toContain('no capture file at captures/mocker.db');
+    expect(existsSync(join(cwd, 'captures'))).toBe(false);
   });
 
   it('serve --kv-events-config alone publishes BlockStored with vLLM hashes; --enable-prompt-tokens-details reports vLLM prefix hits', async () => {

@@ -9,7 +9,7 @@ import { startServe, type Running } from '../src/cli/serve.js';
 import { encode, EOS, MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
-const cleanup: (() => Promise<void>)[] = [];
+const cleanup: (() => Promise<unknown>)[] = [];
 afterAll(async () => {
   for (const close of cleanup.reverse()) await close();
 });

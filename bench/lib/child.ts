@@ -40,7 +40,7 @@ export interface PipeOptions {
 
 interface Running {
   port: number;
-  close(): Promise<void>;
+  close(): Promise<unknown>;
 }
 
 async function listen(server: http.Server): Promise<Running> {

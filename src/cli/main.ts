@@ -7,6 +7,7 @@ import { startCapture } from './capture.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs } from './engineArgs.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
+import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
@@ -36,6 +37,11 @@ function checkedUrl(flag: string, text: string): URL {
 const urlFlag = (flag: string) => (value: string) => (checkedUrl(flag, value), value);
 
 const collect = (value: string, previous: string[]) => [...previous, value];
+
+const shutdownTimeout = () =>
+  new Option('--shutdown-timeout <s>', 'on SIGINT/SIGTERM, seconds the requests in flight get to finish before they are cut off (a second signal exits at once)')
+    .argParser(number('--shutdown-timeout', { min: 0 }))
+    .default(DEFAULT_SHUTDOWN_TIMEOUT_S);
 
 /** A TCP port (0: any free one, where `allowAny`). */
 function port(name: string, allowAny = true) {
@@ -106,6 +112,7 @@ program
   .option('--max-model-len <n>', 'context length (default: captured, else the model config)', number('--max-model-len', { integer: true, min: 1 }))
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (for --on-miss record)', collect, [...DEFAULT_REDACTED_HEADERS])
+  .addOption(shutdownTimeout())
   .action(async (o) => {
     let engine: EngineArgs = {
       numGpuBlocks: o.numGpuBlocksOverride,
@@ -167,8 +174,8 @@ program
     };
     if (o.pd) {
       if (role !== 'agg') throw new Error('--pd starts its own prefill and decode engines: drop --disaggregation-mode');
-      await startPdDeployment(options, parsePdLayout(o.pd));
-    } else await startServe(options);
+      stopOnSignal('serve', await startPdDeployment(options, parsePdLayout(o.pd)), o.shutdownTimeout);
+    } else stopOnSignal('serve', await startServe(options), o.shutdownTimeout);
   });
 
 program
@@ -179,9 +186,11 @@ program
   .option('--host <host>', 'address to listen on', '0.0.0.0')
   .option('--port <port>', 'port to listen on', port('--port'), 8000)
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
+  .addOption(shutdownTimeout())
   .action(async (o) => {
     const urls = (list: string, flag: string) => list.split(',').map((u) => checkedUrl(flag, u.trim()));
-    await startPdProxy({ prefill: urls(o.prefill, '--prefill'), decode: urls(o.decode, '--decode'), host: o.host, port: o.port, maxBodyBytes: o.maxBodyBytes });
+    const proxy = await startPdProxy({ prefill: urls(o.prefill, '--prefill'), decode: urls(o.decode, '--decode'), host: o.host, port: o.port, maxBodyBytes: o.maxBodyBytes });
+    stopOnSignal('pd-proxy', proxy, o.shutdownTimeout);
   });
 
 program
@@ -196,8 +205,9 @@ program
   .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (Authorization, API keys and cookies never are)', collect, [...DEFAULT_REDACTED_HEADERS])
+  .addOption(shutdownTimeout())
   .action(async (o) => {
-    await startCapture({
+    const capture = await startCapture({
       upstream: o.upstream,
       captures: o.captures,
       host: o.host,
@@ -208,6 +218,7 @@ program
       maxBodyBytes: o.maxBodyBytes,
       redactHeaders: o.redactHeader,
     });
+    stopOnSignal('capture', capture, o.shutdownTimeout);
   });
 
 program.parseAsync().catch((err: unknown) => {

@@ -1,5 +1,7 @@
+import { listeningServer } from '../http/drain.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { DEFAULT_MAX_BODY_BYTES, startServe, type Running, type ServeOptions } from './serve.js';
+import type { RecordedTally } from './shutdown.js';
 
 /** `--pd xPyD`: how many prefill and decode engines. */
 export function parsePdLayout(text: string): { prefill: number; decode: number } {
@@ -13,6 +15,9 @@ export function parsePdLayout(text: string): { prefill: number; decode: number }
  * behind the same proxy as `mocker pd-proxy` on the serve port: a PD deployment in one command.
  */
 export async function startPdDeployment(options: ServeOptions, layout: { prefill: number; decode: number }): Promise<Running> {
+  // The proxy's port first: a taken one fails before any engine opens (or records into) a capture file.
+  const host = options.host ?? '127.0.0.1';
+  const { drain, server } = await listeningServer(host, options.port ?? 0);
   const engines: Running[] = [];
   const start = async (role: 'prefill' | 'decode') => {
     // Engine i publishes its KV events on the config's ports offset by i × DP size, as worker i would.
@@ -25,16 +30,25 @@ export async function startPdDeployment(options: ServeOptions, layout: { prefill
     const decode: URL[] = [];
     for (let i = 0; i < layout.prefill; i++) prefill.push(await start('prefill'));
     for (let i = 0; i < layout.decode; i++) decode.push(await start('decode'));
-    const proxy = await startPdProxy({ prefill, decode, host: options.host ?? '127.0.0.1', port: options.port ?? 0, maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES });
+    const proxy = await startPdProxy({ prefill, decode, host, port: options.port ?? 0, maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, listening: { drain, server } });
     return {
       port: proxy.port,
       ports: engines.map((e) => e.port),
-      close: async () => {
-        await proxy.close();
-        await Promise.all(engines.map((e) => e.close()));
+      close: async (graceMs = 0) => {
+        // Clients talk to the proxy: its drain is the deployment's; the engines then only had its requests.
+        const drained = await proxy.close(graceMs);
+        const stopped = await Promise.all(engines.map((e) => e.close()));
+        const tallies = stopped.flatMap((s) => (s.recorded ? [s.recorded] : []));
+        const recorded: RecordedTally | undefined = tallies[0] && {
+          exchanges: tallies.reduce((sum, t) => sum + t.exchanges, 0),
+          aborted: tallies.reduce((sum, t) => sum + t.aborted, 0),
+          file: tallies[0].file,
+        };
+        return { ...drained, recorded };
       },
     };
   } catch (err) {
+    await drain.drain(0);
     await Promise.all(engines.map((e) => e.close()));
     throw err;
   }

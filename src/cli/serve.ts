@@ -1,4 +1,4 @@
-import { serve as serveHono } from '@hono/node-server';
+import { getRequestListener } from '@hono/node-server';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
@@ -7,16 +7,19 @@ import { defaultHashSeed, fixedTiming, loadPerfModel, modelTiming, polynomialPer
 import { KvEventStreams, KvTraceLog, kvTraceEnabled, type KvEventsConfig } from '../events/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { Drain, listen } from '../http/drain.js';
 import { createServeApp, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
 import { kvBytesPerToken } from '../pd/kvTransfer.js';
 import { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { StatsLog } from '../metrics/statsLog.js';
 import { VllmMetrics } from '../metrics/vllmMetrics.js';
-import { CaptureStore } from '../store/captureStore.js';
+import { CaptureStore, type CaptureContents } from '../store/captureStore.js';
 import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
 import { checkEngineArgs, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from './engineArgs.js';
 import { EMULATED_VLLM_VERSION } from './identity.js';
 import { runColumns, UpstreamEngine } from '../capture/upstreamEngine.js';
+import { RecordingSink, type StopReport } from './shutdown.js';
 
 /** vLLM's VLLM_LOG_STATS_INTERVAL (seconds, default 10). */
 const STATS_LOG_INTERVAL_MS = 1000 * Number(process.env.VLLM_LOG_STATS_INTERVAL ?? 10);
@@ -105,11 +108,39 @@ export interface Running {
   port: number;
   /** Every port, one per `--num-workers` engine. */
   ports?: number[];
-  close(): Promise<void>;
+  /**
+   * Stops taking requests, lets those in flight finish for up to `graceMs` (default 0: cut them off), then
+   * closes everything (a capture file last, self-contained).
+   */
+  close(graceMs?: number): Promise<StopReport>;
 }
 
-/** `mocker serve`: a vLLM-compatible server answering from captures or random tokens. */
+/** A capture file's contents in one line. */
+function describeContents(c: CaptureContents): string {
+  const engines = c.engines.length > 0 ? c.engines.join(', ') : 'unknown';
+  const models = c.models.length > 0 ? c.models.join(', ') : 'none';
+  return `${c.runs} run(s) (engines: ${engines}), models: ${models}, ${c.outcomes.complete} complete exchange(s) (${c.outcomes.failed} failed, ${c.outcomes.aborted} aborted, never replayed)`;
+}
+
+/**
+ * `mocker serve`: a vLLM-compatible server answering from captures or random tokens. It listens before it
+ * opens anything (a taken port leaves no file behind); requests that come meanwhile wait for it.
+ */
 export async function startServe(options: ServeOptions): Promise<Running> {
+  const drain = new Drain();
+  const servers: Server[] = [];
+  const closers: (() => unknown)[] = [];
+  try {
+    const running = await startServing(options, drain, servers, closers);
+    return running;
+  } catch (err) {
+    await drain.drain(0);
+    for (const close of closers) await close();
+    throw err;
+  }
+}
+
+async function startServing(options: ServeOptions, drain: Drain, servers: Server[], closers: (() => unknown)[]): Promise<Running> {
   const opts = {
     host: '127.0.0.1',
     port: 0,
@@ -120,6 +151,14 @@ export async function startServe(options: ServeOptions): Promise<Running> {
     redactHeaders: DEFAULT_REDACTED_HEADERS,
     ...options,
   };
+  const workers = opts.numWorkers ?? 1;
+  if (!Number.isInteger(workers) || workers < 1) throw new Error(`--num-workers must be a positive integer, got ${workers}`);
+  // One server per worker, on consecutive ports.
+  for (let w = 0; w < workers; w++) {
+    const server = drain.server();
+    servers.push(server);
+    await listen(server, opts.host, opts.port === 0 ? 0 : opts.port + w);
+  }
   const outputs: OutputsMode = opts.outputs ?? (opts.mode === 'random' ? 'random' : 'captured');
   const timing: TimingMode = opts.timing ?? ({ replay: 'captured', random: 'fixed', simulate: 'model' } as const)[opts.mode];
   const onMiss: MissPolicy = opts.onMiss ?? (opts.mode === 'simulate' ? 'random' : 'error');
@@ -149,7 +188,8 @@ export async function startServe(options: ServeOptions): Promise<Running> {
     timingDescription = timing;
   }
 
-  const store = outputs === 'captured' || onMiss === 'record' ? CaptureStore.open(opts.captures) : undefined;
+  const store = openCaptures(opts.captures, outputs, onMiss);
+  if (store) closers.push(() => store.close());
   const run = store?.latestRun();
   // A capture carries its tokenizer: replay needs no --model.
   let tokenizer: ModelTokenizer;
@@ -172,17 +212,15 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   const maxModelLen = opts.maxModelLen ?? run?.maxModelLen ?? tokenizer.maxModelLen;
 
   const upstream = opts.upstream ? await UpstreamEngine.identify(new URL(opts.upstream)) : undefined;
-  let sink;
+  let recording: RecordingSink | undefined;
   if (onMiss === 'record' && store && upstream) {
     const runId = store.startRun({ kind: 'record', upstream: upstream.url.href, ...runColumns(upstream.identity), tokenizerName: tokenizer.name }, tokenizer.files);
     upstream.onIdentified((later) => store.updateRun(runId, runColumns(later)));
-    sink = new Recorder(store, runId, tokenizer, upstream.url, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink;
+    recording = new RecordingSink(new Recorder(store, runId, tokenizer, upstream.url, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink, opts.captures);
   }
 
   const role = opts.role ?? 'agg';
   const resolver = new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer, role });
-  const workers = opts.numWorkers ?? 1;
-  if (!Number.isInteger(workers) || workers < 1) throw new Error(`--num-workers must be a positive integer, got ${workers}`);
   const kvEvents = opts.kvEvents ?? [];
   if (kvEvents.length > 1 && kvEvents.length !== workers) throw new Error(`${kvEvents.length} KV event configs for ${workers} worker(s)`);
   const hashAlgo = opts.prefixCachingHashAlgo ?? 'sha256_cbor';
@@ -226,113 +264,109 @@ export async function startServe(options: ServeOptions): Promise<Running> {
     upstream: upstream?.url.href ?? null,
     upstream_timeout: opts.upstreamTimeoutMs,
   };
-  const servers: Server[] = [];
   const timers: NodeJS.Timeout[] = [];
-  const streams: KvEventStreams[] = [];
-  const closeAll = async () => {
-    timers.forEach(clearInterval);
-    streams.forEach((s) => s.close());
-    await Promise.all(
-      servers.map(
-        (server) =>
-          new Promise<void>((resolve) => {
-            server.closeAllConnections();
-            server.close(() => resolve());
-          }),
-      ),
-    );
-    store?.close();
-  };
-  try {
-    // One engine (own scheduler and KV cache per rank) and one server per worker, on consecutive ports.
-    for (let w = 0; w < workers; w++) {
-      // Each worker is its own vLLM instance: its own metrics.
-      const metrics = new VllmMetrics({
-        modelName: servedModels[0],
-        ranks: args.dataParallelSize,
-        maxModelLen,
-        showHidden: opts.showHiddenMetrics ?? false,
-        cacheConfig: {
-          block_size: args.blockSize,
-          cache_dtype: 'auto',
-          enable_prefix_caching: args.enablePrefixCaching ? 'True' : 'False',
-          num_gpu_blocks: args.numGpuBlocks,
-          num_cpu_blocks: 'None',
-          prefix_caching_hash_algo: hashAlgo,
-        },
-      });
-      const statsLog = new StatsLog(args.dataParallelSize, performance.now());
-      const logTimer = setInterval(() => {
-        for (const line of statsLog.lines(performance.now())) console.log(workers > 1 ? `worker ${w}: ${line}` : line);
-      }, STATS_LOG_INTERVAL_MS);
-      logTimer.unref();
-      timers.push(logTimer);
-      const observers: EngineObserver[] = [metrics, statsLog];
-      const engineId = randomUUID();
-      const eventsConfig = kvEvents.length > 1 ? kvEvents[w] : kvEvents[0];
-      if (eventsConfig) {
-        const stream = await KvEventStreams.open(eventsConfig, args.dataParallelSize, kvEvents.length > 1 ? 0 : ((opts.engineIndex ?? 0) + w) * args.dataParallelSize);
-        streams.push(stream);
-        observers.push(stream);
-      }
-      if (kvTrace) observers.push(new KvTraceLog(args.blockSize, args.numGpuBlocks));
-      const engine = new SimulatedEngine({
-        scheduler: {
-          ...schedulerConfig(args, passTiming, opts.seed + w),
-          kvEvents: eventsConfig ? { algo: hashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
-          kvTrace,
-          workerType: role === 'prefill' ? 'prefill' : 'aggregated',
-          // With captured timing the decode hop's own captured times already include its wait for the KV.
-          kvTransfer: { bytesPerToken: bytesPerToken ?? 0, bandwidthGBps: timing === 'captured' ? 0 : bandwidthGBps },
-        },
-        kvHoldTimeoutMs,
-        dataParallelSize: args.dataParallelSize,
-        speedupRatio: args.speedupRatio,
-        timingDescription,
-        observers,
-      });
-      const app = createServeApp({
-        engine,
-        resolver,
-        tokenizer,
-        servedModels,
-        modelRoot: opts.model ?? tokenizer.name,
-        maxModelLen,
-        versionJson: run?.versionJson ?? JSON.stringify({ version: EMULATED_VLLM_VERSION }),
-        forward: upstream ? { config: { upstream, timeoutMs: opts.upstreamTimeoutMs }, sink } : undefined,
-        maxBodyBytes: opts.maxBodyBytes,
-        promptTokensDetails: opts.enablePromptTokensDetails ?? false,
-        metrics,
-        mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0]),
-        apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
-        requestIdHeaders: opts.requestIdHeaders,
-        serverLoadTracking: opts.serverLoadTracking,
-        pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[w].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
-        settings,
-        trustRequestChatTemplate: opts.trustRequestChatTemplate,
-      });
-      const port = opts.port === 0 ? 0 : opts.port + w;
-      const server = await new Promise<Server>((resolve, reject) => {
-        const s = serveHono({ fetch: app.fetch, hostname: opts.host, port, serverOptions: { noDelay: true } }, () => resolve(s as Server));
-        (s as Server).once('error', reject);
-      });
-      server.keepAliveTimeout = 65_000;
-      servers.push(server);
+  closers.unshift(() => timers.forEach(clearInterval));
+  // One engine (own scheduler and KV cache per rank) per worker, each behind its own server.
+  for (let w = 0; w < workers; w++) {
+    // Each worker is its own vLLM instance: its own metrics.
+    const metrics = new VllmMetrics({
+      modelName: servedModels[0],
+      ranks: args.dataParallelSize,
+      maxModelLen,
+      showHidden: opts.showHiddenMetrics ?? false,
+      cacheConfig: {
+        block_size: args.blockSize,
+        cache_dtype: 'auto',
+        enable_prefix_caching: args.enablePrefixCaching ? 'True' : 'False',
+        num_gpu_blocks: args.numGpuBlocks,
+        num_cpu_blocks: 'None',
+        prefix_caching_hash_algo: hashAlgo,
+      },
+    });
+    const statsLog = new StatsLog(args.dataParallelSize, performance.now());
+    const logTimer = setInterval(() => {
+      for (const line of statsLog.lines(performance.now())) console.log(workers > 1 ? `worker ${w}: ${line}` : line);
+    }, STATS_LOG_INTERVAL_MS);
+    logTimer.unref();
+    timers.push(logTimer);
+    const observers: EngineObserver[] = [metrics, statsLog];
+    const engineId = randomUUID();
+    const eventsConfig = kvEvents.length > 1 ? kvEvents[w] : kvEvents[0];
+    if (eventsConfig) {
+      const stream = await KvEventStreams.open(eventsConfig, args.dataParallelSize, kvEvents.length > 1 ? 0 : ((opts.engineIndex ?? 0) + w) * args.dataParallelSize);
+      closers.push(() => stream.close());
+      observers.push(stream);
     }
-  } catch (err) {
-    await closeAll();
-    throw err;
+    if (kvTrace) observers.push(new KvTraceLog(args.blockSize, args.numGpuBlocks));
+    const engine = new SimulatedEngine({
+      scheduler: {
+        ...schedulerConfig(args, passTiming, opts.seed + w),
+        kvEvents: eventsConfig ? { algo: hashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
+        kvTrace,
+        workerType: role === 'prefill' ? 'prefill' : 'aggregated',
+        // With captured timing the decode hop's own captured times already include its wait for the KV.
+        kvTransfer: { bytesPerToken: bytesPerToken ?? 0, bandwidthGBps: timing === 'captured' ? 0 : bandwidthGBps },
+      },
+      kvHoldTimeoutMs,
+      dataParallelSize: args.dataParallelSize,
+      speedupRatio: args.speedupRatio,
+      timingDescription,
+      observers,
+    });
+    const app = createServeApp({
+      engine,
+      resolver,
+      tokenizer,
+      servedModels,
+      modelRoot: opts.model ?? tokenizer.name,
+      maxModelLen,
+      versionJson: run?.versionJson ?? JSON.stringify({ version: EMULATED_VLLM_VERSION }),
+      forward: upstream ? { config: { upstream, timeoutMs: opts.upstreamTimeoutMs }, sink: recording?.sink } : undefined,
+      maxBodyBytes: opts.maxBodyBytes,
+      promptTokensDetails: opts.enablePromptTokensDetails ?? false,
+      metrics,
+      mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0]),
+      apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
+      requestIdHeaders: opts.requestIdHeaders,
+      serverLoadTracking: opts.serverLoadTracking,
+      pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[w].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
+      settings,
+      trustRequestChatTemplate: opts.trustRequestChatTemplate,
+    });
+    drain.handle(servers[w], getRequestListener(app.fetch, { hostname: opts.host }));
   }
   const ports = servers.map((s) => (s.address() as AddressInfo).port);
   console.log(
     `mocker serve: ${opts.mode} mode (outputs ${outputs}, on miss ${onMiss}, timing ${timingDescription}, speedup ${args.speedupRatio}, ` +
       `${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
-      `serving ${servedModels.join(', ')} on ${ports.map((p) => `http://${opts.host}:${p}`).join(', ')}${store ? ` from ${opts.captures}` : ''}`,
+      `serving ${servedModels.join(', ')} on ${ports.map((p) => `http://${opts.host}:${p}`).join(', ')}${store && store.path !== ':memory:' ? ` from ${opts.captures}` : ''}`,
   );
   return {
     port: ports[0],
     ports,
-    close: closeAll,
+    close: async (graceMs = 0) => {
+      const drained = await drain.drain(graceMs);
+      // Exchanges being recorded (those the drain cut off: as aborted) are stored before the file closes.
+      await recording?.settled();
+      for (const close of closers) await close();
+      return { ...drained, recorded: recording?.recorded };
+    },
   };
+}
+
+/**
+ * The capture file, opened read-only unless misses are recorded into it, and what it holds said once. A file
+ * that is not there is an error when answers can only come from it (`--on-miss error`); otherwise every request
+ * is a miss (an empty store in memory: nothing is created on disk), also said once.
+ */
+function openCaptures(path: string, outputs: OutputsMode, onMiss: MissPolicy): CaptureStore | undefined {
+  if (outputs !== 'captured' && onMiss !== 'record') return undefined;
+  if (onMiss !== 'record' && onMiss !== 'error' && !existsSync(path)) {
+    console.log(`mocker serve: no capture file at ${path}: every request is a miss (--on-miss ${onMiss})`);
+    return CaptureStore.open(':memory:');
+  }
+  const store = CaptureStore.open(path, { readonly: onMiss !== 'record' });
+  console.log(`mocker serve: ${path} holds ${describeContents(store.contents())}`);
+  return store;
 }
 

@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { listeningServer, type Drain, type DrainResult } from '../http/drain.js';
 import { errorJson } from '../http/errors.js';
 
 export interface PdProxyOptions {
@@ -11,11 +13,14 @@ export interface PdProxyOptions {
   port: number;
   /** Largest request body accepted. */
   maxBodyBytes: number;
+  /** A server already listening on host:port (made by `drain`), for a caller that binds before starting engines. */
+  listening?: { drain: Drain; server: Server };
 }
 
 export interface RunningProxy {
   port: number;
-  close(): Promise<void>;
+  /** Stops taking requests, lets those in flight finish for up to `graceMs` (default 0), closes. */
+  close(graceMs?: number): Promise<DrainResult>;
 }
 
 type Json = Record<string, unknown>;
@@ -150,22 +155,11 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     });
   };
 
-  const server = http.createServer({ noDelay: true }, (req, res) => {
+  const { drain, server } = options.listening ?? (await listeningServer(options.host, options.port));
+  drain.handle(server, (req, res) => {
     handle(req, res).catch((err: unknown) => sendJson(res, 500, errorJson(500, `pd-proxy: ${(err as Error).message}`)));
-  });
-  server.keepAliveTimeout = 65_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port, options.host, () => resolve());
   });
   const port = (server.address() as AddressInfo).port;
   console.log(`mocker pd-proxy: ${options.prefill.length} prefill (${options.prefill.map((u) => u.origin).join(', ')}), ${options.decode.length} decode (${options.decode.map((u) => u.origin).join(', ')}) on http://${options.host}:${port}`);
-  return {
-    port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
+  return { port, close: (graceMs = 0) => drain.drain(graceMs) };
 }

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { and, asc, desc, eq, inArray, sql } from 'drizzle-orm';
@@ -11,6 +11,38 @@ import { packF64, packU32, unpackF64, unpackU32 } from './pack.js';
 import * as schema from './schema.js';
 
 const MIGRATIONS = resolve(dirname(fileURLToPath(import.meta.url)), '../../migrations');
+
+/** How many migrations this version applies (a read-only open cannot apply missing ones). */
+function migrationCount(): number {
+  return (JSON.parse(readFileSync(join(MIGRATIONS, 'meta', '_journal.json'), 'utf8')) as { entries: unknown[] }).entries.length;
+}
+
+/** A capture file that cannot be opened or used: the message names the file. */
+export class CaptureFileError extends Error {
+  constructor(
+    readonly path: string,
+    reason: string,
+  ) {
+    super(`capture file ${path}: ${reason}`);
+  }
+}
+
+export interface OpenOptions {
+  /**
+   * Only read: the file must exist, nothing is ever written to it or beside it (it may sit on read-only
+   * storage), and it is not migrated.
+   */
+  readonly?: boolean;
+}
+
+/** What a capture file holds, as `serve` reports it at start. */
+export interface CaptureContents {
+  runs: number;
+  /** The engines the runs captured (`runs.engine`), as stored. */
+  engines: string[];
+  models: string[];
+  outcomes: Record<Outcome, number>;
+}
 
 export type Outcome = 'complete' | 'failed' | 'aborted';
 export type TokenSource = 'engine' | 'tokenize-endpoint' | 'local';
@@ -91,6 +123,27 @@ export function promptKey(model: string, promptIds: ArrayLike<number>): string {
   return createHash('sha256').update(model).update('\0').update(packU32(promptIds)).digest('hex');
 }
 
+/** A read-only file cannot be migrated: it must be at this version's schema already. */
+function checkMigrated(sqlite: Database.Database): void {
+  const table = sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get();
+  if (!table) throw new Error('not a mocker capture file (no capture tables)');
+  const { n } = sqlite.prepare('select count(*) as n from __drizzle_migrations').get() as { n: number };
+  const expected = migrationCount();
+  if (n < expected) throw new Error(`written by an older mocker (schema ${n} of ${expected}); open it once for writing (e.g. mocker serve --on-miss record) to upgrade it`);
+}
+
+/** Why a capture file could not be opened, in words that say what to do. */
+function openFailure(err: unknown, readonly: boolean): string {
+  const code = (err as { code?: string }).code ?? '';
+  const message = err instanceof Error ? err.message : String(err);
+  // A WAL-mode file (not closed cleanly, or open in a writer) needs its -wal/-shm files, even to be read.
+  if (readonly && (code === 'SQLITE_READONLY_DIRECTORY' || code === 'SQLITE_CANTOPEN')) {
+    return `${message}: it is in WAL mode (a writer has it open, or did not close it cleanly) and its directory cannot be written; stop the writer with SIGINT/SIGTERM (it then leaves the file self-contained), or copy the file to a writable directory`;
+  }
+  if (code === 'SQLITE_NOTADB') return `${message} (not a SQLite capture file)`;
+  return message;
+}
+
 function sha256(data: Buffer): string {
   return createHash('sha256').update(data).digest('hex');
 }
@@ -98,9 +151,13 @@ function sha256(data: Buffer): string {
 type Db = BetterSQLite3Database<typeof schema>;
 const p = sql.placeholder;
 
-/** The capture file: one SQLite database in WAL mode, migrated at open. */
+/**
+ * The capture file: one SQLite database, in WAL mode while open for writing and migrated at open; closed
+ * cleanly, everything is in the database file itself (see `close`).
+ */
 export class CaptureStore {
   readonly path: string;
+  readonly readonly: boolean;
   private readonly sqlite: Database.Database;
   private readonly db: Db;
   private readonly insertExchange;
@@ -110,16 +167,28 @@ export class CaptureStore {
   private readonly selectPrompts;
   private readonly recentLookups = new LruCache<string, StoredExchange[]>(256);
 
-  private constructor(path: string) {
+  private constructor(path: string, { readonly = false }: OpenOptions) {
     this.path = path;
-    if (path !== ':memory:') mkdirSync(dirname(resolve(path)), { recursive: true });
-    this.sqlite = new Database(path);
-    this.sqlite.pragma('journal_mode = WAL');
-    this.sqlite.pragma('synchronous = NORMAL');
-    this.sqlite.pragma('foreign_keys = ON');
-    this.sqlite.pragma('busy_timeout = 5000');
-    this.db = drizzle(this.sqlite, { schema });
-    migrate(this.db, { migrationsFolder: MIGRATIONS });
+    this.readonly = readonly;
+    if (readonly && !existsSync(path)) throw new CaptureFileError(path, 'no such file');
+    let sqlite: Database.Database | undefined;
+    try {
+      if (!readonly && path !== ':memory:') mkdirSync(dirname(resolve(path)), { recursive: true });
+      sqlite = new Database(path, { readonly, fileMustExist: readonly });
+      if (!readonly) {
+        sqlite.pragma('journal_mode = WAL');
+        sqlite.pragma('synchronous = NORMAL');
+      }
+      sqlite.pragma('foreign_keys = ON');
+      sqlite.pragma('busy_timeout = 5000');
+      this.db = drizzle(sqlite, { schema });
+      if (readonly) checkMigrated(sqlite);
+      else migrate(this.db, { migrationsFolder: MIGRATIONS });
+    } catch (err) {
+      sqlite?.close();
+      throw new CaptureFileError(path, openFailure(err, readonly));
+    }
+    this.sqlite = sqlite;
 
     const e = schema.exchanges;
     this.insertExchange = this.db
@@ -186,11 +255,28 @@ export class CaptureStore {
       .prepare();
   }
 
-  static open(path: string): CaptureStore {
-    return new CaptureStore(path);
+  static open(path: string, options: OpenOptions = {}): CaptureStore {
+    return new CaptureStore(path, options);
   }
 
+  /**
+   * Closes the connection. A writer folds the write-ahead log into the database file
+   * (`wal_checkpoint(TRUNCATE)`) and, when no other connection has the file open, leaves WAL mode: the `.db`
+   * file alone then holds everything, and a reader that cannot create `-wal`/`-shm` files (read-only storage)
+   * can open it. The next writer turns WAL mode on again.
+   */
   close(): void {
+    if (!this.sqlite.open) return;
+    if (!this.readonly) {
+      try {
+        // Another connection (a reader, another writer) makes these fail at once instead of waiting.
+        this.sqlite.pragma('busy_timeout = 0');
+        this.sqlite.pragma('wal_checkpoint(TRUNCATE)');
+        this.sqlite.pragma('journal_mode = DELETE');
+      } catch {
+        // The file stays in WAL mode: the last connection to close checkpoints it.
+      }
+    }
     this.sqlite.close();
   }
 
@@ -353,6 +439,18 @@ export class CaptureStore {
       .where(and(eq(e.outcome, 'complete'), sql`${e.model} is not null`))
       .all()
       .map((r) => r.model as string);
+  }
+
+  /** What the file holds: runs, the engines they captured, the models with complete captures, exchanges by outcome. */
+  contents(): CaptureContents {
+    const engines = this.db
+      .selectDistinct({ engine: schema.runs.engine })
+      .from(schema.runs)
+      .where(sql`${schema.runs.engine} is not null`)
+      .all()
+      .map((r) => r.engine as string);
+    const [{ n: runs }] = this.db.select({ n: sql<number>`count(*)` }).from(schema.runs).all();
+    return { runs, engines, models: this.capturedModels(), outcomes: this.counts() };
   }
 
   counts(): Record<Outcome, number> {

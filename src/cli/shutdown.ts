@@ -1,0 +1,95 @@
+import { constants } from 'node:os';
+import type { ExchangeSink } from '../capture/forward.js';
+import type { DrainResult } from '../http/drain.js';
+
+/** How a command stopped: what its drain did, and what it recorded (capture, `serve --on-miss record`). */
+export interface StopReport extends DrainResult {
+  recorded?: RecordedTally;
+}
+
+export interface RecordedTally {
+  /** Generation exchanges stored by this process. */
+  exchanges: number;
+  /** Of those, the ones stored as aborted (the client left, or the shutdown cut them off). */
+  aborted: number;
+  file: string;
+}
+
+/** Default of `--shutdown-timeout` (seconds). */
+export const DEFAULT_SHUTDOWN_TIMEOUT_S = 30;
+
+/**
+ * Counts the generation exchanges a sink stores, and keeps the ones being stored so a shutdown can wait for
+ * them before closing the file (the exchanges a drain cuts off reach the sink as it closes their connections).
+ */
+export class RecordingSink {
+  private readonly storing = new Set<Promise<void>>();
+  private readonly tally: RecordedTally;
+
+  constructor(
+    private readonly store: ExchangeSink,
+    file: string,
+  ) {
+    this.tally = { exchanges: 0, aborted: 0, file };
+  }
+
+  readonly sink: ExchangeSink = (raw) => {
+    const stored = this.store(raw).then(() => {
+      if (!raw.endpoint) return;
+      this.tally.exchanges++;
+      if (raw.outcome === 'aborted') this.tally.aborted++;
+    });
+    this.storing.add(stored);
+    // Its failure is the caller's to report; here it only stops being waited for.
+    void stored.finally(() => this.storing.delete(stored)).catch(() => undefined);
+    return stored;
+  };
+
+  get recorded(): RecordedTally {
+    return { ...this.tally };
+  }
+
+  /** Resolves once every exchange handed over so far (and those handed over meanwhile) is stored or failed. */
+  async settled(): Promise<void> {
+    // The connections a drain closes hand their aborted exchanges over in the following turns.
+    await new Promise((resolve) => setImmediate(resolve));
+    while (this.storing.size > 0) await Promise.allSettled([...this.storing]);
+  }
+}
+
+/** The summary line a command prints when it has stopped. */
+export function stopSummary(report: StopReport): string {
+  const drained = `${report.finished} request(s) in flight finished, ${report.aborted} cut off at the shutdown timeout`;
+  const recorded = report.recorded
+    ? `; ${report.recorded.exchanges} exchange(s) recorded (${report.recorded.aborted} aborted), ${report.recorded.file} closed self-contained`
+    : '';
+  return `stopped: ${drained}${recorded}`;
+}
+
+/**
+ * Stops `running` gracefully on the first SIGINT/SIGTERM (stop taking requests, let those in flight finish for
+ * up to `timeoutS` seconds, close everything, print one summary line, exit 0); a second signal exits at once.
+ */
+export function stopOnSignal(command: string, running: { close(graceMs?: number): Promise<StopReport> }, timeoutS: number): void {
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      console.error(`mocker ${command}: ${signal} again: exiting at once`);
+      process.exit(128 + constants.signals[signal]);
+    }
+    stopping = true;
+    console.log(`mocker ${command}: ${signal}: draining the requests in flight (up to ${timeoutS} s; ${signal} again exits at once)`);
+    running.close(timeoutS * 1000).then(
+      (report) => {
+        console.log(`mocker ${command}: ${stopSummary(report)}`);
+        process.exit(0);
+      },
+      (err: unknown) => {
+        console.error(`mocker ${command}: stopping failed: ${err instanceof Error ? err.message : String(err)}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+}

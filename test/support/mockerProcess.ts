@@ -12,6 +12,8 @@ export interface MockerProcess {
   stderr(): string;
   /** SIGTERM and wait for the exit. */
   stop(): Promise<void>;
+  /** Settles when the process has exited: its exit code, or the signal that ended it. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
 export interface SpawnOptions {
@@ -20,6 +22,9 @@ export interface SpawnOptions {
   env?: NodeJS.ProcessEnv;
   /** false: no `--port` flag, the command's default port is the one waited for (`port` must name it). */
   portFlag?: boolean;
+  /** Run as this user and group (a test running as root checks what an unprivileged user can do). */
+  uid?: number;
+  gid?: number;
 }
 
 /**
@@ -29,15 +34,15 @@ export interface SpawnOptions {
  */
 export function startMockerProcess(args: string[], port = 0, options: SpawnOptions = {}): Promise<MockerProcess> {
   const listen = ['--host', '127.0.0.1', ...(options.portFlag === false ? [] : ['--port', String(port)])];
-  const child = spawn(process.execPath, [MAIN, ...args, ...listen], { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd, env: options.env });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const child = spawn(process.execPath, [MAIN, ...args, ...listen], { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd, env: options.env, uid: options.uid, gid: options.gid });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
   return new Promise((resolve, reject) => {
     let out = '';
     let err = '';
     child.stdout!.on('data', (d: Buffer) => {
       out += d.toString();
       const m = new RegExp(`(?:on|proxying) http://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`).exec(out);
-      if (m) resolve({ child, port: Number(m[1]), stdout: () => out, stderr: () => err, stop: async () => void (child.kill('SIGTERM'), await exited) });
+      if (m) resolve({ child, port: Number(m[1]), stdout: () => out, stderr: () => err, stop: async () => void (child.kill('SIGTERM'), await exited), exited });
     });
     child.stderr!.on('data', (d: Buffer) => {
       err += d.toString();

@@ -235,6 +235,31 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     expect(await (await fetch(`http://127.0.0.1:${proxy.port}/healthcheck`)).json()).toMatchObject({ status: 'ok' });
   });
 
+  it('a decode hop the decode engine refuses: the prefill engine is told to free its hold at once (no 480 s wait)', async () => {
+    const { prefill, proxy } = await pdPair({ timing: 'none' });
+    // The prefill hop asks for one token and drops min_tokens, so it is served; the decode engine gets the
+    // client's body, where min_tokens > max_tokens is vLLM's 400.
+    const res = await fetch(`${proxy}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: Array.from({ length: 40 }, (_, i) => 700 + i), max_tokens: 4, min_tokens: 10 }),
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { type: string } }).error.type).toBe('BadRequestError');
+    expect((await engineState(prefill)).ranks[0].passes).toBeGreaterThan(0);
+    for (let i = 0; i < 50 && (await activeBlocks(prefill)) > 0; i++) await sleep(20);
+    expect(await activeBlocks(prefill)).toBe(0);
+  });
+
+  it('a body nested deeper than JSON.stringify can write back is a 400 in vLLM\'s format, not a 502', async () => {
+    const { proxy } = await pdPair({ timing: 'none' });
+    const res = await fetch(`${proxy}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: `{"model":"${MODEL}","prompt":"Hi","max_tokens":2,"user":${'['.repeat(100_000)}${']'.repeat(100_000)}}`,
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({ error: { type: 'BadRequestError', code: 400, param: null } });
+  });
+
   it('a prefill engine holds ceil(prompt / block size) blocks: the sampled token has no KV (as vLLM)', async () => {
     const { url: prefill } = await serve({ role: 'prefill', timing: 'none' });
     for (const [promptTokens, blocks] of [[32, 2], [33, 3], [47, 3], [48, 3]]) {

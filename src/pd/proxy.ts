@@ -5,6 +5,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { listeningServer, type Drain, type DrainResult } from '../http/drain.js';
 import { errorJson } from '../http/errors.js';
+import { pullRemoteKv, type KvTransferParams } from './kvTransfer.js';
 
 export interface PdProxyOptions {
   prefill: URL[];
@@ -43,6 +44,18 @@ export function prefillBody(body: Json): Json {
   delete out.min_tokens;
   delete out.min_completion_tokens;
   return out;
+}
+
+/** How long the proxy waits on a prefill engine asked to free a hold nobody will pull. */
+const RELEASE_TIMEOUT_MS = 5000;
+
+/**
+ * A decode hop never sent (its client left), refused, failed or left before the decode engine answered never
+ * pulls: the prefill engine would hold those blocks until its timeout (vLLM: VLLM_NIXL_ABORT_REQUEST_TIMEOUT,
+ * 480 s). Freed now, as a pull does; an engine without that endpoint (or no longer holding them) answers 404.
+ */
+function releaseUnpulled(transfer: unknown): void {
+  if (transfer && typeof transfer === 'object') void pullRemoteKv(transfer as KvTransferParams, RELEASE_TIMEOUT_MS);
 }
 
 const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
@@ -85,10 +98,13 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     const raw = await readBody(req, options.maxBodyBytes);
     if (raw === null) return sendJson(res, 413, errorJson(413, `Request body is larger than ${options.maxBodyBytes} bytes.`, 'Request Entity Too Large'));
     let body: Json;
+    let prefillPayload: string;
     try {
       const parsed: unknown = JSON.parse(raw.toString('utf8'));
       if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('expected a JSON object');
       body = parsed as Json;
+      // JSON.parse takes nesting that JSON.stringify overflows its stack on: such a body cannot be passed on.
+      prefillPayload = JSON.stringify(prefillBody(body));
     } catch (err) {
       return sendJson(res, 400, errorJson(400, `Invalid JSON body: ${(err as Error).message}`));
     }
@@ -106,13 +122,12 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     let prefillAnswer: Response;
     let prefillText: string;
     try {
-      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: JSON.stringify(prefillBody(body)), signal: gone.signal });
+      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: prefillPayload, signal: gone.signal });
       prefillText = await prefillAnswer.text();
     } catch (err) {
       if (gone.signal.aborted) return;
       return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin}: ${(err as Error).message}`, 'BadGateway'));
     }
-    if (gone.signal.aborted) return;
     // The toy proxy requires a 2xx; an error from the prefill instance is the client's answer.
     if (!prefillAnswer.ok) {
       res.writeHead(prefillAnswer.status, { 'content-type': prefillAnswer.headers.get('content-type') ?? 'application/json' });
@@ -124,9 +139,12 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     } catch {
       return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin} answered with a body that is not JSON`, 'BadGateway'));
     }
+    if (gone.signal.aborted) return releaseUnpulled(transfer);
     const decodeBody = transfer && typeof transfer === 'object' && Object.keys(transfer).length > 0 ? { ...body, kv_transfer_params: transfer } : body;
     const payload = Buffer.from(JSON.stringify(decodeBody));
 
+    // Whether the decode engine took the request (a 2xx): it then pulls (frees) the prefill engine's KV.
+    let decodeAccepted = false;
     await new Promise<void>((resolve) => {
       const target = new URL(req.url ?? path, decode);
       const lib = target.protocol === 'https:' ? https : http;
@@ -142,6 +160,7 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
         resolve();
       });
       upstream.on('response', (answer) => {
+        decodeAccepted = (answer.statusCode ?? 0) < 300;
         const out: http.OutgoingHttpHeaders = {};
         for (const name of ['content-type', 'content-length', 'x-request-id']) if (answer.headers[name] !== undefined) out[name] = answer.headers[name];
         res.writeHead(answer.statusCode ?? 502, out);
@@ -153,6 +172,7 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
       });
       upstream.end(payload);
     });
+    if (!decodeAccepted) releaseUnpulled(transfer);
   };
 
   const { drain, server } = options.listening ?? (await listeningServer(options.host, options.port));

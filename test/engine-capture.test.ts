@@ -221,7 +221,7 @@ describe('capture of an engine that refuses return_token_ids', () => {
       const second = await client(`http://127.0.0.1:${capture.port}`).chat.completions.create({ model: engine.model, messages: [{ role: 'user', content: 'Say hello in three words.' }], max_tokens: 8, temperature: 0 });
       expect(second.choices[0].finish_reason).toBe('length');
       expect(engine.received.filter((r) => r.path.startsWith('/v1/')).map((r) => r.raw.toString('utf8').includes('return_token_ids'))).toEqual([false]);
-      await expect.poll(() => runEngines(file)).toEqual(['transformers']);
+      await expect.poll(() => runEngines(file), { timeout: 20_000 }).toEqual(['transformers']);
       await capture.stop();
       expect(storedExchanges(file).map((r) => r.outcome)).toEqual(['complete', 'complete']);
     } finally {
@@ -273,7 +273,8 @@ describe('capture started before vLLM is up', () => {
     const upstream = await startUpstream(() => ({ content: 'Hello there' }), { port: probe.port });
     try {
       await client(`http://127.0.0.1:${capture.port}`).completions.create({ model: MODEL, prompt: 'Hello world', max_tokens: 4 });
-      await expect.poll(() => capture.stdout()).toContain('tokenizer Qwen/Qwen3-0.6B from now on');
+      // Loading the tokenizer takes a while on a loaded machine.
+      await expect.poll(() => capture.stdout(), { timeout: 20_000 }).toContain('tokenizer Qwen/Qwen3-0.6B from now on');
       await capture.stop();
       const db = new Database(file, { readonly: true });
       try {

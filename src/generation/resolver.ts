@@ -65,8 +65,13 @@ export class OutputBudget {
 
   /** Counts planned tokens; throws the 400 once the request's plans outgrow the budget. */
   spend(tokens: number): void {
+    this.check(tokens);
     this.planned += tokens;
-    if (this.planned > this.tokens) {
+  }
+
+  /** Throws the 400 now if `tokens` more would outgrow the budget (plans whose length is known before they are made). */
+  check(tokens: number): void {
+    if (this.planned + tokens > this.tokens) {
       throw badRequest(`This request cannot be served: its choices need more than ${this.tokens} output tokens in all, more than ${this.source}. Lower n or max_tokens.`, 'n');
     }
   }
@@ -160,6 +165,8 @@ export class OutputResolver {
   }
 
   private async random(params: OutputParams, promptIds: readonly number[], budget?: OutputBudget): Promise<Omit<Extract<Resolution, { type: 'plans' }>, 'lookup'>> {
+    // With max_tokens given and nothing to stop at, every random choice is exactly max_tokens long.
+    if (params.maxTokensRequested && params.stop.length === 0 && params.stopTokenIds.length === 0) budget?.check(params.n * params.maxTokens);
     const plans: ChoicePlan[] = [];
     for (let i = 0; i < params.n; i++) {
       plans.push(await planRandom(promptIds, params, this.config.tokenizer, this.config.seed, i));

@@ -1,0 +1,117 @@
+/**
+ * Capture files through the spawned CLI: replay from read-only storage (a 0444 file in a 0555 directory, run as
+ * a user the permissions bind: as root, `nobody`), a missing file named and never created, and a taken port
+ * that fails before anything is written.
+ */
+import { createHash } from 'node:crypto';
+import { chmodSync, copyFileSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { createServer, type Server } from 'node:net';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
+
+const processes: MockerProcess[] = [];
+const upstreams: Upstream[] = [];
+/** Directories made read-only: writable again at the end, so the suite's teardown can remove them. */
+const readOnlyDirs: string[] = [];
+afterAll(async () => {
+  for (const p of processes) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
+  await Promise.all(upstreams.map((u) => u.close()));
+  for (const dir of readOnlyDirs) chmodSync(dir, 0o755);
+});
+
+const tempDir = () => mkdtempSync(join(testTmpdir(), 'mocker-readonly-'));
+const answerTo = (prompt: unknown) => `Answer to ${String(prompt)}.`;
+const prompts = ['first question', 'second question', 'third question'];
+const client = (port: number) => new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0 });
+const sha256 = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex');
+
+/**
+ * Who the replaying process runs as: root ignores file permissions, so a test running as root runs it as
+ * `nobody` (whose id is asked of the system), any other user as itself.
+ */
+function unprivileged(): { uid?: number; gid?: number } {
+  if (process.getuid?.() !== 0) return {};
+  const id = (flag: string) => Number(spawnSync('id', [flag, 'nobody'], { encoding: 'utf8' }).stdout.trim());
+  return { uid: id('-u'), gid: id('-g') };
+}
+
+/** Records `prompts` with a spawned capture in front of the engine double, stopped cleanly. */
+async function recordGolden(db: string): Promise<void> {
+  const up = await startUpstream((body) => ({ content: answerTo(body.prompt) }));
+  upstreams.push(up);
+  const capture = await startMockerProcess(['capture', '--upstream', up.url, '--captures', db]);
+  processes.push(capture);
+  for (const prompt of prompts) await client(capture.port).completions.create({ model: MODEL, prompt });
+  await capture.stop();
+}
+
+describe('replay from read-only storage', () => {
+  it('serves from a chmod 0444 file in a chmod 0555 directory, and writes nothing there', async () => {
+    const golden = join(tempDir(), 'golden.db');
+    await recordGolden(golden);
+
+    const user = unprivileged();
+    // Only traversal of the suite's directories is granted, so the replaying user can reach the file.
+    chmodSync(testTmpdir(), 0o711);
+    const dir = tempDir();
+    const db = join(dir, 'golden.db');
+    copyFileSync(golden, db);
+    chmodSync(db, 0o444);
+    chmodSync(dir, 0o555);
+    readOnlyDirs.push(dir);
+    const digest = sha256(db);
+
+    // The proof holds: that user cannot create a file in the directory, nor open the file for writing.
+    const tryWrite = (code: string) => spawnSync(process.execPath, ['-e', code], { ...user, encoding: 'utf8' });
+    expect(tryWrite(`require('fs').writeFileSync(${JSON.stringify(join(dir, 'probe'))}, 'x')`).stderr).toContain('EACCES');
+    expect(tryWrite(`require('fs').openSync(${JSON.stringify(db)}, 'r+')`).stderr).toContain('EACCES');
+
+    const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', db, '--timing', 'none'], 0, { cwd: dir, ...user });
+    processes.push(replay);
+    // What the file holds, said at start: one capture run of a vLLM engine, its model, three complete exchanges.
+    expect(replay.stdout()).toContain(`${db} holds 1 run(s) (engines: vllm), models: ${MODEL}, 3 complete exchange(s)`);
+    for (const prompt of prompts) expect((await client(replay.port).completions.create({ model: MODEL, prompt })).choices[0].text).toBe(answerTo(prompt));
+    await replay.stop();
+    expect(replay.stderr()).toBe('');
+    expect(readdirSync(dir)).toEqual(['golden.db']);
+    expect(sha256(db)).toBe(digest);
+  });
+
+  it('a capture file that is not there is an error naming it; nothing is created', async () => {
+    const dir = tempDir();
+    const missing = join(dir, 'no', 'such', 'file.db');
+    const result = await runMockerToExit(['serve', '--mode', 'replay', '--captures', missing, '--host', '127.0.0.1', '--port', '0']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(missing);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+});
+
+describe('a port that is taken', () => {
+  let blocker: Server;
+  let port: number;
+  afterAll(() => new Promise<void>((resolve) => blocker.close(() => resolve())));
+
+  it.each([
+    ['capture', (db: string, upstream: string) => ['capture', '--upstream', upstream, '--captures', db]],
+    ['serve --on-miss record', (db: string, upstream: string) => ['serve', '--on-miss', 'record', '--upstream', upstream, '--captures', db]],
+  ])('%s exits 1 naming the port, and leaves no capture file', async (_, args) => {
+    if (!blocker) {
+      blocker = createServer();
+      await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+      port = (blocker.address() as { port: number }).port;
+    }
+    const up = await startUpstream((body) => ({ content: answerTo(body.prompt) }));
+    upstreams.push(up);
+    const dir = tempDir();
+    const result = await runMockerToExit([...args(join(dir, 'captures', 'taken.db'), up.url), '--host', '127.0.0.1', '--port', String(port)]);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(`port ${port}`);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+});

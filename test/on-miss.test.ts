@@ -75,3 +75,30 @@ describe('--on-miss', () => {
     });
   }
 });
+
+describe('several captures of one prompt', () => {
+  it('a request for more tokens than one holds is answered by another that holds enough, never a partial hit', async () => {
+    const dir = mkdtempSync(join(testTmpdir(), 'mocker-miss-'));
+    dirs.push(dir);
+    const db = join(dir, 'captures.db');
+    const upstream = await startUpstream(() => ({ content: 'one two three four five six seven eight nine ten eleven twelve' }));
+    const recorder = await startServe({ mode: 'replay', captures: db, timing: 'none', onMiss: 'record', upstream: upstream.url });
+    const askFor = async (port: number, maxTokens: number) => {
+      const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'Count', max_tokens: maxTokens }) });
+      return { status: res.status, text: res.ok ? ((await res.json()) as { choices: { text: string }[] }).choices[0].text : await res.text() };
+    };
+    // Recorded in this order: 4 tokens (cut by length), then 10 (the 4-token capture is too short for it).
+    const short = await askFor(recorder.port, 4);
+    const long = await askFor(recorder.port, 10);
+    await recorder.close();
+    await upstream.close();
+    expect(storedExchanges(db)).toBe(2);
+    expect(long.text.startsWith(short.text)).toBe(true);
+
+    const replay = await startServe({ mode: 'replay', captures: db, timing: 'none' });
+    running.push(replay);
+    // Asked again and again: whichever capture comes first, the answer is the one that holds 10 tokens.
+    for (let i = 0; i < 4; i++) expect(await askFor(replay.port, 10)).toEqual(long);
+    expect((await mockerCounters(replay.port))['mocker:capture_misses_total{too_short}']).toBe(0);
+  });
+});

@@ -80,6 +80,18 @@ export class OutputBudget {
 /** Tokens of context shown on each side of a divergence. */
 const CONTEXT_TOKENS = 12;
 
+/**
+ * Of several captures of one prompt, those long enough for the request (each choice ended other than by length,
+ * or holds max_tokens), when there are any: a capture made with a smaller max_tokens must not turn a request
+ * that another capture answers into a partial hit. A capture cut by length may still cover the request through
+ * a stop found in its tokens: with none of the plain kind, all stay candidates.
+ */
+function covering(matches: StoredExchange[], params: OutputParams): StoredExchange[] {
+  if (matches.length < 2 || !params.maxTokensRequested) return matches;
+  const long = matches.filter((ex) => ex.generations.every((g) => g.finishReason !== 'length' || g.outputIds.length >= params.maxTokens));
+  return long.length > 0 ? long : matches;
+}
+
 /** Decides where each request's output comes from: a capture, random tokens, or the upstream. */
 export class OutputResolver {
   private readonly roundRobin = new Map<string, number>();
@@ -91,7 +103,7 @@ export class OutputResolver {
     if (outputs === 'random' || !store) return { ...(await this.random(params, promptIds, budget)), lookup: null };
     const found = store.findByPrompt(model, promptIds).filter((ex) => ex.endpoint === params.kind);
     if (found.length === 0) return { ...(await this.miss(params, model, promptIds, budget)), lookup: 'no_match' };
-    const matches = this.forRole(found);
+    const matches = covering(this.forRole(found), params);
 
     const first = this.pick(matches.length, model, promptIds, params.seed);
     const chosen: { exchange: StoredExchange; choice: number }[] = [];

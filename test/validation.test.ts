@@ -117,6 +117,10 @@ describe('vLLM validation parity through the spawned serve', () => {
         error: badRequest(message, param),
       });
     }
+    // vLLM checks the model and the prompt's length before it builds SamplingParams.
+    expect((await refusal(client.completions.create(withExtra({ ...base, model: 'no-such-model' }, { top_k: -5 })))).status).toBe(404);
+    const tooLong = await refusal(client.completions.create(withExtra({ ...base, max_tokens: QWEN3_MAX_MODEL_LEN }, { top_k: -5 })));
+    expect(tooLong).toEqual({ status: 400, error: expect.objectContaining({ param: 'max_tokens', message: expect.stringContaining("'max_tokens' or 'max_completion_tokens' is too large") }) });
     // -1 is still taken as "disabled"; a greedy single choice is fine.
     for (const extra of [{ top_k: -1 }, { top_k: 0 }, { top_k: 40 }, { temperature: 0 }, { presence_penalty: -2, frequency_penalty: 2, min_p: 0, top_p: 1 }]) {
       const answer = await client.completions.create(withExtra(base, extra));

@@ -98,17 +98,21 @@ function pyFloat(x: number): string {
   return Number.isInteger(x) && Math.abs(x) < 1e16 ? x.toFixed(1) : String(x);
 }
 
-/**
- * The value checks of vLLM's protocol validators and of `SamplingParams._verify_args`, in that order (messages
- * as vLLM's sampling_params.py words them).
- */
-export function checkSampling(req: CompletionRequest | ChatRequest): void {
+/** The checks of vLLM's request models (pydantic validators), made before the model and the prompt are looked at. */
+export function checkRequestFields(req: CompletionRequest | ChatRequest): void {
   // vLLM's validator tests `data.get("stream_options")`: an empty object is falsy in Python and passes.
   if (req.stream_options && Object.keys(req.stream_options).length > 0 && req.stream !== true) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
   if ('suffix' in req && req.suffix != null) throw badRequest('suffix is not currently supported', 'suffix');
   if ('continue_final_message' in req && req.continue_final_message && req.add_generation_prompt) {
     throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.');
   }
+}
+
+/**
+ * The value checks of `SamplingParams._verify_args` (messages as vLLM's sampling_params.py words them), which
+ * vLLM makes once the prompt is rendered and its length checked (`to_sampling_params`).
+ */
+export function checkSampling(req: CompletionRequest | ChatRequest): void {
   const n = req.n ?? 1;
   if (n < 1) throw badRequest(`n must be at least 1, got ${n}.`, 'n');
   if (n > MAX_N_SEQUENCES) throw badRequest(`n must be at most ${MAX_N_SEQUENCES}, got ${n}. To increase this limit, set the VLLM_MAX_N_SEQUENCES environment variable.`, 'n');

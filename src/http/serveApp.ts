@@ -15,7 +15,7 @@ import type { ChunkDelta, StoredExchange } from '../store/captureStore.js';
 import { TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
 import { chunkEvent, DONE_EVENT, fullResponse, restamp, roleEvent, usageEvent, type RenderContext } from './render.js';
-import { chatRequest, checkRequestChatTemplate, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
+import { chatRequest, checkRequestChatTemplate, checkRequestFields, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
 
 export interface ServeAppConfig {
   engine: Engine;
@@ -260,7 +260,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
 
   async function prepare(kind: EndpointKind, body: Json, rankHeader: string | undefined): Promise<Prepared> {
     const req = kind === 'chat' ? parseBody(chatRequest, body) : parseBody(completionRequest, body);
-    checkSampling(req);
+    checkRequestFields(req);
     if ('logprobs' in req && req.logprobs !== null && req.logprobs !== undefined && req.logprobs !== false) {
       throw new ApiError(400, 'logprobs are only served verbatim from captures that recorded them; this request asks mocker to compute them.', 'BadRequestError', 'logprobs');
     }
@@ -280,13 +280,16 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       }
     }
     if (prompts.some((ids) => ids.length === 0)) throw badRequest('The decoder prompt cannot be empty', 'prompt');
+    // The context-length checks, then the sampling values: vLLM's order (preprocessing, then to_sampling_params).
+    const params = prompts.map((ids) => outputParams(kind, req, ids.length));
+    checkSampling(req);
     const stream = req.stream === true;
     return {
       kind,
       body,
       model,
       prompts,
-      params: prompts.map((ids) => outputParams(kind, req, ids.length)),
+      params,
       stream,
       // stream_options given: include_usage defaults to true (vLLM ≈0.10–0.13 StreamOptions), an explicit null is off.
       includeUsage: stream && !!req.stream_options && (req.stream_options.include_usage === undefined || req.stream_options.include_usage === true),

@@ -13,6 +13,7 @@ import OpenAI, { APIError } from 'openai';
 import type { CompletionCreateParamsNonStreaming } from 'openai/resources';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServe } from '../src/cli/serve.js';
+import { loadTokenizer, TooManyTokens } from '../src/tokenizer/index.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -321,5 +322,21 @@ describe('request templates render off the event loop (in-process, to watch its 
     } finally {
       await server.close();
     }
+  });
+});
+
+describe('a long prompt is tokenized in pieces only to refuse it (in-process, against the whole-text tokenizer)', () => {
+  const tokenizer = loadTokenizer();
+
+  it('a text past the limit is refused; long texts within it get exactly the ids of the whole text', async () => {
+    const limit = 1000;
+    const words = 'Hello world, the quick brown fox. '.repeat(2000); // 68,000 characters, ~16,000 tokens
+    await expect(tokenizer.encodeBounded(words, true, limit)).rejects.toBeInstanceOf(TooManyTokens);
+    // Few tokens in many characters (whitespace runs and repeated punctuation), cut into pieces before words.
+    const sparse = Array.from({ length: 100 }, (_, i) => `${' '.repeat(60)}word${i}${'-'.repeat(60)}\n`).join(' ');
+    const whole = await tokenizer.encode(sparse, true);
+    expect(sparse.length).toBeGreaterThan(limit * 8);
+    expect(whole.length).toBeLessThan(limit);
+    expect(await tokenizer.encodeBounded(sparse, true, limit)).toEqual(whole);
   });
 });

@@ -273,7 +273,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       // A list of strings or of token-id lists is a batch: one choice block per prompt.
       const batch: (string | number[])[] = Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== 'number' ? (prompt as (string | number[])[]) : [prompt as string | number[]];
       // Every choice plans at least one token: a batch whose choices alone outgrow the budget is refused untokenized.
-      outputBudget().spend(batch.length * (req.n ?? 1));
+      outputBudget().check(batch.length * (req.n ?? 1));
       for (const item of batch) {
         if (typeof item !== 'string') checkTokenIds(item);
         prompts.push(typeof item === 'string' ? await encodePrompt(item, req.add_special_tokens ?? true) : item);

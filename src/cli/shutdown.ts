@@ -1,6 +1,7 @@
 import { constants } from 'node:os';
 import type { ExchangeSink } from '../capture/forward.js';
 import type { DrainResult } from '../http/drain.js';
+import { CaptureFileError } from '../store/captureStore.js';
 
 /** How a command stopped: what its drain did, and what it recorded (capture, `serve --on-miss record`). */
 export interface StopReport extends DrainResult {
@@ -26,6 +27,7 @@ export class RecordingSink {
   private readonly storing = new Set<Promise<void>>();
   private readonly tally: RecordedTally;
 
+  /** `store`'s failures are reported naming `file`. */
   constructor(
     private readonly store: ExchangeSink,
     file: string,
@@ -34,11 +36,16 @@ export class RecordingSink {
   }
 
   readonly sink: ExchangeSink = (raw) => {
-    const stored = this.store(raw).then(() => {
-      if (!raw.endpoint) return;
-      this.tally.exchanges++;
-      if (raw.outcome === 'aborted') this.tally.aborted++;
-    });
+    const stored = this.store(raw).then(
+      () => {
+        if (!raw.endpoint) return;
+        this.tally.exchanges++;
+        if (raw.outcome === 'aborted') this.tally.aborted++;
+      },
+      (err: unknown) => {
+        throw err instanceof CaptureFileError ? err : new CaptureFileError(this.tally.file, err instanceof Error ? err.message : String(err));
+      },
+    );
     this.storing.add(stored);
     // Its failure is the caller's to report; here it only stops being waited for.
     void stored.finally(() => this.storing.delete(stored)).catch(() => undefined);

@@ -33,7 +33,7 @@ const tokenizer: RecorderTokenizer = {
   get eosTokenIds() {
     return eosTokenIds;
   },
-  renderChat: (req) => localTokenizer().renderChat(req),
+  renderChatGuarded: (req) => localTokenizer().renderChatGuarded(req),
   encode: (text, addSpecialTokens) => localTokenizer().encode(text, addSpecialTokens),
 };
 const recorder = new Recorder(store, init.runId, tokenizer, new URL(init.upstream), new Set(init.redacted));

@@ -55,7 +55,7 @@ function pick(request: Json, fields: readonly string[]): Json {
 }
 
 /** What the recorder needs of a tokenizer (only for engines that send no token ids). */
-export type RecorderTokenizer = Pick<ModelTokenizer, 'renderChat' | 'encode' | 'eosTokenIds'>;
+export type RecorderTokenizer = Pick<ModelTokenizer, 'renderChatGuarded' | 'encode' | 'eosTokenIds'>;
 
 /**
  * Turns proxied exchanges into stored ones: prompt and output token ids, timing, redacted headers. Runs on
@@ -96,7 +96,8 @@ export class Recorder {
         if (ids) return { ids, source: 'tokenize-endpoint' };
       }
       try {
-        const prompt = this.tokenizer.renderChat(request as never);
+        // A template sent with the request may be hostile: it must not stall the recording of every other exchange.
+        const prompt = await this.tokenizer.renderChatGuarded(request as never);
         return { ids: await this.tokenizer.encode(prompt, request.add_special_tokens === true), source: 'local' };
       } catch {
         return null;

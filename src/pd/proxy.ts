@@ -121,8 +121,14 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
 
     let prefillAnswer: Response;
     let prefillText: string;
+    // A client that leaves before the prefill engine answers cancels the hop; once it has answered, its body is
+    // read to the end all the same: it names the blocks held for the decode hop, to be freed.
+    const cancelPrefill = new AbortController();
+    const cancel = () => cancelPrefill.abort();
+    gone.signal.addEventListener('abort', cancel, { once: true });
     try {
-      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: prefillPayload, signal: gone.signal });
+      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: prefillPayload, signal: cancelPrefill.signal });
+      gone.signal.removeEventListener('abort', cancel);
       prefillText = await prefillAnswer.text();
     } catch (err) {
       if (gone.signal.aborted) return;

@@ -128,11 +128,9 @@ function describeContents(c: CaptureContents): string {
  */
 export async function startServe(options: ServeOptions): Promise<Running> {
   const drain = new Drain();
-  const servers: Server[] = [];
   const closers: (() => unknown)[] = [];
   try {
-    const running = await startServing(options, drain, servers, closers);
-    return running;
+    return await startServing(options, drain, closers);
   } catch (err) {
     await drain.drain(0);
     for (const close of closers) await close();
@@ -140,7 +138,8 @@ export async function startServe(options: ServeOptions): Promise<Running> {
   }
 }
 
-async function startServing(options: ServeOptions, drain: Drain, servers: Server[], closers: (() => unknown)[]): Promise<Running> {
+/** startServe's work; what it opens is closed by `closers` (in order) if it fails. */
+async function startServing(options: ServeOptions, drain: Drain, closers: (() => unknown)[]): Promise<Running> {
   const opts = {
     host: '127.0.0.1',
     port: 0,
@@ -154,6 +153,7 @@ async function startServing(options: ServeOptions, drain: Drain, servers: Server
   const workers = opts.numWorkers ?? 1;
   if (!Number.isInteger(workers) || workers < 1) throw new Error(`--num-workers must be a positive integer, got ${workers}`);
   // One server per worker, on consecutive ports.
+  const servers: Server[] = [];
   for (let w = 0; w < workers; w++) {
     const server = drain.server();
     servers.push(server);

@@ -1,8 +1,8 @@
 import http, { type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import { errorJson } from './errors.js';
 
-/** Health checks: vLLM's `/health` and the PD proxy's `/healthcheck`. */
-const HEALTH_PATHS = new Set(['/health', '/healthcheck']);
+/** Health checks: vLLM's `/health` and `/ping` (a bodiless 503 when its engine is dead), the PD proxy's `/healthcheck`. */
+const HEALTH_PATHS = new Set(['/health', '/ping', '/healthcheck']);
 
 /** What a drain did with the requests in flight when it began. */
 export interface DrainResult {
@@ -27,13 +27,12 @@ export class Drain {
   private readonly handlers = new Map<Server, RequestListener>();
   private readonly waiting = new Map<Server, (() => void)[]>();
 
-  /** A server whose requests go through `handler` while not draining (or through one `handle` sets later). */
-  server(handler?: RequestListener): Server {
+  /** A server whose requests, while not draining, go to the handler `handle` sets (they wait for it). */
+  server(): Server {
     const server: Server = http.createServer({ noDelay: true }, (req, res) => this.admit(server, req, res));
     // Idle keep-alive connections outlive the usual 60 s idle timeout of load balancers in front.
     server.keepAliveTimeout = 65_000;
     this.servers.push(server);
-    if (handler) this.handlers.set(server, handler);
     return server;
   }
 
@@ -55,11 +54,6 @@ export class Drain {
     if (this.handlers.has(server)) return run();
     // A server listens first (a taken port fails before anything is written); its handler follows once ready.
     this.waiting.set(server, [...(this.waiting.get(server) ?? []), run]);
-  }
-
-  /** How many requests are being answered. */
-  get inFlight(): number {
-    return this.active.size;
   }
 
   /**

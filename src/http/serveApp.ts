@@ -383,6 +383,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     // vLLM hands the blocks to a remote decode only after a length-capped finish, in a non-streamed answer.
     if (hold && !signal.aborted && !p.stream && plans[0].finishReason === 'length') {
       ctx.kvTransferParams = prefillResponseParams(config.pd.endpoint(), hold.holdId, Array.from({ length: hold.blocks }, () => nextBlockId++));
+      // An answer its client never got whole names blocks no decode engine will pull: freed at once, not after the timeout.
+      res.once('close', () => void (res.writableFinished || engine.releaseKvHold(hold.holdId)));
     } else if (hold) engine.releaseKvHold(hold.holdId);
     if (signal.aborted) return;
     const cachedTokens = config.promptTokensDetails ? streams[cachedFrom].cachedPromptTokens : null;

@@ -82,6 +82,34 @@ describe('replay from read-only storage', () => {
     expect(sha256(db)).toBe(digest);
   });
 
+  it('a capture file left in WAL mode (its writer was killed) is an error naming it, from a read-only directory', async () => {
+    const up = await startUpstream((body) => ({ content: answerTo(body.prompt) }));
+    upstreams.push(up);
+    const live = join(tempDir(), 'live.db');
+    const capture = await startMockerProcess(['capture', '--upstream', up.url, '--captures', live]);
+    processes.push(capture);
+    await client(capture.port).completions.create({ model: MODEL, prompt: prompts[0] });
+    capture.child.kill('SIGKILL');
+    await capture.exited;
+
+    const user = unprivileged();
+    chmodSync(testTmpdir(), 0o711);
+    const dir = tempDir();
+    const db = join(dir, 'live.db');
+    // What a killed writer leaves: the database and its write-ahead log.
+    copyFileSync(live, db);
+    copyFileSync(`${live}-wal`, `${db}-wal`);
+    chmodSync(db, 0o444);
+    chmodSync(`${db}-wal`, 0o444);
+    chmodSync(dir, 0o555);
+    readOnlyDirs.push(dir);
+    const result = await runMockerToExit(['serve', '--mode', 'replay', '--captures', db, '--host', '127.0.0.1', '--port', '0'], { cwd: dir, ...user });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(`capture file ${db}`);
+    expect(result.stderr).toContain('WAL mode');
+    expect(readdirSync(dir).sort()).toEqual(['live.db', 'live.db-wal']);
+  });
+
   it('a capture file that is not there is an error naming it; nothing is created', async () => {
     const dir = tempDir();
     const missing = join(dir, 'no', 'such', 'file.db');

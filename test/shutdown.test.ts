@@ -184,6 +184,26 @@ describe('SIGTERM with streams in flight', () => {
     expect(serve.stdout()).toContain('8 request(s) in flight finished, 0 cut off');
   });
 
+  it('serve --num-workers 2: streams on both workers complete; /health and new requests get 503 meanwhile; exit 0', async () => {
+    const serve = await mocker(['serve', '--mode', 'random', '--timing', 'fixed', '--forward-time-ms', '100', '--num-workers', '2']);
+    // With --port 0 each worker takes a free port: the serving line lists them.
+    const ports = [...(/serving .* on (.*)/.exec(serve.stdout())?.[1] ?? '').matchAll(/127\.0\.0\.1:(\d+)/g)].map((m) => Number(m[1]));
+    expect(ports).toHaveLength(2);
+    const streams = prompts.slice(0, 8).map((p, i) => stream(ports[i % 2], p, { max_tokens: 20, ignore_eos: true }));
+    await Promise.all(streams.map((s) => s.started));
+    for (const port of ports) expect((await fetch(`http://127.0.0.1:${port}/health`)).status).toBe(200);
+    await signalAndDrain(serve);
+    for (const port of ports) {
+      expect((await fetch(`http://127.0.0.1:${port}/health`)).status).toBe(503);
+      const refused = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'late' }) });
+      expect(refused.status).toBe(503);
+      expect(((await refused.json()) as { error: { code: number } }).error.code).toBe(503);
+    }
+    for (const s of await Promise.all(streams.map((x) => x.ended))) expect(s).toMatchObject({ finishReason: 'length', done: true, broken: false });
+    expect(await serve.exited).toEqual({ code: 0, signal: null });
+    expect(serve.stdout()).toContain('8 request(s) in flight finished, 0 cut off');
+  });
+
   it('a second SIGTERM during the drain exits at once, non-zero', async () => {
     const up = await upstream(() => ({ content: 'word '.repeat(200), gapMs: () => 200 }));
     // Without the second signal this drain would outlast the test.

@@ -53,8 +53,8 @@ export function startMockerProcess(args: string[], port = 0, options: SpawnOptio
 }
 
 /** Runs the built CLI to its exit (for arguments it must refuse): exit code and what it printed. */
-export function runMockerToExit(args: string[], options: { cwd?: string } = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd });
+export function runMockerToExit(args: string[], options: { cwd?: string; uid?: number; gid?: number } = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd, uid: options.uid, gid: options.gid });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));

@@ -4,19 +4,21 @@
  * structural (wrong paths, methods, content types, non-objects, oversized bodies, wrong types), grammar-based
  * (hostile numbers, unicode edge cases, deep nesting, duplicated keys, giant strings) and byte-level mutations
  * of valid bodies; 6 % of the clients leave early. Batches alternate one client and --concurrency clients.
- * A poller asks every process for /health every 50 ms the whole time and samples their RSS.
+ * A prober in a process of its own asks every process for /health every 50 ms the whole time; RSS is sampled
+ * every 500 ms.
  * Prints counts by status and kind, /health latency percentiles, peak RSS, then a JSON line; exits 1 on any
  * crash, invalid answer, engine left busy, integrity failure or capture that does not replay.
  * The same machinery, seeded and smaller, is test/fuzz-processes.test.ts. Runs the built CLI: `npm run build` first.
  *
  *   npx tsx bench/fuzz.ts [--requests 10000] [--seed 1] [--batch 500] [--concurrency 32] [--keep]
  */
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { makeProcessFuzzCase } from '../test/support/fuzzRequests.js';
 import {
-  deadProcesses, FUZZ_MAX_BODY, fuzzBatch, health, RSS_BOUND_MB, rssMb, settledEngines, startFuzzRig, verifyCaptureFile, type FuzzOutcome,
+  deadProcesses, FUZZ_MAX_BODY, fuzzBatch, RSS_BOUND_MB, rssMb, settledEngines, startFuzzRig, verifyCaptureFile, type FuzzOutcome,
 } from '../test/support/fuzzRig.js';
 import { prng } from '../test/support/prng.js';
 import { flag, numberArg, printTable, quantile, round } from './lib/stats.js';
@@ -28,24 +30,63 @@ const CONCURRENCY = numberArg('concurrency', 32);
 /** Keep the temporary directory (capture file included) for a look afterwards. */
 const KEEP = flag('keep');
 
+interface HealthProbes {
+  /** Latency of each probe (ms), by process. */
+  ms: Record<string, number[]>;
+  /** "process: status" of each probe not answered 200. */
+  unhealthy: string[];
+}
+
+/**
+ * Probes every process's health endpoint every 50 ms from a process of its own, so what is measured is the
+ * servers' latency, not this one's event loop (busy with 32 clients). Stopping returns every probe.
+ */
+function startHealthProber(targets: { name: string; port: number; path: string }[]): { stop(): Promise<HealthProbes> } {
+  const script = `
+    const http = require('node:http');
+    const targets = JSON.parse(process.argv[1]);
+    const out = { ms: Object.fromEntries(targets.map((t) => [t.name, []])), unhealthy: [] };
+    let on = true;
+    process.stdin.on('end', () => (on = false)).resume();
+    const probe = (t) => new Promise((resolve) => {
+      const t0 = performance.now();
+      const done = (status) => { out.ms[t.name].push(performance.now() - t0); if (status !== 200) out.unhealthy.push(t.name + ': ' + status); resolve(); };
+      http.get({ host: '127.0.0.1', port: t.port, path: t.path, agent: false }, (res) => res.resume().on('end', () => done(res.statusCode))).on('error', () => done(0));
+    });
+    (async () => {
+      while (on) {
+        await Promise.all(targets.map(probe));
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      process.stdout.write(JSON.stringify(out));
+    })();`;
+  const child = spawn(process.execPath, ['-e', script, JSON.stringify(targets)], { stdio: ['pipe', 'pipe', 'inherit'] });
+  let text = '';
+  child.stdout.on('data', (d: Buffer) => (text += d.toString()));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let result: Promise<HealthProbes> | null = null;
+  return {
+    stop: () =>
+      (result ??= (async () => {
+        child.stdin.end();
+        await exited;
+        return JSON.parse(text) as HealthProbes;
+      })()),
+  };
+}
+
 const countBy = (xs: string[]) => Object.fromEntries([...xs.reduce((m, x) => m.set(x, (m.get(x) ?? 0) + 1), new Map<string, number>())].sort());
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'mocker-bench-fuzz-'));
   const rig = await startFuzzRig(dir);
-  const healthMs: number[] = [];
-  const unhealthy: string[] = [];
+  const prober = startHealthProber(Object.entries(rig.processes).map(([name, p]) => ({ name, port: p.port, path: name === 'pd-proxy' ? '/healthcheck' : '/health' })));
   const peakRss: Record<string, number> = {};
   let polling = true;
   const poller = (async () => {
-    let probe = 0;
     while (polling) {
-      for (const h of await health(rig)) {
-        healthMs.push(h.ms);
-        if (h.status !== 200) unhealthy.push(`${h.name}: ${h.status}`);
-      }
-      if (probe++ % 10 === 0) for (const [name, mb] of Object.entries(rssMb(rig))) peakRss[name] = Math.max(peakRss[name] ?? 0, mb);
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      for (const [name, mb] of Object.entries(rssMb(rig))) peakRss[name] = Math.max(peakRss[name] ?? 0, mb);
+      await new Promise((resolve) => setTimeout(resolve, 500));
     }
   })();
 
@@ -56,6 +97,7 @@ async function main(): Promise<void> {
   const start = performance.now();
   let verified: Awaited<ReturnType<typeof verifyCaptureFile>> | null = null;
   let busy: string[] = [];
+  let probes: HealthProbes = { ms: {}, unhealthy: [] };
   try {
     for (let first = 0; first < REQUESTS; first += BATCH) {
       const cases = Array.from({ length: Math.min(BATCH, REQUESTS - first) }, () => makeProcessFuzzCase(r, FUZZ_MAX_BODY));
@@ -68,11 +110,13 @@ async function main(): Promise<void> {
     for (const [name, mb] of Object.entries(rssMb(rig))) peakRss[name] = Math.max(peakRss[name] ?? 0, mb);
     polling = false;
     await poller;
+    probes = await prober.stop();
     busy = await settledEngines(rig);
     if (dead.size === 0) verified = await verifyCaptureFile(rig, outcomes, dir, SEED);
   } finally {
     polling = false;
     await poller;
+    await prober.stop();
     await rig.stop();
     if (KEEP) console.log(`kept ${dir}`);
     else rmSync(dir, { recursive: true, force: true });
@@ -90,6 +134,13 @@ async function main(): Promise<void> {
   printTable(['generator', 'requests'], Object.entries(byKind));
   console.log();
   printTable(['process', 'peak RSS MB'], Object.entries(peakRss).map(([name, mb]) => [name, round(mb, 1)]));
+  console.log();
+  const { unhealthy } = probes;
+  const healthMs = Object.values(probes.ms).flat();
+  printTable(
+    ['/health of', 'probes', 'p50 ms', 'p99 ms', 'max ms'],
+    Object.entries(probes.ms).map(([name, ms]) => [name, ms.length, round(quantile(ms, 0.5)), round(quantile(ms, 0.99)), round(Math.max(...ms))]),
+  );
   console.log();
   const latency = { p50: quantile(healthMs, 0.5), p99: quantile(healthMs, 0.99), max: Math.max(...healthMs) };
   console.log(`/health: ${healthMs.length} probes, p50 ${round(latency.p50)} ms, p99 ${round(latency.p99)} ms, max ${round(latency.max)} ms; ${unhealthy.length} not 200`);

@@ -135,6 +135,12 @@ async function main(): Promise<void> {
   console.log();
   printTable(['process', 'peak RSS MB'], Object.entries(peakRss).map(([name, mb]) => [name, round(mb, 1)]));
   console.log();
+  console.log('slowest answers (sequential batches, so the time is the request\'s own):');
+  const sequential = outcomes.filter((o) => Math.floor(o.index / BATCH) % 2 === 0 && o.kind !== 'disconnected');
+  for (const o of sequential.sort((a, b) => b.ms - a.ms).slice(0, 8)) {
+    console.log(`  ${round(o.ms, 1)} ms ${o.door} ${o.kind} (${o.case.kind}, ${o.case.body.length} bytes): ${o.case.body.toString('latin1').slice(0, 160)}`);
+  }
+  console.log();
   const { unhealthy } = probes;
   const healthMs = Object.values(probes.ms).flat();
   printTable(

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServe, type Running } from '../src/cli/serve.js';
+import { generatedTexts, post } from './support/fuzzRig.js';
 import { startMockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
@@ -19,29 +20,9 @@ const completed: { path: string; body: Body }[] = [
 ];
 const slow = (i: number): Body => ({ model: MODEL, prompt: `A slow story number ${i}`, max_tokens: 200, stream: true });
 
-function request(port: number, path: string, body: Body): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path, method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-      let text = '';
-      res.on('data', (d: Buffer) => (text += d.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end(JSON.stringify(body));
-  });
-}
-
+const request = (port: number, path: string, body: Body) => post(port, path, JSON.stringify(body));
 /** The generated text of a vLLM response, streamed or not. */
-function content(text: string): string {
-  const objects = text.startsWith('data: ')
-    ? text.split('\n\n').filter((e) => e.startsWith('data: {')).map((e) => JSON.parse(e.slice(6)) as Body)
-    : [JSON.parse(text) as Body];
-  return objects
-    .flatMap((o) => (o.choices as Body[]) ?? [])
-    .map((c) => String(c.text ?? (c.delta as Body | undefined)?.content ?? (c.message as Body | undefined)?.content ?? ''))
-    .join('');
-}
+const content = (text: string) => generatedTexts(text).join('');
 
 describe('kill -9 of the capture process with streams in flight', () => {
   let upstream: Upstream;

@@ -3,8 +3,8 @@
  * `--shutdown-timeout`, stored as aborted), `/health` answers 503 meanwhile, the capture file is closed
  * self-contained (the `.db` alone, copied elsewhere, replays everything), and a second signal exits at once.
  */
-import { copyFileSync, mkdtempSync } from 'node:fs';
-import { join } from 'node:path';
+import { copyFileSync, mkdtempSync, readdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -127,6 +127,8 @@ describe('SIGTERM: a clean stop leaves a self-contained capture file', () => {
     recording.child.kill('SIGTERM');
     expect(await recording.exited).toEqual({ code: 0, signal: null });
     expect(recording.stdout()).toContain('10 exchange(s) recorded (0 aborted)');
+    // Nothing beside the database: no -wal or -shm file holds any of it.
+    expect(readdirSync(dirname(db))).toEqual(['golden.db']);
     expect(await replayCopy(db)).toEqual(prompts.map(answerTo));
   });
 });

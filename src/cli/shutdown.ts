@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
 import type { ExchangeSink } from '../capture/forward.js';
 import type { DrainResult } from '../http/drain.js';
@@ -67,10 +68,11 @@ export class RecordingSink {
 /** The summary line a command prints when it has stopped. */
 export function stopSummary(report: StopReport): string {
   const drained = `${report.finished} request(s) in flight finished, ${report.aborted} cut off at the shutdown timeout`;
-  const recorded = report.recorded
-    ? `; ${report.recorded.exchanges} exchange(s) recorded (${report.recorded.aborted} aborted), ${report.recorded.file} closed self-contained`
-    : '';
-  return `stopped: ${drained}${recorded}`;
+  const tally = report.recorded;
+  if (!tally) return `stopped: ${drained}`;
+  // A file another connection still has open stays in WAL mode (see CaptureStore.close): not self-contained yet.
+  const closed = existsSync(`${tally.file}-wal`) ? `${tally.file} closed, its -wal file kept (another connection has it open)` : `${tally.file} closed self-contained`;
+  return `stopped: ${drained}; ${tally.exchanges} exchange(s) recorded (${tally.aborted} aborted), ${closed}`;
 }
 
 /**

@@ -44,6 +44,7 @@ export class Drain {
   }
 
   private admit(server: Server, req: IncomingMessage, res: ServerResponse): void {
+    arrivals.set(req, performance.now());
     if (this.draining) return refuse(req, res);
     this.active.add(res);
     res.once('close', () => {
@@ -85,6 +86,16 @@ export class Drain {
     );
     return { finished: started - aborted, aborted };
   }
+}
+
+const arrivals = new WeakMap<IncomingMessage, number>();
+
+/**
+ * When Node handed `req` over (its head parsed), on `performance.now()`'s clock: what a replay's captured
+ * times count from, as close as the server gets to when the client sent it (handler setup comes later).
+ */
+export function arrivalOf(req: IncomingMessage): number | undefined {
+  return arrivals.get(req);
 }
 
 function refuse(req: IncomingMessage, res: ServerResponse): void {

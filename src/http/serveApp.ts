@@ -11,6 +11,7 @@ import { OutputBudget, type OutputResolver, type Resolution } from '../generatio
 import type { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type KvTransferParams, type PrefillEndpoint } from '../pd/kvTransfer.js';
 import { requestShape } from '../generation/shape.js';
+import { arrivalOf } from './drain.js';
 import type { ChunkDelta, StoredExchange } from '../store/captureStore.js';
 import { TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
@@ -479,9 +480,9 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   };
 
   const generate = (kind: EndpointKind) => async (c: Context<Env>) => {
-    const arrivalMs = performance.now();
     const res = c.env.outgoing;
     const reqNode: IncomingMessage = c.env.incoming;
+    const arrivalMs = arrivalOf(reqNode) ?? performance.now();
     // Watched from the start: a client can leave while its prompt is tokenized, looked up or its KV pulled.
     const abort = new AbortController();
     res.on('close', () => {

@@ -250,14 +250,33 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     expect(await activeBlocks(prefill)).toBe(0);
   });
 
-  it('a body nested deeper than JSON.stringify can write back is a 400 in vLLM\'s format, not a 502', async () => {
+  it('a body nested deeper than JSON.stringify can write back is a 400 in vLLM\'s format, not a 502 or a 500, and leaves nothing held', async () => {
+    const { prefill, proxy } = await pdPair({ timing: 'none' });
+    const deep = `${'['.repeat(100_000)}${']'.repeat(100_000)}`;
+    // In a field the prefill hop keeps, and in one it drops (stream: the decode hop alone gets it).
+    for (const field of ['user', 'stream']) {
+      const res = await fetch(`${proxy}/v1/completions`, {
+        method: 'POST', headers: { 'content-type': 'application/json' },
+        body: `{"model":"${MODEL}","prompt":"Hi","max_tokens":2,"${field}":${deep}}`,
+      });
+      expect(res.status, field).toBe(400);
+      const { error } = (await res.json()) as { error: { code: number; message: string; param: unknown } };
+      expect(error.code).toBe(400);
+      expect(error.message.length).toBeGreaterThan(0);
+      expect(error).toHaveProperty('param');
+    }
+    for (let i = 0; i < 50 && (await activeBlocks(prefill)) > 0; i++) await sleep(20);
+    expect(await activeBlocks(prefill)).toBe(0);
+  });
+
+  it('passes the client\'s bytes on to the decode engine: n = -1e999 (not a JSON number JavaScript can write back) is a 400, not n = null', async () => {
     const { proxy } = await pdPair({ timing: 'none' });
     const res = await fetch(`${proxy}/v1/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' },
-      body: `{"model":"${MODEL}","prompt":"Hi","max_tokens":2,"user":${'['.repeat(100_000)}${']'.repeat(100_000)}}`,
+      body: `{"model":"${MODEL}","prompt":"Hi","max_tokens":2,"n":-1e999}`,
     });
     expect(res.status).toBe(400);
-    expect(await res.json()).toMatchObject({ error: { type: 'BadRequestError', code: 400, param: null } });
+    expect(((await res.json()) as { error: { code: number } }).error.code).toBe(400);
   });
 
   it('a prefill engine holds ceil(prompt / block size) blocks: the sampled token has no KV (as vLLM)', async () => {

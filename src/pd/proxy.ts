@@ -4,6 +4,7 @@ import https from 'node:https';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { listeningServer, type Drain, type DrainResult } from '../http/drain.js';
+import { spliceFirstMember } from '../capture/forward.js';
 import { errorJson } from '../http/errors.js';
 import { pullRemoteKv, type KvTransferParams } from './kvTransfer.js';
 
@@ -146,8 +147,21 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
       return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin} answered with a body that is not JSON`, 'BadGateway'));
     }
     if (gone.signal.aborted) return releaseUnpulled(transfer);
-    const decodeBody = transfer && typeof transfer === 'object' && Object.keys(transfer).length > 0 ? { ...body, kv_transfer_params: transfer } : body;
-    const payload = Buffer.from(JSON.stringify(decodeBody));
+    // The decode hop gets the client's own bytes (what JSON.stringify would change, such as 1e999, big integers or
+    // deep nesting, arrives as sent) with the transfer params spliced in as the first member; a body with its own
+    // kv_transfer_params is written anew so that the proxy's win.
+    const withTransfer = transfer !== null && typeof transfer === 'object' && Object.keys(transfer).length > 0;
+    let payload: Buffer;
+    try {
+      payload = !withTransfer
+        ? raw
+        : 'kv_transfer_params' in body
+          ? Buffer.from(JSON.stringify({ ...body, kv_transfer_params: transfer }))
+          : spliceFirstMember(raw, 'kv_transfer_params', JSON.stringify(transfer));
+    } catch (err) {
+      releaseUnpulled(transfer);
+      return sendJson(res, 400, errorJson(400, `Invalid JSON body: ${(err as Error).message}`));
+    }
 
     // Whether the decode engine took the request (a 2xx): it then pulls (frees) the prefill engine's KV.
     let decodeAccepted = false;

@@ -109,7 +109,7 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     } catch (err) {
       return sendJson(res, 400, errorJson(400, `Invalid JSON body: ${(err as Error).message}`));
     }
-    // A client that leaves during the prefill hop cancels it, and its decode hop is never sent.
+    // A client that leaves cancels the decode hop, or has it never sent.
     const gone = new AbortController();
     res.on('close', () => {
       if (!res.writableFinished) gone.abort();
@@ -122,14 +122,11 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
 
     let prefillAnswer: Response;
     let prefillText: string;
-    // A client that leaves before the prefill engine answers cancels the hop; once it has answered, its body is
-    // read to the end all the same: it names the blocks held for the decode hop, to be freed.
-    const cancelPrefill = new AbortController();
-    const cancel = () => cancelPrefill.abort();
-    gone.signal.addEventListener('abort', cancel, { once: true });
+    // A client that leaves during the prefill hop does not cancel it (as vLLM's toy proxy, whose handler runs on):
+    // cancelled as the engine answers, the answer naming the blocks it holds for the decode hop would be lost, and
+    // those blocks held until the engine's timeout. Read to the end, they are freed below.
     try {
-      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: prefillPayload, signal: cancelPrefill.signal });
-      gone.signal.removeEventListener('abort', cancel);
+      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: prefillPayload });
       prefillText = await prefillAnswer.text();
     } catch (err) {
       if (gone.signal.aborted) return;

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServe, type Running } from '../src/cli/serve.js';
 import { classifyReply, describeCase, FUZZ_STATUSES, makeCase, send } from './support/fuzzRequests.js';
 import { prng } from './support/prng.js';
+import { MODEL } from './support/vllmUpstream.js';
 
 const REQUESTS = 600;
 const MAX_BODY = 64 * 1024;
@@ -14,6 +15,17 @@ describe(`fuzz: ${REQUESTS} random or malformed requests`, () => {
   });
   afterAll(async () => {
     await server?.close();
+  });
+
+  it('answers a value nested 30,000 deep, even in a field completions ignore, with a 400 (vLLM\'s parser gives up near 1,000 levels)', async () => {
+    const deep = `${'['.repeat(30_000)}${']'.repeat(30_000)}`;
+    for (const field of ['max_completion_tokens', 'user', 'max_tokens']) {
+      const body = Buffer.from(`{"model":"${MODEL}","max_tokens":4,"prompt":"Hi","${field}":${deep}}`);
+      const c = { kind: 'deep', method: 'POST', path: '/v1/completions', headers: { 'content-type': 'application/json' }, body, request: null };
+      const res = await send(server.port, c);
+      expect(res.status, field).toBe(400);
+      expect(classifyReply(c, res)).toMatch(/^400 /);
+    }
   });
 
   it('answers each with a vLLM-format error or a valid answer, and /health stays 200 throughout', async () => {

@@ -162,7 +162,12 @@ export class Recorder {
     ex.model = ex.model ?? parsed.model;
     ex.usage = parsed.usage;
     ex.eventTokens = parsed.eventTokens;
-    ex.requestShape = requestShape(raw.endpoint, raw.request);
+    try {
+      ex.requestShape = requestShape(raw.endpoint, raw.request);
+    } catch {
+      // Too deeply nested to canonicalise (an engine answered it all the same): rendered on replay, never verbatim.
+      ex.requestShape = null;
+    }
     if (parsed.error) {
       ex.outcome = 'failed';
       ex.error = parsed.error;

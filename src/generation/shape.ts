@@ -1,3 +1,5 @@
+import { ApiError } from '../http/errors.js';
+
 /** Request fields that do not change the shape of the response bytes (the prompt is the lookup key). */
 const NOT_SHAPE = new Set(['messages', 'prompt', 'model', 'request_id', 'user', 'return_token_ids']);
 
@@ -21,5 +23,11 @@ function canonical(value: unknown): unknown {
 export function requestShape(kind: 'chat' | 'completion', request: Record<string, unknown>): string {
   const shaped: Record<string, unknown> = { endpoint: kind };
   for (const [k, v] of Object.entries(request)) if (!NOT_SHAPE.has(k)) shaped[k] = v;
-  return JSON.stringify(canonical(shaped));
+  try {
+    return JSON.stringify(canonical(shaped));
+  } catch (err) {
+    // Nesting JSON.parse took but recursion cannot walk (vLLM's Python parser gives up near 1,000 levels: FastAPI's 400).
+    if (err instanceof RangeError) throw new ApiError(400, 'There was an error parsing the body', 'Bad Request');
+    throw err;
+  }
 }

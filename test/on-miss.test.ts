@@ -102,3 +102,31 @@ describe('several captures of one prompt', () => {
     expect((await mockerCounters(replay.port))['mocker:capture_misses_total{too_short}']).toBe(0);
   });
 });
+
+describe('a recorded batch of prompts (completions with a list of prompts)', () => {
+  it('is stored whole and never answers a replay of one of its prompts with another prompt\'s answer', async () => {
+    const dir = mkdtempSync(join(testTmpdir(), 'mocker-miss-'));
+    dirs.push(dir);
+    const db = join(dir, 'captures.db');
+    const engine = await startServe({ mode: 'simulate', captures: ':memory:', timing: 'none' });
+    running.push(engine);
+    const recorder = await startServe({ mode: 'replay', captures: db, timing: 'none', onMiss: 'record', upstream: `http://127.0.0.1:${engine.port}` });
+    const complete = async (port: number, prompt: unknown) => {
+      const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt, max_tokens: 5 }) });
+      return { status: res.status, text: await res.text() };
+    };
+    const batch = await complete(recorder.port, ['Alpha prompt', 'Beta prompt']);
+    await recorder.close();
+    expect(batch.status).toBe(200);
+    expect(((JSON.parse(batch.text) as { choices: unknown[] }).choices).length).toBe(2);
+    expect(storedExchanges(db)).toBe(1);
+
+    const replay = await startServe({ mode: 'replay', captures: db, timing: 'none' });
+    running.push(replay);
+    for (const prompt of ['Alpha prompt', 'Beta prompt']) {
+      const alone = await complete(replay.port, prompt);
+      expect(alone.status, prompt).toBe(404);
+      expect((JSON.parse(alone.text) as { error: { type: string } }).error.type).toBe('NotFoundError');
+    }
+  });
+});

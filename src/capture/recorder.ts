@@ -61,6 +61,12 @@ export type RecorderTokenizer = Pick<ModelTokenizer, 'renderChatGuarded' | 'enco
  * Turns proxied exchanges into stored ones: prompt and output token ids, timing, redacted headers. Runs on
  * the thread that calls `sink`; `mocker capture` runs it in a worker thread (see recorderThread.ts).
  */
+/** A completions request with a list of several prompts (strings or token-id lists): vLLM's batched completions. */
+function isPromptBatch(endpoint: string, request: Json): boolean {
+  const prompt = request.prompt;
+  return endpoint === 'completion' && Array.isArray(prompt) && prompt.length > 1 && prompt.every((p) => typeof p === 'string' || Array.isArray(p));
+}
+
 export class Recorder {
   constructor(
     private readonly store: CaptureStore,
@@ -177,6 +183,12 @@ export class Recorder {
       ? { ids: parsed.promptIds, source: 'engine' as const }
       : await this.promptIds(raw.endpoint, raw.request, raw);
     ex.promptIds = prompt?.ids ?? null;
+    if (isPromptBatch(raw.endpoint, raw.request)) {
+      // Its choices belong to different prompts: keyed by one of them, a replay of that prompt would serve the
+      // others' answers. Kept whole, without a lookup key, until batches are stored per prompt.
+      ex.promptIds = null;
+      ex.error = 'a batch of prompts is stored whole, not per prompt: never replayed';
+    }
     const sources: TokenSource[] = [prompt?.source ?? 'local'];
     if (parsed.outputIdsFromEngine) ex.generations = parsed.generations;
     else {

@@ -151,7 +151,9 @@ async function main(): Promise<void> {
   const latency = { p50: quantile(healthMs, 0.5), p99: quantile(healthMs, 0.99), max: Math.max(...healthMs) };
   console.log(`/health: ${healthMs.length} probes, p50 ${round(latency.p50)} ms, p99 ${round(latency.p99)} ms, max ${round(latency.max)} ms; ${unhealthy.length} not 200`);
   console.log(`${outcomes.length} requests in ${round(seconds, 1)} s; processes dead: ${[...dead].join(', ') || 'none'}; engines left busy: ${busy.length}`);
-  console.log(`capture file: integrity ${verified?.integrity ?? 'not checked'}, ${verified?.replayed ?? 0} completed exchanges replayed, ${verified?.problems.length ?? 0} problems`);
+  console.log(
+    `capture file: integrity ${verified?.integrity ?? 'not checked'}, ${verified?.replayed ?? 0} completed exchanges replayed, ${verified?.batches ?? 0} batches of prompts stored whole (never replayed), ${verified?.problems.length ?? 0} problems`,
+  );
   for (const v of [...violations, ...busy, ...unhealthy, ...(verified?.problems ?? [])].slice(0, 20)) console.log(`  ${v.slice(0, 600)}`);
   const maxPeak = Math.max(...Object.values(peakRss));
   console.log(
@@ -159,7 +161,7 @@ async function main(): Promise<void> {
       benchmark: 'fuzz', requests: outcomes.length, seed: SEED, concurrency: CONCURRENCY, seconds: round(seconds, 1), byStatus, byKind,
       violations: violations.length, dead: dead.size, unhealthy: unhealthy.length, healthP50Ms: round(latency.p50), healthP99Ms: round(latency.p99),
       healthMaxMs: round(latency.max), peakRssMb: round(maxPeak, 1), rssBoundMb: RSS_BOUND_MB, enginesBusy: busy.length,
-      integrity: verified?.integrity ?? null, replayed: verified?.replayed ?? 0, replayProblems: verified?.problems.length ?? null,
+      integrity: verified?.integrity ?? null, replayed: verified?.replayed ?? 0, batchesNotReplayed: verified?.batches ?? 0, replayProblems: verified?.problems.length ?? null,
     }),
   );
   const failed = violations.length + dead.size + unhealthy.length + busy.length + (verified ? verified.problems.length + (verified.integrity === 'ok' ? 0 : 1) : 1) > 0 || maxPeak >= RSS_BOUND_MB;

@@ -255,6 +255,13 @@ function check(ok: boolean, message: string): void {
   if (!ok) throw new Error(message);
 }
 
+/** A completions prompt that is a list of strings or of token-id lists is a batch: n choices per prompt (vLLM's batched completions). */
+export function promptCount(c: FuzzCase): number {
+  const prompt = c.request?.prompt;
+  const batch = !c.path.includes('chat') && Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== 'number';
+  return batch ? (prompt as unknown[]).length : 1;
+}
+
 /** A 200 answer must be a well-formed vLLM response honouring the request's n and max_tokens. */
 export function checkAnswer(c: FuzzCase, text: string): void {
   const req = c.request;
@@ -273,9 +280,7 @@ export function checkAnswer(c: FuzzCase, text: string): void {
   }
   const choices = objects.flatMap((o) => (o.choices as Json[]) ?? []);
   const indices = new Set(choices.map((ch) => ch.index));
-  // A list of strings or of token-id lists is a batch: n choices per prompt (vLLM's batched completions).
-  const batch = !c.path.includes('chat') && Array.isArray(req!.prompt) && req!.prompt.length > 0 && typeof req!.prompt[0] !== 'number';
-  const prompts = batch ? (req!.prompt as unknown[]).length : 1;
+  const prompts = promptCount(c);
   const expected = (typeof req!.n === 'number' ? req!.n : 1) * prompts;
   check(indices.size === expected, `${indices.size} choice indexes, expected ${expected}`);
   const finishes = choices.map((ch) => ch.finish_reason).filter((f) => f !== null && f !== undefined);

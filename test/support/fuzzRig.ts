@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { classifyReply, describeCase, send, type FuzzCase, type Json, type Reply, type Rng } from './fuzzRequests.js';
+import { classifyReply, describeCase, promptCount, send, type FuzzCase, type Json, type Reply, type Rng } from './fuzzRequests.js';
 import { startMockerProcess, type MockerProcess } from './mockerProcess.js';
 
 /** Largest body the fuzzed processes accept: hostile giant strings go up to just past it. */
@@ -224,18 +224,28 @@ export function post(port: number, path: string, body: Buffer | string): Promise
  * spawned `serve --mode replay` of that file, every request that completed through capture: each must be served
  * (200, a valid completion) with text from an answer a client saw whole through capture.
  */
-export async function verifyCaptureFile(rig: FuzzRig, outcomes: FuzzOutcome[], dir: string, seed: number): Promise<{ integrity: string; /** Complete exchanges in the file, each replayed. */ replayed: number; problems: string[] }> {
-  const completed = outcomes.filter((o) => o.door === 'capture' && o.kind === '200 completion');
+export async function verifyCaptureFile(rig: FuzzRig, outcomes: FuzzOutcome[], dir: string, seed: number): Promise<{ integrity: string; /** Complete exchanges in the file, each replayed. */ replayed: number; /** Batches of prompts, stored whole. */ batches: number; problems: string[] }> {
+  // A batch of several prompts is stored whole and never replayed (counted apart, until batches are stored per prompt).
+  const answered = outcomes.filter((o) => o.door === 'capture' && o.kind === '200 completion');
+  const completed = answered.filter((o) => promptCount(o.case) === 1);
   const seen = completed.flatMap((o) => generatedTexts(o.reply!.text));
   await rig.processes.capture.stop();
   const check = integrity(rig.captureFile);
   const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', rig.captureFile, '--timing', 'none', '--max-body-bytes', String(FUZZ_MAX_BODY)], 0, { cwd: dir });
   const problems: string[] = [];
   let stored: { id: number; path: string; body: Buffer }[] = [];
+  let unkeyed = 0;
   try {
     // Every exchange the file holds as complete is served, from the request as stored.
     const db = new Database(rig.captureFile, { readonly: true });
-    stored = db.prepare("select id, path, request_body as body from exchanges where outcome = 'complete' and endpoint is not null").all() as typeof stored;
+    stored = db.prepare("select id, path, request_body as body from exchanges where outcome = 'complete' and endpoint is not null and prompt_key is not null").all() as typeof stored;
+    // Only a batch of prompts is stored without a lookup key.
+    const withoutKey = db.prepare("select id, path, request_body as body from exchanges where outcome = 'complete' and endpoint is not null and prompt_key is null").all() as typeof stored;
+    for (const ex of withoutKey) {
+      const c: FuzzCase = { kind: 'stored', method: 'POST', path: ex.path, headers: {}, body: ex.body, request: JSON.parse(ex.body.toString('utf8')) as Json };
+      if (promptCount(c) === 1) problems.push(`complete exchange #${ex.id} stored without a lookup key: ${ex.body.toString('utf8').slice(0, 300)}`);
+    }
+    unkeyed = withoutKey.length;
     // A client that left once the engine had answered in full (its exchange was stored before the response
     // could end): what the engine answered it counts as seen too (the body is stored byte for byte).
     const left = new Set(outcomes.filter((o) => o.door === 'capture' && o.kind === 'disconnected').map((o) => `${o.case.path} ${o.case.body.toString('latin1')}`));
@@ -270,5 +280,5 @@ export async function verifyCaptureFile(rig: FuzzRig, outcomes: FuzzOutcome[], d
   } finally {
     await replay.stop();
   }
-  return { integrity: check, replayed: stored.length, problems };
+  return { integrity: check, replayed: stored.length, batches: unkeyed, problems };
 }

@@ -1,6 +1,7 @@
 /**
- * Capture files through the spawned CLI: replay from read-only storage (a 0444 file in a 0555 directory, run as
- * a user the permissions bind: as root, `nobody`), a missing file named and never created, and a taken port
+ * Capture files through the spawned CLI: replay from read-only storage (a 0444 file in a 0555 directory, run so
+ * that the permissions bind it: as root, without the capabilities that override them), a missing file named and
+ * never created, and a taken port
  * that fails before anything is written.
  */
 import { createHash } from 'node:crypto';
@@ -10,7 +11,7 @@ import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { permissionsBinding, runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -30,16 +31,6 @@ const prompts = ['first question', 'second question', 'third question'];
 const client = (port: number) => new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0 });
 const sha256 = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex');
 
-/**
- * Who the replaying process runs as: root ignores file permissions, so a test running as root runs it as
- * `nobody` (whose id is asked of the system), any other user as itself.
- */
-function unprivileged(): { uid?: number; gid?: number } {
-  if (process.getuid?.() !== 0) return {};
-  const id = (flag: string) => Number(spawnSync('id', [flag, 'nobody'], { encoding: 'utf8' }).stdout.trim());
-  return { uid: id('-u'), gid: id('-g') };
-}
-
 /** Records `prompts` with a spawned capture in front of the engine double, stopped cleanly. */
 async function recordGolden(db: string): Promise<void> {
   const up = await startUpstream((body) => ({ content: answerTo(body.prompt) }));
@@ -55,9 +46,6 @@ describe('replay from read-only storage', () => {
     const golden = join(tempDir(), 'golden.db');
     await recordGolden(golden);
 
-    const user = unprivileged();
-    // Only traversal of the suite's directories is granted, so the replaying user can reach the file.
-    chmodSync(testTmpdir(), 0o711);
     const dir = tempDir();
     const db = join(dir, 'golden.db');
     copyFileSync(golden, db);
@@ -66,12 +54,12 @@ describe('replay from read-only storage', () => {
     readOnlyDirs.push(dir);
     const digest = sha256(db);
 
-    // The proof holds: that user cannot create a file in the directory, nor open the file for writing.
-    const tryWrite = (code: string) => spawnSync(process.execPath, ['-e', code], { ...user, encoding: 'utf8' });
+    // The proof holds: a process run the same way cannot create a file in the directory, nor open the file for writing.
+    const tryWrite = (code: string) => spawnSync(...permissionsBinding([process.execPath, '-e', code]), { encoding: 'utf8' });
     expect(tryWrite(`require('fs').writeFileSync(${JSON.stringify(join(dir, 'probe'))}, 'x')`).stderr).toContain('EACCES');
     expect(tryWrite(`require('fs').openSync(${JSON.stringify(db)}, 'r+')`).stderr).toContain('EACCES');
 
-    const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', db, '--timing', 'none'], 0, { cwd: dir, ...user });
+    const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', db, '--timing', 'none'], 0, { cwd: dir, bound: true });
     processes.push(replay);
     // What the file holds, said at start: one capture run of a vLLM engine, its model, three complete exchanges.
     expect(replay.stdout()).toContain(`${db} holds 1 run(s) (engines: vllm), models: ${MODEL}, 3 complete exchange(s)`);
@@ -92,8 +80,6 @@ describe('replay from read-only storage', () => {
     capture.child.kill('SIGKILL');
     await capture.exited;
 
-    const user = unprivileged();
-    chmodSync(testTmpdir(), 0o711);
     const dir = tempDir();
     const db = join(dir, 'live.db');
     // What a killed writer leaves: the database and its write-ahead log.
@@ -103,7 +89,7 @@ describe('replay from read-only storage', () => {
     chmodSync(`${db}-wal`, 0o444);
     chmodSync(dir, 0o555);
     readOnlyDirs.push(dir);
-    const result = await runMockerToExit(['serve', '--mode', 'replay', '--captures', db, '--host', '127.0.0.1', '--port', '0'], { cwd: dir, ...user });
+    const result = await runMockerToExit(['serve', '--mode', 'replay', '--captures', db, '--host', '127.0.0.1', '--port', '0'], { cwd: dir, bound: true });
     expect(result.code).toBe(1);
     expect(result.stderr).toContain(`capture file ${db}`);
     expect(result.stderr).toContain('WAL mode');

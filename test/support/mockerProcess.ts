@@ -22,9 +22,24 @@ export interface SpawnOptions {
   env?: NodeJS.ProcessEnv;
   /** false: no `--port` flag, the command's default port is the one waited for (`port` must name it). */
   portFlag?: boolean;
-  /** Run as this user and group (a test running as root checks what an unprivileged user can do). */
-  uid?: number;
-  gid?: number;
+  /** File permissions bind the process even when the tests run as root (see `permissionsBinding`). */
+  bound?: boolean;
+}
+
+/**
+ * `command` run so that file permissions bind it: as root, without the capabilities that override them
+ * (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH; util-linux's setpriv execs the command in its place), so a 0444 file
+ * or a 0555 directory is read-only to it as to anyone; any other user as itself.
+ */
+export function permissionsBinding(command: string[]): [string, string[]] {
+  const full = process.getuid?.() === 0 ? ['setpriv', '--bounding-set', '-dac_override,-dac_read_search', '--', ...command] : command;
+  return [full[0], full.slice(1)];
+}
+
+function spawnCli(args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; bound?: boolean }) {
+  const command = [process.execPath, MAIN, ...args];
+  const [file, rest] = options.bound ? permissionsBinding(command) : [command[0], command.slice(1)];
+  return spawn(file, rest, { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd, env: options.env });
 }
 
 /**
@@ -34,7 +49,7 @@ export interface SpawnOptions {
  */
 export function startMockerProcess(args: string[], port = 0, options: SpawnOptions = {}): Promise<MockerProcess> {
   const listen = ['--host', '127.0.0.1', ...(options.portFlag === false ? [] : ['--port', String(port)])];
-  const child = spawn(process.execPath, [MAIN, ...args, ...listen], { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd, env: options.env, uid: options.uid, gid: options.gid });
+  const child = spawnCli([...args, ...listen], options);
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
   return new Promise((resolve, reject) => {
     let out = '';
@@ -53,8 +68,8 @@ export function startMockerProcess(args: string[], port = 0, options: SpawnOptio
 }
 
 /** Runs the built CLI to its exit (for arguments it must refuse): exit code and what it printed. */
-export function runMockerToExit(args: string[], options: { cwd?: string; uid?: number; gid?: number } = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd, uid: options.uid, gid: options.gid });
+export function runMockerToExit(args: string[], options: { cwd?: string; bound?: boolean } = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawnCli(args, options);
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));

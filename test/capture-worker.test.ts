@@ -63,7 +63,6 @@ function rawExchange(responseBody: Buffer, requestBody: Buffer): RawExchange {
     method: 'POST',
     path: '/v1/completions',
     endpoint: 'completion',
-    engine: 'vllm',
     tokenize: 'vllm',
     requestHeaders: { 'content-type': 'application/json', authorization: 'Bearer sk-never-stored' },
     requestBody,

@@ -2,7 +2,7 @@ import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerRespon
 import https from 'node:https';
 import { errorJson } from '../http/errors.js';
 import type { HeaderMap } from '../store/captureStore.js';
-import type { EngineKind, TokenizeDialect, UpstreamEngine } from './upstreamEngine.js';
+import type { TokenizeDialect, UpstreamEngine } from './upstreamEngine.js';
 
 /** Headers never forwarded hop to hop (RFC 9110 §7.6.1) or recomputed by the proxy. */
 const HOP_BY_HOP = new Set([
@@ -45,8 +45,6 @@ export interface RawExchange {
   method: string;
   path: string;
   endpoint: 'chat' | 'completion' | null;
-  /** What the upstream was when the exchange started. */
-  engine: EngineKind;
   /** How the recorder asks the upstream for token ids it did not send. */
   tokenize: TokenizeDialect;
   requestHeaders: IncomingHttpHeaders;
@@ -286,7 +284,6 @@ export async function forwardExchange(
     method,
     path,
     endpoint,
-    engine: engine.identity.kind,
     tokenize: dialect.tokenize,
     requestHeaders: req.headers,
     requestBody,
@@ -403,9 +400,10 @@ export async function forwardExchange(
           const refused = mayResend ? refusedFields(injected, raw.status ?? 0, body.buffer.subarray(0, body.length)) : [];
           if (refused.length > 0) {
             engine.refused(refused);
-            injected = injected.filter((f) => !refused.includes(f));
+            // The one field ever added was refused: the engine gets the client's own bytes.
+            injected = [];
             raw.injected = injected;
-            sentBody = injected.length === 0 ? requestBody : spliceFirstMember(requestBody, 'return_token_ids', 'true');
+            sentBody = requestBody;
             raw.status = null;
             body = new ByteSink();
             splitter = new EventSplitter();

@@ -4,6 +4,7 @@ import type { CaptureStore, Exchange, Generation, TokenSource } from '../store/c
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { parseResponse, withOutputIds } from './extract.js';
 import { redactHeaders, type ExchangeSink, type RawExchange } from './forward.js';
+import type { TokenizeDialect } from './upstreamEngine.js';
 
 type Json = Record<string, unknown>;
 
@@ -37,6 +38,16 @@ class UpstreamTokenizer {
     if (!Array.isArray(tokens) || !tokens.every((t) => typeof t === 'number')) return null;
     if (tokens.length === 0 && text !== '') return null;
     return tokens as number[];
+  }
+
+  /** `text`'s ids from the upstream's `/tokenize`, asked in the shapes its dialect speaks, or null. */
+  async tokenizeText(dialect: TokenizeDialect, text: string, addSpecial: boolean, model: Json, headers: IncomingHttpHeaders): Promise<number[] | null> {
+    const vllmShape = dialect === 'vllm' || dialect === 'sglang' || dialect === 'probe';
+    const llamaShape = dialect === 'llama.cpp' || dialect === 'probe';
+    return (
+      (vllmShape ? await this.tokenize({ ...model, prompt: text, add_special_tokens: addSpecial }, text, headers) : null) ??
+      (llamaShape ? await this.tokenize({ content: text, add_special: addSpecial }, text, headers) : null)
+    );
   }
 
   /** llama.cpp's `POST /apply-template`: the chat rendered by the server's own template. */
@@ -113,20 +124,14 @@ export class Recorder {
     if (Array.isArray(prompt) && prompt.every((t) => typeof t === 'number')) return { ids: prompt as number[], source: 'local' };
     if (typeof prompt !== 'string') return null;
     const addSpecial = request.add_special_tokens !== false;
-    const ids =
-      (dialect === 'vllm' || dialect === 'sglang' || dialect === 'probe' ? await this.upstreamTokenizer.tokenize({ ...model, prompt, add_special_tokens: addSpecial }, prompt, headers) : null) ??
-      (asks('llama.cpp') ? await this.upstreamTokenizer.tokenize({ content: prompt, add_special: addSpecial }, prompt, headers) : null);
+    const ids = await this.upstreamTokenizer.tokenizeText(dialect, prompt, addSpecial, model, headers);
     if (ids) return { ids, source: 'tokenize-endpoint' };
     return { ids: await this.tokenizer.encode(prompt, addSpecial), source: 'local' };
   }
 
   private async outputIds(gen: Generation, raw: RawExchange, model: Json): Promise<{ generation: Generation; source: TokenSource }> {
-    const dialect = raw.tokenize;
-    const text = gen.text;
-    const upstreamIds =
-      (dialect === 'vllm' || dialect === 'sglang' || dialect === 'probe' ? await this.upstreamTokenizer.tokenize({ ...model, prompt: text, add_special_tokens: false }, text, raw.requestHeaders) : null) ??
-      (dialect === 'llama.cpp' || dialect === 'probe' ? await this.upstreamTokenizer.tokenize({ content: text, add_special: false }, text, raw.requestHeaders) : null);
-    const ids = upstreamIds ?? (await this.tokenizer.encode(text, false));
+    const upstreamIds = await this.upstreamTokenizer.tokenizeText(raw.tokenize, gen.text, false, model, raw.requestHeaders);
+    const ids = upstreamIds ?? (await this.tokenizer.encode(gen.text, false));
     // The token that stopped generation is in vLLM's token_ids but not in the text: a stop_token_ids hit
     // names it; an EOS stop (no stop_reason) is the model's EOS.
     const stopToken = typeof gen.stopReason === 'number' ? gen.stopReason : gen.stopReason === null && gen.finishReason !== 'length' ? this.tokenizer.eosTokenIds[0] : undefined;

@@ -249,11 +249,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     }
   }
 
-  /** The output tokens one request may plan: what the KV cache of a rank holds. */
-  const outputBudget = (): OutputBudget => {
-    const rank = engine.state().ranks[0];
-    return new OutputBudget(rank.totalBlocks * rank.blockSize, `the KV cache holds (${rank.totalBlocks} blocks of ${rank.blockSize} tokens)`);
-  };
+  /** The output tokens one request may plan: what the KV cache of a rank holds (fixed: read once, not per request). */
+  const kvCache = engine.state().ranks[0];
+  const kvCacheTokens = kvCache.totalBlocks * kvCache.blockSize;
+  const kvCacheText = `the KV cache holds (${kvCache.totalBlocks} blocks of ${kvCache.blockSize} tokens)`;
+  const outputBudget = (): OutputBudget => new OutputBudget(kvCacheTokens, kvCacheText);
 
   async function prepare(kind: EndpointKind, body: Json, rankHeader: string | undefined): Promise<Prepared> {
     const req = kind === 'chat' ? parseBody(chatRequest, body) : parseBody(completionRequest, body);

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { kvTransferParams } from '../pd/kvTransfer.js';
 import { ApiError, badRequest } from './errors.js';
+import { carriesChatTemplate } from '../tokenizer/index.js';
 
 const int = z.number().int();
 /** Token ids, checked in one pass: a per-element schema costs tens of ms on an 8k-token prompt. */
@@ -150,7 +151,7 @@ export function checkSampling(req: CompletionRequest | ChatRequest): void {
 /** vLLM's `_validate_chat_template`: a template in the request (or in its kwargs) needs `--trust-request-chat-template`. */
 export function checkRequestChatTemplate(req: { chat_template?: string | null; chat_template_kwargs?: Record<string, unknown> | null }, trusted: boolean): void {
   if (trusted) return;
-  if (req.chat_template != null || (req.chat_template_kwargs?.chat_template ?? null) !== null) {
+  if (carriesChatTemplate(req)) {
     throw badRequest('Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template.');
   }
 }

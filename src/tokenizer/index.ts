@@ -1,6 +1,7 @@
 export { DecodeStream } from './decodeStream.js';
 export {
   BUNDLED_MODEL,
+  carriesChatTemplate,
   findInHfCache,
   loadModelFiles,
   loadTokenizer,

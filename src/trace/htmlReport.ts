@@ -1,0 +1,239 @@
+/**
+ * The self-contained HTML report of `mocker trace --report-html`: one page that opens without a network (the
+ * uPlot chart library and its stylesheet are inlined, the run's data is embedded as JSON), with a summary of
+ * the report's headline numbers, the run's settings, and charts of ReplayCharts.
+ */
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import type { ReplayCharts, ReplayReport } from './collector.js';
+
+export interface HtmlReportInput {
+  title: string;
+  report: ReplayReport;
+  charts: ReplayCharts;
+  settings: Record<string, string | number | boolean>;
+}
+
+type Unit = 'count' | 'ms' | 'rps' | 'tok/s' | 'ratio';
+
+const SUMMARY: ReadonlyArray<[key: string, label: string, unit: Unit]> = [
+  ['num_requests', 'Requests in trace', 'count'],
+  ['completed_requests', 'Completed requests', 'count'],
+  ['total_input_tokens', 'Input tokens', 'count'],
+  ['total_output_tokens', 'Output tokens', 'count'],
+  ['duration_ms', 'Duration (run clock)', 'ms'],
+  ['wall_time_ms', 'Wall time', 'ms'],
+  ['request_throughput_rps', 'Request throughput', 'rps'],
+  ['output_throughput_tok_s', 'Output token throughput', 'tok/s'],
+  ['total_throughput_tok_s', 'Total token throughput', 'tok/s'],
+  ['prefix_cache_reused_ratio', 'Prefix cache reused ratio', 'ratio'],
+];
+
+const LATENCIES: ReadonlyArray<[name: string, label: string]> = [
+  ['ttft', 'Time to first token'],
+  ['itl', 'Inter-token latency'],
+  ['e2e_latency', 'End-to-end latency'],
+];
+const LATENCY_STATS = ['mean', 'median', 'p99'] as const;
+
+/** Chart sections in page order; the page script fills each by its id. */
+const CHARTS: ReadonlyArray<[id: string, heading: string]> = [
+  ['chart-ttft', 'Time to first token (CDF)'],
+  ['chart-itl', 'Inter-token latency (CDF)'],
+  ['chart-e2e', 'End-to-end latency (CDF)'],
+  ['chart-throughput', 'Output token throughput over time'],
+  ['chart-in-flight', 'Requests in flight over time'],
+  ['chart-kv-usage', 'KV cache usage per worker'],
+  ['chart-prefix-hit-rate', 'Prefix cache hit rate per worker'],
+  ['chart-requests-per-worker', 'Requests per worker'],
+];
+
+function escapeHtml(text: string): string {
+  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&#39;');
+}
+
+/** JSON that cannot end its <script> element or open an HTML comment in it: every `<` is written as \u003c. */
+function scriptJson(value: unknown): string {
+  return JSON.stringify(value).replace(/</g, '\\u003c');
+}
+
+function format(value: number, unit: Unit): string {
+  switch (unit) {
+    case 'count':
+      return String(Math.round(value));
+    case 'ms':
+      return `${value.toFixed(2)} ms`;
+    case 'rps':
+      return `${value.toFixed(2)} req/s`;
+    case 'tok/s':
+      return `${value.toFixed(2)} tok/s`;
+    case 'ratio':
+      return `${(value * 100).toFixed(1)} %`;
+  }
+}
+
+/** A file of the installed uplot package, checked to be safe to inline in its element. */
+function uplotAsset(file: string, closingTag: string): string {
+  const text = readFileSync(createRequire(import.meta.url).resolve(`uplot/dist/${file}`), 'utf8');
+  if (text.toLowerCase().includes(closingTag) || text.includes('<!--')) throw new Error(`uplot/dist/${file} contains ${closingTag} or <!--: it cannot be inlined`);
+  return text;
+}
+
+/** A report value's cell; a key the report lacks shows a dash. */
+function valueCell(report: ReplayReport, key: string, unit: Unit): string {
+  return `<td data-key="${escapeHtml(key)}">${key in report ? escapeHtml(format(report[key], unit)) : '—'}</td>`;
+}
+
+function summaryTable(report: ReplayReport): string {
+  const rows = SUMMARY.map(([key, label, unit]) => `<tr><th scope="row">${escapeHtml(label)}</th>${valueCell(report, key, unit)}</tr>`);
+  return `<table class="summary">${rows.join('')}</table>`;
+}
+
+function latencyTable(report: ReplayReport): string {
+  const head = `<tr><th></th>${LATENCY_STATS.map((stat) => `<th scope="col">${stat}</th>`).join('')}</tr>`;
+  const rows = LATENCIES.map(([name, label]) => {
+    const cells = LATENCY_STATS.map((stat) => valueCell(report, `${stat}_${name}_ms`, 'ms'));
+    return `<tr><th scope="row">${escapeHtml(label)}</th>${cells.join('')}</tr>`;
+  });
+  return `<table class="latency">${head}${rows.join('')}</table>`;
+}
+
+function settingsTable(settings: HtmlReportInput['settings']): string {
+  const rows = Object.entries(settings).map(([key, value]) => `<tr><th scope="row">${escapeHtml(key)}</th><td>${escapeHtml(String(value))}</td></tr>`);
+  return rows.length > 0 ? `<table class="settings">${rows.join('')}</table>` : '<p>none</p>';
+}
+
+const STYLE = `
+body { font: 14px/1.4 system-ui, sans-serif; color: #222; background: #fff; margin: 24px auto; max-width: 1100px; padding: 0 16px; }
+h1 { font-size: 22px; margin: 0 0 16px; word-break: break-word; }
+h2 { font-size: 16px; margin: 24px 0 8px; }
+h3 { font-size: 14px; margin: 0 0 4px; }
+table { border-collapse: collapse; margin-bottom: 8px; }
+th, td { border: 1px solid #ddd; padding: 4px 10px; text-align: left; }
+td { font-variant-numeric: tabular-nums; word-break: break-word; }
+.tables { display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 24px; }
+.chart { min-width: 0; }
+.no-data { color: #888; border: 1px dashed #ccc; padding: 48px 0; text-align: center; margin: 0; }
+`;
+
+/** Draws every chart section from the embedded data; an empty series shows "no data" instead of a chart. */
+const PAGE_SCRIPT = `
+(function () {
+  'use strict';
+  var charts = JSON.parse(document.getElementById('report-data').textContent);
+  var HEIGHT = 260;
+  function color(i) { return 'hsl(' + Math.round((210 + i * 137.5) % 360) + ', 75%, 42%)'; }
+  function percent(u, splits) { return splits.map(function (v) { return Math.round(v * 100) + '%'; }); }
+  function fromZero(u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; }
+  // uPlot's default y axis width clips tick labels longer than about five characters.
+  function fitTicks(u, values) {
+    var longest = 0;
+    (values || []).forEach(function (v) { longest = Math.max(longest, String(v).length); });
+    return Math.max(50, longest * 7 + 20);
+  }
+  function target(id) { return document.getElementById(id).querySelector('.plot'); }
+  function noData(id) {
+    var p = document.createElement('p');
+    p.className = 'no-data';
+    p.textContent = 'no data';
+    target(id).appendChild(p);
+  }
+  function draw(id, opts, aligned) {
+    var el = target(id);
+    opts.width = el.clientWidth;
+    opts.height = HEIGHT;
+    new uPlot(opts, aligned, el);
+  }
+  function cdf(id, sortedMs, name) {
+    if (sortedMs.length === 0) return noData(id);
+    var fractions = sortedMs.map(function (_, i) { return (i + 1) / sortedMs.length; });
+    draw(id, {
+      scales: { x: { time: false }, y: { range: [0, 1] } },
+      axes: [{ label: name + ' (ms)' }, { label: 'fraction of requests', values: percent, size: fitTicks }],
+      series: [{ label: name + ' (ms)' }, { label: 'fraction \\u2264 x', stroke: color(0), width: 2, paths: uPlot.paths.stepped({ align: 1 }) }],
+    }, [sortedMs, fractions]);
+  }
+  function timeline(id, values, name) {
+    var seconds = charts.timeline.timesMs.map(function (ms) { return ms / 1000; });
+    // The timeline counts completed requests only: all zero means none completed.
+    if (values.every(function (v) { return v === 0; })) return noData(id);
+    draw(id, {
+      scales: { x: { time: false }, y: { range: fromZero } },
+      axes: [{ label: 'time (s)' }, { label: name, size: fitTicks }],
+      series: [{ label: 'time (s)' }, { label: name, stroke: color(0), fill: 'hsla(210, 75%, 42%, 0.15)', width: 2, paths: uPlot.paths.stepped({ align: 1 }) }],
+    }, [seconds, values]);
+  }
+  function perWorker(id, field, name) {
+    var sampled = charts.workers.map(function (w, i) { return { worker: w, index: i }; })
+      .filter(function (s) { return s.worker.timesMs.length > 0; });
+    if (sampled.length === 0) return noData(id);
+    var aligned = uPlot.join(sampled.map(function (s) {
+      return [s.worker.timesMs.map(function (ms) { return ms / 1000; }), s.worker[field]];
+    }));
+    draw(id, {
+      scales: { x: { time: false }, y: { range: [0, 1] } },
+      axes: [{ label: 'time (s)' }, { label: name, values: percent, size: fitTicks }],
+      series: [{ label: 'time (s)' }].concat(sampled.map(function (s) {
+        return { label: s.worker.name, stroke: color(s.index), width: 2, spanGaps: true };
+      })),
+    }, aligned);
+  }
+  function requestsPerWorker(id) {
+    var workers = charts.workers;
+    if (workers.length === 0) return noData(id);
+    var indices = workers.map(function (_, i) { return i; });
+    var names = workers.map(function (w) { return w.name; });
+    draw(id, {
+      scales: { x: { time: false, range: [-0.5, workers.length - 0.5] }, y: { range: fromZero } },
+      axes: [
+        { label: 'worker', splits: function () { return indices; }, values: function (u, splits) { return splits.map(function (i) { return names[i]; }); } },
+        { label: 'requests routed', size: fitTicks },
+      ],
+      series: [
+        { label: 'worker', value: function (u, i) { return i == null ? '-' : names[i]; } },
+        { label: 'requests', stroke: color(0), fill: color(0), paths: uPlot.paths.bars({ size: [0.6, 80] }), points: { show: false } },
+      ],
+    }, [indices, workers.map(function (w) { return w.requests; })]);
+  }
+  cdf('chart-ttft', charts.ttftMs, 'TTFT');
+  cdf('chart-itl', charts.itlMs, 'ITL');
+  cdf('chart-e2e', charts.e2eMs, 'end-to-end latency');
+  timeline('chart-throughput', charts.timeline.outputTokensPerS, 'output tokens/s');
+  timeline('chart-in-flight', charts.timeline.inFlight, 'requests in flight');
+  perWorker('chart-kv-usage', 'kvUsage', 'KV cache usage');
+  perWorker('chart-prefix-hit-rate', 'prefixHitRate', 'prefix cache hit rate');
+  requestsPerWorker('chart-requests-per-worker');
+})();
+`;
+
+export function renderHtmlReport(input: HtmlReportInput): string {
+  const title = escapeHtml(input.title);
+  const sections = CHARTS.map(([id, heading]) => `<section class="chart" id="${id}"><h3>${escapeHtml(heading)}</h3><div class="plot"></div></section>`);
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${title}</title>
+<style>${uplotAsset('uPlot.min.css', '</style')}</style>
+<style>${STYLE}</style>
+</head>
+<body>
+<h1>${title}</h1>
+<div class="tables">
+<section><h2>Summary</h2>${summaryTable(input.report)}</section>
+<section><h2>Latency</h2>${latencyTable(input.report)}</section>
+<section><h2>Settings</h2>${settingsTable(input.settings)}</section>
+</div>
+<h2>Charts</h2>
+<div class="charts">
+${sections.join('\n')}
+</div>
+<script>${uplotAsset('uPlot.iife.min.js', '</script')}</script>
+<script type="application/json" id="report-data">${scriptJson(input.charts)}</script>
+<script>${PAGE_SCRIPT}</script>
+</body>
+</html>
+`;
+}

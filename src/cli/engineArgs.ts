@@ -67,34 +67,44 @@ const AS_FLAGS: Record<string, string> = {
 /** Dynamo ignores it too. */
 const IGNORED = new Set(['has_perf_model']);
 
-/**
- * Applies `--extra-engine-args` (a JSON file or inline JSON object with Dynamo's MockEngineArgs keys) over
- * `base`. Unknown or unsupported keys fail with their name.
- */
-export function applyExtraEngineArgs(base: EngineArgs, source: string): EngineArgs {
+/** A JSON object given inline or as a file path (`--extra-engine-args` and friends); errors name `flag`. */
+export function readJsonObjectArg(source: string, flag: string): Record<string, unknown> {
   let text = source;
   if (!source.trimStart().startsWith('{')) {
     try {
       text = readFileSync(source, 'utf8');
     } catch (err) {
-      throw new Error(`--extra-engine-args: cannot read ${source} (${(err as Error).message})`);
+      throw new Error(`${flag}: cannot read ${source} (${(err as Error).message})`);
     }
   }
   let raw: unknown;
   try {
     raw = JSON.parse(text);
   } catch (err) {
-    throw new Error(`--extra-engine-args: not valid JSON (${(err as Error).message})`);
+    throw new Error(`${flag}: not valid JSON (${(err as Error).message})`);
   }
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error('--extra-engine-args: expected a JSON object');
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`${flag}: expected a JSON object`);
+  return raw as Record<string, unknown>;
+}
+
+/**
+ * Applies `--extra-engine-args` (a JSON file or inline JSON object with Dynamo's MockEngineArgs keys) over
+ * `base`. Unknown or unsupported keys fail with their name.
+ */
+export function applyExtraEngineArgs(base: EngineArgs, source: string): EngineArgs {
+  return applyEngineArgsObject(base, readJsonObjectArg(source, '--extra-engine-args'), '--extra-engine-args');
+}
+
+/** Applies Dynamo's MockEngineArgs keys over `base`; errors name `flag` and the key. */
+export function applyEngineArgsObject(base: EngineArgs, raw: Record<string, unknown>, flag: string): EngineArgs {
   const out = { ...base };
   for (const [key, value] of Object.entries(raw)) {
     if (IGNORED.has(key)) continue;
-    if (UNSUPPORTED.has(key)) throw new Error(`--extra-engine-args: "${key}" is a Dynamo mocker setting that mocker does not simulate`);
-    if (key in AS_FLAGS) throw new Error(`--extra-engine-args: "${key}" is given to mocker as ${AS_FLAGS[key]}`);
-    if (!(key in supported)) throw new Error(`--extra-engine-args: unknown key "${key}"`);
+    if (UNSUPPORTED.has(key)) throw new Error(`${flag}: "${key}" is a Dynamo mocker setting that mocker does not simulate`);
+    if (key in AS_FLAGS) throw new Error(`${flag}: "${key}" is given to mocker as ${AS_FLAGS[key]}`);
+    if (!(key in supported)) throw new Error(`${flag}: unknown key "${key}"`);
     const parsed = supported[key as keyof typeof supported].safeParse(value);
-    if (!parsed.success) throw new Error(`--extra-engine-args: "${key}": ${parsed.error.issues[0].message} (got ${JSON.stringify(value)})`);
+    if (!parsed.success) throw new Error(`${flag}: "${key}": ${parsed.error.issues[0].message} (got ${JSON.stringify(value)})`);
     const v = parsed.data;
     switch (key) {
       case 'num_gpu_blocks': out.numGpuBlocks = v as number; break;

@@ -35,7 +35,12 @@ export interface SchedulerConfig {
   kvEvents?: VllmKvEventOptions;
   /** Dynamo's DYN_MOCKER_KV_CACHE_TRACE: note the cache occupancy at every store and eviction. */
   kvTrace?: boolean;
+  /** Keep the block manager's own events (block ids, not vLLM hashes) for `takeCacheEvents`: a simulated router's index. */
+  cacheEvents?: boolean;
 }
+
+/** A cache change in the block manager's own ids (full blocks: chained content hashes with prefix caching). */
+export type CacheEvent = { kind: 'stored'; blocks: BlockId[]; parent: BlockId | null } | { kind: 'removed'; blocks: BlockId[] } | { kind: 'cleared' };
 
 /** Dynamo's KV cache trace entry (engine-reference §3.7), counts right after the store or eviction. */
 export interface KvTraceEntry {
@@ -176,6 +181,7 @@ export class EngineCore {
   private stats = { preemptions: 0, prefixCacheQueries: 0, prefixCacheHits: 0, passes: 0, prefillMs: 0 };
   private readonly kvEventLog?: VllmKvEventLog;
   private kvTrace: KvTraceEntry[] = [];
+  private cacheEvents: CacheEvent[] = [];
 
   constructor(readonly config: SchedulerConfig) {
     if (!Number.isInteger(config.blockSize) || config.blockSize < 2) throw new Error(`block size must be an integer >= 2, got ${config.blockSize}`);
@@ -184,7 +190,7 @@ export class EngineCore {
     if (config.maxNumBatchedTokens !== null && !(config.maxNumBatchedTokens >= 1)) throw new Error(`max_num_batched_tokens must be >= 1, got ${config.maxNumBatchedTokens}`);
     if (!(config.watermark >= 0 && config.watermark < 1)) throw new Error(`watermark must be in [0, 1), got ${config.watermark}`);
     if (config.kvEvents) this.kvEventLog = new VllmKvEventLog(config.kvEvents, config.blockSize);
-    this.kv = new KvBlockManager(config.numGpuBlocks, config.kvEvents || config.kvTrace ? (event) => this.onKvEvent(event) : undefined);
+    this.kv = new KvBlockManager(config.numGpuBlocks, config.kvEvents || config.kvTrace || config.cacheEvents ? (event) => this.onKvEvent(event) : undefined);
     this.random = seededRandom(config.seed);
     this.watermarkBlocks = Math.floor(config.watermark * config.numGpuBlocks);
   }
@@ -239,6 +245,7 @@ export class EngineCore {
 
   private onKvEvent(event: KvCacheEvent): void {
     this.kvEventLog?.record(event);
+    if (this.config.cacheEvents) this.cacheEvents.push(event.kind === 'stored' ? { kind: 'stored', blocks: event.blocks, parent: event.parent } : event);
     if (this.config.kvTrace && event.kind !== 'cleared') {
       this.kvTrace.push({
         event: event.kind === 'stored' ? 'allocation' : 'eviction',
@@ -252,6 +259,13 @@ export class EngineCore {
   /** The vLLM KV events since the last call (none unless `kvEvents` is configured). */
   takeKvEvents(): VllmKvEvent[] {
     return this.kvEventLog?.take() ?? [];
+  }
+
+  /** The block manager's events since the last call (none unless `cacheEvents`). */
+  takeCacheEvents(): CacheEvent[] {
+    const events = this.cacheEvents;
+    this.cacheEvents = [];
+    return events;
   }
 
   /** The KV trace entries since the last call (none unless `kvTrace`). */

@@ -1,6 +1,7 @@
-export { EngineCore, type CoreRequest, type EngineStats, type KvTraceEntry, type PassResult, type PreemptionMode, type SchedulerConfig } from './core.js';
+export { EngineCore, type CacheEvent, type CoreRequest, type EngineStats, type KvTraceEntry, type PassResult, type PreemptionMode, type SchedulerConfig } from './core.js';
 export type { VllmKvEvent, VllmKvEventOptions } from './kv/vllmKvEvents.js';
 export { defaultHashSeed, type BlockHashAlgo } from './kv/vllmBlockHash.js';
+export { LiveDriver } from './liveDriver.js';
 export { runOffline, type OfflineResult, type TimedRequest } from './offlineDriver.js';
 export { loadPerfModel, polynomialPerfModel, type PerfModel } from './perf/perfModel.js';
 export { SimulatedEngine, type SimulatedEngineOptions } from './simulatedEngine.js';

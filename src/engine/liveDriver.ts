@@ -130,6 +130,8 @@ export class LiveDriver {
     if (events.length > 0) this.observer.onKvEvents?.(this.rank, events);
     const trace = this.core.takeKvTrace();
     if (trace.length > 0) this.observer.onKvTrace?.(this.rank, trace);
+    const cache = this.core.takeCacheEvents();
+    if (cache.length > 0) this.observer.onCacheEvents?.(this.rank, cache);
   }
 
   stats(): EngineStats {

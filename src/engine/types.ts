@@ -1,4 +1,4 @@
-import type { KvTraceEntry } from './core.js';
+import type { CacheEvent, KvTraceEntry } from './core.js';
 import type { VllmKvEvent } from './kv/vllmKvEvents.js';
 
 /**
@@ -120,4 +120,6 @@ export interface EngineObserver {
   onKvEvents?(rank: number, events: VllmKvEvent[]): void;
   /** Dynamo's KV cache trace entries. */
   onKvTrace?(rank: number, entries: KvTraceEntry[]): void;
+  /** The block manager's own events (scheduler `cacheEvents`): a simulated router's index. */
+  onCacheEvents?(rank: number, events: CacheEvent[]): void;
 }

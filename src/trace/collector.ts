@@ -1,0 +1,267 @@
+/**
+ * What a trace run measured (engine-reference §8.8): per request its arrival, first admission (with the
+ * prompt tokens the prefix cache supplied), token times and lengths; the report Dynamo's replay writes; and
+ * the series the HTML report draws. Token times are not kept per request: each request keeps its first,
+ * second and last token time, and the gaps go to one pooled array, so memory grows by 8 bytes a token.
+ */
+
+/** Nearest-rank percentile statistics of §8.8 (population std; empty: all zeros). */
+export interface Distribution {
+  mean: number;
+  min: number;
+  max: number;
+  median: number;
+  p75: number;
+  p90: number;
+  p95: number;
+  p99: number;
+  std: number;
+}
+
+const EMPTY: Distribution = { mean: 0, min: 0, max: 0, median: 0, p75: 0, p90: 0, p95: 0, p99: 0, std: 0 };
+
+/** §8.8: value at sorted index round((n−1)·p/100); sorts `values` in place. */
+export function distribution(values: Float64Array | number[]): Distribution {
+  const n = values.length;
+  if (n === 0) return { ...EMPTY };
+  const sorted = values instanceof Float64Array ? values.sort() : values.sort((a, b) => a - b);
+  let sum = 0;
+  for (let i = 0; i < n; i++) sum += sorted[i];
+  const mean = sum / n;
+  let squares = 0;
+  for (let i = 0; i < n; i++) squares += (sorted[i] - mean) ** 2;
+  const at = (p: number) => sorted[Math.round(((n - 1) * p) / 100)];
+  return { mean, min: sorted[0], max: sorted[n - 1], median: at(50), p75: at(75), p90: at(90), p95: at(95), p99: at(99), std: Math.sqrt(squares / n) };
+}
+
+/** A growable Float64Array (no boxed numbers for millions of gaps). */
+class Samples {
+  private data = new Float64Array(1024);
+  length = 0;
+
+  push(value: number): void {
+    if (this.length === this.data.length) {
+      const grown = new Float64Array(this.data.length * 2);
+      grown.set(this.data);
+      this.data = grown;
+    }
+    this.data[this.length++] = value;
+  }
+
+  /** A copy of the values (callers sort it). */
+  values(): Float64Array {
+    return this.data.slice(0, this.length);
+  }
+}
+
+interface RequestRecord {
+  arrivalMs: number;
+  admittedMs: number | null;
+  reusedTokens: number;
+  inputLength: number;
+  outputLength: number;
+  worker: number | null;
+  tokens: number;
+  firstMs: number;
+  secondMs: number;
+  lastMs: number;
+}
+
+/** The JSON report: Dynamo's keys (`python -m dynamo.replay --report-json`). */
+export type ReplayReport = Record<string, number>;
+
+/** One worker's cache over time, sampled at its passes. */
+export interface WorkerSeries {
+  name: string;
+  requests: number;
+  timesMs: number[];
+  /** Active KV blocks ÷ total blocks. */
+  kvUsage: number[];
+  /** Cumulative prefix-cache hits ÷ queries (tokens). */
+  prefixHitRate: number[];
+}
+
+/** What the HTML report draws. Latency arrays are sorted (CDFs); time series are bucketed. */
+export interface ReplayCharts {
+  ttftMs: number[];
+  itlMs: number[];
+  e2eMs: number[];
+  /** Bucket starts (ms on the run's clock), output tokens per second and requests in flight per bucket. */
+  timeline: { timesMs: number[]; outputTokensPerS: number[]; inFlight: number[] };
+  workers: WorkerSeries[];
+}
+
+/** At most this many points per drawn series: the page stays small whatever the run's size. */
+const MAX_POINTS = 2000;
+
+function thin(sorted: Float64Array): number[] {
+  if (sorted.length <= MAX_POINTS) return Array.from(sorted);
+  const out: number[] = [];
+  for (let i = 0; i < MAX_POINTS; i++) out.push(sorted[Math.round((i * (sorted.length - 1)) / (MAX_POINTS - 1))]);
+  return out;
+}
+
+export interface PassSample {
+  activeBlocks: number;
+  totalBlocks: number;
+  prefixCacheQueries: number;
+  prefixCacheHits: number;
+}
+
+export class ReplayCollector {
+  private readonly requests = new Map<string, RequestRecord>();
+  private readonly gaps = new Samples();
+  private readonly workerSeries: WorkerSeries[];
+  private readonly lastSampleMs: number[];
+
+  constructor(workerNames: readonly string[]) {
+    this.workerSeries = workerNames.map((name) => ({ name, requests: 0, timesMs: [], kvUsage: [], prefixHitRate: [] }));
+    this.lastSampleMs = workerNames.map(() => -Infinity);
+  }
+
+  onArrival(uuid: string, arrivalMs: number, inputLength: number, outputLength: number): void {
+    this.requests.set(uuid, { arrivalMs, admittedMs: null, reusedTokens: 0, inputLength, outputLength, worker: null, tokens: 0, firstMs: 0, secondMs: 0, lastMs: 0 });
+  }
+
+  onRouted(uuid: string, worker: number): void {
+    const record = this.record(uuid);
+    if (record.worker === null) this.workerSeries[worker].requests++;
+    record.worker = worker;
+  }
+
+  /** An admission to a worker's running set; the first one counts, with the most prefix reuse seen (§8.8). */
+  onAdmit(uuid: string, nowMs: number, reusedTokens: number): void {
+    const record = this.record(uuid);
+    if (record.admittedMs === null) record.admittedMs = nowMs;
+    record.reusedTokens = Math.max(record.reusedTokens, reusedTokens);
+  }
+
+  onTokens(uuid: string, timeMs: number, count = 1): void {
+    const record = this.record(uuid);
+    for (let i = 0; i < count; i++) {
+      if (record.tokens === 0) record.firstMs = timeMs;
+      else {
+        if (record.tokens === 1) record.secondMs = timeMs;
+        this.gaps.push(Math.max(0, timeMs - record.lastMs));
+      }
+      record.lastMs = timeMs;
+      record.tokens++;
+    }
+  }
+
+  /** A worker's cache state after a pass; kept at most every `minGapMs` of the run's clock per worker. */
+  onPass(worker: number, nowMs: number, sampleNow: () => PassSample, minGapMs: number): void {
+    if (nowMs - this.lastSampleMs[worker] < minGapMs) return;
+    this.lastSampleMs[worker] = nowMs;
+    const sample = sampleNow();
+    const series = this.workerSeries[worker];
+    series.timesMs.push(nowMs);
+    series.kvUsage.push(sample.totalBlocks > 0 ? sample.activeBlocks / sample.totalBlocks : 0);
+    series.prefixHitRate.push(sample.prefixCacheQueries > 0 ? sample.prefixCacheHits / sample.prefixCacheQueries : 0);
+  }
+
+  /** Tokens seen so far for a request (0 when unknown). */
+  tokensOf(uuid: string): number {
+    return this.requests.get(uuid)?.tokens ?? 0;
+  }
+
+  private record(uuid: string): RequestRecord {
+    const record = this.requests.get(uuid);
+    if (!record) throw new Error(`trace collector: request ${uuid} never arrived`);
+    return record;
+  }
+
+  /** Completed (admitted, ≥ 1 token) requests, in arrival order. */
+  private completed(): RequestRecord[] {
+    return [...this.requests.values()].filter((r) => r.admittedMs !== null && r.tokens > 0);
+  }
+
+  report(wallTimeMs: number): ReplayReport {
+    const done = this.completed();
+    let input = 0;
+    let output = 0;
+    let reused = 0;
+    let durationMs = 0;
+    const ttft: number[] = [];
+    const ttst: number[] = [];
+    const tpot: number[] = [];
+    const e2e: number[] = [];
+    for (const r of done) {
+      input += r.inputLength;
+      output += r.outputLength;
+      reused += r.reusedTokens;
+      durationMs = Math.max(durationMs, r.lastMs);
+      ttft.push(Math.max(0, r.firstMs - r.arrivalMs));
+      e2e.push(Math.max(0, r.lastMs - r.arrivalMs));
+      if (r.tokens >= 2) {
+        ttst.push(Math.max(0, r.secondMs - r.firstMs));
+        tpot.push(Math.max(0, (r.lastMs - r.firstMs) / (r.tokens - 1)));
+      }
+    }
+    const gaps = this.gaps.values();
+    const perUser: number[] = [];
+    for (const gap of gaps) if (gap > 0) perUser.push(1000 / gap);
+    const durationS = Math.max(durationMs / 1000, 1e-9);
+    const report: ReplayReport = {
+      num_requests: this.requests.size,
+      completed_requests: done.length,
+      total_input_tokens: input,
+      total_output_tokens: output,
+      duration_ms: durationMs,
+      wall_time_ms: wallTimeMs,
+      request_throughput_rps: done.length / durationS,
+      input_throughput_tok_s: input / durationS,
+      output_throughput_tok_s: output / durationS,
+      total_throughput_tok_s: (input + output) / durationS,
+      prefix_cache_reused_ratio: input > 0 ? reused / input : 0,
+    };
+    const put = (name: string, d: Distribution, unit = '_ms') => {
+      for (const [stat, value] of Object.entries(d)) report[`${stat}_${name}${unit}`] = value;
+    };
+    put('ttft', distribution(ttft));
+    put('ttst', distribution(ttst));
+    put('tpot', distribution(tpot));
+    put('itl', distribution(gaps));
+    put('e2e_latency', distribution(e2e));
+    put('output_token_throughput_per_user', distribution(perUser), '');
+    return report;
+  }
+
+  charts(): ReplayCharts {
+    const done = this.completed();
+    const sorted = (values: number[]) => thin(Float64Array.from(values).sort());
+    let endMs = 0;
+    for (const r of done) endMs = Math.max(endMs, r.lastMs);
+    const buckets = Math.max(1, Math.min(200, Math.ceil(endMs / 10)));
+    const bucketMs = Math.max(endMs / buckets, 1e-9);
+    const tokens = new Array<number>(buckets).fill(0);
+    const inFlightMs = new Array<number>(buckets).fill(0);
+    for (const r of done) {
+      // Output tokens spread evenly between the first and last token; in flight from arrival to last token.
+      const spread = (from: number, to: number, amount: number, into: number[], perMs: boolean) => {
+        const span = to - from;
+        if (span <= 0) {
+          into[Math.min(buckets - 1, Math.floor(from / bucketMs))] += perMs ? 0 : amount;
+          return;
+        }
+        for (let b = Math.max(0, Math.floor(from / bucketMs)); b < buckets && b * bucketMs < to; b++) {
+          const overlap = Math.min(to, (b + 1) * bucketMs) - Math.max(from, b * bucketMs);
+          if (overlap > 0) into[b] += perMs ? overlap : (amount * overlap) / span;
+        }
+      };
+      spread(r.firstMs, r.lastMs, r.tokens, tokens, false);
+      spread(r.arrivalMs, r.lastMs, 0, inFlightMs, true);
+    }
+    return {
+      ttftMs: sorted(done.map((r) => Math.max(0, r.firstMs - r.arrivalMs))),
+      itlMs: thin(this.gaps.values().sort()),
+      e2eMs: sorted(done.map((r) => Math.max(0, r.lastMs - r.arrivalMs))),
+      timeline: {
+        timesMs: tokens.map((_, b) => b * bucketMs),
+        outputTokensPerS: tokens.map((n) => (n * 1000) / bucketMs),
+        inFlight: inFlightMs.map((ms) => ms / bucketMs),
+      },
+      workers: this.workerSeries,
+    };
+  }
+}

@@ -1,0 +1,153 @@
+/**
+ * The workload driver (engine-reference §8.4): which turns are ready when. Trace mode releases a session's
+ * first turn at its start time; concurrency mode (closed loop) has every first turn ready at 0 and keeps at
+ * most `limit` requests in flight. A later turn is ready `delay` after its predecessor completes.
+ */
+import type { Session, Turn, Workload } from './workload.js';
+
+export type DriverMode = { kind: 'trace' } | { kind: 'concurrency'; limit: number };
+
+export interface Dispatch {
+  uuid: string;
+  sessionId: string;
+  turnIndex: number;
+  turn: Turn;
+  /** Trace mode: the scheduled ready time; concurrency mode: the dispatch time. */
+  arrivalMs: number;
+}
+
+interface SessionState {
+  session: Session;
+  nextTurn: number;
+  readyAtMs: number;
+  inFlight: string | null;
+}
+
+/** A binary min-heap of (ready time, session index): ties go to the lower session index. */
+class ReadyHeap {
+  private readonly items: SessionState[] = [];
+  constructor(private readonly order: (s: SessionState) => number) {}
+
+  get size(): number {
+    return this.items.length;
+  }
+
+  peek(): SessionState | undefined {
+    return this.items[0];
+  }
+
+  private less(a: SessionState, b: SessionState): boolean {
+    return a.readyAtMs < b.readyAtMs || (a.readyAtMs === b.readyAtMs && this.order(a) < this.order(b));
+  }
+
+  push(item: SessionState): void {
+    const items = this.items;
+    let i = items.push(item) - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (!this.less(items[i], items[parent])) break;
+      [items[i], items[parent]] = [items[parent], items[i]];
+      i = parent;
+    }
+  }
+
+  pop(): SessionState | undefined {
+    const items = this.items;
+    const top = items[0];
+    const last = items.pop();
+    if (items.length > 0 && last) {
+      items[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < items.length && this.less(items[l], items[m])) m = l;
+        if (r < items.length && this.less(items[r], items[m])) m = r;
+        if (m === i) break;
+        [items[i], items[m]] = [items[m], items[i]];
+        i = m;
+      }
+    }
+    return top;
+  }
+}
+
+export class WorkloadDriver {
+  private readonly sessions: SessionState[];
+  private readonly heap: ReadyHeap;
+  private readonly byUuid = new Map<string, SessionState>();
+  private inFlightCount = 0;
+  private nextUuid = 0;
+
+  constructor(
+    readonly workload: Workload,
+    readonly mode: DriverMode,
+  ) {
+    if (mode.kind === 'concurrency' && !(Number.isInteger(mode.limit) && mode.limit >= 1)) throw new Error(`--replay-concurrency must be an integer >= 1, got ${mode.limit}`);
+    this.sessions = workload.sessions.map((session) => {
+      if (mode.kind === 'trace' && !(session.startMs !== null && Number.isFinite(session.startMs) && session.startMs >= 0)) {
+        throw new Error(`session ${session.id} has no arrival timestamp: give one, or run it closed-loop with --replay-concurrency`);
+      }
+      for (const turn of session.turns) {
+        if (!(turn.inputLength > 0)) throw new Error(`session ${session.id}: a turn has an empty prompt (input_length 0)`);
+      }
+      return { session, nextTurn: 0, readyAtMs: mode.kind === 'trace' ? (session.startMs as number) : 0, inFlight: null };
+    });
+    const position = new Map(this.sessions.map((s, i) => [s, i]));
+    this.heap = new ReadyHeap((s) => position.get(s)!);
+    for (const s of this.sessions) if (s.session.turns.length > 0) this.heap.push(s);
+  }
+
+  get inFlight(): number {
+    return this.inFlightCount;
+  }
+
+  /** Every turn issued and completed. */
+  get done(): boolean {
+    return this.inFlightCount === 0 && this.heap.size === 0;
+  }
+
+  /** When the next turn becomes ready (null: none waits, though requests in flight may add one). */
+  nextReadyMs(): number | null {
+    if (this.mode.kind === 'concurrency' && this.inFlightCount >= this.mode.limit) return null;
+    return this.heap.peek()?.readyAtMs ?? null;
+  }
+
+  /** Turns ready at `nowMs`, at most `limit` (and never beyond the concurrency cap), marked in flight. */
+  popReady(nowMs: number, limit = Infinity): Dispatch[] {
+    const out: Dispatch[] = [];
+    const cap = this.mode.kind === 'concurrency' ? this.mode.limit : Infinity;
+    while (out.length < limit && this.inFlightCount < cap) {
+      const next = this.heap.peek();
+      if (!next || next.readyAtMs > nowMs) break;
+      this.heap.pop();
+      const turnIndex = next.nextTurn++;
+      const uuid = `req-${this.nextUuid++}`;
+      next.inFlight = uuid;
+      this.byUuid.set(uuid, next);
+      this.inFlightCount++;
+      out.push({
+        uuid,
+        sessionId: next.session.id,
+        turnIndex,
+        turn: next.session.turns[turnIndex],
+        arrivalMs: this.mode.kind === 'trace' ? next.readyAtMs : nowMs,
+      });
+    }
+    return out;
+  }
+
+  /** A request finished at `nowMs`: its session's next turn is ready after that turn's delay. */
+  onComplete(uuid: string, nowMs: number): void {
+    const state = this.byUuid.get(uuid);
+    if (!state) throw new Error(`workload driver: ${uuid} is not in flight`);
+    this.byUuid.delete(uuid);
+    state.inFlight = null;
+    this.inFlightCount--;
+    if (state.nextTurn < state.session.turns.length) {
+      state.readyAtMs = nowMs + state.session.turns[state.nextTurn].delayMs;
+      this.heap.push(state);
+    }
+  }
+}

@@ -1,0 +1,84 @@
+/**
+ * The report's two faces, as Dynamo's replay prints them (engine-reference §8.8): an AIPerf-style table on
+ * stdout and a JSON file (keys sorted, two-space indent, floats written as Python writes them).
+ */
+import { mkdirSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { ReplayReport } from './collector.js';
+
+export const TABLE_TITLE = 'NVIDIA AIPerf | LLM Metrics';
+const STAT_COLUMNS = ['avg', 'min', 'max', 'p99', 'p90', 'p75', 'std'] as const;
+/** Report keys that are counts (Python ints); every other number is a float. */
+const INTEGER_KEYS = new Set(['num_requests', 'completed_requests', 'total_input_tokens', 'total_output_tokens']);
+
+/** Python's `f"{v:,.2f}"`; missing → N/A. */
+export function formatValue(value: number | undefined): string {
+  if (value === undefined || !Number.isFinite(value)) return value === undefined ? 'N/A' : String(value);
+  const [whole, fraction] = Math.abs(value).toFixed(2).split('.');
+  const grouped = whole.replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+  return `${value < 0 && Number(`${whole}.${fraction}`) !== 0 ? '-' : ''}${grouped}.${fraction}`;
+}
+
+export function formatReportTable(report: ReplayReport): string {
+  const rows: string[][] = [];
+  const statRow = (label: string, suffix: string) => {
+    if (!(`mean_${suffix}` in report)) return;
+    rows.push([label, ...['mean', 'min', 'max', 'p99', 'p90', 'p75', 'std'].map((stat) => formatValue(report[`${stat}_${suffix}`]))]);
+  };
+  const singleRow = (label: string, value: number | undefined) => rows.push([label, formatValue(value), ...new Array<string>(STAT_COLUMNS.length - 1).fill('N/A')]);
+  statRow('Time to First Token (ms)', 'ttft_ms');
+  statRow('Time to Second Token (ms)', 'ttst_ms');
+  statRow('Request Latency (ms)', 'e2e_latency_ms');
+  statRow('Inter Token Latency (ms)', 'itl_ms');
+  statRow('Output Token Throughput Per User (tokens/sec/user)', 'output_token_throughput_per_user');
+  singleRow('Output Token Throughput (tokens/sec)', report.output_throughput_tok_s);
+  singleRow('Request Throughput (requests/sec)', report.request_throughput_rps);
+  singleRow('Request Count (requests)', report.completed_requests ?? report.num_requests);
+
+  const headers = ['Metric', ...STAT_COLUMNS];
+  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const separator = (left: string, mid: string, right: string) => left + widths.map((w) => '━'.repeat(w + 2)).join(mid) + right;
+  const line = (row: string[]) => `┃${row.map((v, i) => ` ${i === 0 ? v.padEnd(widths[i]) : v.padStart(widths[i])} `).join('┃')}┃`;
+  const lines = [TABLE_TITLE, separator('┏', '┳', '┓'), line(headers), separator('┡', '╇', '┩'), ...rows.map(line), separator('└', '┴', '┘')];
+  if (report.wall_time_ms !== undefined) lines.push(`Wall Time (ms): ${formatValue(report.wall_time_ms)}`);
+  if (report.prefix_cache_reused_ratio !== undefined) lines.push(`Prefix Cache Reused Ratio: ${formatValue(report.prefix_cache_reused_ratio)}`);
+  return lines.join('\n');
+}
+
+/** Python's repr of a float (`json.dumps`): `2.0`, `1e-05`, `1e+16`, else the shortest round trip. */
+function pythonFloat(value: number): string {
+  if (!Number.isFinite(value)) return Number.isNaN(value) ? 'NaN' : value > 0 ? 'Infinity' : '-Infinity';
+  const magnitude = Math.abs(value);
+  if (magnitude !== 0 && (magnitude < 1e-4 || magnitude >= 1e16)) {
+    return value.toExponential().replace(/e([+-])(\d)$/, 'e$10$2');
+  }
+  const text = String(value);
+  return Number.isInteger(value) ? `${text}.0` : text;
+}
+
+/** `json.dumps(report, indent=2, sort_keys=True) + "\n"` for a flat report of numbers. */
+export function reportJson(report: ReplayReport): string {
+  const keys = Object.keys(report).sort();
+  if (keys.length === 0) return '{}\n';
+  const body = keys.map((key) => `  ${JSON.stringify(key)}: ${INTEGER_KEYS.has(key) && Number.isInteger(report[key]) ? String(report[key]) : pythonFloat(report[key])}`);
+  return `{\n${body.join(',\n')}\n}\n`;
+}
+
+const stamp = (d: Date) => {
+  const p = (n: number) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}_${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`;
+};
+
+/** Writes the JSON report to `path` (a directory gets a timestamped file inside; none: one in the working directory). */
+export function writeReportJson(report: ReplayReport, path: string | undefined, now = new Date()): string {
+  const fileName = `dynamo_replay_report_${stamp(now)}.json`;
+  let target = path ?? fileName;
+  try {
+    if (path !== undefined && statSync(path).isDirectory()) target = join(path, fileName);
+  } catch {
+    // Not there yet: a file path.
+  }
+  mkdirSync(dirname(target), { recursive: true });
+  writeFileSync(target, reportJson(report));
+  return target;
+}

@@ -1,0 +1,182 @@
+/**
+ * What a trace run sends (engine-reference §8.1–§8.4): sessions of turns. A session's first turn arrives at
+ * its start time; each later turn is ready a delay after the previous one completes (closed loop). Prompts
+ * are built when a turn is dispatched, so a 12,000-row trace holds hash ids, not millions of tokens.
+ */
+import { parseMooncake, synthesizeTokens, type TraceRequest } from './mooncake.js';
+
+export interface Turn {
+  inputLength: number;
+  outputLength: number;
+  /** ms after the previous turn of the session completes (first turns: 0). */
+  delayMs: number;
+  /** The prompt's token ids, built on demand. */
+  prompt(): readonly number[];
+  /** Where the turn came from (a capture's exchange id), to compare answers with. */
+  ref?: string;
+}
+
+export interface Session {
+  id: string;
+  /** Arrival of the first turn (ms), or null when the source has none (only concurrency mode can run it). */
+  startMs: number | null;
+  turns: Turn[];
+}
+
+export interface Workload {
+  sessions: Session[];
+  /** Total turns. */
+  requests: number;
+}
+
+const workloadOf = (sessions: Session[]): Workload => ({ sessions, requests: sessions.reduce((n, s) => n + s.turns.length, 0) });
+
+/** Mooncake rows grouped into sessions in file order (§8.1). */
+export function mooncakeWorkload(rows: readonly TraceRequest[], traceBlockSize: number): Workload {
+  const sessions = new Map<string, Session>();
+  for (const row of rows) {
+    let session = sessions.get(row.sessionId);
+    if (!session) {
+      session = { id: row.sessionId, startMs: row.timestampMs, turns: [] };
+      sessions.set(row.sessionId, session);
+    }
+    const { hashIds, inputLength } = row;
+    session.turns.push({ inputLength, outputLength: row.outputLength, delayMs: row.delayMs, prompt: () => synthesizeTokens(hashIds, inputLength, traceBlockSize) });
+  }
+  return workloadOf([...sessions.values()]);
+}
+
+export function mooncakeFileWorkload(text: string, traceBlockSize: number): Workload {
+  return mooncakeWorkload(parseMooncake(text, traceBlockSize), traceBlockSize);
+}
+
+/**
+ * Shifts session starts so the earliest is 0 and divides starts and inter-turn delays by `ratio`
+ * (Dynamo's normalize_session_starts + speed_up_timing).
+ */
+export function normalizeArrivals(workload: Workload, ratio: number): Workload {
+  if (!(Number.isFinite(ratio) && ratio > 0)) throw new Error(`the arrival speedup ratio must be a finite number > 0, got ${ratio}`);
+  let first = Infinity;
+  for (const s of workload.sessions) if (s.startMs !== null) first = Math.min(first, s.startMs);
+  if (first === Infinity) first = 0;
+  return workloadOf(
+    workload.sessions.map((s) => ({
+      ...s,
+      startMs: s.startMs === null ? null : (s.startMs - first) / ratio,
+      turns: s.turns.map((t) => ({ ...t, delayMs: t.delayMs / ratio })),
+    })),
+  );
+}
+
+// --- synthetic workloads (§8.3) ---
+
+/** x·y mod 2^64 on (high, low) 32-bit halves, with 16-bit limbs so every partial product is exact. */
+function mul64(xh: number, xl: number, yh: number, yl: number): [number, number] {
+  const x0 = xl & 0xffff, x1 = xl >>> 16, y0 = yl & 0xffff, y1 = yl >>> 16;
+  const p00 = x0 * y0;
+  const mid = x1 * y0 + x0 * y1 + (p00 >>> 16);
+  const low = ((mid & 0xffff) * 0x10000 + (p00 & 0xffff)) >>> 0;
+  const carry = Math.floor(mid / 0x10000) + x1 * y1;
+  const high = (carry + Math.imul(xh, yl) + Math.imul(xl, yh)) >>> 0;
+  return [high, low];
+}
+
+/** Dynamo's `synthetic_token_id`: SplitMix64 of `(request << 32) ^ token`, low 32 bits, 0 → 1. */
+export function syntheticTokenId(requestIdx: number, tokenIdx: number): number {
+  // (request << 32) ^ token, plus 0x9E3779B97F4A7C15
+  let high = requestIdx >>> 0;
+  let low = tokenIdx >>> 0;
+  const sumLow = low + 0x7f4a7c15;
+  low = sumLow >>> 0;
+  high = (high + 0x9e3779b9 + (sumLow > 0xffffffff ? 1 : 0)) >>> 0;
+  const shiftXor = (shift: number) => {
+    // value ^= value >> shift (0 < shift < 32)
+    low = (low ^ ((low >>> shift) | (high << (32 - shift)))) >>> 0;
+    high = (high ^ (high >>> shift)) >>> 0;
+  };
+  shiftXor(30);
+  [high, low] = mul64(high, low, 0xbf58476d, 0x1ce4e5b9);
+  shiftXor(27);
+  [high, low] = mul64(high, low, 0x94d049bb, 0x133111eb);
+  shiftXor(31);
+  return low === 0 ? 1 : low;
+}
+
+export interface SyntheticOptions {
+  inputTokens: number;
+  outputTokens: number;
+  requestCount: number;
+  arrivalIntervalMs: number;
+  turnsPerSession: number;
+  sharedPrefixRatio: number;
+  numPrefixGroups: number;
+  interTurnDelayMs: number;
+  /** The engine's block size: prefix groups share whole engine blocks. */
+  blockSize: number;
+  seed: number;
+}
+
+export const isWorkloadSynthetic = (o: SyntheticOptions) => o.turnsPerSession > 1 || o.sharedPrefixRatio > 0 || o.numPrefixGroups > 0 || o.interTurnDelayMs > 0;
+
+function checkSynthetic(o: SyntheticOptions): void {
+  const positive = (name: string, v: number) => {
+    if (!(Number.isInteger(v) && v >= 1)) throw new Error(`${name} must be an integer >= 1, got ${v}`);
+  };
+  positive('--input-tokens', o.inputTokens);
+  positive('--output-tokens', o.outputTokens);
+  positive('--request-count', o.requestCount);
+  positive('--turns-per-session', o.turnsPerSession);
+  if (!(Number.isFinite(o.arrivalIntervalMs) && o.arrivalIntervalMs >= 0)) throw new Error(`--arrival-interval-ms must be a finite number >= 0, got ${o.arrivalIntervalMs}`);
+  if (!(o.sharedPrefixRatio >= 0 && o.sharedPrefixRatio <= 1)) throw new Error(`--shared-prefix-ratio must be in [0, 1], got ${o.sharedPrefixRatio}`);
+  if (!(Number.isInteger(o.numPrefixGroups) && o.numPrefixGroups >= 0)) throw new Error(`--num-prefix-groups must be an integer >= 0, got ${o.numPrefixGroups}`);
+  if (!(Number.isFinite(o.interTurnDelayMs) && o.interTurnDelayMs >= 0)) throw new Error(`--inter-turn-delay-ms must be a finite number >= 0, got ${o.interTurnDelayMs}`);
+}
+
+/** mulberry32, seeded: the session → prefix group draw. */
+function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * §8.3. Flat (no workload flag): `requestCount` single-turn sessions of Dynamo's synthetic tokens, no prefix
+ * sharing, arriving every `arrivalIntervalMs`. Workload: sessions of `turnsPerSession` turns whose first
+ * `round(blocks × ratio)` blocks are their prefix group's (hash ids `0xD00D…` per group and block) and the
+ * rest fresh ids; each hash id stands for one engine block of tokens.
+ */
+export function syntheticWorkload(o: SyntheticOptions): Workload {
+  checkSynthetic(o);
+  const sessions: Session[] = [];
+  if (!isWorkloadSynthetic(o)) {
+    for (let i = 0; i < o.requestCount; i++) {
+      const input = o.inputTokens;
+      const prompt = () => Array.from({ length: input }, (_, t) => syntheticTokenId(i, t));
+      sessions.push({ id: `request_${i}`, startMs: i * o.arrivalIntervalMs, turns: [{ inputLength: input, outputLength: o.outputTokens, delayMs: 0, prompt }] });
+    }
+    return workloadOf(sessions);
+  }
+  const random = seededRandom(o.seed);
+  const bs = o.blockSize;
+  const numBlocks = Math.ceil(o.inputTokens / bs);
+  const prefixBlocks = Math.min(Math.round(numBlocks * o.sharedPrefixRatio), numBlocks);
+  // Hash ids are tokens (§8.2: `hash_id as u32`): prefix ids keep group and block in 32 bits, fresh ids count up from 1.
+  const prefixId = (group: number, block: number) => (0xd00d0000 ^ (group << 12) ^ block) >>> 0;
+  let nextId = 1;
+  for (let i = 0; i < o.requestCount; i++) {
+    const group = o.numPrefixGroups > 0 && o.sharedPrefixRatio > 0 ? Math.floor(random() * o.numPrefixGroups) : 0;
+    const turns: Turn[] = [];
+    for (let turn = 0; turn < o.turnsPerSession; turn++) {
+      const hashIds: number[] = [];
+      for (let b = 0; b < numBlocks; b++) hashIds.push(b < prefixBlocks ? prefixId(group, b) : nextId++);
+      turns.push({ inputLength: o.inputTokens, outputLength: o.outputTokens, delayMs: turn === 0 ? 0 : o.interTurnDelayMs, prompt: () => synthesizeTokens(hashIds, o.inputTokens, bs) });
+    }
+    sessions.push({ id: `session_${i}`, startMs: i * o.arrivalIntervalMs, turns });
+  }
+  return workloadOf(sessions);
+}

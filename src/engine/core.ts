@@ -2,6 +2,7 @@ import { KvBlockManager, type BlockId, type KvCacheEvent, type MoveBlock } from 
 import { VllmKvEventLog, type VllmKvEvent, type VllmKvEventOptions } from './kv/vllmKvEvents.js';
 import { ActiveSequence } from './sequence.js';
 import type { PassTiming } from './timingModels.js';
+import { mulberry32 } from '../util/mulberry32.js';
 import { WaitQueue } from './waitQueue.js';
 
 export type PreemptionMode = 'lifo' | 'fifo';
@@ -149,18 +150,6 @@ interface RequestState {
 
 type ScheduleOutcome = number | 'blocked' | 'current-preempted';
 
-/** mulberry32: the engine's only randomness, seeded. */
-function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
-  };
-}
-
 /**
  * The simulated engine core (engine-reference §1.2–§1.5: Dynamo's vLLM-flavour `VllmCore`): a unified
  * waiting/running scheduler over a KV block manager. Pure: no I/O, no clock — `executePass(now)` is given
@@ -191,7 +180,7 @@ export class EngineCore {
     if (!(config.watermark >= 0 && config.watermark < 1)) throw new Error(`watermark must be in [0, 1), got ${config.watermark}`);
     if (config.kvEvents) this.kvEventLog = new VllmKvEventLog(config.kvEvents, config.blockSize);
     this.kv = new KvBlockManager(config.numGpuBlocks, config.kvEvents || config.kvTrace || config.cacheEvents ? (event) => this.onKvEvent(event) : undefined);
-    this.random = seededRandom(config.seed);
+    this.random = mulberry32(config.seed);
     this.watermarkBlocks = Math.floor(config.watermark * config.numGpuBlocks);
   }
 

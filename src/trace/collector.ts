@@ -55,6 +55,9 @@ class Samples {
 }
 
 interface RequestRecord {
+  uuid: string;
+  sessionId: string | null;
+  turnIndex: number | null;
   arrivalMs: number;
   admittedMs: number | null;
   reusedTokens: number;
@@ -65,6 +68,22 @@ interface RequestRecord {
   firstMs: number;
   secondMs: number;
   lastMs: number;
+}
+
+export interface PerRequestRecord {
+  uuid: string;
+  session_id: string | null;
+  turn_index: number | null;
+  /** The worker that computed its prompt. */
+  worker: string | null;
+  arrival_time_ms: number;
+  first_admit_ms: number | null;
+  first_token_ms: number | null;
+  last_token_ms: number | null;
+  input_length: number;
+  requested_output_length: number;
+  output_length: number;
+  reused_input_tokens: number;
 }
 
 /** The JSON report: Dynamo's keys (`python -m dynamo.replay --report-json`). */
@@ -119,8 +138,10 @@ export class ReplayCollector {
     this.lastSampleMs = workerNames.map(() => -Infinity);
   }
 
-  onArrival(uuid: string, arrivalMs: number, inputLength: number, outputLength: number): void {
-    this.requests.set(uuid, { arrivalMs, admittedMs: null, reusedTokens: 0, inputLength, outputLength, worker: null, tokens: 0, firstMs: 0, secondMs: 0, lastMs: 0 });
+  onArrival(uuid: string, arrivalMs: number, inputLength: number, outputLength: number, turn?: { sessionId: string; turnIndex: number }): void {
+    this.requests.set(uuid, {
+      uuid, sessionId: turn?.sessionId ?? null, turnIndex: turn?.turnIndex ?? null, arrivalMs, admittedMs: null, reusedTokens: 0, inputLength, outputLength, worker: null, tokens: 0, firstMs: 0, secondMs: 0, lastMs: 0,
+    });
   }
 
   onRouted(uuid: string, worker: number): void {
@@ -169,6 +190,24 @@ export class ReplayCollector {
     const record = this.requests.get(uuid);
     if (!record) throw new Error(`trace collector: request ${uuid} never arrived`);
     return record;
+  }
+
+  /** One record per request, in arrival order (Dynamo's per-request records, with snake_case keys). */
+  perRequest(): PerRequestRecord[] {
+    return [...this.requests.values()].map((r) => ({
+      uuid: r.uuid,
+      session_id: r.sessionId,
+      turn_index: r.turnIndex,
+      worker: r.worker === null ? null : this.workerSeries[r.worker].name,
+      arrival_time_ms: r.arrivalMs,
+      first_admit_ms: r.admittedMs,
+      first_token_ms: r.tokens > 0 ? r.firstMs : null,
+      last_token_ms: r.tokens > 0 ? r.lastMs : null,
+      input_length: r.inputLength,
+      requested_output_length: r.outputLength,
+      output_length: r.tokens,
+      reused_input_tokens: r.reusedTokens,
+    }));
   }
 
   /** Completed (admitted, ≥ 1 token) requests, in arrival order. */

@@ -3,9 +3,10 @@
  * a prefix-cache indexer fed by the workers' KV events, per-worker active-sequence load, the
  * `overlap_score_weight × prefill_blocks + decode_blocks` cost, and the busy-worker queue.
  */
-import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { chainHash, contentHash } from '../engine/kv/fastHash.js';
+import { readJsonObjectArg } from '../util/jsonArg.js';
+import { seededUniform } from '../util/mulberry32.js';
 import type { Release, RoutedRequest, Router, RouterKvEvent } from './router.js';
 
 /** Dynamo's `KvRouterConfig`, snake_case as in `--router-config`. */
@@ -74,22 +75,7 @@ export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = routerConfigFrom({});
 
 /** `--router-config`: partial JSON over Dynamo's defaults, inline (`{...}`) or a file path. */
 export function parseRouterConfig(text: string): KvRouterConfig {
-  let json = text;
-  if (!text.trimStart().startsWith('{')) {
-    try {
-      json = readFileSync(text, 'utf8');
-    } catch (err) {
-      throw new Error(`--router-config: cannot read ${text} (${(err as Error).message})`);
-    }
-  }
-  let raw: unknown;
-  try {
-    raw = JSON.parse(json);
-  } catch (err) {
-    throw new Error(`--router-config: not valid JSON (${(err as Error).message})`);
-  }
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error('--router-config: expected a JSON object');
-  return routerConfigFrom(raw);
+  return routerConfigFrom(readJsonObjectArg(text, '--router-config'));
 }
 
 /** §5.4: the prefill pool's router does not count decode blocks. */
@@ -143,18 +129,6 @@ function blockHashes(tokens: readonly number[], blockSize: number): number[] {
     hashes[i] = parent;
   }
   return hashes;
-}
-
-/** mulberry32 floats in [0, 1): seeded tie-breaks and softmax draws. */
-function seededUniform(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
 }
 
 /** Max-heap of parked requests: higher key first, then earlier parking. */

@@ -190,7 +190,7 @@ export class OfflineReplay {
     for (const dispatch of ready) {
       const prompt = dispatch.turn.prompt();
       this.requests.set(dispatch.uuid, { dispatch, prompt });
-      this.collector.onArrival(dispatch.uuid, dispatch.arrivalMs, dispatch.turn.inputLength, dispatch.turn.outputLength);
+      this.collector.onArrival(dispatch.uuid, dispatch.arrivalMs, dispatch.turn.inputLength, dispatch.turn.outputLength, dispatch);
       const stage = this.fleet.kind === 'aggregated' ? 'aggregated' : 'prefill';
       this.route(this.fleet.kind === 'aggregated' ? this.fleet.router : this.fleet.prefillRouter, dispatch.uuid, stage);
     }

@@ -165,7 +165,7 @@ export async function runOnline(workers: readonly OnlineWorker[], router: Router
       for (const dispatch of driver.popReady(now())) {
         const prompt = dispatch.turn.prompt();
         // Trace mode stamps the scheduled time; the request goes out now, a timer's lateness later.
-        collector.onArrival(dispatch.uuid, dispatch.arrivalMs, dispatch.turn.inputLength, dispatch.turn.outputLength);
+        collector.onArrival(dispatch.uuid, dispatch.arrivalMs, dispatch.turn.inputLength, dispatch.turn.outputLength, dispatch);
         const worker = router.admit({ uuid: dispatch.uuid, tokens: prompt, arrivalMs: dispatch.arrivalMs }, now());
         if (worker === null) pending.set(dispatch.uuid, { dispatch, prompt });
         else send(dispatch, prompt, worker);

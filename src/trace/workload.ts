@@ -3,6 +3,7 @@
  * its start time; each later turn is ready a delay after the previous one completes (closed loop). Prompts
  * are built when a turn is dispatched, so a 12,000-row trace holds hash ids, not millions of tokens.
  */
+import { seededUniform } from '../util/mulberry32.js';
 import { parseMooncake, synthesizeTokens, type TraceRequest } from './mooncake.js';
 
 export interface Turn {
@@ -132,18 +133,6 @@ function checkSynthetic(o: SyntheticOptions): void {
   if (!(Number.isFinite(o.interTurnDelayMs) && o.interTurnDelayMs >= 0)) throw new Error(`--inter-turn-delay-ms must be a finite number >= 0, got ${o.interTurnDelayMs}`);
 }
 
-/** mulberry32, seeded: the session → prefix group draw. */
-function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /**
  * §8.3. Flat (no workload flag): `requestCount` single-turn sessions of Dynamo's synthetic tokens, no prefix
  * sharing, arriving every `arrivalIntervalMs`. Workload: sessions of `turnsPerSession` turns whose first
@@ -161,7 +150,7 @@ export function syntheticWorkload(o: SyntheticOptions): Workload {
     }
     return workloadOf(sessions);
   }
-  const random = seededRandom(o.seed);
+  const random = seededUniform(o.seed);
   const bs = o.blockSize;
   const numBlocks = Math.ceil(o.inputTokens / bs);
   const prefixBlocks = Math.min(Math.round(numBlocks * o.sharedPrefixRatio), numBlocks);

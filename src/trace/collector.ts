@@ -64,6 +64,7 @@ interface RequestRecord {
   inputLength: number;
   outputLength: number;
   worker: number | null;
+  decodeWorker: number | null;
   tokens: number;
   firstMs: number;
   secondMs: number;
@@ -76,6 +77,8 @@ export interface PerRequestRecord {
   turn_index: number | null;
   /** The worker that computed its prompt. */
   worker: string | null;
+  /** Disaggregated: the worker that generated its tokens. */
+  decode_worker: string | null;
   arrival_time_ms: number;
   first_admit_ms: number | null;
   first_token_ms: number | null;
@@ -140,14 +143,16 @@ export class ReplayCollector {
 
   onArrival(uuid: string, arrivalMs: number, inputLength: number, outputLength: number, turn?: { sessionId: string; turnIndex: number }): void {
     this.requests.set(uuid, {
-      uuid, sessionId: turn?.sessionId ?? null, turnIndex: turn?.turnIndex ?? null, arrivalMs, admittedMs: null, reusedTokens: 0, inputLength, outputLength, worker: null, tokens: 0, firstMs: 0, secondMs: 0, lastMs: 0,
+      uuid, sessionId: turn?.sessionId ?? null, turnIndex: turn?.turnIndex ?? null, arrivalMs, admittedMs: null, reusedTokens: 0, inputLength, outputLength, worker: null, decodeWorker: null, tokens: 0, firstMs: 0, secondMs: 0, lastMs: 0,
     });
   }
 
-  onRouted(uuid: string, worker: number): void {
+  /** The worker that computes the request's prompt, or (disaggregated) the decode worker that generates its tokens. */
+  onRouted(uuid: string, worker: number, stage: 'prefill' | 'decode' = 'prefill'): void {
     const record = this.record(uuid);
-    if (record.worker === null) this.workerSeries[worker].requests++;
-    record.worker = worker;
+    this.workerSeries[worker].requests++;
+    if (stage === 'prefill') record.worker = worker;
+    else record.decodeWorker = worker;
   }
 
   /** An admission to a worker's running set; the first one counts, with the most prefix reuse seen (§8.8). */
@@ -199,6 +204,7 @@ export class ReplayCollector {
       session_id: r.sessionId,
       turn_index: r.turnIndex,
       worker: r.worker === null ? null : this.workerSeries[r.worker].name,
+      decode_worker: r.decodeWorker === null ? null : this.workerSeries[r.decodeWorker].name,
       arrival_time_ms: r.arrivalMs,
       first_admit_ms: r.admittedMs,
       first_token_ms: r.tokens > 0 ? r.firstMs : null,

@@ -216,7 +216,7 @@ export class OfflineReplay {
   private enqueue(stage: 'aggregated' | 'prefill' | 'decode', routerIndex: number, uuid: string): void {
     const { dispatch, prompt } = this.requests.get(uuid)!;
     const worker = this.workerOf(stage, routerIndex);
-    if (stage !== 'decode') this.collector.onRouted(uuid, worker.index);
+    this.collector.onRouted(uuid, worker.index, stage === 'decode' ? 'decode' : 'prefill');
     const maxOutputTokens = stage === 'prefill' ? 1 : Math.max(1, dispatch.turn.outputLength);
     const why = worker.core.rejection(prompt.length, maxOutputTokens);
     if (why !== null) {
@@ -247,7 +247,6 @@ export class OfflineReplay {
       for (const admission of pass.admitted) {
         // The report counts the cache reuse of the stage that computes the prompt.
         if (stage !== 'decode') this.collector.onAdmit(admission.id, this.now, admission.cachedTokens);
-        else this.collector.onRouted(admission.id, w.index);
       }
       // vLLM's KV events are visible at pass start (§8.5).
       const events = w.core.takeCacheEvents();

@@ -73,7 +73,7 @@ export type RecorderTokenizer = Pick<ModelTokenizer, 'renderChatGuarded' | 'enco
  * the thread that calls `sink`; `mocker capture` runs it in a worker thread (see recorderThread.ts).
  */
 /** A completions request with a list of several prompts (strings or token-id lists): vLLM's batched completions. */
-function isPromptBatch(endpoint: string, request: Json): boolean {
+export function isPromptBatch(endpoint: string, request: Json): boolean {
   const prompt = request.prompt;
   return endpoint === 'completion' && Array.isArray(prompt) && prompt.length > 1 && prompt.every((p) => typeof p === 'string' || Array.isArray(p));
 }

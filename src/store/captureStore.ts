@@ -360,6 +360,12 @@ export class CaptureStore {
     return found;
   }
 
+  /** Every exchange's id, in captured order (request start, then id). */
+  exchangeIds(): number[] {
+    const e = schema.exchanges;
+    return this.db.select({ id: e.id }).from(e).orderBy(asc(e.startedAt), asc(e.id)).all().map((r) => r.id);
+  }
+
   getExchange(id: number): StoredExchange | undefined {
     const row = this.db.select().from(schema.exchanges).where(eq(schema.exchanges.id, id)).get();
     return row && this.hydrate(row);

@@ -8,6 +8,7 @@ import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs } from './en
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
+import { runTrace } from './trace.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
@@ -176,6 +177,43 @@ program
       if (role !== 'agg') throw new Error('--pd starts its own prefill and decode engines: drop --disaggregation-mode');
       stopOnSignal('serve', await startPdDeployment(options, parsePdLayout(o.pd)), o.shutdownTimeout);
     } else stopOnSignal('serve', await startServe(options), o.shutdownTimeout);
+  });
+
+program
+  .command('trace')
+  .description("Replay a Mooncake trace, a synthetic workload or a capture's traffic through simulated workers (offline or online) or against live servers; report like AIPerf (Dynamo's python -m dynamo.replay).")
+  .argument('[trace]', 'Mooncake JSONL trace (hash_ids, input_length, output_length, timestamp, session_id, delay)')
+  .option('--from-captures <file>', "replay a capture file's own requests (prompt ids, output lengths, arrival times); with --target also compare the answers")
+  .addOption(new Option('--replay-mode <mode>', 'offline: virtual clock, as fast as possible | online: real time (default: offline; online with --target)').choices(['offline', 'online']))
+  .addOption(new Option('--router-mode <mode>', 'how requests are spread over workers').choices(['round_robin', 'kv_router']).default('round_robin'))
+  .option('--num-workers <n>', 'aggregated workers (default 1)', number('--num-workers', { integer: true, min: 1 }))
+  .option('--num-prefill-workers <n>', 'prefill workers of a disaggregated replay (default 1)', number('--num-prefill-workers', { integer: true, min: 1 }))
+  .option('--num-decode-workers <n>', 'decode workers of a disaggregated replay (default 1)', number('--num-decode-workers', { integer: true, min: 1 }))
+  .option('--extra-engine-args <json>', 'Dynamo mocker engine args of every aggregated worker (JSON file or inline object)')
+  .option('--prefill-engine-args <json>', 'engine args of the prefill workers (disaggregated; kv_bytes_per_token and kv_transfer_bandwidth set the KV handoff)')
+  .option('--decode-engine-args <json>', 'engine args of the decode workers (disaggregated)')
+  .option('--router-config <json>', 'KV router settings (JSON file or inline object), e.g. {"overlap_score_weight":1,"router_temperature":0,"router_queue_policy":"fcfs"}')
+  .option('--speedup-ratio <x>', 'divide every simulated duration by this (default: the engine args\' speedup_ratio, 1)', number('--speedup-ratio', { above: 0 }))
+  .option('--arrival-speedup-ratio <x>', 'divide arrival times and inter-turn delays by this', number('--arrival-speedup-ratio', { above: 0 }), 1)
+  .option('--replay-concurrency <n>', 'closed loop: keep n requests in flight, ignoring arrival times', number('--replay-concurrency', { integer: true, min: 1 }))
+  .option('--trace-block-size <n>', 'tokens per hash id of the trace', number('--trace-block-size', { integer: true, min: 1 }), 512)
+  .option('--input-tokens <n>', 'synthetic workload: prompt tokens per request', number('--input-tokens', { integer: true, min: 1 }))
+  .option('--output-tokens <n>', 'synthetic workload: output tokens per request', number('--output-tokens', { integer: true, min: 1 }))
+  .option('--request-count <n>', 'synthetic workload: requests (sessions when multi-turn)', number('--request-count', { integer: true, min: 1 }))
+  .option('--arrival-interval-ms <ms>', 'synthetic workload: ms between arrivals (sessions)', number('--arrival-interval-ms', { min: 0 }), 1)
+  .option('--turns-per-session <n>', 'synthetic workload: turns per session', number('--turns-per-session', { integer: true, min: 1 }), 1)
+  .option('--shared-prefix-ratio <r>', 'synthetic workload: fraction of each prompt shared with its prefix group', number('--shared-prefix-ratio', { min: 0, below: 1.0000001 }), 0)
+  .option('--num-prefix-groups <n>', 'synthetic workload: prefix groups sessions are drawn into', number('--num-prefix-groups', { integer: true, min: 0 }), 0)
+  .option('--inter-turn-delay-ms <ms>', "synthetic workload: ms after a turn completes before the session's next", number('--inter-turn-delay-ms', { min: 0 }), 0)
+  .option('--seed <n>', 'seed of the synthetic workload, the engines and the router', number('--seed', { integer: true }), 42)
+  .option('--target <urls>', 'send the requests to these running servers (comma list: one worker each) instead of simulating', (v: string) => v.split(',').map((u) => (checkedUrl('--target', u.trim()), u.trim())))
+  .option('--kv-events <endpoints>', "with --target: each server's ZMQ KV events endpoint (comma list, e.g. tcp://host:5557), for --router-mode kv_router", (v: string) => v.split(',').map((e) => e.trim()))
+  .option('--model <name>', "with --target: the model to ask for (default: the first of each server's /v1/models)")
+  .option('--report-json <path>', 'where the JSON report goes (a directory: a timestamped file inside; default: ./dynamo_replay_report_<time>.json)')
+  .option('--report-html <file>', 'also write a self-contained HTML report with latency CDFs, throughput, KV usage and prefix hits over time')
+  .option('--no-progress', 'no progress bar or progress lines on stderr')
+  .action(async (trace: string | undefined, o) => {
+    process.exitCode = await runTrace({ ...o, trace });
   });
 
 program

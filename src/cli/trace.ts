@@ -1,0 +1,295 @@
+/**
+ * `mocker trace`: Dynamo's `python -m dynamo.replay` (engine-reference §8, §10.2) — a Mooncake trace, a
+ * synthetic workload or a capture file's traffic, replayed offline on a virtual clock, online in real time,
+ * or against live servers, through one or many workers, and reported like AIPerf.
+ */
+import { SingleBar } from 'cli-progress';
+import { writeFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { loadPerfModel, modelTiming, polynomialPerfModel, type SchedulerConfig } from '../engine/index.js';
+import { ReplayCollector } from '../trace/collector.js';
+import { WorkloadDriver, type DriverMode } from '../trace/driver.js';
+import { renderHtmlReport } from '../trace/htmlReport.js';
+import { decodeRouterConfig, KvRouter, parseRouterConfig, prefillRouterConfig, type KvRouterConfig } from '../trace/kvRouter.js';
+import { OfflineReplay, type Fleet } from '../trace/offline.js';
+import { LocalWorker, runOnline, type OnlineAnswer, type OnlineWorker } from '../trace/online.js';
+import { formatReportTable, writeReportJson } from '../trace/report.js';
+import { RoundRobinRouter, type Router } from '../trace/router.js';
+import { mooncakeFileWorkload, normalizeArrivals, syntheticWorkload, type Workload } from '../trace/workload.js';
+import { readJsonObjectArg } from '../util/jsonArg.js';
+import { applyEngineArgsObject, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from './engineArgs.js';
+
+export interface TraceOptions {
+  trace?: string;
+  fromCaptures?: string;
+  replayMode?: 'offline' | 'online';
+  routerMode: 'round_robin' | 'kv_router';
+  numWorkers?: number;
+  numPrefillWorkers?: number;
+  numDecodeWorkers?: number;
+  arrivalSpeedupRatio: number;
+  replayConcurrency?: number;
+  traceBlockSize: number;
+  extraEngineArgs?: string;
+  prefillEngineArgs?: string;
+  decodeEngineArgs?: string;
+  routerConfig?: string;
+  speedupRatio?: number;
+  reportJson?: string;
+  reportHtml?: string;
+  inputTokens?: number;
+  outputTokens?: number;
+  requestCount?: number;
+  arrivalIntervalMs: number;
+  turnsPerSession: number;
+  sharedPrefixRatio: number;
+  numPrefixGroups: number;
+  interTurnDelayMs: number;
+  seed: number;
+  target?: string[];
+  kvEvents?: string[];
+  model?: string;
+  /** Progress on stderr: a bar on a terminal, lines otherwise. */
+  progress: boolean;
+}
+
+/** Dynamo engine-args keys that describe the replay role and the KV handoff rather than the scheduler. */
+interface RoleArgs {
+  engine: EngineArgs;
+  workerType: 'aggregated' | 'prefill' | 'decode' | null;
+  kvBytesPerToken: number | null;
+  kvTransferBandwidth: number | null;
+}
+
+function roleEngineArgs(source: string | undefined, flag: string): RoleArgs {
+  if (source === undefined) return { engine: DEFAULT_ENGINE_ARGS, workerType: null, kvBytesPerToken: null, kvTransferBandwidth: null };
+  const { worker_type: workerType, is_prefill: isPrefill, is_decode: isDecode, kv_bytes_per_token: bytes, kv_transfer_bandwidth: bandwidth, ...rest } = readJsonObjectArg(source, flag);
+  const positive = (key: string, v: unknown) => {
+    if (v === undefined || v === null) return null;
+    if (typeof v !== 'number' || !(v >= 0)) throw new Error(`${flag}: "${key}" must be a number >= 0 (got ${JSON.stringify(v)})`);
+    return v;
+  };
+  let role: RoleArgs['workerType'] = null;
+  if (workerType !== undefined) {
+    if (workerType !== 'aggregated' && workerType !== 'prefill' && workerType !== 'decode') throw new Error(`${flag}: "worker_type" must be aggregated, prefill or decode (got ${JSON.stringify(workerType)})`);
+    role = workerType;
+  }
+  if (isPrefill === true) role = 'prefill';
+  if (isDecode === true) role = 'decode';
+  return { engine: applyEngineArgsObject(DEFAULT_ENGINE_ARGS, rest, flag), workerType: role, kvBytesPerToken: positive('kv_bytes_per_token', bytes), kvTransferBandwidth: positive('kv_transfer_bandwidth', bandwidth) };
+}
+
+async function schedulerFor(args: EngineArgs, speedupRatio: number | undefined, seed: number): Promise<SchedulerConfig> {
+  const model = args.plannerProfileData
+    ? await loadPerfModel(args.plannerProfileData).catch((err: Error) => {
+        throw new Error(`planner_profile_data: ${err.message}`);
+      })
+    : polynomialPerfModel;
+  return schedulerConfig(args, modelTiming(model, speedupRatio ?? args.speedupRatio, args.decodeSpeedupRatio), seed);
+}
+
+const SYNTHETIC_FLAGS = ['inputTokens', 'outputTokens', 'requestCount'] as const;
+
+/** Which workload the flags ask for, with Dynamo's rules: exactly one source. */
+function checkSources(o: TraceOptions): 'trace' | 'synthetic' | 'captures' {
+  const synthetic = SYNTHETIC_FLAGS.some((k) => o[k] !== undefined) || o.turnsPerSession !== 1 || o.sharedPrefixRatio !== 0 || o.numPrefixGroups !== 0 || o.interTurnDelayMs !== 0;
+  const sources = [o.trace !== undefined && 'a trace file', synthetic && 'a synthetic workload', o.fromCaptures !== undefined && '--from-captures'].filter(Boolean);
+  if (sources.length !== 1) {
+    throw new Error(sources.length === 0
+      ? 'give a trace file, a synthetic workload (--input-tokens, --output-tokens and --request-count) or --from-captures FILE'
+      : `give one workload, not ${sources.join(' and ')}`);
+  }
+  if (synthetic) {
+    const missing = SYNTHETIC_FLAGS.filter((k) => o[k] === undefined).map((k) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`);
+    if (missing.length > 0) throw new Error(`a synthetic workload needs --input-tokens, --output-tokens and --request-count (missing ${missing.join(', ')})`);
+    return 'synthetic';
+  }
+  return o.trace !== undefined ? 'trace' : 'captures';
+}
+
+interface Progress {
+  update(done: number, clockMs: number): void;
+  stop(): void;
+}
+
+/** A bar on a terminal; otherwise a line every 5 s of wall time. */
+function progressReporter(enabled: boolean, total: number, clockName: string): Progress {
+  if (!enabled) return { update: () => {}, stop: () => {} };
+  const started = performance.now();
+  if (process.stderr.isTTY) {
+    const bar = new SingleBar({ format: `trace [{bar}] {value}/{total} requests | ${clockName} {clock} s | ETA {eta_formatted}`, stream: process.stderr, hideCursor: true }, undefined);
+    bar.start(total, 0, { clock: '0.0' });
+    return { update: (done, clockMs) => bar.update(done, { clock: (clockMs / 1000).toFixed(1) }), stop: () => bar.stop() };
+  }
+  let lastLine = started;
+  return {
+    update: (done, clockMs) => {
+      const now = performance.now();
+      if (now - lastLine < 5000) return;
+      lastLine = now;
+      console.error(`mocker trace: ${done}/${total} requests done, ${clockName} ${(clockMs / 1000).toFixed(1)} s, ${((now - started) / 1000).toFixed(1)} s elapsed`);
+    },
+    stop: () => {},
+  };
+}
+
+/** Runs `mocker trace`; resolves with the exit code (1: answers differ from the capture). */
+export async function runTrace(o: TraceOptions): Promise<number> {
+  const source = checkSources(o);
+  const targets = o.target ?? [];
+  const online = targets.length > 0 || o.replayMode === 'online';
+  if (targets.length > 0 && o.replayMode === 'offline') throw new Error('--target sends requests to live servers: it runs online, not with --replay-mode offline');
+  if (o.kvEvents && o.kvEvents.length > 0 && o.kvEvents.length !== targets.length) throw new Error(`--kv-events needs one endpoint per --target (${targets.length} targets, ${o.kvEvents.length} endpoints)`);
+  if (o.model !== undefined && targets.length === 0) throw new Error('--model names the model of the --target servers');
+
+  const disaggregated = o.prefillEngineArgs !== undefined || o.decodeEngineArgs !== undefined;
+  if (disaggregated) {
+    if (o.prefillEngineArgs === undefined || o.decodeEngineArgs === undefined) throw new Error('disaggregated replay needs both --prefill-engine-args and --decode-engine-args');
+    if (o.extraEngineArgs !== undefined) throw new Error('--extra-engine-args is for aggregated workers: with --prefill-engine-args / --decode-engine-args give each pool its own');
+    if (o.numWorkers !== undefined) throw new Error('--num-workers is for aggregated replay: use --num-prefill-workers and --num-decode-workers');
+    if (online) throw new Error('disaggregated replay runs offline only (as Dynamo\'s)');
+    if (o.routerMode !== 'kv_router') throw new Error('disaggregated replay routes with --router-mode kv_router');
+  } else if (o.numPrefillWorkers !== undefined || o.numDecodeWorkers !== undefined) {
+    throw new Error('--num-prefill-workers / --num-decode-workers need --prefill-engine-args and --decode-engine-args');
+  }
+  const numWorkers = targets.length > 0 ? targets.length : (o.numWorkers ?? 1);
+  if (targets.length > 0 && o.numWorkers !== undefined && o.numWorkers !== targets.length) throw new Error(`--num-workers ${o.numWorkers} but ${targets.length} --target servers: each target is one worker`);
+  if (!online && !disaggregated && o.routerMode === 'kv_router' && numWorkers < 2) throw new Error('offline --router-mode kv_router needs --num-workers > 1 (one worker has nothing to route)');
+  const routerConfig: KvRouterConfig = parseRouterConfig(o.routerConfig ?? '{}');
+
+  const aggregated = roleEngineArgs(o.extraEngineArgs, '--extra-engine-args');
+  const prefill = roleEngineArgs(o.prefillEngineArgs, '--prefill-engine-args');
+  const decode = roleEngineArgs(o.decodeEngineArgs, '--decode-engine-args');
+  if (disaggregated) {
+    if (prefill.workerType !== null && prefill.workerType !== 'prefill') throw new Error(`--prefill-engine-args: worker_type must be prefill (got ${prefill.workerType})`);
+    if (decode.workerType !== null && decode.workerType !== 'decode') throw new Error(`--decode-engine-args: worker_type must be decode (got ${decode.workerType})`);
+    if (prefill.engine.blockSize !== decode.engine.blockSize) throw new Error(`prefill and decode workers need the same block_size (${prefill.engine.blockSize} and ${decode.engine.blockSize})`);
+  } else if (aggregated.workerType !== null && aggregated.workerType !== 'aggregated') {
+    throw new Error('--extra-engine-args: a prefill or decode worker_type needs --prefill-engine-args and --decode-engine-args');
+  }
+  for (const args of disaggregated ? [prefill, decode] : [aggregated]) {
+    if (args.engine.dataParallelSize !== 1) throw new Error('trace replay runs workers of dp_size 1: use more workers instead');
+  }
+  const engine = disaggregated ? decode.engine : aggregated.engine;
+
+  let workload: Workload;
+  let compare: import('../trace/capturedWorkload.js').AnswerComparison | null = null;
+  if (source === 'trace') {
+    workload = mooncakeFileWorkload(await readFile(o.trace!, 'utf8').catch((err: Error) => {
+      throw new Error(`cannot read the trace ${o.trace}: ${err.message}`);
+    }), o.traceBlockSize);
+  } else if (source === 'synthetic') {
+    workload = syntheticWorkload({
+      inputTokens: o.inputTokens!, outputTokens: o.outputTokens!, requestCount: o.requestCount!, arrivalIntervalMs: o.arrivalIntervalMs,
+      turnsPerSession: o.turnsPerSession, sharedPrefixRatio: o.sharedPrefixRatio, numPrefixGroups: o.numPrefixGroups, interTurnDelayMs: o.interTurnDelayMs,
+      blockSize: engine.blockSize, seed: o.seed,
+    });
+  } else {
+    // Loaded on demand: only this source opens SQLite.
+    const { capturedWorkload, AnswerComparison } = await import('../trace/capturedWorkload.js');
+    const captured = capturedWorkload(o.fromCaptures!);
+    workload = captured.workload;
+    if (targets.length > 0) compare = new AnswerComparison(captured.expected);
+    for (const line of captured.notes) console.error(`mocker trace: ${line}`);
+  }
+  const concurrency = o.replayConcurrency;
+  // Closed loop ignores arrival times, so nothing to speed up (Dynamo applies the ratio only in trace mode).
+  if (concurrency === undefined) workload = normalizeArrivals(workload, o.arrivalSpeedupRatio);
+  const mode: DriverMode = concurrency === undefined ? { kind: 'trace' } : { kind: 'concurrency', limit: concurrency };
+  const driver = new WorkloadDriver(workload, mode);
+
+  const routerFor = (workers: number, config: KvRouterConfig, blockSize: number, maxNumBatchedTokens: number | null): Router =>
+    o.routerMode === 'kv_router' ? new KvRouter({ workers, blockSize, config, maxNumBatchedTokens, seed: o.seed }) : new RoundRobinRouter(workers);
+
+  const settings: Record<string, string | number | boolean> = {
+    workload: source === 'trace' ? o.trace! : source === 'captures' ? `captures ${o.fromCaptures!}` : `synthetic ${o.requestCount} × ${o.inputTokens} in / ${o.outputTokens} out`,
+    requests: workload.requests,
+    replay_mode: online ? 'online' : 'offline',
+    router_mode: o.routerMode,
+    block_size: engine.blockSize,
+    ...(concurrency !== undefined ? { replay_concurrency: concurrency } : { arrival_speedup_ratio: o.arrivalSpeedupRatio }),
+  };
+
+  let wallMs: number;
+  let collector: ReplayCollector;
+  const progress = progressReporter(o.progress, workload.requests, online ? 'elapsed' : 'simulated');
+  const started = performance.now();
+  if (!online) {
+    let fleet: Fleet;
+    if (disaggregated) {
+      const numPrefill = o.numPrefillWorkers ?? 1;
+      const numDecode = o.numDecodeWorkers ?? 1;
+      const prefillConfig = await schedulerFor(prefill.engine, o.speedupRatio, o.seed);
+      const decodeConfig = await schedulerFor(decode.engine, o.speedupRatio, o.seed);
+      const bytes = prefill.kvBytesPerToken ?? decode.kvBytesPerToken;
+      const bandwidth = prefill.kvTransferBandwidth ?? decode.kvTransferBandwidth;
+      fleet = {
+        kind: 'disaggregated',
+        prefill: Array.from({ length: numPrefill }, (_, i) => ({ ...prefillConfig, seed: o.seed + i })),
+        decode: Array.from({ length: numDecode }, (_, i) => ({ ...decodeConfig, seed: o.seed + numPrefill + i })),
+        prefillRouter: routerFor(numPrefill, prefillRouterConfig(routerConfig), prefill.engine.blockSize, prefill.engine.maxNumBatchedTokens),
+        decodeRouter: routerFor(numDecode, decodeRouterConfig(routerConfig), decode.engine.blockSize, decode.engine.maxNumBatchedTokens),
+        // Dynamo charges the handoff only when both are given (§5.2).
+        handoff: bytes !== null && bandwidth !== null ? { bytesPerToken: bytes, bandwidthGBps: bandwidth } : null,
+      };
+      collector = new ReplayCollector([...Array.from({ length: numPrefill }, (_, i) => `prefill-${i}`), ...Array.from({ length: numDecode }, (_, i) => `decode-${i}`)]);
+      Object.assign(settings, { prefill_workers: numPrefill, decode_workers: numDecode });
+    } else {
+      const config = await schedulerFor(engine, o.speedupRatio, o.seed);
+      fleet = {
+        kind: 'aggregated',
+        workers: Array.from({ length: numWorkers }, (_, i) => ({ ...config, seed: o.seed + i })),
+        router: routerFor(numWorkers, routerConfig, engine.blockSize, engine.maxNumBatchedTokens),
+      };
+      collector = new ReplayCollector(Array.from({ length: numWorkers }, (_, i) => `worker-${i}`));
+      settings.workers = numWorkers;
+    }
+    const simulation = new OfflineReplay(fleet, driver, collector, (done, nowMs) => progress.update(done, nowMs));
+    simulation.run();
+    wallMs = performance.now() - started;
+    for (const [why, count] of simulation.rejections) console.error(`mocker trace: ${count} request(s) rejected: ${why}`);
+  } else {
+    let workers: OnlineWorker[];
+    if (targets.length > 0) {
+      // Loaded on demand: only live targets need HTTP streaming and ZMQ.
+      const { connectTargets } = await import('../trace/httpTarget.js');
+      workers = await connectTargets(targets.map((url, i) => ({ url, kvEvents: o.kvEvents?.[i] })), { model: o.model, routerBlockSize: engine.blockSize });
+      settings.targets = targets.join(', ');
+    } else {
+      const config = await schedulerFor(engine, o.speedupRatio, o.seed);
+      workers = Array.from({ length: numWorkers }, (_, i) => new LocalWorker(`worker-${i}`, { ...config, seed: o.seed + i }, o.speedupRatio ?? engine.speedupRatio));
+      settings.speedup_ratio = o.speedupRatio ?? engine.speedupRatio;
+    }
+    settings.workers = workers.length;
+    collector = new ReplayCollector(workers.map((w) => w.name));
+    const router = routerFor(workers.length, routerConfig, engine.blockSize, engine.maxNumBatchedTokens);
+    try {
+      wallMs = await runOnline(workers, router, driver, collector, {
+        onProgress: (done, elapsedMs) => progress.update(done, elapsedMs),
+        onAnswer: (dispatch, answer: OnlineAnswer) => {
+          if (compare && dispatch.turn.ref !== undefined) compare.check(dispatch.turn.ref, answer);
+        },
+      });
+    } finally {
+      await Promise.all(workers.map((w) => w.close()));
+    }
+  }
+  progress.stop();
+
+  const report = collector.report(wallMs);
+  console.log(formatReportTable(report));
+  const path = writeReportJson(report, o.reportJson);
+  console.log(`Saved full report to: ${path}`);
+  if (o.reportHtml !== undefined) {
+    writeFileSync(o.reportHtml, renderHtmlReport({ title: `mocker trace — ${settings.workload}`, report, charts: collector.charts(), settings }));
+    console.log(`Saved HTML report to: ${o.reportHtml}`);
+  }
+  if (compare) {
+    const summary = compare.summary();
+    console.log(`Compared ${summary.compared} answers with the capture: ${summary.mismatches} mismatch(es)`);
+    for (const example of summary.examples) console.log(`  exchange ${example.ref}: ${example.reason}`);
+    if (summary.mismatches > 0) return 1;
+  }
+  return 0;
+}
+

@@ -6,14 +6,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AnswerComparison, capturedWorkload, type CapturedWorkload, type ComparisonSummary } from '../src/trace/capturedWorkload.js';
-import { ReplayCollector } from '../src/trace/collector.js';
-import { WorkloadDriver } from '../src/trace/driver.js';
-import { connectTargets } from '../src/trace/httpTarget.js';
-import { runOnline } from '../src/trace/online.js';
-import { RoundRobinRouter } from '../src/trace/router.js';
-import { normalizeArrivals } from '../src/trace/workload.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { AnswerComparison, capturedWorkload, type CapturedWorkload } from '../src/trace/capturedWorkload.js';
+import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 
@@ -126,32 +120,30 @@ describe('capturedWorkload and AnswerComparison on a file written by mocker capt
     expect(captured.notes).toEqual(['3 exchange(s) skipped: 1 failed, 1 aborted, 1 with several choices (a batch of prompts or n > 1)']);
   });
 
-  /** The capture replayed online (at its captured pace) against `mocker serve` with these flags, answers compared. */
-  async function replayAgainst(args: string[]): Promise<ComparisonSummary> {
+  /** `mocker trace --from-captures FILE --target URL` against `mocker serve` with these flags: exit code and what it printed. */
+  async function replayAgainst(args: string[]): Promise<{ code: number | null; stdout: string }> {
     const server = await startMockerProcess(['serve', ...args, '--captures', file, '--timing', 'none'], 0, { cwd: dir });
     processes.push(server);
-    const workers = await connectTargets([{ url: `http://127.0.0.1:${server.port}` }], { routerBlockSize: 16 });
-    const comparison = new AnswerComparison(captured.expected);
-    try {
-      const driver = new WorkloadDriver(normalizeArrivals(captured.workload, 1), { kind: 'trace' });
-      await runOnline(workers, new RoundRobinRouter(1), driver, new ReplayCollector(['target']), {
-        onAnswer: (dispatch, answer) => comparison.check(dispatch.turn.ref!, answer),
-      });
-    } finally {
-      await Promise.all(workers.map((w) => w.close()));
-    }
-    return comparison.summary();
+    const { code, stdout, stderr } = await runMockerToExit(['trace', '--from-captures', file, '--target', `http://127.0.0.1:${server.port}`, '--report-json', join(dir, 'report.json'), '--no-progress'], { cwd: dir });
+    // The skipped exchanges are said once, on stderr.
+    expect(stderr).toBe(`mocker trace: ${captured.notes[0]}\n`);
+    return { code, stdout };
   }
 
   it('finds no mismatch against mocker serve --mode replay of the same file', async () => {
-    expect(await replayAgainst(['--mode', 'replay'])).toEqual({ compared: 4, mismatches: 0, examples: [] });
+    const { code, stdout } = await replayAgainst(['--mode', 'replay']);
+    expect(stdout).toContain('Compared 4 answers with the capture: 0 mismatch(es)');
+    expect(stdout).toMatch(/┃ Request Count \(requests\) +┃ +4\.00 ┃/);
+    expect(code).toBe(0);
   });
 
-  it('finds every answer different from mocker serve --mode random', async () => {
-    const summary = await replayAgainst(['--mode', 'random', '--seed', '7']);
-    expect(summary).toMatchObject({ compared: 4, mismatches: 4 });
-    expect(summary.examples.map((e) => e.ref).sort()).toEqual(['1', '2', '4', '6']);
-    for (const { reason } of summary.examples) expect(reason).toMatch(/^output token \d+: expected \d+/);
+  it('finds every answer different from mocker serve --mode random, and exits 1', async () => {
+    const { code, stdout } = await replayAgainst(['--mode', 'random', '--seed', '7']);
+    expect(stdout).toContain('Compared 4 answers with the capture: 4 mismatch(es)');
+    const examples = stdout.split('\n').filter((line) => line.startsWith('  exchange '));
+    expect(examples.map((line) => /exchange (\d+):/.exec(line)![1]).sort()).toEqual(['1', '2', '4', '6']);
+    for (const line of examples) expect(line).toMatch(/: output token \d+: expected \d+/);
+    expect(code).toBe(1);
   });
 });
 

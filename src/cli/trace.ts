@@ -15,7 +15,7 @@ import { OfflineReplay, type Fleet } from '../trace/offline.js';
 import { LocalWorker, runOnline, type OnlineAnswer, type OnlineWorker } from '../trace/online.js';
 import { formatReportTable, writeReportJson } from '../trace/report.js';
 import { RoundRobinRouter, type Router } from '../trace/router.js';
-import { mooncakeFileWorkload, normalizeArrivals, syntheticWorkload, type Workload } from '../trace/workload.js';
+import { foldIntoVocabulary, mooncakeFileWorkload, normalizeArrivals, syntheticWorkload, type Workload } from '../trace/workload.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { applyEngineArgsObject, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from './engineArgs.js';
 
@@ -192,6 +192,8 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     if (targets.length > 0) compare = new AnswerComparison(captured.expected);
     for (const line of captured.notes) console.error(`mocker trace: ${line}`);
   }
+  // A capture's ids are the target's own; generated ones are brought into its vocabulary.
+  if (targets.length > 0 && source !== 'captures') workload = foldIntoVocabulary(workload);
   const concurrency = o.replayConcurrency;
   // Closed loop ignores arrival times, so nothing to speed up (Dynamo applies the ratio only in trace mode).
   if (concurrency === undefined) workload = normalizeArrivals(workload, o.arrivalSpeedupRatio);

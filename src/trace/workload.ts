@@ -69,6 +69,23 @@ export function normalizeArrivals(workload: Workload, ratio: number): Workload {
   );
 }
 
+/** Live targets take only ids of their vocabulary: ids folded into this range are ordinary tokens of every 32k+ vocabulary. */
+const FOLD_BASE = 1000;
+const FOLD_SPAN = 30000;
+
+/**
+ * Maps a synthetic or Mooncake workload's token ids (hash ids, u32 mixes) into [1000, 31000), which real
+ * servers accept: equal ids stay equal, so shared prefixes stay shared (distinct ids may meet, rarely).
+ */
+export function foldIntoVocabulary(workload: Workload): Workload {
+  return workloadOf(
+    workload.sessions.map((s) => ({
+      ...s,
+      turns: s.turns.map((t) => ({ ...t, prompt: () => t.prompt().map((id) => FOLD_BASE + (id % FOLD_SPAN)) })),
+    })),
+  );
+}
+
 // --- synthetic workloads (§8.3) ---
 
 /** x·y mod 2^64 on (high, low) 32-bit halves, with 16-bit limbs so every partial product is exact. */

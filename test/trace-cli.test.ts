@@ -66,6 +66,14 @@ describe('mocker trace: a Mooncake trace offline', () => {
     expect(runs[0]).toMatch(/^\{\n  "completed_requests": 200,\n/);
   });
 
+  it('says how far it got on stderr when not asked to be quiet (no terminal: lines, not a bar)', async () => {
+    const { code, stderr } = await runMockerToExit(['trace', '--input-tokens', '64', '--output-tokens', '2', '--request-count', '3', '--report-json', join(dir, 'progress.json')], { cwd: dir });
+    expect(code).toBe(0);
+    const lines = stderr.trim().split('\n');
+    expect(lines[0]).toBe('mocker trace: 3 requests');
+    expect(lines.at(-1)).toMatch(/^mocker trace: 3\/3 requests done, simulated \d+\.\d s, \d+\.\d s elapsed$/);
+  });
+
   it('writes the report into a directory under a timestamped name, and into the working directory by default', async () => {
     const into = mkdtempSync(join(dir, 'into-'));
     expect((await trace(['--input-tokens', '256', '--output-tokens', '8', '--request-count', '20', '--report-json', into])).code).toBe(0);

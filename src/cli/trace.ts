@@ -112,7 +112,7 @@ interface Progress {
   stop(): void;
 }
 
-/** A bar on a terminal; otherwise a line every 5 s of wall time. */
+/** A bar on a terminal; otherwise a line at the start, every 5 s of wall time, and at the end. */
 function progressReporter(enabled: boolean, total: number, clockName: string): Progress {
   if (!enabled) return { update: () => {}, stop: () => {} };
   const started = performance.now();
@@ -121,15 +121,19 @@ function progressReporter(enabled: boolean, total: number, clockName: string): P
     bar.start(total, 0, { clock: '0.0' });
     return { update: (done, clockMs) => bar.update(done, { clock: (clockMs / 1000).toFixed(1) }), stop: () => bar.stop() };
   }
+  let last = { done: 0, clockMs: 0 };
   let lastLine = started;
+  const line = () => console.error(`mocker trace: ${last.done}/${total} requests done, ${clockName} ${(last.clockMs / 1000).toFixed(1)} s, ${((performance.now() - started) / 1000).toFixed(1)} s elapsed`);
+  console.error(`mocker trace: ${total} requests`);
   return {
     update: (done, clockMs) => {
+      last = { done, clockMs };
       const now = performance.now();
       if (now - lastLine < 5000) return;
       lastLine = now;
-      console.error(`mocker trace: ${done}/${total} requests done, ${clockName} ${(clockMs / 1000).toFixed(1)} s, ${((now - started) / 1000).toFixed(1)} s elapsed`);
+      line();
     },
-    stop: () => {},
+    stop: line,
   };
 }
 

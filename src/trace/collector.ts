@@ -306,7 +306,12 @@ export class ReplayCollector {
         outputTokensPerS: tokens.map((n) => (n * 1000) / bucketMs),
         inFlight: inFlightMs.map((ms) => ms / bucketMs),
       },
-      workers: this.workerSeries,
+      workers: this.workerSeries.map((series) => {
+        // Every step-th sample keeps the page small whatever the run's length.
+        const step = Math.max(1, Math.ceil(series.timesMs.length / MAX_POINTS));
+        const every = <T>(values: T[]) => values.filter((_, i) => i % step === 0);
+        return { ...series, timesMs: every(series.timesMs), kvUsage: every(series.kvUsage), prefixHitRate: every(series.prefixHitRate) };
+      }),
     };
   }
 }

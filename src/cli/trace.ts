@@ -123,7 +123,9 @@ function progressReporter(enabled: boolean, total: number, clockName: string): P
   }
   let last = { done: 0, clockMs: 0 };
   let lastLine = started;
-  const line = () => console.error(`mocker trace: ${last.done}/${total} requests done, ${clockName} ${(last.clockMs / 1000).toFixed(1)} s, ${((performance.now() - started) / 1000).toFixed(1)} s elapsed`);
+  // Online, the run's clock is the wall clock: said once.
+  const clock = () => (clockName === 'elapsed' ? '' : `${clockName} ${(last.clockMs / 1000).toFixed(1)} s, `);
+  const line = () => console.error(`mocker trace: ${last.done}/${total} requests done, ${clock()}${((performance.now() - started) / 1000).toFixed(1)} s elapsed`);
   console.error(`mocker trace: ${total} requests`);
   return {
     update: (done, clockMs) => {

@@ -3,6 +3,7 @@
  * first turn at its start time; concurrency mode (closed loop) has every first turn ready at 0 and keeps at
  * most `limit` requests in flight. A later turn is ready `delay` after its predecessor completes.
  */
+import { BinaryHeap } from '../util/binaryHeap.js';
 import type { Session, Turn, Workload } from './workload.js';
 
 export type DriverMode = { kind: 'trace' } | { kind: 'concurrency'; limit: number };
@@ -23,59 +24,10 @@ interface SessionState {
   inFlight: string | null;
 }
 
-/** A binary min-heap of (ready time, session index): ties go to the lower session index. */
-class ReadyHeap {
-  private readonly items: SessionState[] = [];
-  constructor(private readonly order: (s: SessionState) => number) {}
-
-  get size(): number {
-    return this.items.length;
-  }
-
-  peek(): SessionState | undefined {
-    return this.items[0];
-  }
-
-  private less(a: SessionState, b: SessionState): boolean {
-    return a.readyAtMs < b.readyAtMs || (a.readyAtMs === b.readyAtMs && this.order(a) < this.order(b));
-  }
-
-  push(item: SessionState): void {
-    const items = this.items;
-    let i = items.push(item) - 1;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (!this.less(items[i], items[parent])) break;
-      [items[i], items[parent]] = [items[parent], items[i]];
-      i = parent;
-    }
-  }
-
-  pop(): SessionState | undefined {
-    const items = this.items;
-    const top = items[0];
-    const last = items.pop();
-    if (items.length > 0 && last) {
-      items[0] = last;
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1;
-        const r = l + 1;
-        let m = i;
-        if (l < items.length && this.less(items[l], items[m])) m = l;
-        if (r < items.length && this.less(items[r], items[m])) m = r;
-        if (m === i) break;
-        [items[i], items[m]] = [items[m], items[i]];
-        i = m;
-      }
-    }
-    return top;
-  }
-}
-
 export class WorkloadDriver {
   private readonly sessions: SessionState[];
-  private readonly heap: ReadyHeap;
+  /** Sessions by ready time, ties to the earlier session in the workload. */
+  private readonly heap: BinaryHeap<SessionState>;
   private readonly byUuid = new Map<string, SessionState>();
   private inFlightCount = 0;
   private nextUuid = 0;
@@ -95,7 +47,7 @@ export class WorkloadDriver {
       return { session, nextTurn: 0, readyAtMs: mode.kind === 'trace' ? (session.startMs as number) : 0, inFlight: null };
     });
     const position = new Map(this.sessions.map((s, i) => [s, i]));
-    this.heap = new ReadyHeap((s) => position.get(s)!);
+    this.heap = new BinaryHeap((a, b) => a.readyAtMs < b.readyAtMs || (a.readyAtMs === b.readyAtMs && position.get(a)! < position.get(b)!));
     for (const s of this.sessions) if (s.session.turns.length > 0) this.heap.push(s);
   }
 

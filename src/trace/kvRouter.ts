@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { chainHash, contentHash } from '../engine/kv/fastHash.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
+import { BinaryHeap } from '../util/binaryHeap.js';
 import { seededUniform } from '../util/mulberry32.js';
 import type { Release, RoutedRequest, Router, RouterKvEvent } from './router.js';
 
@@ -131,48 +132,7 @@ function blockHashes(tokens: readonly number[], blockSize: number): number[] {
   return hashes;
 }
 
-/** Max-heap of parked requests: higher key first, then earlier parking. */
-class ParkedQueue {
-  private readonly heap: Parked[] = [];
-
-  get size(): number {
-    return this.heap.length;
-  }
-
-  push(entry: Parked): void {
-    const heap = this.heap;
-    heap.push(entry);
-    let i = heap.length - 1;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (!before(heap[i], heap[parent])) break;
-      [heap[i], heap[parent]] = [heap[parent], heap[i]];
-      i = parent;
-    }
-  }
-
-  pop(): Parked {
-    const heap = this.heap;
-    const top = heap[0];
-    const last = heap.pop()!;
-    if (heap.length > 0) {
-      heap[0] = last;
-      let i = 0;
-      for (;;) {
-        const left = 2 * i + 1;
-        const right = left + 1;
-        let best = i;
-        if (left < heap.length && before(heap[left], heap[best])) best = left;
-        if (right < heap.length && before(heap[right], heap[best])) best = right;
-        if (best === i) break;
-        [heap[i], heap[best]] = [heap[best], heap[i]];
-        i = best;
-      }
-    }
-    return top;
-  }
-}
-
+/** Parked requests come out by key, higher first, then in parking order. */
 function before(a: Parked, b: Parked): boolean {
   return a.key !== b.key ? a.key > b.key : a.seq < b.seq;
 }
@@ -195,7 +155,7 @@ export class KvRouter implements Router {
   private readonly activeRefs: Map<number, number>[];
   private readonly activePrefillTokens: Float64Array;
   private readonly admitted = new Map<string, TrackedRequest>();
-  private readonly parked = new ParkedQueue();
+  private readonly parked = new BinaryHeap<Parked>(before);
   private nextParkSeq = 0;
   private ready: Release[] = [];
   /** Ids for blocks that count as new everywhere (router_assume_kv_reuse false); engine hashes are never negative. */
@@ -350,8 +310,9 @@ export class KvRouter implements Router {
 
   /** Admits parked requests in key order while some worker is not busy. */
   private drain(): void {
-    while (this.parked.size > 0 && !this.allBusy()) {
-      const { tracked } = this.parked.pop();
+    let next: Parked | undefined;
+    while (!this.allBusy() && (next = this.parked.pop()) !== undefined) {
+      const { tracked } = next;
       this.ready.push({ request: tracked.request, worker: this.place(tracked) });
     }
   }

@@ -127,6 +127,7 @@ describe('mocker trace: what it refuses, naming the problem', () => {
     ['pool sizes without pools', [TRACE, '--num-decode-workers', '2'], /--num-prefill-workers \/ --num-decode-workers need --prefill-engine-args/],
     ['an unknown router setting', [TRACE, '--router-config', '{"overlap_score_wieght":1}'], /--router-config: unknown key "overlap_score_wieght"/],
     ['a bad engine arg', [TRACE, '--extra-engine-args', '{"block_size":"big"}'], /--extra-engine-args: "block_size"/],
+    ['a bad router queue policy in the engine args', [TRACE, '--num-workers', '2', '--extra-engine-args', '{"router_queue_policy":"random"}'], /--extra-engine-args: "router_queue_policy" must be fcfs, lcfs or wspt/],
     ['a missing trace file', [join(dir, 'missing.jsonl')], /cannot read the trace .*missing\.jsonl/],
     ['a concurrency of 0', ['--replay-concurrency', '0', '--input-tokens', '5', '--output-tokens', '5', '--request-count', '5'], /--replay-concurrency must be an integer >= 1/],
     ['an unknown router mode', [TRACE, '--router-mode', 'least_loaded'], /argument 'least_loaded' is invalid/],

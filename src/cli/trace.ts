@@ -56,14 +56,17 @@ export interface TraceOptions {
 /** Dynamo engine-args keys that describe the replay role and the KV handoff rather than the scheduler. */
 interface RoleArgs {
   engine: EngineArgs;
+  /** Dynamo lets engine args choose the router's queue policy. */
+  routerQueuePolicy: string | null;
   workerType: 'aggregated' | 'prefill' | 'decode' | null;
   kvBytesPerToken: number | null;
   kvTransferBandwidth: number | null;
 }
 
 function roleEngineArgs(source: string | undefined, flag: string): RoleArgs {
-  if (source === undefined) return { engine: DEFAULT_ENGINE_ARGS, workerType: null, kvBytesPerToken: null, kvTransferBandwidth: null };
-  const { worker_type: workerType, is_prefill: isPrefill, is_decode: isDecode, kv_bytes_per_token: bytes, kv_transfer_bandwidth: bandwidth, ...rest } = readJsonObjectArg(source, flag);
+  if (source === undefined) return { engine: DEFAULT_ENGINE_ARGS, routerQueuePolicy: null, workerType: null, kvBytesPerToken: null, kvTransferBandwidth: null };
+  const { worker_type: workerType, is_prefill: isPrefill, is_decode: isDecode, kv_bytes_per_token: bytes, kv_transfer_bandwidth: bandwidth, router_queue_policy: policy, ...rest } = readJsonObjectArg(source, flag);
+  if (policy !== undefined && policy !== 'fcfs' && policy !== 'lcfs' && policy !== 'wspt') throw new Error(`${flag}: "router_queue_policy" must be fcfs, lcfs or wspt (got ${JSON.stringify(policy)})`);
   const positive = (key: string, v: unknown) => {
     if (v === undefined || v === null) return null;
     if (typeof v !== 'number' || !(v >= 0)) throw new Error(`${flag}: "${key}" must be a number >= 0 (got ${JSON.stringify(v)})`);
@@ -76,7 +79,7 @@ function roleEngineArgs(source: string | undefined, flag: string): RoleArgs {
   }
   if (isPrefill === true) role = 'prefill';
   if (isDecode === true) role = 'decode';
-  return { engine: applyEngineArgsObject(DEFAULT_ENGINE_ARGS, rest, flag), workerType: role, kvBytesPerToken: positive('kv_bytes_per_token', bytes), kvTransferBandwidth: positive('kv_transfer_bandwidth', bandwidth) };
+  return { engine: applyEngineArgsObject(DEFAULT_ENGINE_ARGS, rest, flag), routerQueuePolicy: policy ?? null, workerType: role, kvBytesPerToken: positive('kv_bytes_per_token', bytes), kvTransferBandwidth: positive('kv_transfer_bandwidth', bandwidth) };
 }
 
 async function schedulerFor(args: EngineArgs, speedupRatio: number | undefined, seed: number): Promise<SchedulerConfig> {
@@ -161,11 +164,11 @@ export async function runTrace(o: TraceOptions): Promise<number> {
   const numWorkers = targets.length > 0 ? targets.length : (o.numWorkers ?? 1);
   if (targets.length > 0 && o.numWorkers !== undefined && o.numWorkers !== targets.length) throw new Error(`--num-workers ${o.numWorkers} but ${targets.length} --target servers: each target is one worker`);
   if (!online && !disaggregated && o.routerMode === 'kv_router' && numWorkers < 2) throw new Error('offline --router-mode kv_router needs --num-workers > 1 (one worker has nothing to route)');
-  const routerConfig: KvRouterConfig = parseRouterConfig(o.routerConfig ?? '{}');
-
   const aggregated = roleEngineArgs(o.extraEngineArgs, '--extra-engine-args');
   const prefill = roleEngineArgs(o.prefillEngineArgs, '--prefill-engine-args');
   const decode = roleEngineArgs(o.decodeEngineArgs, '--decode-engine-args');
+  const enginePolicy = (disaggregated ? prefill : aggregated).routerQueuePolicy;
+  const routerConfig: KvRouterConfig = parseRouterConfig(o.routerConfig ?? '{}', enginePolicy === null ? {} : { router_queue_policy: enginePolicy });
   if (disaggregated) {
     if (prefill.workerType !== null && prefill.workerType !== 'prefill') throw new Error(`--prefill-engine-args: worker_type must be prefill (got ${prefill.workerType})`);
     if (decode.workerType !== null && decode.workerType !== 'decode') throw new Error(`--decode-engine-args: worker_type must be decode (got ${decode.workerType})`);

@@ -74,9 +74,12 @@ function routerConfigFrom(raw: unknown): KvRouterConfig {
 
 export const DEFAULT_KV_ROUTER_CONFIG: KvRouterConfig = routerConfigFrom({});
 
-/** `--router-config`: partial JSON over Dynamo's defaults, inline (`{...}`) or a file path. */
-export function parseRouterConfig(text: string): KvRouterConfig {
-  return routerConfigFrom(readJsonObjectArg(text, '--router-config'));
+/**
+ * `--router-config`: partial JSON over Dynamo's defaults, inline (`{...}`) or a file path; `base` holds settings
+ * given elsewhere (the engine args' `router_queue_policy`), which the JSON overrides.
+ */
+export function parseRouterConfig(text: string, base: Record<string, unknown> = {}): KvRouterConfig {
+  return routerConfigFrom({ ...base, ...readJsonObjectArg(text, '--router-config') });
 }
 
 /** §5.4: the prefill pool's router does not count decode blocks. */

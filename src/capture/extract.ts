@@ -56,6 +56,14 @@ function messageDelta(message: Json): ChunkDelta {
   return out;
 }
 
+/**
+ * What stopped a choice: vLLM's `stop_reason`, or SGLang's `matched_stop` (which names the EOS it stopped on
+ * too, where vLLM says null: the recorder tells the two apart by the request's stop_token_ids).
+ */
+function stopOf(c: Json): string | number | null {
+  return (c.stop_reason ?? c.matched_stop ?? null) as string | number | null;
+}
+
 function deltaText(kind: 'chat' | 'completion', delta: ChunkDelta): string {
   const value = kind === 'chat' ? delta.content : delta.text;
   return typeof value === 'string' ? value : '';
@@ -68,8 +76,9 @@ function finish(building: Map<number, Building>): Generation[] {
 }
 
 /**
- * Reads what an engine answered on /v1/completions or /v1/chat/completions (vLLM's formats): per choice
- * the output token ids with their arrival times, the chunks with their deltas, finish and stop reasons.
+ * Reads what an engine answered on /v1/completions or /v1/chat/completions (vLLM's formats, and SGLang's, which
+ * differ in where the ids and the stop are): per choice the output token ids with their arrival times, the chunks
+ * with their deltas, finish and stop reasons.
  */
 export function parseResponse(
   kind: 'chat' | 'completion',
@@ -95,7 +104,7 @@ export function parseResponse(
   const absorb = (c: Json, delta: ChunkDelta, at: number) => {
     const b = choice(Number(c.index ?? 0));
     const ids = Array.isArray(c.token_ids) ? (c.token_ids as number[]) : null;
-    if (kind === 'completion' && Array.isArray(c.prompt_token_ids)) promptIds = c.prompt_token_ids as number[];
+    if (Array.isArray(c.prompt_token_ids)) promptIds = c.prompt_token_ids as number[];
     const hasPayload = Object.keys(delta).length > 0 && (deltaText(kind, delta) !== '' || Object.keys(delta).some((k) => k !== 'content' && k !== 'text'));
     const count = ids ? ids.length : hasPayload || c.finish_reason ? 1 : 0;
     tokensSoFar += count;
@@ -111,7 +120,7 @@ export function parseResponse(
     }
     if (c.finish_reason != null) {
       b.finishReason = String(c.finish_reason);
-      b.stopReason = (c.stop_reason ?? null) as string | number | null;
+      b.stopReason = stopOf(c);
     }
   };
 
@@ -156,7 +165,7 @@ export function parseResponse(
         const delta = kind === 'chat' ? messageDelta((c.message ?? {}) as Json) : { text: String(c.text ?? '') };
         const b = choice(Number(c.index ?? 0));
         const ids = Array.isArray(c.token_ids) ? (c.token_ids as number[]) : null;
-        if (kind === 'completion' && Array.isArray(c.prompt_token_ids)) promptIds = c.prompt_token_ids as number[];
+        if (Array.isArray(c.prompt_token_ids)) promptIds = c.prompt_token_ids as number[];
         b.hadIds = ids !== null;
         b.outputIds = ids ?? [];
         b.tokenTimes = b.outputIds.map(() => totalMs);
@@ -164,7 +173,7 @@ export function parseResponse(
         b.chunkDeltas = [delta];
         b.text = deltaText(kind, delta);
         b.finishReason = c.finish_reason == null ? null : String(c.finish_reason);
-        b.stopReason = (c.stop_reason ?? null) as string | number | null;
+        b.stopReason = stopOf(c);
       }
     } catch {
       error = 'unparsable JSON response body';

@@ -106,10 +106,11 @@ function isIdListByte(b: number): boolean {
 
 /**
  * `hideTokenIds` on the bytes [from, to) of `buf`, without decoding them: the same bytes (a view, no copy)
- * when no token-id field is there, else a new buffer with each such array replaced by `null`. The proxy's
- * per-event path: the event's bytes are never turned into a string and back.
+ * when no token-id field is there, else a new buffer with each such array replaced by `null` (vLLM's answer when
+ * not asked), or, `absent`, each such member removed with its comma (SGLang's). The proxy's per-event path: the
+ * event's bytes are never turned into a string and back.
  */
-export function hideTokenIdsInBytes(buf: Buffer, from: number, to: number): Buffer {
+export function hideTokenIdsInBytes(buf: Buffer, from: number, to: number, unasked: 'null' | 'absent' = 'null'): Buffer {
   const bytes = buf.subarray(from, to);
   let hit = bytes.indexOf(IDS_KEY_TAIL);
   if (hit < 0) return bytes;
@@ -117,14 +118,23 @@ export function hideTokenIdsInBytes(buf: Buffer, from: number, to: number): Buff
   let copied = 0;
   for (; hit >= 0; hit = bytes.indexOf(IDS_KEY_TAIL, hit + IDS_KEY_TAIL.length)) {
     // The key is exactly "token_ids" or "prompt_token_ids" (as the regex's leading quote requires).
-    const isKey = (hit >= 1 && bytes[hit - 1] === 0x22) || (hit >= PROMPT_KEY_HEAD.length && bytes.subarray(hit - PROMPT_KEY_HEAD.length, hit).equals(PROMPT_KEY_HEAD));
+    const plainKey = hit >= 1 && bytes[hit - 1] === 0x22;
+    const isKey = plainKey || (hit >= PROMPT_KEY_HEAD.length && bytes.subarray(hit - PROMPT_KEY_HEAD.length, hit).equals(PROMPT_KEY_HEAD));
     if (!isKey) continue;
     const open = hit + IDS_KEY_TAIL.length - 1;
     let close = open + 1;
     while (close < bytes.length && isIdListByte(bytes[close])) close++;
     if (close >= bytes.length || bytes[close] !== 0x5d) continue;
-    parts.push(bytes.subarray(copied, open), NULL_BYTES);
-    copied = close + 1;
+    if (unasked === 'null') {
+      parts.push(bytes.subarray(copied, open), NULL_BYTES);
+      copied = close + 1;
+      continue;
+    }
+    const member = plainKey ? hit - 1 : hit - PROMPT_KEY_HEAD.length;
+    const commaBefore = member - 1 >= copied && bytes[member - 1] === 0x2c;
+    const commaAfter = !commaBefore && bytes[close + 1] === 0x2c;
+    parts.push(bytes.subarray(copied, commaBefore ? member - 1 : member));
+    copied = close + (commaAfter ? 2 : 1);
   }
   if (parts.length === 0) return bytes;
   parts.push(bytes.subarray(copied));
@@ -268,7 +278,8 @@ export async function forwardExchange(
     } catch {
       // Not JSON: forwarded untouched, the upstream answers with its own error; not recorded as a generation.
     }
-    if (request && dialect.injectTokenIds && request.return_token_ids === undefined) {
+    const idsAllowed = dialect.streamedChatIds || !(endpoint === 'chat' && request?.stream === true);
+    if (request && dialect.injectTokenIds && idsAllowed && request.return_token_ids === undefined) {
       injected = ['return_token_ids'];
       sentBody = spliceFirstMember(requestBody, 'return_token_ids', 'true');
     }
@@ -389,7 +400,7 @@ export async function forwardExchange(
           if (holdBody) return;
           // A view of `body`'s bytes is safe to queue: appends never rewrite them (growing copies elsewhere).
           if (!transform) res.write(chunk);
-          else if (events) res.write(hideTokenIdsInBytes(body.buffer, events[0], events[1]));
+          else if (events) res.write(hideTokenIdsInBytes(body.buffer, events[0], events[1], dialect.unaskedIds));
         });
         // Once the response has begun, a broken connection is reported on it, not on the request.
         up.on('close', () => {
@@ -415,12 +426,12 @@ export async function forwardExchange(
           }
           const failed = raw.status !== null && raw.status >= 400;
           const lastEvent = splitter.ends.at(-1) ?? 0;
-          const tail = transform && raw.stream && body.length > lastEvent ? hideTokenIdsInBytes(body.buffer, lastEvent, body.length) : undefined;
+          const tail = transform && raw.stream && body.length > lastEvent ? hideTokenIdsInBytes(body.buffer, lastEvent, body.length, dialect.unaskedIds) : undefined;
           void done(failed ? 'failed' : 'complete', failed ? `upstream status ${raw.status}` : null, () => {
             if (!deferHead && holdBody) return void res.end(body.buffer.subarray(0, body.length));
             if (!deferHead) return void (tail ? res.end(tail) : res.end());
             // From the proxy's own copy: the sink may have taken raw.responseBody.
-            const out = transform ? hideTokenIdsInBytes(body.buffer, 0, body.length) : body.buffer.subarray(0, body.length);
+            const out = transform ? hideTokenIdsInBytes(body.buffer, 0, body.length, dialect.unaskedIds) : body.buffer.subarray(0, body.length);
             const headers = clientHeaders(up.headers, true);
             headers['content-length'] = out.length;
             res.writeHead(raw.status ?? 200, up.statusMessage, headers).end(out);

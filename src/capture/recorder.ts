@@ -65,6 +65,15 @@ function pick(request: Json, fields: readonly string[]): Json {
   return out;
 }
 
+/**
+ * The stop as vLLM's `stop_reason` says it (what a replay answers): a stop string, a `stop_token_ids` hit, or
+ * null for the model's own EOS, which SGLang's `matched_stop` names by its id.
+ */
+function vllmStopReason(stop: string | number | null, request: Json): string | number | null {
+  if (typeof stop !== 'number') return stop;
+  return Array.isArray(request.stop_token_ids) && request.stop_token_ids.includes(stop) ? stop : null;
+}
+
 /** What the recorder needs of a tokenizer (only for engines that send no token ids). */
 export type RecorderTokenizer = Pick<ModelTokenizer, 'renderChatGuarded' | 'encode' | 'eosTokenIds'>;
 
@@ -100,7 +109,7 @@ export class Recorder {
     const headers = raw.requestHeaders;
     const dialect = raw.tokenize;
     const model = request.model === undefined ? {} : { model: request.model };
-    const asks = (shape: 'vllm' | 'llama.cpp') => dialect === shape || dialect === 'probe';
+    const asks = (shape: 'vllm' | 'llama.cpp') => dialect === shape || dialect === 'probe' || (shape === 'vllm' && dialect === 'sglang');
     if (kind === 'chat') {
       if (asks('vllm')) {
         const ids = await this.upstreamTokenizer.tokenize({ ...model, messages: request.messages, ...pick(request, CHAT_TEMPLATE_FIELDS) }, null, headers);
@@ -132,8 +141,8 @@ export class Recorder {
   private async outputIds(gen: Generation, raw: RawExchange, model: Json): Promise<{ generation: Generation; source: TokenSource }> {
     const upstreamIds = await this.upstreamTokenizer.tokenizeText(raw.tokenize, gen.text, false, model, raw.requestHeaders);
     const ids = upstreamIds ?? (await this.tokenizer.encode(gen.text, false));
-    // The token that stopped generation is in vLLM's token_ids but not in the text: a stop_token_ids hit
-    // names it; an EOS stop (no stop_reason) is the model's EOS.
+    // The token that stopped generation is in the engine's ids but not in the text: a stop_token_ids hit (or
+    // SGLang's matched_stop) names it; an EOS stop vLLM does not name is the model's EOS.
     const stopToken = typeof gen.stopReason === 'number' ? gen.stopReason : gen.stopReason === null && gen.finishReason !== 'length' ? this.tokenizer.eosTokenIds[0] : undefined;
     if (stopToken !== undefined && gen.finishReason !== null && gen.finishReason !== 'abort') ids.push(stopToken);
     return { generation: withOutputIds(gen, ids), source: upstreamIds ? 'tokenize-endpoint' : 'local' };
@@ -201,6 +210,8 @@ export class Recorder {
       ex.generations = outputs.map((o) => o.generation);
       sources.push(...outputs.map((o) => o.source));
     }
+    const request = raw.request;
+    ex.generations = ex.generations.map((g) => ({ ...g, stopReason: vllmStopReason(g.stopReason, request) }));
     // The capture is only as exact as its least exact token ids.
     ex.tokenSource = sources.includes('local') ? 'local' : sources.includes('tokenize-endpoint') ? 'tokenize-endpoint' : 'engine';
     if (ex.generations.length === 0 && ex.outcome === 'complete') {

@@ -8,8 +8,9 @@ export type EngineKind = 'vllm' | 'sglang' | 'llama.cpp' | 'transformers' | 'ope
 
 /** How the recorder gets token ids the engine did not send: its own endpoints, else the local tokenizer. */
 export type TokenizeDialect =
-  /** vLLM's `POST /tokenize` with `prompt` or `messages` (SGLang: `prompt` only). */
+  /** vLLM's `POST /tokenize` with `prompt` or `messages`. */
   | 'vllm'
+  /** The same shape: SGLang's `/tokenize` has taken `messages` since 2026 (an older one refuses them: the local template then). */
   | 'sglang'
   /** llama.cpp's `POST /apply-template` for chats, then `POST /tokenize {"content", "add_special"}`. */
   | 'llama.cpp'
@@ -19,27 +20,32 @@ export type TokenizeDialect =
   | 'probe';
 
 export interface EngineDialect {
-  /** `return_token_ids: true` is injected into generation requests (vLLM ≥ 0.10.2 answers with the ids). */
+  /** `return_token_ids: true` is injected into generation requests (vLLM ≥ 0.10.2, SGLang since mid-2026 answer with the ids). */
   injectTokenIds: boolean;
+  /** A streamed chat may carry it too: SGLang refuses that pair with a 400, so its streamed chats never get it. */
+  streamedChatIds: boolean;
+  /** What the engine writes for the token-id fields when not asked: vLLM nulls, SGLang leaves them out. */
+  unaskedIds: 'null' | 'absent';
   tokenize: TokenizeDialect;
 }
 
 export function dialectOf(kind: EngineKind): EngineDialect {
   switch (kind) {
     case 'vllm':
-      return { injectTokenIds: true, tokenize: 'vllm' };
+      return { injectTokenIds: true, streamedChatIds: true, unaskedIds: 'null', tokenize: 'vllm' };
     case 'sglang':
-      return { injectTokenIds: false, tokenize: 'sglang' };
+      // An SGLang older than the field ignores it, as it ignores every field it does not know.
+      return { injectTokenIds: true, streamedChatIds: false, unaskedIds: 'absent', tokenize: 'sglang' };
     case 'llama.cpp':
       // llama.cpp accepts the field and ignores it: injecting would change nothing but the bytes it receives.
-      return { injectTokenIds: false, tokenize: 'llama.cpp' };
+      return { injectTokenIds: false, streamedChatIds: false, unaskedIds: 'null', tokenize: 'llama.cpp' };
     case 'transformers':
       // `transformers serve` refuses unknown fields with a 422.
-      return { injectTokenIds: false, tokenize: 'none' };
+      return { injectTokenIds: false, streamedChatIds: false, unaskedIds: 'null', tokenize: 'none' };
     case 'openai':
     case 'unknown':
       // Worth asking: a server that refuses the field is asked again without it (see forward.ts).
-      return { injectTokenIds: true, tokenize: 'probe' };
+      return { injectTokenIds: true, streamedChatIds: true, unaskedIds: 'null', tokenize: 'probe' };
   }
 }
 
@@ -90,7 +96,8 @@ function json(p: Probe | null): Record<string, unknown> | undefined {
 
 /**
  * Asks the upstream what it is: vLLM answers `/version` and owns its models (`owned_by: "vllm"`); llama.cpp's
- * server says so in its `Server` header and answers `/props`; SGLang answers `/get_model_info`; `transformers
+ * server says so in its `Server` header and answers `/props`; SGLang answers `/get_model_info` (deprecated in
+ * 2026 for `/model_info`) and owns its models (`owned_by: "sglang"`); `transformers
  * serve` is a FastAPI app without `/version` (`{"detail":"Not Found"}`). Anything else that answers is a plain
  * OpenAI-compatible server; nothing answering at all is `unknown` (asked again once it answers).
  */
@@ -113,7 +120,7 @@ export async function identifyEngine(upstream: URL): Promise<EngineIdentity> {
 
   const servers = [version, models, props, sglangInfo].map((p) => p?.server.toLowerCase() ?? '');
   if (servers.some((s) => s.includes('llama.cpp')) || json(props)?.default_generation_settings !== undefined) identity.kind = 'llama.cpp';
-  else if (json(sglangInfo)?.model_path !== undefined) identity.kind = 'sglang';
+  else if (json(sglangInfo)?.model_path !== undefined || first?.owned_by === 'sglang') identity.kind = 'sglang';
   else if (first?.owned_by === 'vllm' || (identity.engineVersion !== undefined && servers[0].includes('uvicorn'))) identity.kind = 'vllm';
   else if (version?.status === 404 && version.text.trim() === '{"detail":"Not Found"}') identity.kind = 'transformers';
   else identity.kind = 'openai';

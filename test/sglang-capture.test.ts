@@ -1,0 +1,275 @@
+/**
+ * `mocker capture` in front of SGLang (the double of test/support/sglangUpstream.ts, built from
+ * test/fixtures/engines/sglang-shapes.md), then `mocker serve --mode replay` on what it stored: the spawned CLI,
+ * driven by the official `openai` client. Token ids are checked against the Python HF tokenizer's
+ * (test/fixtures/tokenizer/qwen3.jsonl), never against the double's own tokenizer.
+ */
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { startSglangUpstream, type SglangUpstream } from './support/sglangUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
+
+type Json = Record<string, unknown>;
+
+interface OracleRow {
+  kind: string;
+  text?: string;
+  ids_without_special?: number[];
+  request?: { messages: { role: string; content: string }[] };
+  ids?: number[];
+}
+
+const ORACLE = readFileSync(join(import.meta.dirname, 'fixtures', 'tokenizer', 'qwen3.jsonl'), 'utf8')
+  .split('\n')
+  .filter((l) => l.trim() !== '')
+  .map((l) => JSON.parse(l) as OracleRow);
+const oracleIds = (text: string) => ORACLE.find((o) => o.kind === 'encode' && o.text === text)!.ids_without_special!;
+/** A chat of the fixtures (messages only) whose first message says `first`, with its reference prompt ids. */
+function oracleChat(first: string): { messages: { role: string; content: string }[]; ids: number[] } {
+  const row = ORACLE.find((o) => o.kind === 'chat' && o.request?.messages[0].content === first && Object.keys(o.request).length === 1)!;
+  return { messages: row.request!.messages, ids: row.ids! };
+}
+
+/** What the model says to everything: six tokens, some of them pieces of a Cyrillic letter. */
+const ANSWER = 'Привет, мир!';
+const ANSWER_IDS = oracleIds(ANSWER);
+/** Qwen3's <|im_end|>, the EOS SGLang stops on and names in `matched_stop`. */
+const IM_END = oracleIds('<|im_start|>user\nhi<|im_end|>').at(-1)!;
+/** The answer's fourth token, its comma (the oracle splits "Привет" into three, then ","). */
+const COMMA = ANSWER_IDS[3];
+const MODEL = 'Qwen/Qwen3-0.6B';
+
+interface Request {
+  name: string;
+  chat: boolean;
+  body: Json;
+  /** The prompt ids the Python tokenizer gives (the chat template rendered first for chats). */
+  promptIds: number[];
+  /** The output ids SGLang generated (the oracle's), the text it shows, how it finished. */
+  ids: number[];
+  text: string;
+  finish: 'stop' | 'length';
+  /** vLLM's stop_reason for it, as a replay answers it. */
+  stopReason: string | number | null;
+}
+
+type Outcome = Pick<Request, 'ids' | 'text' | 'finish' | 'stopReason'>;
+
+/** A completion of one of the fixture's texts (each request its own prompt: a replay picks among same-prompt captures). */
+function completion(name: string, prompt: string, extra: Json, outcome: Outcome): Request {
+  return { name, chat: false, body: { model: MODEL, prompt, max_tokens: 16, ...extra }, promptIds: oracleIds(prompt), ...outcome };
+}
+
+function chat(name: string, first: string, extra: Json, outcome: Outcome): Request {
+  const { messages, ids } = oracleChat(first);
+  return { name, chat: true, body: { model: MODEL, messages, max_tokens: 16, ...extra }, promptIds: ids, ...outcome };
+}
+
+const streamed = { stream: true, stream_options: { include_usage: true } };
+/** Ended by the EOS SGLang names in matched_stop, which vLLM does not (stop_reason null). */
+const TO_EOS: Outcome = { ids: [...ANSWER_IDS, IM_END], text: ANSWER, finish: 'stop', stopReason: null };
+const CUT_AT_3: Outcome = { ids: ANSWER_IDS.slice(0, 3), text: 'Привет', finish: 'length', stopReason: null };
+const REQUESTS: Request[] = [
+  completion('completion', 'Hello world', {}, TO_EOS),
+  completion('completion stream', 'Hello  world', streamed, TO_EOS),
+  completion('completion cut by max_tokens', ' leading space', { max_tokens: 3 }, CUT_AT_3),
+  completion('completion stream stopped by a stop token', 'trailing space ', { stop_token_ids: [COMMA], ...streamed }, { ids: ANSWER_IDS.slice(0, 4), text: 'Привет', finish: 'stop', stopReason: COMMA }),
+  chat('chat', 'Hi there', {}, TO_EOS),
+  chat('chat stream', 'You are terse.', streamed, TO_EOS),
+  chat('chat stream cut by max_tokens', 'Tell me a joke', { max_tokens: 3, ...streamed }, CUT_AT_3),
+];
+/** A stop string cuts the text before it: only the engine's own ids say which tokens were generated. */
+const STOP_STRING = completion('completion stopped by a stop string', 'CRLF\r\nline', { stop: ',' }, { ids: ANSWER_IDS.slice(0, 4), text: 'Привет', finish: 'stop', stopReason: ',' });
+
+const tempDirs: string[] = [];
+afterAll(() => tempDirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+function tempFile(name: string): string {
+  const dir = mkdtempSync(join(testTmpdir(), 'mocker-sglang-'));
+  tempDirs.push(dir);
+  return join(dir, name);
+}
+
+const client = (base: string) => new OpenAI({ baseURL: `${base}/v1`, apiKey: 'sk-test', maxRetries: 0 });
+
+async function rawAnswer(to: OpenAI, r: Request, extra: Json = {}): Promise<{ status: number; text: string }> {
+  const body = { ...r.body, ...extra } as never;
+  const res = await (r.chat ? to.chat.completions.create(body) : to.completions.create(body)).asResponse();
+  return { status: res.status, text: await res.text() };
+}
+
+/** An answer with its per-request `id` and `created` blanked (SGLang draws a new uuid for each). */
+function unstamped(text: string): string {
+  return text.replace(/"id":"[^"]*"/g, '"id":""').replace(/"created":\d+/g, '"created":0');
+}
+
+/** Text, finish reason, usage and (when present) output ids of an answer, streamed or not. */
+function summary(chat: boolean, stream: boolean, text: string): { content: string; finish: unknown; usage: unknown; ids: number[] | null } {
+  const chunks: Json[] = stream
+    ? text
+        .split('\n')
+        .filter((l) => l.startsWith('data: ') && l !== 'data: [DONE]')
+        .map((l) => JSON.parse(l.slice(6)) as Json)
+    : [JSON.parse(text) as Json];
+  let content = '';
+  let finish: unknown = null;
+  let usage: unknown = null;
+  let ids: number[] | null = null;
+  for (const chunk of chunks) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of (chunk.choices ?? []) as Json[]) {
+      const piece = chat ? ((stream ? (c.delta as Json) : (c.message as Json))?.content ?? '') : (c.text ?? '');
+      content += String(piece);
+      if (c.finish_reason != null) finish = c.finish_reason;
+      if (Array.isArray(c.token_ids)) ids = [...(ids ?? []), ...(c.token_ids as number[])];
+    }
+  }
+  return { content, finish, usage, ids };
+}
+
+/** The usage fields every OpenAI client reads, whichever engine's extras come along. */
+function counts(usage: unknown): { prompt_tokens: number; completion_tokens: number; total_tokens: number } {
+  const u = usage as Json;
+  return { prompt_tokens: u.prompt_tokens as number, completion_tokens: u.completion_tokens as number, total_tokens: u.total_tokens as number };
+}
+
+interface Stored {
+  path: string;
+  outcome: string;
+  promptIds: number[] | null;
+  tokenSource: string | null;
+  outputIds: number[];
+  text: string;
+  finishReason: string | null;
+  stopReason: unknown;
+}
+
+const u32s = (b: Buffer | null) => (b ? Array.from({ length: b.length / 4 }, (_, i) => b.readUInt32LE(i * 4)) : null);
+
+/** The stored rows, read with plain SQLite (packed ids are little-endian u32). */
+function stored(file: string): Stored[] {
+  const db = new Database(file, { readonly: true });
+  try {
+    const rows = db
+      .prepare('SELECT e.path, e.outcome, e.prompt_ids, e.token_source, g.output_ids, g.text, g.finish_reason, g.stop_reason FROM exchanges e JOIN generations g ON g.exchange_id = e.id ORDER BY e.id, g.choice_index')
+      .all() as { path: string; outcome: string; prompt_ids: Buffer | null; token_source: string | null; output_ids: Buffer; text: string; finish_reason: string | null; stop_reason: string | null }[];
+    return rows.map((r) => ({
+      path: r.path, outcome: r.outcome, promptIds: u32s(r.prompt_ids), tokenSource: r.token_source, outputIds: u32s(r.output_ids)!, text: r.text, finishReason: r.finish_reason, stopReason: JSON.parse(r.stop_reason ?? 'null'),
+    }));
+  } finally {
+    db.close();
+  }
+}
+
+function runEngines(file: string): (string | null)[] {
+  const db = new Database(file, { readonly: true });
+  try {
+    return (db.prepare('SELECT engine FROM runs ORDER BY id').all() as { engine: string | null }[]).map((r) => r.engine);
+  } finally {
+    db.close();
+  }
+}
+
+const VARIANTS = [
+  { name: 'SGLang with return_token_ids (PR #30917, mid-2026)', tokenIds: true, requests: [...REQUESTS, STOP_STRING] },
+  { name: 'SGLang before return_token_ids', tokenIds: false, requests: REQUESTS },
+];
+
+describe.each(VARIANTS)('capture in front of $name', ({ tokenIds, requests }) => {
+  let engine: SglangUpstream;
+  let capture: MockerProcess;
+  let file: string;
+  const direct: Record<string, { status: number; text: string }> = {};
+  const proxied: Record<string, { status: number; text: string }> = {};
+
+  beforeAll(async () => {
+    engine = await startSglangUpstream(() => ANSWER, { tokenIds });
+    file = tempFile('capture.db');
+    capture = await startMockerProcess(['capture', '--upstream', engine.url, '--captures', file]);
+    for (const r of requests) {
+      direct[r.name] = await rawAnswer(client(engine.url), r);
+      proxied[r.name] = await rawAnswer(client(`http://127.0.0.1:${capture.port}`), r);
+    }
+    await capture.stop();
+  });
+  afterAll(async () => {
+    await capture?.stop();
+    await engine?.close();
+  });
+
+  it('is identified as SGLang and stored as sglang', () => {
+    expect(capture.stdout()).toContain('(sglang)');
+    expect(runEngines(file)).toEqual(['sglang']);
+  });
+
+  it('answers as SGLang does, in the shapes of its source', () => {
+    for (const r of requests) {
+      expect(direct[r.name].status, r.name).toBe(200);
+      const s = summary(r.chat, r.body.stream === true, direct[r.name].text);
+      expect(s.content, r.name).toBe(r.text);
+      expect(s.finish, r.name).toBe(r.finish);
+      // completion_tokens counts the EOS SGLang stopped on (it is in output_ids).
+      expect(counts(s.usage), r.name).toEqual({ prompt_tokens: r.promptIds.length, completion_tokens: r.ids.length, total_tokens: r.promptIds.length + r.ids.length });
+    }
+    const completion = JSON.parse(direct.completion.text) as Json;
+    expect(Object.keys(completion)).toEqual(['id', 'object', 'created', 'model', 'choices', 'usage', 'metadata']);
+    expect(completion.id).toMatch(/^[0-9a-f]{32}$/);
+    expect((completion.choices as Json[])[0]).toEqual({ index: 0, text: ANSWER, logprobs: null, finish_reason: 'stop', matched_stop: IM_END });
+    const chatEnd = direct['chat stream'].text.split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)) as Json).at(-2)!;
+    expect((chatEnd.choices as Json[])[0]).toEqual({ index: 0, delta: { reasoning_content: null }, logprobs: null, finish_reason: 'stop', matched_stop: IM_END });
+  });
+
+  it('answers the openai client as SGLang answers it directly: the ids it asked for are left out again', () => {
+    for (const r of requests) {
+      expect(proxied[r.name].status, r.name).toBe(200);
+      expect(unstamped(proxied[r.name].text), r.name).toBe(unstamped(direct[r.name].text));
+    }
+  });
+
+  it('asks for the token ids everywhere but in streamed chats, which SGLang refuses with a 400', () => {
+    const asked = engine.received.filter((r) => r.path.startsWith('/v1/') && r.method === 'POST').map((r) => ({ path: r.path, stream: r.body?.stream === true, ids: r.body?.return_token_ids }));
+    // Each request went direct (never asked) and then through the proxy.
+    const viaProxy = asked.filter((_, i) => i % 2 === 1);
+    expect(viaProxy).toEqual(requests.map((r) => ({ path: r.chat ? '/v1/chat/completions' : '/v1/completions', stream: r.body.stream === true, ids: r.chat && r.body.stream === true ? undefined : true })));
+    expect(asked.filter((_, i) => i % 2 === 0).every((a) => a.ids === undefined)).toBe(true);
+  });
+
+  it('stores the prompt and output ids the Python tokenizer gives, the text, and the stop as vLLM says it', () => {
+    const rows = stored(file);
+    expect(rows.map((r) => r.outcome)).toEqual(requests.map(() => 'complete'));
+    rows.forEach((row, i) => {
+      const r = requests[i];
+      expect(row.promptIds, r.name).toEqual(r.promptIds);
+      expect(row.outputIds, r.name).toEqual(r.ids);
+      expect(row.text, r.name).toBe(r.text);
+      expect(row.finishReason, r.name).toBe(r.finish);
+      expect(row.stopReason, r.name).toEqual(r.stopReason);
+      // Ids the engine sent are exact; a streamed chat's (and an older SGLang's) come from its /tokenize.
+      const fromEngine = tokenIds && !(r.chat && r.body.stream === true);
+      expect(row.tokenSource, r.name).toBe(fromEngine ? 'engine' : 'tokenize-endpoint');
+    });
+  });
+
+  it('replays the same text, token ids, finish reasons and usage from the capture file alone', async () => {
+    await engine.close();
+    const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', file, '--timing', 'none']);
+    try {
+      for (const r of requests) {
+        const stream = r.body.stream === true;
+        const answer = await rawAnswer(client(`http://127.0.0.1:${replay.port}`), r);
+        expect(answer.status, `${r.name}: ${answer.text}`).toBe(200);
+        const replayed = summary(r.chat, stream, answer.text);
+        const original = summary(r.chat, stream, direct[r.name].text);
+        expect({ ...replayed, usage: counts(replayed.usage) }, r.name).toEqual({ ...original, usage: counts(original.usage) });
+        // Asked for them, the replay answers the ids SGLang generated.
+        const withIds = await rawAnswer(client(`http://127.0.0.1:${replay.port}`), r, { return_token_ids: true });
+        expect(summary(r.chat, stream, withIds.text).ids, r.name).toEqual(r.ids);
+      }
+    } finally {
+      await replay.stop();
+    }
+  });
+});

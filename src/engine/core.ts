@@ -51,9 +51,15 @@ export interface KvTraceEntry {
   freeBlocks: number;
 }
 
+/**
+ * Token ids: a plain array, or packed (generated workloads build their prompts packed: a trace's 100k-token
+ * prompt is then 400 KB outside the JS heap, not 800 KB in it, and costs no garbage collection).
+ */
+export type TokenIds = readonly number[] | Uint32Array;
+
 export interface CoreRequest {
   id: string;
-  promptTokenIds: readonly number[];
+  promptTokenIds: TokenIds;
   maxOutputTokens: number;
   /** The tokens to generate, when the output is known (captured or planned); random otherwise. */
   outputTokenIds?: readonly number[];
@@ -165,6 +171,8 @@ export class EngineCore {
   /** vLLM's WAITING_FOR_REMOTE_KVS: blocks allocated, KV in flight, in arrival order. */
   private transferring: RequestState[] = [];
   private nextUniqueBlock = -1;
+  /** Ids of partial and unshared blocks, for every sequence (one function, not one per request). */
+  private readonly uniqueBlockId = () => this.nextUniqueBlock--;
   private readonly random: () => number;
   private readonly watermarkBlocks: number;
   private stats = { preemptions: 0, prefixCacheQueries: 0, prefixCacheHits: 0, passes: 0, prefillMs: 0 };
@@ -208,7 +216,7 @@ export class EngineCore {
     if (this.requests.has(request.id)) throw new Error(`request ${request.id} is already in the engine`);
     if (this.held.has(request.id)) throw new Error(`request ${request.id} still holds blocks`);
     const seq = new ActiveSequence(
-      request.promptTokenIds, request.maxOutputTokens, this.config.blockSize, this.config.enablePrefixCaching, () => this.nextUniqueBlock--, request.holdBlocksOnFinish,
+      request.promptTokenIds, request.maxOutputTokens, this.config.blockSize, this.config.enablePrefixCaching, this.uniqueBlockId, request.holdBlocksOnFinish,
     );
     const state: RequestState = {
       request, seq, status: 'waiting', numComputed: 0, numPreemptions: 0, done: false, remoteKv: request.remotePrefill === true, kvReadyAtMs: 0,
@@ -534,9 +542,12 @@ export class EngineCore {
     const free = this.kv.capacity - this.kv.numActive;
     // Counting the blocks actually needed only matters near the limit.
     if (free - blockCount >= this.watermarkBlocks) return true;
-    let needed = 0;
-    for (let b = 0; b < blockCount && b < blocks.length; b++) if (!this.kv.isActive(blocks[b])) needed++;
-    return this.kv.capacity - this.kv.numActive - needed >= this.watermarkBlocks;
+    // Blocks are chained hashes and every holder holds a prefix of its own: of a waiting request's blocks, the
+    // active ones are a prefix, and the first inactive one ends the count.
+    const counted = Math.min(blockCount, blocks.length);
+    let active = 0;
+    while (active < counted && this.kv.isActive(blocks[active])) active++;
+    return free - (counted - active) >= this.watermarkBlocks;
   }
 
   /** Recompute preemption (§1.4): the newest (lifo) or oldest (fifo) running request goes back to the front of waiting. */
@@ -564,11 +575,15 @@ export class EngineCore {
 
   /** §1.3: one token for every request whose sequence is fully computed, all out at the pass end. */
   private emitReadyTokens(decodeStart: number, prefillMs: number, pass: PassBuilder): { decodeMs: number; tokens: TokenOut[]; wakeAtMs: number | null } {
-    const ready = this.running.filter((r) => r.numComputed >= r.seq.length && r.seq.generated < r.seq.maxOutput);
+    const ready: RequestState[] = [];
+    let contextSum = 0;
+    for (const r of this.running) {
+      if (r.numComputed < r.seq.length || r.seq.generated >= r.seq.maxOutput) continue;
+      ready.push(r);
+      contextSum += r.seq.length;
+    }
     const tokens: TokenOut[] = [];
     if (ready.length === 0) return { decodeMs: 0, tokens, wakeAtMs: null };
-    let contextSum = 0;
-    for (const r of ready) contextSum += r.seq.length;
     const blockSize = this.config.blockSize;
     const timing = this.config.timing;
     // A prefill worker's token comes out when its prefill ends; only a timing that charges the emitting pass
@@ -600,7 +615,10 @@ export class EngineCore {
         }
       }
     }
-    this.running = this.running.filter((r) => !r.done && r.status === 'running');
+    // Finished and preempted requests leave the running set, compacted in place (this runs every pass).
+    let kept = 0;
+    for (const r of this.running) if (!r.done && r.status === 'running') this.running[kept++] = r;
+    this.running.length = kept;
     return { decodeMs, tokens, wakeAtMs };
   }
 

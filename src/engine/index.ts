@@ -1,4 +1,4 @@
-export { EngineCore, type CacheEvent, type CoreRequest, type EngineStats, type KvTraceEntry, type PassResult, type PreemptionMode, type SchedulerConfig } from './core.js';
+export { EngineCore, type CacheEvent, type CoreRequest, type EngineStats, type KvTraceEntry, type PassResult, type PreemptionMode, type SchedulerConfig, type TokenIds } from './core.js';
 export type { VllmKvEvent, VllmKvEventOptions } from './kv/vllmKvEvents.js';
 export { defaultHashSeed, type BlockHashAlgo } from './kv/vllmBlockHash.js';
 export { LiveDriver } from './liveDriver.js';

@@ -1,5 +1,6 @@
 import { isFullBlock, type BlockId, type BlockTokens, type MoveBlock, type UseMove } from './kv/blockManager.js';
-import { chainHash, contentHash } from './kv/fastHash.js';
+import type { TokenIds } from './core.js';
+import { blockHashes, chainHash, contentHash } from './kv/fastHash.js';
 
 /**
  * A request's tokens chunked into KV blocks (Dynamo's `ActiveSequence`, engine-reference §3.5): one id per
@@ -10,7 +11,7 @@ const NO_MOVES: readonly MoveBlock[] = Object.freeze([]);
 
 export class ActiveSequence implements BlockTokens {
   /** The prompt as given (not copied: prompts can be tens of thousands of tokens). */
-  private readonly prompt: readonly number[];
+  private readonly prompt: TokenIds;
   private readonly output: number[] = [];
   readonly promptLength: number;
   generated = 0;
@@ -18,11 +19,11 @@ export class ActiveSequence implements BlockTokens {
   /** One per block, in order; the last may be partial. */
   readonly blocks: BlockId[] = [];
   /** Sequence hashes of the full blocks (chained even without prefix caching). */
-  private readonly hashes: number[] = [];
+  private readonly hashes: number[];
   private lastIsPartial = false;
 
   constructor(
-    prompt: readonly number[],
+    prompt: TokenIds,
     readonly maxOutput: number,
     readonly blockSize: number,
     private readonly prefixCaching: boolean,
@@ -32,8 +33,8 @@ export class ActiveSequence implements BlockTokens {
   ) {
     this.prompt = prompt;
     this.promptLength = prompt.length;
-    const full = Math.floor(prompt.length / blockSize);
-    for (let i = 0; i < full; i++) this.addFullBlock(i);
+    this.hashes = blockHashes(prompt, blockSize).slice();
+    for (const hash of this.hashes) this.blocks.push(prefixCaching ? hash : uniqueId());
     if (prompt.length % blockSize !== 0) {
       this.blocks.push(uniqueId());
       this.lastIsPartial = true;
@@ -51,16 +52,8 @@ export class ActiveSequence implements BlockTokens {
     return block;
   }
 
-  /** The hash of block `index`'s tokens, read in place when the block is all prompt. */
-  private blockContentHash(index: number): number {
-    const start = index * this.blockSize;
-    const end = start + this.blockSize;
-    if (end <= this.promptLength) return contentHash(this.prompt, start, end);
-    return contentHash(this.blockTokens(index), 0, this.blockSize);
-  }
-
-  private addFullBlock(index: number): BlockId {
-    const hash = chainHash(index > 0 ? this.hashes[index - 1] : null, this.blockContentHash(index));
+  private addFullBlock(index: number, content: number): BlockId {
+    const hash = chainHash(index > 0 ? this.hashes[index - 1] : null, content);
     this.hashes[index] = hash;
     const id = this.prefixCaching ? hash : this.uniqueId();
     this.blocks[index] = id;
@@ -133,7 +126,8 @@ export class ActiveSequence implements BlockTokens {
       const index = this.blocks.length - 1;
       if (this.lastIsPartial) {
         const partial = this.blocks[index];
-        const full = this.addFullBlock(index);
+        // A block that fills while generating holds output tokens: its tokens are gathered to be hashed.
+        const full = this.addFullBlock(index, contentHash(this.blockTokens(index), 0, this.blockSize));
         moves.push(this.promotion(index, partial, full));
       }
       // A kept sequence's last token (a prefill's sampled token, its KV held for a remote decode) is never
@@ -169,12 +163,17 @@ export class ActiveSequence implements BlockTokens {
     return moves;
   }
 
-  /** Tail first, one move per block, so the deepest blocks become the oldest inactive ones (evicted first). */
+  /**
+   * Tail first, so the deepest blocks become the oldest inactive ones (evicted first); blocks in a row that
+   * go the same way share one move.
+   */
   private freeMoves(count: number): MoveBlock[] {
-    const moves: MoveBlock[] = [];
+    const moves: { kind: 'destroy' | 'deref'; blocks: BlockId[] }[] = [];
     for (let i = count - 1; i >= 0; i--) {
-      const uncached = (this.lastIsPartial && i === this.blocks.length - 1) || this.inFlight?.has(i) === true;
-      moves.push({ kind: uncached ? 'destroy' : 'deref', blocks: [this.blocks[i]] });
+      const kind = (this.lastIsPartial && i === this.blocks.length - 1) || this.inFlight?.has(i) === true ? 'destroy' : 'deref';
+      const last = moves.at(-1);
+      if (last?.kind === kind) last.blocks.push(this.blocks[i]);
+      else moves.push({ kind, blocks: [this.blocks[i]] });
     }
     return moves;
   }

@@ -2,7 +2,7 @@
  * What a trace run measured (engine-reference §8.8): per request its arrival, first admission (with the
  * prompt tokens the prefix cache supplied), token times and lengths; the report Dynamo's replay writes; and
  * the series the HTML report draws. Token times are not kept per request: each request keeps its first,
- * second and last token time, and the gaps go to one pooled array, so memory grows by 8 bytes a token.
+ * second and last token time, and the gaps go to one pooled tally of distinct values.
  */
 
 /** Nearest-rank percentile statistics of §8.8 (population std; empty: all zeros). */
@@ -20,38 +20,93 @@ export interface Distribution {
 
 const EMPTY: Distribution = { mean: 0, min: 0, max: 0, median: 0, p75: 0, p90: 0, p95: 0, p99: 0, std: 0 };
 
-/** §8.8: value at sorted index round((n−1)·p/100); sorts `values` in place. */
-export function distribution(values: Float64Array | number[]): Distribution {
-  const n = values.length;
-  if (n === 0) return { ...EMPTY };
-  const sorted = values instanceof Float64Array ? values.sort() : values.sort((a, b) => a - b);
-  let sum = 0;
-  for (let i = 0; i < n; i++) sum += sorted[i];
-  const mean = sum / n;
-  let squares = 0;
-  for (let i = 0; i < n; i++) squares += (sorted[i] - mean) ** 2;
-  const at = (p: number) => sorted[Math.round(((n - 1) * p) / 100)];
-  return { mean, min: sorted[0], max: sorted[n - 1], median: at(50), p75: at(75), p90: at(90), p95: at(95), p99: at(99), std: Math.sqrt(squares / n) };
+/** A sorted multiset: distinct values ascending, each with how many times it occurs. */
+class SortedCounts {
+  /** Samples in all. */
+  readonly size: number;
+  /** Sorted sample indices [ends[i − 1], ends[i]) hold values[i]. */
+  private readonly ends: Float64Array;
+
+  constructor(
+    readonly values: Float64Array,
+    readonly counts: Float64Array,
+  ) {
+    this.ends = new Float64Array(values.length);
+    let size = 0;
+    for (let i = 0; i < values.length; i++) this.ends[i] = size += counts[i];
+    this.size = size;
+  }
+
+  /** The sample at index `k` of the sorted samples. */
+  at(k: number): number {
+    let lo = 0;
+    let hi = this.ends.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.ends[mid] > k) hi = mid;
+      else lo = mid + 1;
+    }
+    return this.values[lo];
+  }
 }
 
-/** A growable Float64Array (no boxed numbers for millions of gaps). */
-class Samples {
-  private data = new Float64Array(1024);
-  length = 0;
+/** §8.8: value at sorted index round((n−1)·p/100). Sums run over the sorted samples one by one, as over an array. */
+function summarize(samples: SortedCounts): Distribution {
+  const n = samples.size;
+  if (n === 0) return { ...EMPTY };
+  const { values, counts } = samples;
+  let sum = 0;
+  for (let i = 0; i < values.length; i++) for (let c = 0; c < counts[i]; c++) sum += values[i];
+  const mean = sum / n;
+  let squares = 0;
+  for (let i = 0; i < values.length; i++) for (let c = 0; c < counts[i]; c++) squares += (values[i] - mean) ** 2;
+  const at = (p: number) => samples.at(Math.round(((n - 1) * p) / 100));
+  return { mean, min: values[0], max: values[values.length - 1], median: at(50), p75: at(75), p90: at(90), p95: at(95), p99: at(99), std: Math.sqrt(squares / n) };
+}
+
+/**
+ * Samples kept as distinct values with counts. Token gaps repeat (the tokens of one pass mostly share the gap
+ * since the previous pass), so a run's millions of gaps take kilobytes and sorting them sorts only the
+ * distinct ones. Equal values in a row are counted before they touch the map.
+ */
+class Tally {
+  private readonly counts = new Map<number, number>();
+  private runValue = 0;
+  private runLength = 0;
 
   push(value: number): void {
-    if (this.length === this.data.length) {
-      const grown = new Float64Array(this.data.length * 2);
-      grown.set(this.data);
-      this.data = grown;
+    if (this.runLength > 0 && value === this.runValue) {
+      this.runLength++;
+      return;
     }
-    this.data[this.length++] = value;
+    this.endRun();
+    this.runValue = value;
+    this.runLength = 1;
   }
 
-  /** A copy of the values (callers sort it). */
-  values(): Float64Array {
-    return this.data.slice(0, this.length);
+  private endRun(): void {
+    if (this.runLength > 0) this.counts.set(this.runValue, (this.counts.get(this.runValue) ?? 0) + this.runLength);
+    this.runLength = 0;
   }
+
+  sorted(): SortedCounts {
+    this.endRun();
+    const values = Float64Array.from(this.counts.keys()).sort();
+    const counts = new Float64Array(values.length);
+    for (let i = 0; i < values.length; i++) counts[i] = this.counts.get(values[i])!; // every key has a count
+    return new SortedCounts(values, counts);
+  }
+}
+
+function sortedCounts(values: Iterable<number>): SortedCounts {
+  const tally = new Tally();
+  for (const value of values) tally.push(value);
+  return tally.sorted();
+}
+
+/** §8.8 statistics of `values`. */
+export function distribution(values: Iterable<number>): Distribution {
+  return summarize(sortedCounts(values));
 }
 
 interface RequestRecord {
@@ -116,10 +171,12 @@ export interface ReplayCharts {
 /** At most this many points per drawn series: the page stays small whatever the run's size. */
 const MAX_POINTS = 2000;
 
-function thin(sorted: Float64Array): number[] {
-  if (sorted.length <= MAX_POINTS) return Array.from(sorted);
+/** The sorted samples, or MAX_POINTS of them evenly spaced by rank. */
+function thin(samples: SortedCounts): number[] {
+  const n = samples.size;
+  const points = Math.min(n, MAX_POINTS);
   const out: number[] = [];
-  for (let i = 0; i < MAX_POINTS; i++) out.push(sorted[Math.round((i * (sorted.length - 1)) / (MAX_POINTS - 1))]);
+  for (let i = 0; i < points; i++) out.push(samples.at(points === n ? i : Math.round((i * (n - 1)) / (MAX_POINTS - 1))));
   return out;
 }
 
@@ -132,7 +189,7 @@ export interface PassSample {
 
 export class ReplayCollector {
   private readonly requests = new Map<string, RequestRecord>();
-  private readonly gaps = new Samples();
+  private readonly gaps = new Tally();
   private readonly workerSeries: WorkerSeries[];
   private readonly lastSampleMs: number[];
 
@@ -243,9 +300,17 @@ export class ReplayCollector {
         tpot.push(Math.max(0, (r.lastMs - r.firstMs) / (r.tokens - 1)));
       }
     }
-    const gaps = this.gaps.values();
-    const perUser: number[] = [];
-    for (const gap of gaps) if (gap > 0) perUser.push(1000 / gap);
+    const gaps = this.gaps.sorted();
+    // 1000 / gap decreases as the gap grows: the positive gaps, largest first, give the rates in ascending order.
+    const positive = gaps.values.findIndex((gap) => gap > 0);
+    const rates = positive < 0 ? 0 : gaps.values.length - positive;
+    const rateValues = new Float64Array(rates);
+    const rateCounts = new Float64Array(rates);
+    for (let j = 0; j < rates; j++) {
+      const i = gaps.values.length - 1 - j;
+      rateValues[j] = 1000 / gaps.values[i];
+      rateCounts[j] = gaps.counts[i];
+    }
     const durationS = Math.max(durationMs / 1000, 1e-9);
     const report: ReplayReport = {
       num_requests: this.requests.size,
@@ -266,15 +331,15 @@ export class ReplayCollector {
     put('ttft', distribution(ttft));
     put('ttst', distribution(ttst));
     put('tpot', distribution(tpot));
-    put('itl', distribution(gaps));
+    put('itl', summarize(gaps));
     put('e2e_latency', distribution(e2e));
-    put('output_token_throughput_per_user', distribution(perUser), '');
+    put('output_token_throughput_per_user', summarize(new SortedCounts(rateValues, rateCounts)), '');
     return report;
   }
 
   charts(): ReplayCharts {
     const done = this.completed();
-    const sorted = (values: number[]) => thin(Float64Array.from(values).sort());
+    const sorted = (values: number[]) => thin(sortedCounts(values));
     let endMs = 0;
     for (const r of done) endMs = Math.max(endMs, r.lastMs);
     const buckets = Math.max(1, Math.min(200, Math.ceil(endMs / 10)));
@@ -299,7 +364,7 @@ export class ReplayCollector {
     }
     return {
       ttftMs: sorted(done.map((r) => Math.max(0, r.firstMs - r.arrivalMs))),
-      itlMs: thin(this.gaps.values().sort()),
+      itlMs: thin(this.gaps.sorted()),
       e2eMs: sorted(done.map((r) => Math.max(0, r.lastMs - r.arrivalMs))),
       timeline: {
         timesMs: tokens.map((_, b) => b * bucketMs),

@@ -4,7 +4,9 @@
  * `overlap_score_weight × prefill_blocks + decode_blocks` cost, and the busy-worker queue.
  */
 import { z } from 'zod';
-import { chainHash, contentHash } from '../engine/kv/fastHash.js';
+import type { TokenIds } from '../engine/index.js';
+import { BlockMap } from '../engine/kv/blockMap.js';
+import { blockHashes } from '../engine/kv/fastHash.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { BinaryHeap } from '../util/binaryHeap.js';
 import { seededUniform } from '../util/mulberry32.js';
@@ -123,16 +125,19 @@ interface Parked {
   tracked: TrackedRequest;
 }
 
-/** Chained hashes of the full blocks of `tokens`: block ids as the engine's block manager makes them. */
-function blockHashes(tokens: readonly number[], blockSize: number): number[] {
-  const count = Math.floor(tokens.length / blockSize);
-  const hashes = new Array<number>(count);
-  let parent: number | null = null;
-  for (let i = 0; i < count; i++) {
-    parent = chainHash(parent, contentHash(tokens, i * blockSize, (i + 1) * blockSize));
-    hashes[i] = parent;
+/**
+ * How many of a request's active blocks a worker's load holds already. Those are a prefix: the blocks are a hash
+ * chain (or ids of its own, held nowhere) and every request counted there holds its whole chain; so bisect.
+ */
+function heldPrefix(blocks: readonly number[], refs: BlockMap): number {
+  let held = 0;
+  let notHeld = blocks.length;
+  while (held < notHeld) {
+    const mid = (held + notHeld) >> 1;
+    if (refs.has(blocks[mid])) held = mid + 1;
+    else notHeld = mid;
   }
-  return hashes;
+  return held;
 }
 
 /** Parked requests come out by key, higher first, then in parking order. */
@@ -146,16 +151,17 @@ function before(a: Parked, b: Parked): boolean {
  * `DefaultWorkerSelector`, and the pending queue.
  */
 export class KvRouter implements Router {
+  readonly usesKvEvents = true;
   private readonly workers: number;
   private readonly blockSize: number;
   private readonly config: KvRouterConfig;
   /** Prefill tokens above which a worker is busy; null: never queue. */
   private readonly busyAbove: number | null;
   private readonly random: () => number;
-  /** Per worker: the block hashes its KV events say are cached. */
-  private readonly cached: Set<number>[];
+  /** Per worker: the block hashes its KV events say are cached (a set: each value is 1). */
+  private readonly cached: BlockMap[];
   /** Per worker: active block → number of active requests holding it. */
-  private readonly activeRefs: Map<number, number>[];
+  private readonly activeRefs: BlockMap[];
   private readonly activePrefillTokens: Float64Array;
   private readonly admitted = new Map<string, TrackedRequest>();
   private readonly parked = new BinaryHeap<Parked>(before);
@@ -176,8 +182,8 @@ export class KvRouter implements Router {
     const threshold = workers > 1 ? config.router_queue_threshold : null;
     this.busyAbove = threshold === null ? null : threshold * (maxNumBatchedTokens ?? ROUTER_DEFAULT_MAX_BATCHED_TOKENS);
     this.random = seededUniform(seed);
-    this.cached = Array.from({ length: workers }, () => new Set<number>());
-    this.activeRefs = Array.from({ length: workers }, () => new Map<number, number>());
+    this.cached = Array.from({ length: workers }, () => new BlockMap());
+    this.activeRefs = Array.from({ length: workers }, () => new BlockMap());
     this.activePrefillTokens = new Float64Array(workers);
     this.logits = new Float64Array(workers);
   }
@@ -213,7 +219,7 @@ export class KvRouter implements Router {
     this.dropPrefill(tracked);
     const refs = this.activeRefs[tracked.worker];
     for (const block of tracked.activeBlocks) {
-      const count = refs.get(block)!;
+      const count = refs.get(block);
       if (count === 1) refs.delete(block);
       else refs.set(block, count - 1);
     }
@@ -233,7 +239,7 @@ export class KvRouter implements Router {
     for (const event of events) {
       switch (event.kind) {
         case 'stored':
-          for (const block of event.blocks) cached.add(block);
+          for (const block of event.blocks) cached.set(block, 1);
           break;
         case 'removed':
           for (const block of event.blocks) cached.delete(block);
@@ -245,11 +251,11 @@ export class KvRouter implements Router {
     }
   }
 
-  overlaps(tokens: readonly number[]): number[] {
+  overlaps(tokens: TokenIds): number[] {
     return Array.from(this.overlapsOf(blockHashes(tokens, this.blockSize)));
   }
 
-  private activeBlocksOf(hashes: number[]): readonly number[] {
+  private activeBlocksOf(hashes: readonly number[]): readonly number[] {
     if (!this.config.router_track_active_blocks) return [];
     if (this.config.router_assume_kv_reuse) return hashes;
     const own = new Array<number>(hashes.length);
@@ -298,7 +304,10 @@ export class KvRouter implements Router {
   private place(tracked: TrackedRequest): number {
     const worker = this.select(tracked);
     const refs = this.activeRefs[worker];
-    for (const block of tracked.activeBlocks) refs.set(block, (refs.get(block) ?? 0) + 1);
+    for (const block of tracked.activeBlocks) {
+      const count = refs.get(block);
+      refs.set(block, count < 0 ? 1 : count + 1);
+    }
     tracked.worker = worker;
     tracked.prefillTokens = this.config.router_track_prefill_tokens ? this.uncachedTokens(tracked, worker) : 0;
     this.activePrefillTokens[worker] += tracked.prefillTokens;
@@ -327,8 +336,7 @@ export class KvRouter implements Router {
       const prefillTokens = trackPrefill ? this.activePrefillTokens[w] + this.uncachedTokens(tracked, w) : 0;
       // With active blocks untracked, activeBlocks is empty and so is every worker's refs: decode blocks are 0.
       const refs = this.activeRefs[w];
-      let newBlocks = 0;
-      for (const block of tracked.activeBlocks) if (!refs.has(block)) newBlocks++;
+      const newBlocks = tracked.activeBlocks.length - heldPrefix(tracked.activeBlocks, refs);
       logits[w] = (weight * prefillTokens) / this.blockSize + refs.size + newBlocks;
     }
     return temperature === 0 ? this.argmin(logits) : this.softmaxSample(logits, temperature);

@@ -57,8 +57,10 @@ export function parseMooncake(text: string, traceBlockSize = 512): TraceRequest[
 }
 
 /** §8.2: each hash id becomes `traceBlockSize` copies of itself (as u32), cut to `inputLength` tokens. */
-export function synthesizeTokens(hashIds: readonly number[], inputLength: number, traceBlockSize: number): number[] {
-  const tokens = new Array<number>(inputLength);
-  for (let i = 0; i < inputLength; i++) tokens[i] = hashIds[Math.floor(i / traceBlockSize)] >>> 0;
+export function synthesizeTokens(hashIds: readonly number[], inputLength: number, traceBlockSize: number): Uint32Array {
+  const tokens = new Uint32Array(inputLength);
+  for (let block = 0, start = 0; start < inputLength; block++, start += traceBlockSize) {
+    tokens.fill(hashIds[block], start, Math.min(inputLength, start + traceBlockSize));
+  }
   return tokens;
 }

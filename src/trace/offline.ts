@@ -3,8 +3,8 @@
  * more engine cores on a virtual clock. Passes run back to back on each worker; arrivals and completions
  * are events; requests are routed when they arrive. Latencies are virtual ms; nothing here reads a clock.
  */
-import { EngineCore, type PassResult, type SchedulerConfig } from '../engine/index.js';
-import type { ReplayCollector } from './collector.js';
+import { EngineCore, type PassResult, type SchedulerConfig, type TokenIds } from '../engine/index.js';
+import type { PassSample, ReplayCollector } from './collector.js';
 import type { Dispatch, WorkloadDriver } from './driver.js';
 import type { Router, RoutedRequest } from './router.js';
 
@@ -36,11 +36,16 @@ export interface OfflineProgress {
 
 interface InFlight {
   dispatch: Dispatch;
-  prompt: readonly number[];
+  prompt: TokenIds;
 }
+
+type Stage = 'aggregated' | 'prefill' | 'decode';
 
 interface Worker {
   core: EngineCore;
+  stage: Stage;
+  /** Its cache state for the charts (made once: passes are many). */
+  sample: () => PassSample;
   /** Index in the collector's worker list. */
   index: number;
   router: Router;
@@ -61,7 +66,8 @@ interface Handoff {
 
 export class OfflineReplay {
   private readonly workers: Worker[] = [];
-  private readonly stageOf: (w: Worker) => 'aggregated' | 'prefill' | 'decode';
+  /** Each stage's workers, in their router's order. */
+  private readonly pools: Record<Stage, Worker[]> = { aggregated: [], prefill: [], decode: [] };
   private readonly requests = new Map<string, InFlight>();
   private handoffs: Handoff[] = [];
   private handoffOrder = 0;
@@ -76,10 +82,14 @@ export class OfflineReplay {
     private readonly collector: ReplayCollector,
     private readonly progress?: OfflineProgress,
   ) {
-    const add = (configs: SchedulerConfig[], router: Router, role: 'aggregated' | 'prefill') =>
-      configs.map((config, routerIndex) => {
+    const add = (configs: SchedulerConfig[], router: Router, stage: Stage) => {
+      for (const [routerIndex, config] of configs.entries()) {
+        // A decode worker's engine is an aggregated one that receives remote prefills.
+        const core = new EngineCore({ ...config, workerType: stage === 'prefill' ? 'prefill' : 'aggregated', cacheEvents: router.usesKvEvents });
         const worker: Worker = {
-          core: new EngineCore({ ...config, workerType: role, cacheEvents: true }),
+          core,
+          stage,
+          sample: () => core.engineStats(),
           index: this.workers.length,
           router,
           routerIndex,
@@ -88,15 +98,14 @@ export class OfflineReplay {
           blocked: false,
         };
         this.workers.push(worker);
-        return worker;
-      });
+        this.pools[stage].push(worker);
+      }
+    };
     if (fleet.kind === 'aggregated') {
       add(fleet.workers, fleet.router, 'aggregated');
-      this.stageOf = () => 'aggregated';
     } else {
-      const prefill = new Set(add(fleet.prefill, fleet.prefillRouter, 'prefill'));
-      add(fleet.decode, fleet.decodeRouter, 'aggregated');
-      this.stageOf = (w) => (prefill.has(w) ? 'prefill' : 'decode');
+      add(fleet.prefill, fleet.prefillRouter, 'prefill');
+      add(fleet.decode, fleet.decodeRouter, 'decode');
     }
   }
 
@@ -141,7 +150,7 @@ export class OfflineReplay {
       if (!pass || pass.endMs > this.now) continue;
       w.pass = null;
       changed = true;
-      const stage = this.stageOf(w);
+      const stage = w.stage;
       for (const token of pass.tokens) {
         if (stage === 'prefill') {
           // The hidden prefill copy's one token: its KV goes to a decode worker (§5.4).
@@ -197,25 +206,20 @@ export class OfflineReplay {
     return ready.length > 0;
   }
 
-  private route(router: Router, uuid: string, stage: 'aggregated' | 'prefill' | 'decode'): void {
+  private route(router: Router, uuid: string, stage: Stage): void {
     const { dispatch, prompt } = this.requests.get(uuid)!;
     const request: RoutedRequest = { uuid, tokens: prompt, arrivalMs: dispatch.arrivalMs };
     const worker = router.admit(request, this.now);
     if (worker !== null) this.enqueue(stage, worker, uuid);
   }
 
-  private routeReleased(router: Router, stage: 'aggregated' | 'prefill' | 'decode'): void {
+  private routeReleased(router: Router, stage: Stage): void {
     for (const { request, worker } of router.released(this.now)) this.enqueue(stage, worker, request.uuid);
   }
 
-  private workerOf(stage: 'aggregated' | 'prefill' | 'decode', routerIndex: number): Worker {
-    const pool = this.workers.filter((w) => this.stageOf(w) === stage);
-    return pool[routerIndex];
-  }
-
-  private enqueue(stage: 'aggregated' | 'prefill' | 'decode', routerIndex: number, uuid: string): void {
+  private enqueue(stage: Stage, routerIndex: number, uuid: string): void {
     const { dispatch, prompt } = this.requests.get(uuid)!;
-    const worker = this.workerOf(stage, routerIndex);
+    const worker = this.pools[stage][routerIndex];
     this.collector.onRouted(uuid, worker.index, stage === 'decode' ? 'decode' : 'prefill');
     const maxOutputTokens = stage === 'prefill' ? 1 : Math.max(1, dispatch.turn.outputLength);
     const why = worker.core.rejection(prompt.length, maxOutputTokens);
@@ -243,15 +247,14 @@ export class OfflineReplay {
       if (w.pass || w.core.isIdle) continue;
       if (w.blocked && (w.blockedUntil === null || w.blockedUntil > this.now)) continue;
       const pass = w.core.executePass(this.now);
-      const stage = this.stageOf(w);
       for (const admission of pass.admitted) {
         // The report counts the cache reuse of the stage that computes the prompt.
-        if (stage !== 'decode') this.collector.onAdmit(admission.id, this.now, admission.cachedTokens);
+        if (w.stage !== 'decode') this.collector.onAdmit(admission.id, this.now, admission.cachedTokens);
       }
       // vLLM's KV events are visible at pass start (§8.5).
       const events = w.core.takeCacheEvents();
       if (events.length > 0) w.router.applyKvEvents(w.routerIndex, events);
-      this.collector.onPass(w.index, this.now, () => w.core.engineStats(), SAMPLE_GAP_MS);
+      this.collector.onPass(w.index, this.now, w.sample, SAMPLE_GAP_MS);
       const progressed = pass.tokens.length > 0 || pass.scheduledTokens > 0 || pass.preempted.length > 0 || pass.endMs > this.now;
       if (progressed) {
         w.pass = pass;

@@ -163,7 +163,9 @@ export async function runOnline(workers: readonly OnlineWorker[], router: Router
   try {
     while (!driver.done) {
       for (const dispatch of driver.popReady(now())) {
-        const prompt = dispatch.turn.prompt();
+        const ids = dispatch.turn.prompt();
+        // Workers send prompts as JSON arrays: a packed one is unpacked once, here.
+        const prompt = ids instanceof Uint32Array ? Array.from(ids) : ids;
         // Trace mode stamps the scheduled time; the request goes out now, a timer's lateness later.
         collector.onArrival(dispatch.uuid, dispatch.arrivalMs, dispatch.turn.inputLength, dispatch.turn.outputLength, dispatch);
         const worker = router.admit({ uuid: dispatch.uuid, tokens: prompt, arrivalMs: dispatch.arrivalMs }, now());

@@ -3,12 +3,13 @@
  * A router sees only what a real one would: requests, their lifecycle (first token, completion) and the
  * workers' KV events in local block hashes (`chainHash(contentHash(block tokens))`, as the engine's blocks).
  */
+import type { TokenIds } from '../engine/index.js';
 
 /** A request as the router sees it. */
 export interface RoutedRequest {
   uuid: string;
   /** The prompt's token ids. */
-  tokens: readonly number[];
+  tokens: TokenIds;
   /** Arrival on the run's clock (ms): orders the queue (fcfs/lcfs). */
   arrivalMs: number;
 }
@@ -36,12 +37,15 @@ export interface Router {
   released(nowMs: number): Release[];
   /** A worker's KV events, oldest first. */
   applyKvEvents(worker: number, events: readonly RouterKvEvent[]): void;
+  /** Whether KV events matter to it (simulated workers keep none for a router that ignores them). */
+  readonly usesKvEvents: boolean;
   /** Cached prefix blocks of `tokens` on each worker, as the router believes (tests, reports). */
-  overlaps(tokens: readonly number[]): number[];
+  overlaps(tokens: TokenIds): number[];
 }
 
 /** `next % workers` at dispatch (§8.5); never parks, ignores KV events. */
 export class RoundRobinRouter implements Router {
+  readonly usesKvEvents = false;
   private next = 0;
 
   constructor(private readonly workers: number) {

@@ -3,6 +3,7 @@
  * its start time; each later turn is ready a delay after the previous one completes (closed loop). Prompts
  * are built when a turn is dispatched, so a 12,000-row trace holds hash ids, not millions of tokens.
  */
+import type { TokenIds } from '../engine/index.js';
 import { seededUniform } from '../util/mulberry32.js';
 import { parseMooncake, synthesizeTokens, type TraceRequest } from './mooncake.js';
 
@@ -11,8 +12,8 @@ export interface Turn {
   outputLength: number;
   /** ms after the previous turn of the session completes (first turns: 0). */
   delayMs: number;
-  /** The prompt's token ids, built on demand. */
-  prompt(): readonly number[];
+  /** The prompt's token ids, built on demand (packed by the generated workloads). */
+  prompt(): TokenIds;
   /** Where the turn came from (a capture's exchange id), to compare answers with. */
   ref?: string;
 }
@@ -88,35 +89,39 @@ export function foldIntoVocabulary(workload: Workload): Workload {
 
 // --- synthetic workloads (§8.3) ---
 
-/** x·y mod 2^64 on (high, low) 32-bit halves, with 16-bit limbs so every partial product is exact. */
-function mul64(xh: number, xl: number, yh: number, yl: number): [number, number] {
-  const x0 = xl & 0xffff, x1 = xl >>> 16, y0 = yl & 0xffff, y1 = yl >>> 16;
+/** The high 32 bits of the 64-bit product of two u32, with 16-bit limbs so every partial product is exact. */
+function mulHigh(x: number, y: number): number {
+  const x0 = x & 0xffff, x1 = x >>> 16, y0 = y & 0xffff, y1 = y >>> 16;
   const p00 = x0 * y0;
   const mid = x1 * y0 + x0 * y1 + (p00 >>> 16);
-  const low = ((mid & 0xffff) * 0x10000 + (p00 & 0xffff)) >>> 0;
-  const carry = Math.floor(mid / 0x10000) + x1 * y1;
-  const high = (carry + Math.imul(xh, yl) + Math.imul(xl, yh)) >>> 0;
-  return [high, low];
+  return Math.floor(mid / 0x10000) + x1 * y1;
 }
 
-/** Dynamo's `synthetic_token_id`: SplitMix64 of `(request << 32) ^ token`, low 32 bits, 0 → 1. */
+/**
+ * Dynamo's `synthetic_token_id`: SplitMix64 of `(request << 32) ^ token`, low 32 bits, 0 → 1. The 64-bit state
+ * is a (high, low) pair of u32 updated in place: this runs for every token of a synthetic prompt.
+ */
 export function syntheticTokenId(requestIdx: number, tokenIdx: number): number {
   // (request << 32) ^ token, plus 0x9E3779B97F4A7C15
-  let high = requestIdx >>> 0;
-  let low = tokenIdx >>> 0;
-  const sumLow = low + 0x7f4a7c15;
-  low = sumLow >>> 0;
-  high = (high + 0x9e3779b9 + (sumLow > 0xffffffff ? 1 : 0)) >>> 0;
-  const shiftXor = (shift: number) => {
-    // value ^= value >> shift (0 < shift < 32)
-    low = (low ^ ((low >>> shift) | (high << (32 - shift)))) >>> 0;
-    high = (high ^ (high >>> shift)) >>> 0;
-  };
-  shiftXor(30);
-  [high, low] = mul64(high, low, 0xbf58476d, 0x1ce4e5b9);
-  shiftXor(27);
-  [high, low] = mul64(high, low, 0x94d049bb, 0x133111eb);
-  shiftXor(31);
+  const sumLow = (tokenIdx >>> 0) + 0x7f4a7c15;
+  let low = sumLow >>> 0;
+  let high = ((requestIdx >>> 0) + 0x9e3779b9 + (sumLow > 0xffffffff ? 1 : 0)) >>> 0;
+  // ^= >> 30
+  low = (low ^ ((low >>> 30) | (high << 2))) >>> 0;
+  high = (high ^ (high >>> 30)) >>> 0;
+  // *= 0xBF58476D1CE4E5B9
+  let productHigh = (mulHigh(low, 0x1ce4e5b9) + Math.imul(high, 0x1ce4e5b9) + Math.imul(low, 0xbf58476d)) >>> 0;
+  low = Math.imul(low, 0x1ce4e5b9) >>> 0;
+  high = productHigh;
+  // ^= >> 27
+  low = (low ^ ((low >>> 27) | (high << 5))) >>> 0;
+  high = (high ^ (high >>> 27)) >>> 0;
+  // *= 0x94D049BB133111EB
+  productHigh = (mulHigh(low, 0x133111eb) + Math.imul(high, 0x133111eb) + Math.imul(low, 0x94d049bb)) >>> 0;
+  low = Math.imul(low, 0x133111eb) >>> 0;
+  high = productHigh;
+  // ^= >> 31, low half
+  low = (low ^ ((low >>> 31) | (high << 1))) >>> 0;
   return low === 0 ? 1 : low;
 }
 
@@ -162,7 +167,11 @@ export function syntheticWorkload(o: SyntheticOptions): Workload {
   if (!isWorkloadSynthetic(o)) {
     for (let i = 0; i < o.requestCount; i++) {
       const input = o.inputTokens;
-      const prompt = () => Array.from({ length: input }, (_, t) => syntheticTokenId(i, t));
+      const prompt = () => {
+        const tokens = new Uint32Array(input);
+        for (let t = 0; t < input; t++) tokens[t] = syntheticTokenId(i, t);
+        return tokens;
+      };
       sessions.push({ id: `request_${i}`, startMs: i * o.arrivalIntervalMs, turns: [{ inputLength: input, outputLength: o.outputTokens, delayMs: 0, prompt }] });
     }
     return workloadOf(sessions);

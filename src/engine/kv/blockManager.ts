@@ -1,3 +1,4 @@
+import { BlockMap } from './blockMap.js';
 import { LruEvictor } from './evictor.js';
 
 /**
@@ -43,19 +44,86 @@ export type KvCacheEvent =
 
 export const isFullBlock = (block: BlockId) => block >= 0;
 
+/** A stored run of a `use` move, whose blocks start `offset` blocks into the move. */
+function storedEvent(blocks: BlockId[], parent: BlockId | null, origin: BlockOrigin | undefined, offset: number): KvCacheEvent {
+  return origin ? { kind: 'stored', blocks, parent, origin: { tokens: origin.tokens, index: origin.index + offset } } : { kind: 'stored', blocks, parent };
+}
+
 /**
  * vLLM-flavour KV block manager (Dynamo's `KvManager` over a `HashCache`): active blocks with reference
  * counts, inactive blocks in LRU order; both count towards capacity, and an inactive block is evicted only
- * when a new block needs its slot.
+ * when a new block needs its slot. Each held block occupies a slot of typed arrays (its id and count), found
+ * through a `BlockMap`.
  */
 export class KvBlockManager {
-  private readonly active = new Map<BlockId, number>();
-  private readonly inactive = new LruEvictor<BlockId>();
+  /** Per slot: the block id and its reference count (0: inactive). */
+  private ids: Float64Array;
+  private refs: Int32Array;
+  /** Block id → slot. */
+  private readonly index: BlockMap;
+  /** Slots handed out so far; the arrays grow towards `capacity` as they fill. */
+  private slotsUsed = 0;
+  /** Released slots, reused first. */
+  private readonly freed: number[] = [];
+  /** Inactive blocks' slots, least recently released first. */
+  private readonly inactive = new LruEvictor();
+  private active = 0;
 
   constructor(
     readonly capacity: number,
     private readonly onEvent?: (event: KvCacheEvent) => void,
-  ) {}
+  ) {
+    const slots = Math.min(capacity, 1024);
+    this.ids = new Float64Array(slots);
+    this.refs = new Int32Array(slots);
+    this.index = new BlockMap(slots);
+  }
+
+  /** A slot for a new block (the caller has made room: fewer than `capacity` are held). */
+  private takeSlot(block: BlockId): number {
+    let slot = this.freed.pop();
+    if (slot === undefined) {
+      if (this.slotsUsed === this.ids.length) this.grow();
+      slot = this.slotsUsed++;
+    }
+    this.ids[slot] = block;
+    this.refs[slot] = 1;
+    this.index.set(block, slot);
+    this.active++;
+    return slot;
+  }
+
+  /** Drops the block in `slot` from the cache. */
+  private releaseSlot(slot: number): void {
+    this.index.delete(this.ids[slot]);
+    this.refs[slot] = 0;
+    this.freed.push(slot);
+  }
+
+  /** Doubles the slots (up to capacity). */
+  private grow(): void {
+    const slots = Math.min(this.capacity, this.ids.length * 2);
+    const ids = new Float64Array(slots);
+    ids.set(this.ids);
+    const refs = new Int32Array(slots);
+    refs.set(this.refs);
+    this.ids = ids;
+    this.refs = refs;
+  }
+
+  /** One more reference to the cached block in `slot` (reactivating an inactive one). */
+  private reference(slot: number): void {
+    if (this.refs[slot]++ === 0) {
+      this.inactive.remove(slot);
+      this.active++;
+    }
+  }
+
+  private activeSlot(block: BlockId, move: string): number {
+    const slot = this.index.get(block);
+    if (slot < 0 || this.refs[slot] === 0) throw new Error(`${move} of block ${block}, which is not active`);
+    return slot;
+  }
 
   /** Applies one move; returns how many blocks it handled (for `use`: how many were obtained). */
   process(move: MoveBlock): number {
@@ -64,18 +132,17 @@ export class KvBlockManager {
         return this.use(move);
       case 'destroy':
         for (const block of move.blocks) {
-          if (!this.active.delete(block)) throw new Error(`destroy of block ${block}, which is not active`);
+          this.releaseSlot(this.activeSlot(block, 'destroy'));
+          this.active--;
           if (isFullBlock(block)) this.onEvent?.({ kind: 'removed', blocks: [block] });
         }
         return move.blocks.length;
       case 'deref':
         for (const block of move.blocks) {
-          const count = this.active.get(block);
-          if (count === undefined) throw new Error(`deref of block ${block}, which is not active`);
-          if (count > 1) this.active.set(block, count - 1);
-          else {
-            this.active.delete(block);
-            this.inactive.insert(block);
+          const slot = this.activeSlot(block, 'deref');
+          if (--this.refs[slot] === 0) {
+            this.active--;
+            this.inactive.insert(slot);
           }
         }
         return move.blocks.length;
@@ -85,50 +152,55 @@ export class KvBlockManager {
   }
 
   private use({ blocks, parent, origin }: UseMove): number {
-    let run: BlockId[] = [];
+    const onEvent = this.onEvent;
+    // The run of newly stored full blocks (only collected for a listener), where it starts and its parent.
+    let run: BlockId[] | null = null;
     let runStart = 0;
     let runParent = parent;
-    const flush = () => {
-      if (run.length === 0) return;
-      this.onEvent?.({ kind: 'stored', blocks: run, parent: runParent, ...(origin ? { origin: { tokens: origin.tokens, index: origin.index + runStart } } : {}) });
-      run = [];
-    };
     let obtained = 0;
     for (const block of blocks) {
-      const count = this.active.get(block);
-      if (count !== undefined) this.active.set(block, count + 1);
-      else if (this.inactive.remove(block)) this.active.set(block, 1);
-      else {
-        if (this.active.size + this.inactive.size >= this.capacity) {
-          const evicted = this.inactive.evict();
-          if (evicted === undefined) break;
-          this.onEvent?.({ kind: 'removed', blocks: [evicted] });
+      const slot = this.index.get(block);
+      if (slot >= 0) {
+        this.reference(slot);
+        // A block that was already cached ends the run stored so far and is the parent of the next one.
+        if (run !== null) {
+          onEvent?.(storedEvent(run, runParent, origin, runStart));
+          run = null;
         }
-        this.active.set(block, 1);
-        if (isFullBlock(block)) {
-          if (run.length === 0) runStart = obtained;
-          run.push(block);
-        }
+        if (isFullBlock(block)) runParent = block;
         obtained++;
         continue;
       }
-      // A block that was already cached ends the run stored so far and is the parent of the next one.
-      flush();
-      if (isFullBlock(block)) runParent = block;
+      if (this.active + this.inactive.size >= this.capacity) {
+        const evicted = this.inactive.evict();
+        if (evicted === undefined) break;
+        const evictedBlock = this.ids[evicted];
+        this.releaseSlot(evicted);
+        onEvent?.({ kind: 'removed', blocks: [evictedBlock] });
+      }
+      this.takeSlot(block);
+      if (onEvent && isFullBlock(block)) {
+        if (run === null) {
+          run = [];
+          runStart = obtained;
+        }
+        run.push(block);
+      }
       obtained++;
     }
-    flush();
+    if (run !== null) onEvent?.(storedEvent(run, runParent, origin, runStart));
     return obtained;
   }
 
   private promote({ partial, full, parent, origin }: Extract<MoveBlock, { kind: 'promote' }>): number {
-    if (this.active.get(partial) !== 1) throw new Error(`promote of block ${partial}, which is not held exactly once`);
-    this.active.delete(partial);
-    const count = this.active.get(full);
-    if (count !== undefined) this.active.set(full, count + 1);
-    else if (this.inactive.remove(full)) this.active.set(full, 1);
+    const partialSlot = this.index.get(partial);
+    if (partialSlot < 0 || this.refs[partialSlot] !== 1) throw new Error(`promote of block ${partial}, which is not held exactly once`);
+    this.releaseSlot(partialSlot);
+    this.active--;
+    const slot = this.index.get(full);
+    if (slot >= 0) this.reference(slot);
     else {
-      this.active.set(full, 1);
+      this.takeSlot(full);
       this.onEvent?.({ kind: 'stored', blocks: [full], parent, ...(origin ? { origin } : {}) });
     }
     return 1;
@@ -137,7 +209,10 @@ export class KvBlockManager {
   /** Drops every cached block nobody holds (vLLM's reset_prefix_cache); returns how many. */
   clearInactive(): number {
     let dropped = 0;
-    while (this.inactive.evict() !== undefined) dropped++;
+    for (let slot = this.inactive.evict(); slot !== undefined; slot = this.inactive.evict()) {
+      this.releaseSlot(slot);
+      dropped++;
+    }
     this.onEvent?.({ kind: 'cleared' });
     return dropped;
   }
@@ -145,21 +220,22 @@ export class KvBlockManager {
   /** Leading blocks of `blocks` present in the cache (active or inactive), stopping at the first miss. */
   prefixHits(blocks: readonly BlockId[]): number {
     let hits = 0;
-    while (hits < blocks.length && this.contains(blocks[hits])) hits++;
+    while (hits < blocks.length && this.index.has(blocks[hits])) hits++;
     return hits;
   }
 
   /** Whether the cache holds `block` (active or inactive). */
   contains(block: BlockId): boolean {
-    return this.active.has(block) || this.inactive.has(block);
+    return this.index.has(block);
   }
 
   isActive(block: BlockId): boolean {
-    return this.active.has(block);
+    const slot = this.index.get(block);
+    return slot >= 0 && this.refs[slot] > 0;
   }
 
   get numActive(): number {
-    return this.active.size;
+    return this.active;
   }
 
   get numInactive(): number {
@@ -167,14 +243,16 @@ export class KvBlockManager {
   }
 
   get numFree(): number {
-    return this.capacity - this.active.size - this.inactive.size;
+    return this.capacity - this.active - this.inactive.size;
   }
 
-  activeBlocks(): IterableIterator<[BlockId, number]> {
-    return this.active.entries();
+  /** Active blocks with their reference counts. */
+  *activeBlocks(): IterableIterator<[BlockId, number]> {
+    for (let slot = 0; slot < this.slotsUsed; slot++) if (this.refs[slot] > 0) yield [this.ids[slot], this.refs[slot]];
   }
 
-  inactiveBlocks(): IterableIterator<BlockId> {
-    return this.inactive.values();
+  /** Inactive blocks, least recently released first. */
+  *inactiveBlocks(): IterableIterator<BlockId> {
+    for (const slot of this.inactive.values()) yield this.ids[slot];
   }
 }

@@ -8,7 +8,7 @@
  */
 import { cpus } from 'node:os';
 import { DEFAULT_ENGINE_ARGS, schedulerConfig } from '../src/cli/engineArgs.js';
-import { EngineCore, modelTiming, polynomialPerfModel } from '../src/engine/index.js';
+import { createSchedulerCore, modelTiming, polynomialPerfModel } from '../src/engine/index.js';
 import { median, numberArg, printTable, round } from './lib/stats.js';
 
 const PROMPT = numberArg('prompt', 1000);
@@ -23,7 +23,7 @@ for (const n of SIZES) {
   const samples: number[] = [];
   for (let run = 0; run < RUNS; run++) {
     // vLLM defaults, with room for every request and exactly n running.
-    const core = new EngineCore(schedulerConfig({ ...DEFAULT_ENGINE_ARGS, numGpuBlocks: 65536, maxNumSeqs: n }, modelTiming(polynomialPerfModel, 1, 1), run));
+    const core = createSchedulerCore(schedulerConfig({ ...DEFAULT_ENGINE_ARGS, numGpuBlocks: 65536, maxNumSeqs: n }, modelTiming(polynomialPerfModel, 1, 1), run));
     for (let i = 0; i < n; i++) core.add({ id: `r${i}`, promptTokenIds: Array.from({ length: PROMPT }, (_, t) => i * PROMPT + t + 1), maxOutputTokens: PASSES * 4 });
     let now = 0;
     // Until every request is past its prefill and decoding.

@@ -6,7 +6,7 @@ import http from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS } from '../src/cli/engineArgs.js';
 import { startServe, type Running } from '../src/cli/serve.js';
-import { modelTiming, polynomialPerfModel, SimulatedEngine, type EngineState, type SchedulerConfig } from '../src/engine/index.js';
+import { modelTiming, polynomialPerfModel, SimulatedEngine, type AnySchedulerConfig, type EngineState, type SchedulerConfig } from '../src/engine/index.js';
 import { MODEL } from './support/vllmUpstream.js';
 import { roundTrip } from './support/sseTiming.js';
 
@@ -14,7 +14,8 @@ import { roundTrip } from './support/sseTiming.js';
 const prefillPolynomialMs = (tokens: number) => 4.209989e-7 * tokens * tokens + 1.518344e-2 * tokens + 16.50142;
 const decodePolynomialMs = (usage: number) => Math.max(1, -25.74 * usage * usage + 54.01 * usage + 5.74);
 
-const scheduler = (overrides: Partial<SchedulerConfig>): SchedulerConfig => ({
+const scheduler = (overrides: Partial<SchedulerConfig>): AnySchedulerConfig => ({
+  engineType: 'vllm',
   numGpuBlocks: 100,
   blockSize: 64,
   maxNumSeqs: 256,
@@ -224,7 +225,12 @@ describe('engine arguments', () => {
     const args = applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"num_gpu_blocks": 512, "block_size": 16, "preemption_mode": "fifo", "max_num_seqs": null}');
     expect(args).toMatchObject({ numGpuBlocks: 512, blockSize: 16, preemptionMode: 'fifo', maxNumSeqs: null });
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"num_gpu_blockz": 5}')).toThrow(/unknown key "num_gpu_blockz"/);
-    expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"sglang": {}}')).toThrow(/"sglang"/);
+    expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"sglang": {"page_sise": 4}}')).toThrow(/"sglang".*page_sise/);
+    // Dynamo's SglangArgs: the page size becomes the block size when no block size is given; "fcfs" is FIFO.
+    const sglang = applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"engine_type": "sglang", "sglang": {"page_size": 16, "schedule_policy": "fcfs", "clip_max_new_tokens": 256}}');
+    expect([sglang.engineType, sglang.blockSize, sglang.sglang.pageSize, sglang.sglang.schedulePolicy, sglang.sglang.clipMaxNewTokens]).toEqual(['sglang', 16, 16, 'fifo', 256]);
+    expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"engine_type": "sglang", "block_size": 32, "sglang": {"page_size": 16}}')).toThrow(/page size .* 16 and the block size .* 32 must be equal/);
+    expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"engine_type": "trtllm"}')).toThrow(/"engine_type"/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"worker_type": "prefill"}')).toThrow(/--disaggregation-mode/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"block_size": 1}')).toThrow(/block size must be at least 2/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"preemption_mode": "random"}')).toThrow(/"preemption_mode"/);

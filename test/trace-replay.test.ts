@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_ENGINE_ARGS, schedulerConfig } from '../src/cli/engineArgs.js';
-import { EngineCore, fixedTiming, modelTiming, polynomialPerfModel, runOffline, type SchedulerConfig } from '../src/engine/index.js';
+import { createSchedulerCore, fixedTiming, modelTiming, polynomialPerfModel, runOffline, type AnySchedulerConfig } from '../src/engine/index.js';
 import { ReplayCollector } from '../src/trace/collector.js';
 import { WorkloadDriver, type DriverMode } from '../src/trace/driver.js';
 import { DEFAULT_KV_ROUTER_CONFIG, decodeRouterConfig, KvRouter, prefillRouterConfig } from '../src/trace/kvRouter.js';
@@ -15,10 +15,7 @@ import { formatReportTable, reportJson } from '../src/trace/report.js';
 import { RoundRobinRouter } from '../src/trace/router.js';
 
 /** A fixed-step engine: every pass that emits tokens takes `stepMs`, prefill is free (hand-computable timelines). */
-const fixedConfig = (blockSize: number, stepMs = 10, extra: Partial<SchedulerConfig> = {}): SchedulerConfig => ({
-  ...schedulerConfig({ ...DEFAULT_ENGINE_ARGS, blockSize, numGpuBlocks: 1000 }, fixedTiming(stepMs, 1), 1),
-  ...extra,
-});
+const fixedConfig = (blockSize: number, stepMs = 10): AnySchedulerConfig => schedulerConfig({ ...DEFAULT_ENGINE_ARGS, blockSize, numGpuBlocks: 1000 }, fixedTiming(stepMs, 1), 1);
 
 function replay(workload: Workload, fleet: Fleet, mode: DriverMode = { kind: 'trace' }, names?: string[]) {
   const workerNames = names ?? (fleet.kind === 'aggregated' ? fleet.workers.map((_, i) => `worker-${i}`) : [...fleet.prefill.map((_, i) => `prefill-${i}`), ...fleet.decode.map((_, i) => `decode-${i}`)]);
@@ -27,7 +24,7 @@ function replay(workload: Workload, fleet: Fleet, mode: DriverMode = { kind: 'tr
   return collector;
 }
 
-const single = (config: SchedulerConfig): Fleet => ({ kind: 'aggregated', workers: [config], router: new RoundRobinRouter(1) });
+const single = (config: AnySchedulerConfig): Fleet => ({ kind: 'aggregated', workers: [config], router: new RoundRobinRouter(1) });
 
 describe('collector statistics (§8.8, §9.2 item 31)', () => {
   it('pools per-token gaps for ITL and averages per request for TPOT', () => {
@@ -181,7 +178,7 @@ describe('offline replay (§8.5)', () => {
     const workload = mooncakeFileWorkload(text, 256);
     const c = replay(workload, single(config));
     const own = runOffline(
-      new EngineCore(config),
+      createSchedulerCore(config),
       workload.sessions.map((s, i) => ({ arrivalMs: s.startMs!, request: { id: `req-${i}`, promptTokenIds: s.turns[0].prompt(), maxOutputTokens: s.turns[0].outputLength } })),
     );
     const records = c.perRequest();

@@ -1,9 +1,23 @@
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { z } from 'zod';
-import type { PassTiming, PreemptionMode, SchedulerConfig } from '../engine/index.js';
+import type { AnySchedulerConfig, PassTiming, PreemptionMode, SglangSchedulePolicy } from '../engine/index.js';
+
+/** The SGLang flavour's settings (Dynamo's `SglangArgs`, `--sglang-*` flags). */
+export interface SglangArgs {
+  schedulePolicy: SglangSchedulePolicy;
+  /** null: the block size. */
+  pageSize: number | null;
+  maxPrefillTokens: number;
+  chunkedPrefillSize: number;
+  clipMaxNewTokens: number;
+  scheduleConservativeness: number;
+}
 
 /** The simulated engine's settings (vLLM / Dynamo mocker flags). */
 export interface EngineArgs {
+  /** --engine-type: whose scheduler and KV cache are simulated. */
+  engineType: 'vllm' | 'sglang';
+  sglang: SglangArgs;
   numGpuBlocks: number;
   blockSize: number;
   maxNumSeqs: number | null;
@@ -18,7 +32,18 @@ export interface EngineArgs {
   plannerProfileData?: string;
 }
 
+export const DEFAULT_SGLANG_ARGS: SglangArgs = {
+  schedulePolicy: 'fifo',
+  pageSize: null,
+  maxPrefillTokens: 16384,
+  chunkedPrefillSize: 8192,
+  clipMaxNewTokens: 4096,
+  scheduleConservativeness: 1,
+};
+
 export const DEFAULT_ENGINE_ARGS: EngineArgs = {
+  engineType: 'vllm',
+  sglang: DEFAULT_SGLANG_ARGS,
   numGpuBlocks: 16384,
   blockSize: 64,
   maxNumSeqs: 256,
@@ -46,13 +71,22 @@ const supported = {
   decode_speedup_ratio: z.number().positive(),
   dp_size: positiveInt,
   planner_profile_data: z.string().nullable(),
-  engine_type: z.literal('vllm'),
+  engine_type: z.enum(['vllm', 'sglang']),
+  sglang: z.strictObject({
+    // "fcfs" is SGLang's own name for FIFO.
+    schedule_policy: z.enum(['fifo', 'fcfs', 'lpm']).transform((p) => (p === 'fcfs' ? 'fifo' : p)).optional(),
+    page_size: positiveInt.optional(),
+    max_prefill_tokens: positiveInt.optional(),
+    chunked_prefill_size: positiveInt.optional(),
+    clip_max_new_tokens: positiveInt.optional(),
+    schedule_conservativeness: z.number().min(0).max(1).optional(),
+  }),
   watermark: z.number().min(0).lt(1),
 };
 /** Dynamo keys that mocker knows but does not simulate: refused by name rather than ignored. */
 const UNSUPPORTED = new Set([
   'startup_time', 'aic_backend', 'aic_system', 'aic_backend_version', 'aic_tp_size', 'aic_model_path', 'aic_moe_tp_size',
-  'aic_moe_ep_size', 'aic_attention_dp_size', 'enable_local_indexer', 'bootstrap_port', 'reasoning', 'router_queue_policy', 'sglang',
+  'aic_moe_ep_size', 'aic_attention_dp_size', 'enable_local_indexer', 'bootstrap_port', 'reasoning', 'router_queue_policy',
 ]);
 /** Dynamo keys whose setting is a serve flag in mocker (they configure the server, not the scheduler). */
 const AS_FLAGS: Record<string, string> = {
@@ -99,6 +133,21 @@ export function applyEngineArgsObject(base: EngineArgs, raw: Record<string, unkn
       case 'dp_size': out.dataParallelSize = v as number; break;
       case 'planner_profile_data': out.plannerProfileData = (v as string | null) ?? undefined; break;
       case 'watermark': out.watermark = v as number; break;
+      case 'engine_type': out.engineType = v as EngineArgs['engineType']; break;
+      case 'sglang': {
+        const g = v as z.infer<typeof supported.sglang>;
+        out.sglang = {
+          schedulePolicy: g.schedule_policy ?? out.sglang.schedulePolicy,
+          pageSize: g.page_size ?? out.sglang.pageSize,
+          maxPrefillTokens: g.max_prefill_tokens ?? out.sglang.maxPrefillTokens,
+          chunkedPrefillSize: g.chunked_prefill_size ?? out.sglang.chunkedPrefillSize,
+          clipMaxNewTokens: g.clip_max_new_tokens ?? out.sglang.clipMaxNewTokens,
+          scheduleConservativeness: g.schedule_conservativeness ?? out.sglang.scheduleConservativeness,
+        };
+        // Dynamo's rule: the page size is the block size when no block size is given.
+        if (g.page_size !== undefined && !('block_size' in raw)) out.blockSize = g.page_size;
+        break;
+      }
     }
   }
   return checkEngineArgs(out);
@@ -106,6 +155,13 @@ export function applyEngineArgsObject(base: EngineArgs, raw: Record<string, unkn
 
 /** Combinations that cannot work fail at startup, naming the setting. */
 export function checkEngineArgs(args: EngineArgs): EngineArgs {
+  if (args.engineType === 'sglang') {
+    const { pageSize, chunkedPrefillSize, maxPrefillTokens } = args.sglang;
+    if (pageSize !== null && pageSize !== args.blockSize) throw new Error(`the SGLang page size (--sglang-page-size) ${pageSize} and the block size (--block-size) ${args.blockSize} must be equal`);
+    if (chunkedPrefillSize % args.blockSize !== 0) throw new Error(`--sglang-chunked-prefill-size ${chunkedPrefillSize} must be a multiple of the page size ${args.blockSize}`);
+    if (maxPrefillTokens < chunkedPrefillSize) throw new Error(`--sglang-max-prefill-tokens ${maxPrefillTokens} must be at least --sglang-chunked-prefill-size ${chunkedPrefillSize}`);
+    return args;
+  }
   if (args.blockSize < 2) throw new Error(`block size must be at least 2, got ${args.blockSize}`);
   if (args.maxNumBatchedTokens !== null && args.maxNumSeqs !== null && args.maxNumBatchedTokens < args.maxNumSeqs) {
     throw new Error(
@@ -117,8 +173,26 @@ export function checkEngineArgs(args: EngineArgs): EngineArgs {
 }
 
 /** The scheduler's configuration for these engine arguments. */
-export function schedulerConfig(args: EngineArgs, timing: PassTiming, seed: number): SchedulerConfig {
+export function schedulerConfig(args: EngineArgs, timing: PassTiming, seed: number): AnySchedulerConfig {
+  if (args.engineType === 'sglang') {
+    const g = args.sglang;
+    return {
+      engineType: 'sglang',
+      numGpuBlocks: args.numGpuBlocks,
+      blockSize: args.blockSize,
+      pageSize: args.blockSize,
+      enablePrefixCaching: args.enablePrefixCaching,
+      schedulePolicy: g.schedulePolicy,
+      maxPrefillTokens: g.maxPrefillTokens,
+      chunkedPrefillSize: g.chunkedPrefillSize,
+      clipMaxNewTokens: g.clipMaxNewTokens,
+      scheduleConservativeness: g.scheduleConservativeness,
+      timing,
+      seed,
+    };
+  }
   return {
+    engineType: 'vllm',
     numGpuBlocks: args.numGpuBlocks,
     blockSize: args.blockSize,
     maxNumSeqs: args.maxNumSeqs,

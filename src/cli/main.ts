@@ -4,7 +4,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig, type KvEventsFormat } from '../events/index.js';
 import { startCapture } from './capture.js';
-import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs } from './engineArgs.js';
+import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type EngineArgs } from './engineArgs.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
@@ -76,7 +76,14 @@ program
   .option('--decode-speedup-ratio <x>', 'further divide decode steps (speculative decoding)', number('--decode-speedup-ratio', { above: 0 }), DEFAULT_ENGINE_ARGS.decodeSpeedupRatio)
   .option('--planner-profile-data <path>', 'perf model for --timing model: NPZ or profiler results directory (default: polynomial)')
   .option('--num-gpu-blocks-override <n>', 'KV cache blocks per rank', number('--num-gpu-blocks-override', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.numGpuBlocks)
-  .option('--block-size <n>', 'tokens per KV block', number('--block-size', { integer: true, min: 2 }), DEFAULT_ENGINE_ARGS.blockSize)
+  .addOption(new Option('--engine-type <type>', "whose scheduler and KV cache are simulated: vllm (hashed blocks, preemption) or sglang (radix cache, retraction)").choices(['vllm', 'sglang']).default(DEFAULT_ENGINE_ARGS.engineType))
+  .option('--block-size <n>', 'tokens per KV block (sglang: the page size, given either way)', number('--block-size', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.blockSize)
+  .addOption(new Option('--sglang-schedule-policy <policy>', 'sglang: admission order, fifo (fcfs) or lpm (longest cached prefix first)').choices(['fifo', 'fcfs', 'lpm']).default(DEFAULT_SGLANG_ARGS.schedulePolicy))
+  .option('--sglang-page-size <n>', 'sglang: radix cache page size in tokens (default: --block-size)', number('--sglang-page-size', { integer: true, min: 1 }))
+  .option('--sglang-max-prefill-tokens <n>', 'sglang: prompt tokens per pass', number('--sglang-max-prefill-tokens', { integer: true, min: 1 }), DEFAULT_SGLANG_ARGS.maxPrefillTokens)
+  .option('--sglang-chunked-prefill-size <n>', 'sglang: longer prompts are prefilled in chunks of this (a multiple of the page size)', number('--sglang-chunked-prefill-size', { integer: true, min: 1 }), DEFAULT_SGLANG_ARGS.chunkedPrefillSize)
+  .option('--sglang-clip-max-new-tokens <n>', 'sglang: output tokens reserved per request at most when admitting', number('--sglang-clip-max-new-tokens', { integer: true, min: 1 }), DEFAULT_SGLANG_ARGS.clipMaxNewTokens)
+  .option('--sglang-schedule-conservativeness <x>', 'sglang: scales the output reservation, in [0, 1]', number('--sglang-schedule-conservativeness', { min: 0, below: 1.0000001 }), DEFAULT_SGLANG_ARGS.scheduleConservativeness)
   .option('--max-num-seqs <n>', 'running requests per rank', number('--max-num-seqs', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.maxNumSeqs)
   .option('--max-num-batched-tokens <n>', 'token budget of one pass', number('--max-num-batched-tokens', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.maxNumBatchedTokens)
   .option('--enable-prefix-caching', 'reuse cached prompt blocks', DEFAULT_ENGINE_ARGS.enablePrefixCaching)
@@ -114,10 +121,21 @@ program
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (for --on-miss record)', collect, [...DEFAULT_REDACTED_HEADERS])
   .addOption(shutdownTimeout())
-  .action(async (o) => {
+  .action(async (o, command: Command) => {
+    // Dynamo's rule: the SGLang page size is the block size unless only one of them is given.
+    const blockSizeGiven = command.getOptionValueSource('blockSize') !== 'default';
     let engine: EngineArgs = {
+      engineType: o.engineType,
+      sglang: {
+        schedulePolicy: o.sglangSchedulePolicy === 'fcfs' ? 'fifo' : o.sglangSchedulePolicy,
+        pageSize: o.sglangPageSize ?? null,
+        maxPrefillTokens: o.sglangMaxPrefillTokens,
+        chunkedPrefillSize: o.sglangChunkedPrefillSize,
+        clipMaxNewTokens: o.sglangClipMaxNewTokens,
+        scheduleConservativeness: o.sglangScheduleConservativeness,
+      },
       numGpuBlocks: o.numGpuBlocksOverride,
-      blockSize: o.blockSize,
+      blockSize: o.sglangPageSize !== undefined && !blockSizeGiven ? o.sglangPageSize : o.blockSize,
       maxNumSeqs: o.maxNumSeqs,
       maxNumBatchedTokens: o.maxNumBatchedTokens,
       enablePrefixCaching: o.enablePrefixCaching,

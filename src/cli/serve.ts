@@ -244,6 +244,17 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     on_miss: onMiss,
     perf_model: perfModel,
     forward_time_ms: opts.forwardTimeMs,
+    engine_type: args.engineType,
+    ...(args.engineType === 'sglang'
+      ? {
+          sglang_schedule_policy: args.sglang.schedulePolicy,
+          sglang_page_size: args.blockSize,
+          sglang_max_prefill_tokens: args.sglang.maxPrefillTokens,
+          sglang_chunked_prefill_size: args.sglang.chunkedPrefillSize,
+          sglang_clip_max_new_tokens: args.sglang.clipMaxNewTokens,
+          sglang_schedule_conservativeness: args.sglang.scheduleConservativeness,
+        }
+      : {}),
     num_gpu_blocks: args.numGpuBlocks,
     block_size: args.blockSize,
     max_num_seqs: args.maxNumSeqs,
@@ -304,8 +315,9 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
         kvEvents: eventsConfig ? { algo: hashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
         kvTrace,
         workerType: role === 'prefill' ? 'prefill' : 'aggregated',
-        // With captured timing the decode hop's own captured times already include its wait for the KV.
-        kvTransfer: { bytesPerToken: bytesPerToken ?? 0, bandwidthGBps: timing === 'captured' ? 0 : bandwidthGBps },
+        // With captured timing the decode hop's own captured times already include its wait for the KV (the SGLang
+        // flavour does not model the transfer).
+        ...(args.engineType === 'vllm' ? { kvTransfer: { bytesPerToken: bytesPerToken ?? 0, bandwidthGBps: timing === 'captured' ? 0 : bandwidthGBps } } : {}),
       },
       kvHoldTimeoutMs,
       dataParallelSize: args.dataParallelSize,
@@ -338,7 +350,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const ports = servers.map((s) => (s.address() as AddressInfo).port);
   console.log(
     `mocker serve: ${opts.mode} mode (outputs ${outputs}, on miss ${onMiss}, timing ${timingDescription}, speedup ${args.speedupRatio}, ` +
-      `${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
+      `${args.engineType === 'sglang' ? `SGLang scheduler (${args.sglang.schedulePolicy}, radix cache), ` : ''}${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
       `serving ${servedModels.join(', ')} on ${ports.map((p) => `http://${opts.host}:${p}`).join(', ')}${store && store.path !== ':memory:' ? ` from ${opts.captures}` : ''}`,
   );
   return {

@@ -6,7 +6,7 @@
 import { SingleBar } from 'cli-progress';
 import { writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { loadPerfModel, modelTiming, polynomialPerfModel, type SchedulerConfig } from '../engine/index.js';
+import { loadPerfModel, modelTiming, polynomialPerfModel, type AnySchedulerConfig } from '../engine/index.js';
 import { ReplayCollector } from '../trace/collector.js';
 import { WorkloadDriver, type DriverMode } from '../trace/driver.js';
 import { renderHtmlReport } from '../trace/htmlReport.js';
@@ -82,7 +82,7 @@ function roleEngineArgs(source: string | undefined, flag: string): RoleArgs {
   return { engine: applyEngineArgsObject(DEFAULT_ENGINE_ARGS, rest, flag), routerQueuePolicy: policy ?? null, workerType: role, kvBytesPerToken: positive('kv_bytes_per_token', bytes), kvTransferBandwidth: positive('kv_transfer_bandwidth', bandwidth) };
 }
 
-async function schedulerFor(args: EngineArgs, speedupRatio: number | undefined, seed: number): Promise<SchedulerConfig> {
+async function schedulerFor(args: EngineArgs, speedupRatio: number | undefined, seed: number): Promise<AnySchedulerConfig> {
   const model = args.plannerProfileData
     ? await loadPerfModel(args.plannerProfileData).catch((err: Error) => {
         throw new Error(`planner_profile_data: ${err.message}`);

@@ -3,6 +3,7 @@ import { VllmKvEventLog, type VllmKvEvent, type VllmKvEventOptions } from './kv/
 import { ActiveSequence } from './sequence.js';
 import type { PassTiming } from './timingModels.js';
 import { mulberry32 } from '../util/mulberry32.js';
+import type { SchedulerCore } from './scheduler.js';
 import { WaitQueue } from './waitQueue.js';
 
 export type PreemptionMode = 'lifo' | 'fifo';
@@ -161,7 +162,8 @@ type ScheduleOutcome = number | 'blocked' | 'current-preempted';
  * waiting/running scheduler over a KV block manager. Pure: no I/O, no clock — `executePass(now)` is given
  * the time and returns when the pass ends and which tokens come out then.
  */
-export class EngineCore {
+export class EngineCore implements SchedulerCore {
+  readonly kvEventVisibility = 'pass-start' as const;
   readonly kv: KvBlockManager;
   private readonly requests = new Map<string, RequestState>();
   private readonly waiting = new WaitQueue<RequestState>();

@@ -20,3 +20,6 @@ export {
   type TimingMode,
   type TokenEvent,
 } from './types.js';
+export { createSchedulerCore, type AnySchedulerConfig, type SchedulerCore } from './scheduler.js';
+export { SglangCore, type SglangSchedulerConfig } from './sglang/core.js';
+export type { SglangSchedulePolicy } from './sglang/policy.js';

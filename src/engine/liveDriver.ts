@@ -1,4 +1,5 @@
-import type { EngineCore, EngineStats, PassResult, TokenOut } from './core.js';
+import type { EngineStats, PassResult, TokenOut } from './core.js';
+import type { SchedulerCore } from './scheduler.js';
 import { capturedDueTimes } from './timing.js';
 import { EngineRejection, type EngineObserver, type EngineRequest, type EngineStream, type FinishedRequest, type KvHold, type TokenEvent } from './types.js';
 
@@ -88,7 +89,7 @@ export class LiveDriver {
   private lastStats: EngineStats;
 
   constructor(
-    readonly core: EngineCore,
+    readonly core: SchedulerCore,
     /** `--speedup-ratio`, for captured token times. */
     private readonly speedupRatio: number,
     private readonly rank = 0,
@@ -248,7 +249,7 @@ export class LiveDriver {
 
   private runPass(now: number): PassResult {
     const pass = this.core.executePass(now);
-    this.publishKv();
+    if (this.core.kvEventVisibility === 'pass-start') this.publishKv();
     this.lastPassEndMs = pass.endMs;
     for (const a of pass.admitted) {
       const member = this.members.get(a.id);
@@ -325,6 +326,8 @@ export class LiveDriver {
   }
 
   private deliver(passes: readonly PassResult[]): void {
+    // SGLang publishes a step's KV events after it ran, before its tokens go out.
+    if (this.core.kvEventVisibility === 'pass-end') this.publishKv();
     const batches = new Map<TokenQueue, Map<number, number>>();
     for (const pass of passes) {
       for (const t of pass.tokens) {

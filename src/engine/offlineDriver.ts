@@ -1,4 +1,5 @@
-import type { CoreRequest, EngineCore, PassResult } from './core.js';
+import type { CoreRequest, PassResult } from './core.js';
+import type { SchedulerCore } from './scheduler.js';
 
 export interface TimedRequest {
   request: CoreRequest;
@@ -27,7 +28,7 @@ export interface OfflineResult {
  * passes back to back, arrivals released when the clock reaches them (those during a pass are seen at
  * its end). Deterministic, and as fast as the core itself.
  */
-export function runOffline(core: EngineCore, requests: readonly TimedRequest[], afterPass?: (pass: PassResult) => void): OfflineResult {
+export function runOffline(core: SchedulerCore, requests: readonly TimedRequest[], afterPass?: (pass: PassResult) => void): OfflineResult {
   const arrivals = [...requests].sort((a, b) => a.arrivalMs - b.arrivalMs);
   const records = new Map<string, OfflineRecord>();
   for (const { request, arrivalMs } of arrivals) records.set(request.id, { arrivalMs, admittedMs: null, cachedTokens: 0, tokenTimesMs: [] });

@@ -1,9 +1,9 @@
-import { EngineCore, type SchedulerConfig } from './core.js';
+import { createSchedulerCore, type AnySchedulerConfig } from './scheduler.js';
 import { LiveDriver } from './liveDriver.js';
 import { EngineRejection, type Engine, type EngineObserver, type EngineRequest, type EngineState, type EngineStream } from './types.js';
 
 export interface SimulatedEngineOptions {
-  scheduler: SchedulerConfig;
+  scheduler: AnySchedulerConfig;
   /** --data-parallel-size: ranks, each with its own scheduler and KV cache. */
   dataParallelSize: number;
   speedupRatio: number;
@@ -38,7 +38,7 @@ export class SimulatedEngine implements Engine {
     this.ranks = Array.from(
       { length: options.dataParallelSize },
       (_, rank) =>
-        new LiveDriver(new EngineCore(options.scheduler), options.speedupRatio, rank, fanOut(options.observers ?? []), undefined, options.kvHoldTimeoutMs),
+        new LiveDriver(createSchedulerCore(options.scheduler), options.speedupRatio, rank, fanOut(options.observers ?? []), undefined, options.kvHoldTimeoutMs),
     );
   }
 

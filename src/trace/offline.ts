@@ -3,7 +3,7 @@
  * more engine cores on a virtual clock. Passes run back to back on each worker; arrivals and completions
  * are events; requests are routed when they arrive. Latencies are virtual ms; nothing here reads a clock.
  */
-import { EngineCore, type PassResult, type SchedulerConfig, type TokenIds } from '../engine/index.js';
+import { createSchedulerCore, type AnySchedulerConfig, type CacheEvent, type PassResult, type SchedulerCore, type TokenIds } from '../engine/index.js';
 import type { PassSample, ReplayCollector } from './collector.js';
 import type { Dispatch, WorkloadDriver } from './driver.js';
 import type { Router, RoutedRequest } from './router.js';
@@ -13,14 +13,14 @@ const SAMPLE_GAP_MS = 50;
 
 export interface AggregatedFleet {
   kind: 'aggregated';
-  workers: SchedulerConfig[];
+  workers: AnySchedulerConfig[];
   router: Router;
 }
 
 export interface DisaggregatedFleet {
   kind: 'disaggregated';
-  prefill: SchedulerConfig[];
-  decode: SchedulerConfig[];
+  prefill: AnySchedulerConfig[];
+  decode: AnySchedulerConfig[];
   prefillRouter: Router;
   decodeRouter: Router;
   /** §5.2: the prompt's KV crosses to the decode worker in `tokens × bytesPerToken / bandwidth` (0: instant). */
@@ -42,7 +42,7 @@ interface InFlight {
 type Stage = 'aggregated' | 'prefill' | 'decode';
 
 interface Worker {
-  core: EngineCore;
+  core: SchedulerCore;
   stage: Stage;
   /** Its cache state for the charts (made once: passes are many). */
   sample: () => PassSample;
@@ -52,6 +52,8 @@ interface Worker {
   /** Index of this worker within its router. */
   routerIndex: number;
   pass: PassResult | null;
+  /** KV events the router sees when the pass ends (SGLang's visibility). */
+  passEndEvents: CacheEvent[];
   /** Idle with work it cannot progress on until this time (null: until something new arrives). */
   blockedUntil: number | null;
   blocked: boolean;
@@ -82,10 +84,10 @@ export class OfflineReplay {
     private readonly collector: ReplayCollector,
     private readonly progress?: OfflineProgress,
   ) {
-    const add = (configs: SchedulerConfig[], router: Router, stage: Stage) => {
+    const add = (configs: AnySchedulerConfig[], router: Router, stage: Stage) => {
       for (const [routerIndex, config] of configs.entries()) {
         // A decode worker's engine is an aggregated one that receives remote prefills.
-        const core = new EngineCore({ ...config, workerType: stage === 'prefill' ? 'prefill' : 'aggregated', cacheEvents: router.usesKvEvents });
+        const core = createSchedulerCore({ ...config, workerType: stage === 'prefill' ? 'prefill' : 'aggregated', cacheEvents: router.usesKvEvents });
         const worker: Worker = {
           core,
           stage,
@@ -94,6 +96,7 @@ export class OfflineReplay {
           router,
           routerIndex,
           pass: null,
+          passEndEvents: [],
           blockedUntil: null,
           blocked: false,
         };
@@ -150,6 +153,10 @@ export class OfflineReplay {
       if (!pass || pass.endMs > this.now) continue;
       w.pass = null;
       changed = true;
+      if (w.passEndEvents.length > 0) {
+        w.router.applyKvEvents(w.routerIndex, w.passEndEvents);
+        w.passEndEvents = [];
+      }
       const stage = w.stage;
       for (const token of pass.tokens) {
         if (stage === 'prefill') {
@@ -251,11 +258,14 @@ export class OfflineReplay {
         // The report counts the cache reuse of the stage that computes the prompt.
         if (w.stage !== 'decode') this.collector.onAdmit(admission.id, this.now, admission.cachedTokens);
       }
-      // vLLM's KV events are visible at pass start (§8.5).
-      const events = w.core.takeCacheEvents();
-      if (events.length > 0) w.router.applyKvEvents(w.routerIndex, events);
-      this.collector.onPass(w.index, this.now, w.sample, SAMPLE_GAP_MS);
       const progressed = pass.tokens.length > 0 || pass.scheduledTokens > 0 || pass.preempted.length > 0 || pass.endMs > this.now;
+      // vLLM's KV events are visible at the pass's start, SGLang's at its end (§8.5).
+      const events = w.core.takeCacheEvents();
+      if (events.length > 0) {
+        if (progressed && w.core.kvEventVisibility === 'pass-end') w.passEndEvents = events;
+        else w.router.applyKvEvents(w.routerIndex, events);
+      }
+      this.collector.onPass(w.index, this.now, w.sample, SAMPLE_GAP_MS);
       if (progressed) {
         w.pass = pass;
         w.blocked = false;

@@ -4,7 +4,7 @@
  * process (live drivers, durations divided by `--speedup-ratio`) or servers over HTTP (`--target`). What
  * the client sees is measured in wall-clock ms since the start.
  */
-import { EngineCore, EngineRejection, LiveDriver, type SchedulerConfig } from '../engine/index.js';
+import { createSchedulerCore, EngineRejection, LiveDriver, type AnySchedulerConfig } from '../engine/index.js';
 import type { PassSample, ReplayCollector } from './collector.js';
 import type { Dispatch, WorkloadDriver } from './driver.js';
 import type { Router, RouterKvEvent } from './router.js';
@@ -49,10 +49,10 @@ export class LocalWorker implements OnlineWorker {
 
   constructor(
     readonly name: string,
-    config: SchedulerConfig,
+    config: AnySchedulerConfig,
     speedupRatio: number,
   ) {
-    this.driver = new LiveDriver(new EngineCore({ ...config, cacheEvents: true }), speedupRatio, 0, {
+    this.driver = new LiveDriver(createSchedulerCore({ ...config, cacheEvents: true }), speedupRatio, 0, {
       onCacheEvents: (_rank, events) => this.listener?.(events),
     });
   }

@@ -2,6 +2,7 @@ import type { Admission, CacheEvent, CoreRequest, EngineStats, KvTraceEntry, Pas
 import type { KvCacheEvent } from '../kv/blockManager.js';
 import { VllmKvEventLog, type VllmKvEvent, type VllmKvEventOptions } from '../kv/vllmKvEvents.js';
 import type { PassTiming } from '../timingModels.js';
+import type { SchedulerCore } from '../scheduler.js';
 import { WaitQueue } from '../waitQueue.js';
 import { mulberry32 } from '../../util/mulberry32.js';
 import { lpmOrder, type SglangSchedulePolicy } from './policy.js';
@@ -103,7 +104,7 @@ class PassTally {
  * a prefill engine (`remotePrefill`) is allocated whole in its first pass and costs no prefill; the pull
  * itself takes no time here (EngineCore's `kvTransfer` is not modelled).
  */
-export class SglangCore {
+export class SglangCore implements SchedulerCore {
   /** When Dynamo makes this flavour's KV events visible to a router: after the pass (vLLM's: at its start). */
   readonly kvEventVisibility = 'pass-end' as const;
   readonly cache: RadixCache;

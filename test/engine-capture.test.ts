@@ -13,25 +13,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEngineDouble, type EngineDouble, type EngineName } from './support/engineDoubles.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
+import { oracleChat, oracleIds } from './support/qwen3Oracle.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 type Json = Record<string, unknown>;
 
-interface Oracle {
-  kind: string;
-  text?: string;
-  ids_without_special?: number[];
-  request?: { messages: { role: string; content: string }[] };
-  ids?: number[];
-}
-
-/** Python HF tokenizers' answers for the bundled Qwen3 tokenizer (test/fixtures/tokenizer). */
-const ORACLE = readFileSync(join(import.meta.dirname, 'fixtures', 'tokenizer', 'qwen3.jsonl'), 'utf8')
-  .split('\n')
-  .filter((l) => l.trim() !== '')
-  .map((l) => JSON.parse(l) as Oracle);
-const ORACLE_TEXT = ORACLE.find((o) => o.kind === 'encode' && o.text === 'Hello world')!;
-const ORACLE_CHAT = ORACLE.find((o) => o.kind === 'chat' && o.request?.messages.length === 1 && o.request.messages[0].content === 'Hi there' && Object.keys(o.request).length === 1)!;
+/** A completion and a chat of the fixtures, with their reference prompt ids. */
+const ORACLE_TEXT = { text: 'Hello world', ids: oracleIds('Hello world') };
+const ORACLE_CHAT = oracleChat('Hi there');
 
 const tempDirs: string[] = [];
 function tempFile(name: string): string {
@@ -116,7 +105,7 @@ function requestsFor(model: string): Request[] {
     { name: 'recorded chat stream', chat: true, body: { ...recordedChat, stream: true, stream_options: { include_usage: true } } },
     // …and prompts whose token ids the Python tokenizer oracle knows.
     { name: 'oracle completion', chat: false, body: { model, prompt: ORACLE_TEXT.text, max_tokens: 6, temperature: 0 } },
-    { name: 'oracle chat stream', chat: true, body: { model, messages: ORACLE_CHAT.request!.messages, max_tokens: 5, temperature: 0, stream: true, stream_options: { include_usage: true } } },
+    { name: 'oracle chat stream', chat: true, body: { model, messages: ORACLE_CHAT.messages, max_tokens: 5, temperature: 0, stream: true, stream_options: { include_usage: true } } },
   ];
 }
 
@@ -173,7 +162,7 @@ describe.each<EngineName>(['llama.cpp', 'transformers'])('capture in front of %s
       // llama.cpp tokenizes with its own endpoint; transformers serve has none.
       expect(row.tokenSource).toBe(engineName === 'llama.cpp' ? 'tokenize-endpoint' : 'local');
     });
-    expect(rows[4].promptIds).toEqual(ORACLE_TEXT.ids_without_special);
+    expect(rows[4].promptIds).toEqual(ORACLE_TEXT.ids);
     expect(rows[5].promptIds).toEqual(ORACLE_CHAT.ids);
   });
 
@@ -235,14 +224,14 @@ describe('capture of an engine not identified yet', () => {
   it("takes no empty id list for text: llama.cpp's [] to vLLM's /tokenize shape is passed over for its own", async () => {
     const { capture, engine, file } = await captureBeforeEngine('llama.cpp');
     try {
-      await client(`http://127.0.0.1:${capture.port}`).completions.create({ model: engine.model, prompt: ORACLE_TEXT.text!, max_tokens: 4 });
-      await client(`http://127.0.0.1:${capture.port}`).chat.completions.create({ model: engine.model, messages: ORACLE_CHAT.request!.messages as never, max_tokens: 4 });
+      await client(`http://127.0.0.1:${capture.port}`).completions.create({ model: engine.model, prompt: ORACLE_TEXT.text, max_tokens: 4 });
+      await client(`http://127.0.0.1:${capture.port}`).chat.completions.create({ model: engine.model, messages: ORACLE_CHAT.messages as never, max_tokens: 4 });
       // Both shapes were asked while the engine was unknown: vLLM's got llama.cpp's empty list.
       const tokenizeBodies = engine.received.filter((r) => r.path === '/tokenize').map((r) => JSON.parse(r.raw.toString('utf8')) as Json);
       expect(tokenizeBodies.some((b) => 'prompt' in b)).toBe(true);
       await capture.stop();
       const rows = storedExchanges(file);
-      expect(rows.map((r) => r.promptIds)).toEqual([ORACLE_TEXT.ids_without_special, ORACLE_CHAT.ids]);
+      expect(rows.map((r) => r.promptIds)).toEqual([ORACLE_TEXT.ids, ORACLE_CHAT.ids]);
       expect(rows.map((r) => r.tokenSource)).toEqual(['tokenize-endpoint', 'tokenize-endpoint']);
       expect(runEngines(file)).toEqual(['llama.cpp']);
     } finally {

@@ -4,35 +4,17 @@
  * driven by the official `openai` client. Token ids are checked against the Python HF tokenizer's
  * (test/fixtures/tokenizer/qwen3.jsonl), never against the double's own tokenizer.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { startSglangUpstream, type SglangUpstream } from './support/sglangUpstream.js';
+import { oracleChat, oracleIds } from './support/qwen3Oracle.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 type Json = Record<string, unknown>;
-
-interface OracleRow {
-  kind: string;
-  text?: string;
-  ids_without_special?: number[];
-  request?: { messages: { role: string; content: string }[] };
-  ids?: number[];
-}
-
-const ORACLE = readFileSync(join(import.meta.dirname, 'fixtures', 'tokenizer', 'qwen3.jsonl'), 'utf8')
-  .split('\n')
-  .filter((l) => l.trim() !== '')
-  .map((l) => JSON.parse(l) as OracleRow);
-const oracleIds = (text: string) => ORACLE.find((o) => o.kind === 'encode' && o.text === text)!.ids_without_special!;
-/** A chat of the fixtures (messages only) whose first message says `first`, with its reference prompt ids. */
-function oracleChat(first: string): { messages: { role: string; content: string }[]; ids: number[] } {
-  const row = ORACLE.find((o) => o.kind === 'chat' && o.request?.messages[0].content === first && Object.keys(o.request).length === 1)!;
-  return { messages: row.request!.messages, ids: row.ids! };
-}
 
 /** What the model says to everything: six tokens, some of them pieces of a Cyrillic letter. */
 const ANSWER = 'Привет, мир!';

@@ -13,6 +13,7 @@ import { createServeApp, type EffectiveSettings, type PdConfig } from '../http/s
 import { kvBytesPerToken } from '../pd/kvTransfer.js';
 import { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { StatsLog } from '../metrics/statsLog.js';
+import { SglangMetrics } from '../metrics/sglangMetrics.js';
 import { VllmMetrics } from '../metrics/vllmMetrics.js';
 import { CaptureStore, type CaptureContents } from '../store/captureStore.js';
 import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
@@ -279,21 +280,24 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   closers.unshift(() => timers.forEach(clearInterval));
   // One engine (own scheduler and KV cache per rank) per worker, each behind its own server.
   for (let w = 0; w < workers; w++) {
-    // Each worker is its own vLLM instance: its own metrics.
-    const metrics = new VllmMetrics({
-      modelName: servedModels[0],
-      ranks: args.dataParallelSize,
-      maxModelLen,
-      showHidden: opts.showHiddenMetrics ?? false,
-      cacheConfig: {
-        block_size: args.blockSize,
-        cache_dtype: 'auto',
-        enable_prefix_caching: args.enablePrefixCaching ? 'True' : 'False',
-        num_gpu_blocks: args.numGpuBlocks,
-        num_cpu_blocks: 'None',
-        prefix_caching_hash_algo: hashAlgo,
-      },
-    });
+    // Each worker is its own vLLM or SGLang instance: its own metrics, in its engine's names.
+    const metrics =
+      args.engineType === 'sglang'
+        ? new SglangMetrics({ modelName: servedModels[0], ranks: args.dataParallelSize, pageSize: args.blockSize })
+        : new VllmMetrics({
+            modelName: servedModels[0],
+            ranks: args.dataParallelSize,
+            maxModelLen,
+            showHidden: opts.showHiddenMetrics ?? false,
+            cacheConfig: {
+              block_size: args.blockSize,
+              cache_dtype: 'auto',
+              enable_prefix_caching: args.enablePrefixCaching ? 'True' : 'False',
+              num_gpu_blocks: args.numGpuBlocks,
+              num_cpu_blocks: 'None',
+              prefix_caching_hash_algo: hashAlgo,
+            },
+          });
     const statsLog = new StatsLog(args.dataParallelSize, performance.now());
     const logTimer = setInterval(() => {
       for (const line of statsLog.lines(performance.now())) console.log(workers > 1 ? `worker ${w}: ${line}` : line);

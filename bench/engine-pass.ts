@@ -1,13 +1,21 @@
 /**
- * Benchmark (issue #3): the cost of one engine pass in steady decode, and how it grows with the number of
- * running requests. N requests of --prompt tokens are admitted and prefilled (untimed); then --passes decode
- * passes are timed, each emitting one token per request (with a block promotion every 64 tokens). Median of
- * --runs runs per N.
+ * Benchmark (issues #3 and #13): the cost of one engine pass in steady decode, and how it grows with the
+ * number of running requests, for each engine flavour. N requests of --prompt distinct tokens (no shared
+ * prefixes) are admitted and prefilled (untimed); then --passes decode passes are timed, each emitting one
+ * token per request. Flavours, all with room for every request (4,194,304 KV tokens) so that exactly N run:
+ *   vllm        vLLM defaults (block 64), max_num_seqs N.
+ *   sglang      SGLang defaults at page size 64 (mocker's default block size): the radix tree takes each
+ *               request's sequence once per 64 tokens. SGLang has no max_num_seqs; the KV room admits all N.
+ *   sglang-p1   SGLang at page size 1 (SGLang's own default): the tree takes every decoded token.
+ * Every flavour first runs once untimed at 64 requests (JIT warm-up). Then, per size, the flavours run
+ * interleaved round by round (vllm, sglang, sglang-p1, vllm, …) so that drift in the machine's speed hits
+ * them alike; per flavour the median and min–max of --runs rounds are reported, and each SGLang flavour's
+ * ratio to vLLM (median of the per-round ratios, and their min–max).
  *
  *   npx tsx bench/engine-pass.ts [--prompt 1000] [--passes 500] [--runs 5]
  */
-import { cpus } from 'node:os';
-import { DEFAULT_ENGINE_ARGS, schedulerConfig } from '../src/cli/engineArgs.js';
+import { cpus, loadavg } from 'node:os';
+import { DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from '../src/cli/engineArgs.js';
 import { createSchedulerCore, modelTiming, polynomialPerfModel } from '../src/engine/index.js';
 import { median, numberArg, printTable, round } from './lib/stats.js';
 
@@ -15,31 +23,66 @@ const PROMPT = numberArg('prompt', 1000);
 const PASSES = numberArg('passes', 500);
 const RUNS = numberArg('runs', 5);
 const SIZES = [1, 16, 64, 128, 256, 512];
+/** KV capacity in tokens, the same for every flavour: 65,536 blocks of 64. */
+const KV_TOKENS = 65536 * 64;
 
-console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model.trim()}, node ${process.version}`);
-const rows: (string | number)[][] = [];
-const results: Record<number, number> = {};
-for (const n of SIZES) {
-  const samples: number[] = [];
-  for (let run = 0; run < RUNS; run++) {
-    // vLLM defaults, with room for every request and exactly n running.
-    const core = createSchedulerCore(schedulerConfig({ ...DEFAULT_ENGINE_ARGS, numGpuBlocks: 65536, maxNumSeqs: n }, modelTiming(polynomialPerfModel, 1, 1), run));
-    for (let i = 0; i < n; i++) core.add({ id: `r${i}`, promptTokenIds: Array.from({ length: PROMPT }, (_, t) => i * PROMPT + t + 1), maxOutputTokens: PASSES * 4 });
-    let now = 0;
-    // Until every request is past its prefill and decoding.
-    for (;;) {
-      const pass = core.executePass(now);
-      now = pass.endMs;
-      if (pass.tokens.length === n) break;
-    }
-    const t0 = performance.now();
-    for (let p = 0; p < PASSES; p++) now = core.executePass(now).endMs;
-    samples.push(((performance.now() - t0) * 1000) / PASSES);
-  }
-  const us = median(samples);
-  results[n] = us;
-  rows.push([n, round(us, 1), round(us / n, 2)]);
-  console.log(`  ${n} running: ${round(us, 1)} µs per pass`);
+const FLAVOURS: { name: string; args: (n: number) => EngineArgs }[] = [
+  { name: 'vllm', args: (n) => ({ ...DEFAULT_ENGINE_ARGS, numGpuBlocks: KV_TOKENS / 64, blockSize: 64, maxNumSeqs: n }) },
+  { name: 'sglang', args: () => sglang(64) },
+  { name: 'sglang-p1', args: () => sglang(1) },
+];
+function sglang(pageSize: number): EngineArgs {
+  return { ...DEFAULT_ENGINE_ARGS, engineType: 'sglang', numGpuBlocks: KV_TOKENS / pageSize, blockSize: pageSize, sglang: { ...DEFAULT_ENGINE_ARGS.sglang, pageSize } };
 }
-printTable(['running requests', 'µs per pass (median)', 'µs per request'], rows);
-console.log(JSON.stringify({ bench: 'engine-pass', prompt: PROMPT, passes: PASSES, usPerPass: results }));
+
+/** µs per decode pass with `n` requests running. */
+function measure(args: EngineArgs, n: number, seed: number): number {
+  const core = createSchedulerCore(schedulerConfig(args, modelTiming(polynomialPerfModel, 1, 1), seed));
+  for (let i = 0; i < n; i++) core.add({ id: `r${i}`, promptTokenIds: Array.from({ length: PROMPT }, (_, t) => i * PROMPT + t + 1), maxOutputTokens: PASSES * 4 });
+  let now = 0;
+  // Until every request is past its prefill and decoding.
+  for (;;) {
+    const pass = core.executePass(now);
+    now = pass.endMs;
+    if (pass.tokens.length === n) break;
+  }
+  const t0 = performance.now();
+  for (let p = 0; p < PASSES; p++) {
+    const pass = core.executePass(now);
+    if (pass.tokens.length !== n) throw new Error(`${args.engineType}: ${pass.tokens.length} of ${n} requests decoded in a timed pass`);
+    now = pass.endMs;
+  }
+  return ((performance.now() - t0) * 1000) / PASSES;
+}
+
+const load = () => loadavg().map((l) => l.toFixed(2)).join(' ');
+const spread = (values: number[], digits: number) => `${round(Math.min(...values), digits)}–${round(Math.max(...values), digits)}`;
+console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model.trim()}, node ${process.version}; ${new Date().toISOString()}; load average ${load()}`);
+console.log(`prompt ${PROMPT} tokens, ${PASSES} timed passes, ${RUNS} interleaved rounds per size`);
+const rows: (string | number)[][] = [];
+const results: Record<string, Record<number, { median: number; min: number; max: number }>> = {};
+const ratios: Record<string, Record<number, { median: number; min: number; max: number }>> = {};
+for (const f of FLAVOURS) results[f.name] = {};
+for (const f of FLAVOURS.slice(1)) ratios[f.name] = {};
+for (const f of FLAVOURS) measure(f.args(64), 64, 0);
+for (const n of SIZES) {
+  const samples = FLAVOURS.map((): number[] => []);
+  for (let run = 0; run < RUNS; run++) FLAVOURS.forEach((f, i) => samples[i].push(measure(f.args(n), n, run)));
+  const row: (string | number)[] = [n];
+  FLAVOURS.forEach((f, i) => {
+    results[f.name][n] = { median: round(median(samples[i]), 2), min: round(Math.min(...samples[i]), 2), max: round(Math.max(...samples[i]), 2) };
+    row.push(round(median(samples[i]), 1), spread(samples[i], 1));
+    if (i === 0) return;
+    const perRound = samples[i].map((us, k) => us / samples[0][k]);
+    ratios[f.name][n] = { median: round(median(perRound), 3), min: round(Math.min(...perRound), 3), max: round(Math.max(...perRound), 3) };
+    row.push(`${round(median(perRound), 2)} (${spread(perRound, 2)})`);
+  });
+  rows.push(row);
+  console.log(`  ${n} running: ${FLAVOURS.map((f, i) => `${f.name} ${round(median(samples[i]), 1)}`).join(', ')} µs per pass`);
+}
+printTable(
+  ['running', ...FLAVOURS.flatMap((f, i) => [`${f.name} µs/pass`, 'min–max', ...(i === 0 ? [] : [`${f.name} ÷ vllm (min–max)`])])],
+  rows,
+);
+console.log(`load average at the end: ${load()}`);
+console.log(JSON.stringify({ bench: 'engine-pass', prompt: PROMPT, passes: PASSES, runs: RUNS, kvTokens: KV_TOKENS, usPerPass: results, ratioToVllm: ratios }));

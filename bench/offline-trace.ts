@@ -1,6 +1,6 @@
 /**
- * Benchmark (issue #3, the speed of `mocker trace`): the offline replay's own code path — a workload,
- * normalizeArrivals, WorkloadDriver, OfflineReplay over EngineCore workers, ReplayCollector and its report —
+ * Benchmark (issues #3 and #13, the speed of `mocker trace`): the offline replay's own code path — a workload,
+ * normalizeArrivals, WorkloadDriver, OfflineReplay over scheduler cores, ReplayCollector and its report —
  * wired as src/cli/trace.ts wires an offline aggregated run (polynomial perf model, seed 42, worker i seeded
  * 42 + i, vLLM default engine args unless a setting says otherwise). Wall time covers parsing the trace text
  * (read beforehand) or building the synthetic workload, the simulation and the report: what a user waits
@@ -20,11 +20,23 @@
  *   e. Memory of setting c's fleet on 1,000 rows and on the whole trace, each in a fresh process: peak RSS,
  *      and JS memory (heap plus typed arrays) at its peak during the run and still held after it (the
  *      workload and the collector, as the CLI holds them when it writes its report), per request.
+ *   SGLang flavour (`--extra-engine-args '{"engine_type":"sglang",…}'`, SGLang defaults otherwise), beside
+ *   a–c. Dynamo's PR #12034 measured its SGLang 1,000-request Mooncake replay at 19.4 s wall (engine-reference
+ *   §8.9): goal ≤ 1.94 s (10× faster) for f, g and h.
+ *   f. Setting b's run with SGLang at page size 1 (SGLang's own default), given b's KV capacity in tokens:
+ *      16,384 blocks × 64 / page size 1 = 1,048,576 blocks of one token.
+ *   g. The same at page size 64 (b's block size, mocker's default): 16,384 pages of 64.
+ *   h. Setting a's run with SGLang at page size 512 (a's block size), 16,384 pages as in a.
+ *   i. Setting c with SGLang at page size 64 (c's block size), 16,384 pages: the whole trace, 4 workers,
+ *      kv_router, arrival speedup 4.
+ *   j. Setting i at page size 1 with the same KV tokens (1,048,576 pages of one token; the router's block is
+ *      the page, so it indexes every token). Reported. Only with --only: a round takes minutes (about 25× i,
+ *      two thirds of it in the kv_router's index).
  * Every timed setting runs one warm-up round (reported too: it is what a single `mocker trace` run costs,
  * before the code is optimised), then --rounds rounds; median and min–max are reported. Without ../shared (a
  * CI clone has none) the trace settings are skipped, saying so.
  *
- *   npx tsx bench/offline-trace.ts [--rounds 5] [--only a,b,c,d,e] [--trace PATH]
+ *   npx tsx bench/offline-trace.ts [--rounds 5] [--only a,b,c,d,e,f,g,h,i] [--trace PATH]   (--only also takes j)
  * (--memory-probe ROWS is the child process of setting e.)
  */
 import { spawnSync } from 'node:child_process';
@@ -42,15 +54,19 @@ import { mooncakeFileWorkload, normalizeArrivals, syntheticWorkload, type Worklo
 import { median, numberArg, printTable, round, stringArg } from './lib/stats.js';
 
 const ROUNDS = numberArg('rounds', 5);
-const ONLY = new Set(stringArg('only', 'a,b,c,d,e').split(',').map((s) => s.trim()));
+const SETTINGS = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j'];
+/** j is left out unless asked for: it takes minutes a round. */
+const ONLY = new Set(stringArg('only', SETTINGS.filter((key) => key !== 'j').join(',')).split(',').map((s) => s.trim()));
 const TRACE = stringArg('trace', fileURLToPath(new URL('../../shared/traces/conversation_trace.jsonl', import.meta.url)));
 const MEMORY_PROBE = stringArg('memory-probe', '');
 if (!(Number.isInteger(ROUNDS) && ROUNDS >= 1)) throw new Error(`--rounds must be an integer >= 1, got ${ROUNDS}`);
-for (const key of ONLY) if (!['a', 'b', 'c', 'd', 'e'].includes(key)) throw new Error(`--only takes settings among a,b,c,d,e, got ${key}`);
+for (const key of ONLY) if (!SETTINGS.includes(key)) throw new Error(`--only takes settings among ${SETTINGS.join(',')}, got ${key}`);
 /** The CLI's default --seed for `mocker trace`. */
 const SEED = 42;
 const TRACE_BLOCK_SIZE = 512;
 const DYNAMO_WALL_S = 1.3;
+/** Dynamo's SGLang replay after its PR #12034 (engine-reference §8.9). */
+const DYNAMO_SGLANG_WALL_S = 19.4;
 
 interface Fleet {
   workers: number;
@@ -101,6 +117,17 @@ const FLEET_A: Fleet = { workers: 1, router: 'round_robin', engine: { blockSize:
 const FLEET_B: Fleet = { ...FLEET_A, engine: { blockSize: 64, speedupRatio: 0.5 } };
 const FLEET_C: Fleet = { workers: 4, router: 'kv_router', engine: { blockSize: 64 }, arrivalSpeedup: 4 };
 const FLEET_D: Fleet = { workers: 1, router: 'round_robin', engine: {}, arrivalSpeedup: 1 };
+/** SGLang at `pageSize` holding `kvTokens` KV tokens: the page is also the block (stats, events, router). */
+const sglangEngine = (pageSize: number, kvTokens: number): Partial<EngineArgs> => ({
+  engineType: 'sglang', blockSize: pageSize, numGpuBlocks: kvTokens / pageSize, sglang: { ...DEFAULT_ENGINE_ARGS.sglang, pageSize },
+});
+/** The KV tokens of settings b and c: mocker's default 16,384 blocks of 64. */
+const KV_TOKENS_64 = DEFAULT_ENGINE_ARGS.numGpuBlocks * 64;
+const FLEET_F: Fleet = { ...FLEET_B, engine: { ...sglangEngine(1, KV_TOKENS_64), speedupRatio: 0.5 } };
+const FLEET_G: Fleet = { ...FLEET_B, engine: { ...sglangEngine(64, KV_TOKENS_64), speedupRatio: 0.5 } };
+const FLEET_H: Fleet = { ...FLEET_A, engine: { ...sglangEngine(512, DEFAULT_ENGINE_ARGS.numGpuBlocks * 512), speedupRatio: 0.5 } };
+const FLEET_I: Fleet = { ...FLEET_C, engine: sglangEngine(64, KV_TOKENS_64) };
+const FLEET_J: Fleet = { ...FLEET_C, engine: sglangEngine(1, KV_TOKENS_64) };
 const synthetic = (requestCount: number) => () =>
   syntheticWorkload({
     inputTokens: 1000, outputTokens: 100, requestCount, arrivalIntervalMs: 1,
@@ -153,7 +180,7 @@ const traceAvailable = existsSync(TRACE);
 const load = () => loadavg().map((l) => l.toFixed(2)).join(' ');
 console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model.trim()}, node ${process.version}; ${new Date().toISOString()}; load average ${load()}`);
 console.log(`rounds: ${ROUNDS} after a warm-up round; settings: ${[...ONLY].join(',')}`);
-if (!traceAvailable) console.log(`no trace at ${TRACE} (../shared is absent, as in a CI clone): settings a, b, c and e are skipped`);
+if (!traceAvailable) console.log(`no trace at ${TRACE} (../shared is absent, as in a CI clone): settings a, b, c, e, f, g, h, i and j are skipped`);
 
 const table: (string | number)[][] = [];
 const jsonLines: string[] = [];
@@ -172,11 +199,11 @@ function timeTrace(key: string, what: string, rows: number | null, fleet: Fleet,
   const { report, rejected } = outcomes[0];
   const met = goalS === null ? '' : wallMs / 1000 <= goalS ? 'MET' : 'NOT MET';
   console.log(`${key}. ${what}: warm-up ${round(warmUpMs, 1)} ms, then ${walls.map((w) => round(w, 1)).join(', ')} ms`);
-  table.push([key, report.num_requests, round(wallMs, 1), spread(walls), round(warmUpMs, 1), round(report.duration_ms / 1000, 1), round(report.num_requests / (wallMs / 1000), 0), round(report.prefix_cache_reused_ratio, 3), goalS === null ? '' : `≤ ${goalS * 1000}`, met]);
+  table.push([key, report.num_requests, round(wallMs, 1), spread(walls), round(warmUpMs, 1), round(report.duration_ms / 1000, 1), round(report.num_requests / (wallMs / 1000), 0), round(report.prefix_cache_reused_ratio, 3), goalS === null ? '' : `≤ ${round(goalS * 1000, 1)}`, met]);
   jsonLines.push(JSON.stringify({
     bench: 'offline-trace', setting: key, what, requests: report.num_requests, completed: report.completed_requests, rejected,
     wallMsMedian: round(wallMs, 1), wallMsMin: round(Math.min(...walls), 1), wallMsMax: round(Math.max(...walls), 1), wallMs: walls.map((w) => round(w, 1)), warmUpMs: round(warmUpMs, 1),
-    simulatedS: round(report.duration_ms / 1000, 3), prefixReuseRatio: round(report.prefix_cache_reused_ratio, 4), goalMs: goalS === null ? null : goalS * 1000, met: goalS === null ? null : met === 'MET',
+    simulatedS: round(report.duration_ms / 1000, 3), prefixReuseRatio: round(report.prefix_cache_reused_ratio, 4), goalMs: goalS === null ? null : round(goalS * 1000, 1), met: goalS === null ? null : met === 'MET',
   }));
 }
 
@@ -206,6 +233,12 @@ if (ONLY.has('d')) {
     ratio: round(ratio, 3), ratioMin: round(Math.min(...ratios), 3), ratioMax: round(Math.max(...ratios), 3), ratioOfMinima: round(Math.min(...largeWalls) / Math.min(...smallWalls), 3), goalRatio: 10, met: met === 'MET',
   }));
 }
+
+timeTrace('f', 'SGLang: first 1,000 rows, 1 worker, round robin, page 1 (1,048,576 pages), speedup 0.5', 1000, FLEET_F, DYNAMO_SGLANG_WALL_S / 10);
+timeTrace('g', 'SGLang: first 1,000 rows, 1 worker, round robin, page 64 (16,384 pages), speedup 0.5', 1000, FLEET_G, DYNAMO_SGLANG_WALL_S / 10);
+timeTrace('h', 'SGLang: first 1,000 rows, 1 worker, round robin, page 512 (16,384 pages), speedup 0.5', 1000, FLEET_H, DYNAMO_SGLANG_WALL_S / 10);
+timeTrace('i', 'SGLang: whole trace, 4 workers, kv_router, arrival speedup 4, page 64 (16,384 pages)', null, FLEET_I, null);
+timeTrace('j', 'SGLang: whole trace, 4 workers, kv_router, arrival speedup 4, page 1 (1,048,576 pages)', null, FLEET_J, null);
 
 if (table.length > 0) {
   console.log('');

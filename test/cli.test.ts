@@ -117,6 +117,7 @@ const README_SERVE_DEFAULTS = {
   on_miss: 'random',
   perf_model: 'polynomial', // --planner-profile-data: "polynomial"
   forward_time_ms: 25,
+  engine_type: 'vllm', // --engine-type: "vllm"
   num_gpu_blocks: 16384,
   block_size: 64,
   max_num_seqs: 256,

@@ -162,7 +162,7 @@ export function checkEngineArgs(args: EngineArgs): EngineArgs {
     if (maxPrefillTokens < chunkedPrefillSize) throw new Error(`--sglang-max-prefill-tokens ${maxPrefillTokens} must be at least --sglang-chunked-prefill-size ${chunkedPrefillSize}`);
     return args;
   }
-  if (args.blockSize < 2) throw new Error(`block size must be at least 2, got ${args.blockSize}`);
+  if (args.blockSize < 2) throw new Error(`the block size (--block-size) must be at least 2 with --engine-type vllm, got ${args.blockSize}`);
   if (args.maxNumBatchedTokens !== null && args.maxNumSeqs !== null && args.maxNumBatchedTokens < args.maxNumSeqs) {
     throw new Error(
       `max_num_batched_tokens (--max-num-batched-tokens) ${args.maxNumBatchedTokens} must be at least max_num_seqs (--max-num-seqs) ${args.maxNumSeqs}: every running request needs a token per pass`,

@@ -11,6 +11,7 @@ import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEngineDouble, type EngineDouble, type EngineName } from './support/engineDoubles.js';
+import { runEngines } from './support/captureRuns.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
 import { oracleChat, oracleIds } from './support/qwen3Oracle.js';
@@ -45,15 +46,6 @@ function storedExchanges(file: string): { path: string; outcome: string; model: 
       requestBody: r.request_body.toString('utf8'),
       promptIds: r.prompt_ids ? Array.from({ length: r.prompt_ids.length / 4 }, (_, i) => r.prompt_ids!.readUInt32LE(i * 4)) : null,
     }));
-  } finally {
-    db.close();
-  }
-}
-
-function runEngines(file: string): (string | null)[] {
-  const db = new Database(file, { readonly: true });
-  try {
-    return (db.prepare('SELECT engine FROM runs ORDER BY id').all() as { engine: string | null }[]).map((r) => r.engine);
   } finally {
     db.close();
   }

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runEngines } from './support/captureRuns.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { startSglangUpstream, type SglangUpstream } from './support/sglangUpstream.js';
 import { oracleChat, oracleIds } from './support/qwen3Oracle.js';
@@ -141,15 +142,6 @@ function stored(file: string): Stored[] {
     return rows.map((r) => ({
       path: r.path, outcome: r.outcome, promptIds: u32s(r.prompt_ids), tokenSource: r.token_source, outputIds: u32s(r.output_ids)!, text: r.text, finishReason: r.finish_reason, stopReason: JSON.parse(r.stop_reason ?? 'null'),
     }));
-  } finally {
-    db.close();
-  }
-}
-
-function runEngines(file: string): (string | null)[] {
-  const db = new Database(file, { readonly: true });
-  try {
-    return (db.prepare('SELECT engine FROM runs ORDER BY id').all() as { engine: string | null }[]).map((r) => r.engine);
   } finally {
     db.close();
   }

@@ -11,6 +11,7 @@ import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEngineDouble, type EngineDouble, type EngineName } from './support/engineDoubles.js';
+import { answerSummary } from './support/answerSummary.js';
 import { runEngines } from './support/captureRuns.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
@@ -62,28 +63,6 @@ async function rawAnswer(client: OpenAI, r: Request): Promise<{ status: number; 
   const call = r.chat ? client.chat.completions.create(r.body as never) : client.completions.create(r.body as never);
   const res = await call.asResponse();
   return { status: res.status, text: await res.text() };
-}
-
-/** Content, finish reason and usage of an answer, streamed or not. */
-function summary(chat: boolean, stream: boolean, text: string): { content: string; finish: unknown; usage: unknown } {
-  const chunks: Json[] = stream
-    ? text
-        .split('\n')
-        .filter((l) => l.startsWith('data: ') && l !== 'data: [DONE]')
-        .map((l) => JSON.parse(l.slice(6)) as Json)
-    : [JSON.parse(text) as Json];
-  let content = '';
-  let finish: unknown = null;
-  let usage: unknown = null;
-  for (const chunk of chunks) {
-    if (chunk.usage) usage = chunk.usage;
-    for (const c of (chunk.choices ?? []) as Json[]) {
-      const piece = chat ? ((stream ? (c.delta as Json) : (c.message as Json))?.content ?? '') : (c.text ?? '');
-      content += String(piece);
-      if (c.finish_reason != null) finish = c.finish_reason;
-    }
-  }
-  return { content, finish, usage };
 }
 
 function requestsFor(model: string): Request[] {
@@ -148,7 +127,7 @@ describe.each<EngineName>(['llama.cpp', 'transformers'])('capture in front of %s
     const requests = requestsFor(engine.model);
     expect(rows.map((r) => r.outcome)).toEqual(requests.map(() => 'complete'));
     rows.forEach((row, i) => {
-      const usage = summary(requests[i].chat, requests[i].body.stream === true, direct[requests[i].name].text).usage as { prompt_tokens: number };
+      const usage = answerSummary(requests[i].chat, requests[i].body.stream === true, direct[requests[i].name].text).usage as { prompt_tokens: number };
       expect(row.promptIds?.length, requests[i].name).toBe(usage.prompt_tokens);
       expect(row.model).toBe(engine.model);
       // llama.cpp tokenizes with its own endpoint; transformers serve has none.
@@ -166,7 +145,7 @@ describe.each<EngineName>(['llama.cpp', 'transformers'])('capture in front of %s
         const stream = r.body.stream === true;
         const answer = await rawAnswer(client, r);
         expect(answer.status, `${r.name}: ${answer.text}`).toBe(200);
-        expect(summary(r.chat, stream, answer.text), r.name).toEqual(summary(r.chat, stream, direct[r.name].text));
+        expect(answerSummary(r.chat, stream, answer.text), r.name).toEqual(answerSummary(r.chat, stream, direct[r.name].text));
       }
     } finally {
       await replay.stop();

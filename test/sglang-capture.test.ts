@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { answerSummary } from './support/answerSummary.js';
 import { runEngines } from './support/captureRuns.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { startSglangUpstream, type SglangUpstream } from './support/sglangUpstream.js';
@@ -89,30 +90,6 @@ function unstamped(text: string): string {
   return text.replace(/"id":"[^"]*"/g, '"id":""').replace(/"created":\d+/g, '"created":0');
 }
 
-/** Text, finish reason, usage and (when present) output ids of an answer, streamed or not. */
-function summary(chat: boolean, stream: boolean, text: string): { content: string; finish: unknown; usage: unknown; ids: number[] | null } {
-  const chunks: Json[] = stream
-    ? text
-        .split('\n')
-        .filter((l) => l.startsWith('data: ') && l !== 'data: [DONE]')
-        .map((l) => JSON.parse(l.slice(6)) as Json)
-    : [JSON.parse(text) as Json];
-  let content = '';
-  let finish: unknown = null;
-  let usage: unknown = null;
-  let ids: number[] | null = null;
-  for (const chunk of chunks) {
-    if (chunk.usage) usage = chunk.usage;
-    for (const c of (chunk.choices ?? []) as Json[]) {
-      const piece = chat ? ((stream ? (c.delta as Json) : (c.message as Json))?.content ?? '') : (c.text ?? '');
-      content += String(piece);
-      if (c.finish_reason != null) finish = c.finish_reason;
-      if (Array.isArray(c.token_ids)) ids = [...(ids ?? []), ...(c.token_ids as number[])];
-    }
-  }
-  return { content, finish, usage, ids };
-}
-
 /** The usage fields every OpenAI client reads, whichever engine's extras come along. */
 function counts(usage: unknown): { prompt_tokens: number; completion_tokens: number; total_tokens: number } {
   const u = usage as Json;
@@ -182,7 +159,7 @@ describe.each(VARIANTS)('capture in front of $name', ({ tokenIds, requests }) =>
   it('answers as SGLang does, in the shapes of its source', () => {
     for (const r of requests) {
       expect(direct[r.name].status, r.name).toBe(200);
-      const s = summary(r.chat, r.body.stream === true, direct[r.name].text);
+      const s = answerSummary(r.chat, r.body.stream === true, direct[r.name].text);
       expect(s.content, r.name).toBe(r.text);
       expect(s.finish, r.name).toBe(r.finish);
       // completion_tokens counts the EOS SGLang stopped on (it is in output_ids).
@@ -235,12 +212,12 @@ describe.each(VARIANTS)('capture in front of $name', ({ tokenIds, requests }) =>
         const stream = r.body.stream === true;
         const answer = await rawAnswer(client(`http://127.0.0.1:${replay.port}`), r);
         expect(answer.status, `${r.name}: ${answer.text}`).toBe(200);
-        const replayed = summary(r.chat, stream, answer.text);
-        const original = summary(r.chat, stream, direct[r.name].text);
+        const replayed = answerSummary(r.chat, stream, answer.text);
+        const original = answerSummary(r.chat, stream, direct[r.name].text);
         expect({ ...replayed, usage: counts(replayed.usage) }, r.name).toEqual({ ...original, usage: counts(original.usage) });
         // Asked for them, the replay answers the ids SGLang generated.
         const withIds = await rawAnswer(client(`http://127.0.0.1:${replay.port}`), r, { return_token_ids: true });
-        expect(summary(r.chat, stream, withIds.text).ids, r.name).toEqual(r.ids);
+        expect(answerSummary(r.chat, stream, withIds.text).ids, r.name).toEqual(r.ids);
       }
     } finally {
       await replay.stop();

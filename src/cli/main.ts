@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 import { createRequire } from 'node:module';
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, InvalidArgumentError, Option, type OptionValues } from 'commander';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig, type KvEventsFormat } from '../events/index.js';
 import { startCapture } from './capture.js';
+import { applyEnvironment, seed004Capture } from './environment.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type EngineArgs } from './engineArgs.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
@@ -53,12 +54,31 @@ function portList(name: string) {
   return (value: string) => value.split(',').map((part) => port(name, false)(part.trim()));
 }
 
+/** `mocker capture` from its flags (also `serve` under seed 004's CAPTURE_MODE=1, which has them all but --label). */
+function startCaptureWith(o: OptionValues) {
+  return startCapture({
+    upstream: o.upstream,
+    captures: o.captures,
+    host: o.host,
+    port: o.port,
+    model: o.model,
+    label: o.label,
+    upstreamTimeoutMs: o.upstreamTimeout,
+    maxBodyBytes: o.maxBodyBytes,
+    redactHeaders: o.redactHeader,
+  });
+}
+
 const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 
 const program = new Command('mocker')
   .description('Capture/replay proxy and engine simulator for LLM inference (vLLM-compatible).')
   .version(version, '-V, --version', 'print the mocker version')
-  .showHelpAfterError();
+  .showHelpAfterError()
+  .hook('preAction', (_, action) => {
+    const applied = applyEnvironment(action, process.env, program.commands);
+    if (applied.length > 0) console.log(`mocker ${action.name()}: settings from the environment: ${applied.join(', ')}`);
+  });
 
 program
   .command('serve')
@@ -122,6 +142,13 @@ program
   .option('--redact-header <name>', 'also never store this header (for --on-miss record)', collect, [...DEFAULT_REDACTED_HEADERS])
   .addOption(shutdownTimeout())
   .action(async (o, command: Command) => {
+    // Seed 004's CAPTURE_MODE=1: the engine's own process recorded; here, the capture proxy on serve's address.
+    if (seed004Capture(process.env) && command.getOptionValueSource('mode') === 'default') {
+      if (!o.upstream) throw new Error('CAPTURE_MODE=1 records a real engine: give its URL with --upstream (or MOCKER_UPSTREAM)');
+      console.log('mocker serve: CAPTURE_MODE=1: running as mocker capture');
+      stopOnSignal('capture', await startCaptureWith(o), o.shutdownTimeout);
+      return;
+    }
     // Dynamo's rule: the SGLang page size is the block size unless only one of them is given.
     const blockSizeGiven = command.getOptionValueSource('blockSize') !== 'default';
     let engine: EngineArgs = {
@@ -262,20 +289,7 @@ program
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (Authorization, API keys and cookies never are)', collect, [...DEFAULT_REDACTED_HEADERS])
   .addOption(shutdownTimeout())
-  .action(async (o) => {
-    const capture = await startCapture({
-      upstream: o.upstream,
-      captures: o.captures,
-      host: o.host,
-      port: o.port,
-      model: o.model,
-      label: o.label,
-      upstreamTimeoutMs: o.upstreamTimeout,
-      maxBodyBytes: o.maxBodyBytes,
-      redactHeaders: o.redactHeader,
-    });
-    stopOnSignal('capture', capture, o.shutdownTimeout);
-  });
+  .action(async (o) => stopOnSignal('capture', await startCaptureWith(o), o.shutdownTimeout));
 
 program.parseAsync().catch((err: unknown) => {
   console.error(`mocker: ${err instanceof Error ? err.message : String(err)}`);

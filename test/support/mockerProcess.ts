@@ -24,6 +24,8 @@ export interface SpawnOptions {
   portFlag?: boolean;
   /** File permissions bind the process even when the tests run as root (see `permissionsBinding`). */
   bound?: boolean;
+  /** What runs instead of `node dist/cli/main.js` (e.g. `['bash', 'scripts/x.sh']`), given the same arguments. */
+  launcher?: string[];
 }
 
 /**
@@ -36,8 +38,8 @@ export function permissionsBinding(command: string[]): [string, string[]] {
   return [full[0], full.slice(1)];
 }
 
-function spawnCli(args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; bound?: boolean }) {
-  const command = [process.execPath, MAIN, ...args];
+function spawnCli(args: string[], options: Omit<SpawnOptions, 'portFlag'>) {
+  const command = [...(options.launcher ?? [process.execPath, MAIN]), ...args];
   const [file, rest] = options.bound ? permissionsBinding(command) : [command[0], command.slice(1)];
   return spawn(file, rest, { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd, env: options.env });
 }
@@ -68,7 +70,7 @@ export function startMockerProcess(args: string[], port = 0, options: SpawnOptio
 }
 
 /** Runs the built CLI to its exit (for arguments it must refuse): exit code and what it printed. */
-export function runMockerToExit(args: string[], options: { cwd?: string; bound?: boolean } = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runMockerToExit(args: string[], options: Omit<SpawnOptions, 'portFlag'> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const child = spawnCli(args, options);
   let stdout = '';
   let stderr = '';

@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-const ENV = 'MOCKER_TEST_TMPDIR';
+const ENV = 'VITEST_MOCKER_TMPDIR';
 
 export function setup(): () => void {
   const root = mkdtempSync(join(tmpdir(), 'mocker-tests-'));

@@ -10,7 +10,7 @@ import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { runTrace } from './trace.js';
-import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
+import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
 
@@ -140,6 +140,11 @@ program
   .option('--max-model-len <n>', 'context length (default: captured, else the model config)', number('--max-model-len', { integer: true, min: 1 }))
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (for --on-miss record)', collect, [...DEFAULT_REDACTED_HEADERS])
+  .option('--embedding-dimensions <n>', '/v1/embeddings vector size (the largest `dimensions` a request may ask for)', number('--embedding-dimensions', { integer: true, min: 1, below: 65537 }), DEFAULT_POOLING.embeddingDimensions)
+  .option('--embedding-base-latency <ms>', '/v1/embeddings latency per request', number('--embedding-base-latency', { min: 0 }), DEFAULT_POOLING.embeddingBaseLatencyMs)
+  .option('--embedding-per-input-latency <ms>', '/v1/embeddings latency per input', number('--embedding-per-input-latency', { min: 0 }), DEFAULT_POOLING.embeddingPerInputLatencyMs)
+  .option('--ranking-base-latency <ms>', '/v1/ranking, /rerank, /v2/rerank latency per request', number('--ranking-base-latency', { min: 0 }), DEFAULT_POOLING.rankingBaseLatencyMs)
+  .option('--ranking-per-passage-latency <ms>', '/v1/ranking, /rerank, /v2/rerank latency per passage', number('--ranking-per-passage-latency', { min: 0 }), DEFAULT_POOLING.rankingPerPassageLatencyMs)
   .addOption(shutdownTimeout())
   .action(async (o, command: Command) => {
     // Seed 004's CAPTURE_MODE=1: the engine's own process recorded; here, the capture proxy on serve's address.
@@ -217,6 +222,13 @@ program
       maxModelLen: o.maxModelLen,
       maxBodyBytes: o.maxBodyBytes,
       redactHeaders: o.redactHeader,
+      pooling: {
+        embeddingDimensions: o.embeddingDimensions,
+        embeddingBaseLatencyMs: o.embeddingBaseLatency,
+        embeddingPerInputLatencyMs: o.embeddingPerInputLatency,
+        rankingBaseLatencyMs: o.rankingBaseLatency,
+        rankingPerPassageLatencyMs: o.rankingPerPassageLatency,
+      },
     };
     if (o.pd) {
       if (role !== 'agg') throw new Error('--pd starts its own prefill and decode engines: drop --disaggregation-mode');

@@ -102,7 +102,26 @@ export interface ServeOptions {
   kvTransferBandwidthGBps?: number;
   /** How long a prefill engine holds KV for a decode that never comes. Default VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). */
   kvHoldTimeoutMs?: number;
+  /** Embeddings and reranking (seed 003): vector size and latency knobs. Defaults: DEFAULT_POOLING. */
+  pooling?: Partial<PoolingOptions>;
 }
+
+/** Seed 003's embedding and ranking settings (its defaults: 768 dimensions, 10 ms + 2 ms per input, 10 ms + 1 ms per passage). */
+export interface PoolingOptions {
+  embeddingDimensions: number;
+  embeddingBaseLatencyMs: number;
+  embeddingPerInputLatencyMs: number;
+  rankingBaseLatencyMs: number;
+  rankingPerPassageLatencyMs: number;
+}
+
+export const DEFAULT_POOLING: PoolingOptions = {
+  embeddingDimensions: 768,
+  embeddingBaseLatencyMs: 10,
+  embeddingPerInputLatencyMs: 2,
+  rankingBaseLatencyMs: 10,
+  rankingPerPassageLatencyMs: 1,
+};
 
 export interface Running {
   /** The (first) port listened on. */
@@ -276,6 +295,15 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     upstream: upstream?.url.href ?? null,
     upstream_timeout: opts.upstreamTimeoutMs,
   };
+  const pooling = { ...DEFAULT_POOLING, ...opts.pooling };
+  // Their own latency, scaled like every simulated duration; none at all under --timing none.
+  const poolingMs = (ms: number) => (timing === 'none' ? 0 : ms / args.speedupRatio);
+  const poolingLatency = {
+    embeddingBaseMs: poolingMs(pooling.embeddingBaseLatencyMs),
+    embeddingPerInputMs: poolingMs(pooling.embeddingPerInputLatencyMs),
+    rankingBaseMs: poolingMs(pooling.rankingBaseLatencyMs),
+    rankingPerPassageMs: poolingMs(pooling.rankingPerPassageLatencyMs),
+  };
   const timers: NodeJS.Timeout[] = [];
   closers.unshift(() => timers.forEach(clearInterval));
   // One engine (own scheduler and KV cache per rank) per worker, each behind its own server.
@@ -348,6 +376,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[w].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
       settings,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
+      pooling: { embeddingDimensions: pooling.embeddingDimensions, latency: poolingLatency },
     });
     drain.handle(servers[w], getRequestListener(app.fetch, { hostname: opts.host }));
   }

@@ -16,6 +16,8 @@ import type { ChunkDelta, StoredExchange } from '../store/captureStore.js';
 import { TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
 import { chunkEvent, DONE_EVENT, fullResponse, restamp, roleEvent, usageEvent, type RenderContext } from './render.js';
+import { poolingEndpoints, type PoolingLatency } from './poolingEndpoints.js';
+import { tgiEndpoints, type RunCompletion } from './tgi.js';
 import { chatRequest, checkRequestChatTemplate, checkRequestFields, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
 
 export interface ServeAppConfig {
@@ -50,6 +52,8 @@ export interface ServeAppConfig {
   settings: EffectiveSettings;
   /** vLLM's --trust-request-chat-template: a `chat_template` in the request is used (rendered in a worker), not refused. */
   trustRequestChatTemplate?: boolean;
+  /** Embeddings and reranking (seed 003's endpoints): the vector size and their own latency. */
+  pooling: { embeddingDimensions: number; latency: PoolingLatency };
 }
 
 /**
@@ -86,6 +90,14 @@ const ROUTES: Record<string, string[]> = {
   '/reset_prefix_cache': ['POST'],
   '/detokenize': ['POST'],
   '/metrics': ['GET'],
+  '/': ['GET'],
+  '/v1/embeddings': ['POST'],
+  '/v1/ranking': ['POST'],
+  '/rerank': ['POST'],
+  '/v2/rerank': ['POST'],
+  '/generate': ['POST'],
+  '/generate_stream': ['POST'],
+  '/v1/custom-multimodal': ['POST'],
 };
 
 const SSE_HEADERS: OutgoingHttpHeaders = { 'content-type': 'text/event-stream; charset=utf-8' };
@@ -524,6 +536,17 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     return RESPONSE_ALREADY_SENT;
   };
 
+  /** The completion path for endpoints that render the engine's tokens in their own shape (TGI, multimodal). */
+  const runCompletion: RunCompletion = async (completionBody, arrivalMs, signal) => {
+    const p = await prepare('completion', completionBody, undefined);
+    const resolution = await resolver.resolve(p.params[0], p.model, p.prompts[0], requestShape('completion', completionBody), outputBudget());
+    config.mockerMetrics?.captureLookup(resolution.lookup);
+    if (resolution.type === 'error') throw resolution.error;
+    if (resolution.type === 'forward') throw new ApiError(501, 'This endpoint is answered from captures or random tokens only: it is not forwarded to the upstream.', 'NotImplementedError');
+    const ctx: RenderContext = { kind: 'completion', id: `cmpl-${randomUUID().replaceAll('-', '')}`, created: Math.floor(Date.now() / 1000), model: p.model, returnTokenIds: false, promptTokenIds: p.prompts[0] };
+    return { model: p.model, promptIds: p.prompts[0], plan: resolution.plans[0], events: runEngine(ctx, p, null, resolution.plans, arrivalMs, signal) };
+  };
+
   let inFlight = 0;
   app.use('*', async (c, next) => {
     if (config.apiKey !== undefined && c.req.path.startsWith('/v1') && c.req.method !== 'OPTIONS' && c.req.header('authorization') !== `Bearer ${config.apiKey}`) {
@@ -551,6 +574,29 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/v1/completions', generate('completion'));
   app.post('/v1/chat/completions', generate('chat'));
   app.get('/health', (c) => c.body(null, 200));
+  // Seed 003's (AIPerf's mock server's) endpoints beside vLLM's.
+  const pooling = poolingEndpoints({
+    ...config.pooling,
+    resolveModel,
+    encode: (text) => encodePrompt(text, true),
+    checkTokenIds,
+  });
+  const poolingRoute = (answer: (body: Json) => Promise<string>) => async (c: Context<Env>) =>
+    c.body(await answer((await readApiJson(c)).body), 200, { 'content-type': 'application/json' });
+  app.post('/v1/embeddings', poolingRoute(pooling.embeddings));
+  app.post('/v1/ranking', poolingRoute(pooling.nimRanking));
+  app.post('/rerank', poolingRoute(pooling.teiRerank));
+  app.post('/v2/rerank', poolingRoute(pooling.cohereRerank));
+  const tgi = tgiEndpoints(runCompletion, tokenizer);
+  const tgiRoute = (serve: (res: ServerResponse, body: Json, arrivalMs: number) => Promise<void>) => async (c: Context<Env>) => {
+    const arrivalMs = arrivalOf(c.env.incoming) ?? performance.now();
+    await serve(c.env.outgoing, (await readApiJson(c)).body, arrivalMs);
+    return RESPONSE_ALREADY_SENT;
+  };
+  app.post('/generate', tgiRoute(tgi.generate));
+  app.post('/generate_stream', tgiRoute(tgi.generateStream));
+  app.post('/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
+  app.get('/', (c) => c.json({ message: 'mocker: a vLLM-compatible engine simulator', version: (JSON.parse(config.versionJson) as { version: string }).version, model: config.servedModels[0] }));
   app.get('/mocker/engine', (c) => c.json({ ...engine.state(), config: config.settings }));
   app.post(KV_PULL_PATH, async (c) => {
     const req = parseBody(kvPullRequest, (await readJson(c)).body);

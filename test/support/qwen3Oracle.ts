@@ -6,6 +6,7 @@ interface OracleRow {
   kind: string;
   text?: string;
   ids_without_special?: number[];
+  ids_with_special?: number[];
   request?: { messages: { role: string; content: string }[] };
   ids?: number[];
 }
@@ -23,3 +24,6 @@ export function oracleChat(first: string): { messages: { role: string; content: 
   const row = ORACLE.find((o) => o.kind === 'chat' && o.request?.messages[0].content === first && Object.keys(o.request).length === 1)!;
   return { messages: row.request!.messages, ids: row.ids! };
 }
+
+/** The ids of `text` encoded with special tokens (what vLLM's embedding endpoint counts; Qwen3 adds none). */
+export const oracleIdsWithSpecial = (text: string): number[] => ORACLE.find((o) => o.kind === 'encode' && o.text === text)!.ids_with_special!;

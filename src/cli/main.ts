@@ -9,6 +9,9 @@ import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { runTrace } from './trace.js';
+import { parseReasoningConfig } from '../generation/reasoning.js';
+import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
+import { readJsonObjectArg } from '../util/jsonArg.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
@@ -120,6 +123,8 @@ program
   .option('--max-model-len <n>', 'context length (default: captured, else the model config)', number('--max-model-len', { integer: true, min: 1 }))
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (for --on-miss record)', collect, [...DEFAULT_REDACTED_HEADERS])
+  .option('--reasoning <json>', 'random answers open with a thinking span (Dynamo\'s {"start_thinking_token_id":N,"end_thinking_token_id":M,"thinking_ratio":R}; ids default to the tokenizer\'s <think> </think>)', (v: string) => parseReasoningConfig(readJsonObjectArg(v, '--reasoning'), '--reasoning'))
+  .option('--tool-call-rate <r>', 'share of random answers to a chat with tool_choice auto that call one of its tools', number('--tool-call-rate', { min: 0, below: 1.0000001 }), DEFAULT_TOOL_CALL_RATE)
   .addOption(shutdownTimeout())
   .action(async (o, command: Command) => {
     // Dynamo's rule: the SGLang page size is the block size unless only one of them is given.
@@ -146,6 +151,7 @@ program
       decodeSpeedupRatio: o.decodeSpeedupRatio,
       dataParallelSize: o.dataParallelSize,
       plannerProfileData: o.plannerProfileData,
+      reasoning: o.reasoning,
     };
     if (o.extraEngineArgs) engine = applyExtraEngineArgs(engine, o.extraEngineArgs);
     const format = o.kvEventsFormat as KvEventsFormat;
@@ -190,6 +196,7 @@ program
       maxModelLen: o.maxModelLen,
       maxBodyBytes: o.maxBodyBytes,
       redactHeaders: o.redactHeader,
+      toolCallRate: o.toolCallRate,
     };
     if (o.pd) {
       if (role !== 'agg') throw new Error('--pd starts its own prefill and decode engines: drop --disaggregation-mode');

@@ -130,6 +130,8 @@ const README_SERVE_DEFAULTS = {
   decode_speedup_ratio: 1,
   data_parallel_size: 1,
   planner_profile_data: null,
+  reasoning: null, // --reasoning: off
+  tool_call_rate: 0.5, // --tool-call-rate: 0.5
   disaggregation_mode: 'agg',
   // "the bundled Qwen3-0.6B: 28 × 2 × 8 × 128 × 2 = 114,688 B"
   kv_bytes_per_token: 114_688,

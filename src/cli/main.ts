@@ -11,6 +11,9 @@ import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { runTrace } from './trace.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
+import { parseReasoningConfig } from '../generation/reasoning.js';
+import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
+import { readJsonObjectArg } from '../util/jsonArg.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
 
@@ -145,6 +148,8 @@ program
   .option('--embedding-per-input-latency <ms>', '/v1/embeddings latency per input', number('--embedding-per-input-latency', { min: 0 }), DEFAULT_POOLING.embeddingPerInputLatencyMs)
   .option('--ranking-base-latency <ms>', '/v1/ranking, /rerank, /v2/rerank latency per request', number('--ranking-base-latency', { min: 0 }), DEFAULT_POOLING.rankingBaseLatencyMs)
   .option('--ranking-per-passage-latency <ms>', '/v1/ranking, /rerank, /v2/rerank latency per passage', number('--ranking-per-passage-latency', { min: 0 }), DEFAULT_POOLING.rankingPerPassageLatencyMs)
+  .option('--reasoning <json>', 'random answers open with a thinking span (Dynamo\'s {"start_thinking_token_id":N,"end_thinking_token_id":M,"thinking_ratio":R}; ids default to the tokenizer\'s <think> </think>)', (v: string) => parseReasoningConfig(readJsonObjectArg(v, '--reasoning'), '--reasoning'))
+  .option('--tool-call-rate <r>', 'share of random answers to a chat with tool_choice auto that call one of its tools', number('--tool-call-rate', { min: 0, below: 1.0000001 }), DEFAULT_TOOL_CALL_RATE)
   .addOption(shutdownTimeout())
   .action(async (o, command: Command) => {
     // Seed 004's CAPTURE_MODE=1: the engine's own process recorded; here, the capture proxy on serve's address.
@@ -178,6 +183,7 @@ program
       decodeSpeedupRatio: o.decodeSpeedupRatio,
       dataParallelSize: o.dataParallelSize,
       plannerProfileData: o.plannerProfileData,
+      reasoning: o.reasoning,
     };
     if (o.extraEngineArgs) engine = applyExtraEngineArgs(engine, o.extraEngineArgs);
     const format = o.kvEventsFormat as KvEventsFormat;
@@ -229,6 +235,7 @@ program
         rankingBaseLatencyMs: o.rankingBaseLatency,
         rankingPerPassageLatencyMs: o.rankingPerPassageLatency,
       },
+      toolCallRate: o.toolCallRate,
     };
     if (o.pd) {
       if (role !== 'agg') throw new Error('--pd starts its own prefill and decode engines: drop --disaggregation-mode');

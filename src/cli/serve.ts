@@ -6,6 +6,8 @@ import { Recorder } from '../capture/recorder.js';
 import { defaultHashSeed, fixedTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type BlockHashAlgo, type EngineObserver, type PassTiming, type TimingMode } from '../engine/index.js';
 import { KvEventStreams, KvTraceLog, kvTraceEnabled, type KvEventsConfig } from '../events/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
+import { resolveReasoningSpan } from '../generation/reasoning.js';
+import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { Drain, listen } from '../http/drain.js';
@@ -104,6 +106,8 @@ export interface ServeOptions {
   kvHoldTimeoutMs?: number;
   /** Embeddings and reranking (seed 003): vector size and latency knobs. Defaults: DEFAULT_POOLING. */
   pooling?: Partial<PoolingOptions>;
+  /** --tool-call-rate: share of random `tool_choice: "auto"` answers that call a tool. Default DEFAULT_TOOL_CALL_RATE. */
+  toolCallRate?: number;
 }
 
 /** Seed 003's embedding and ranking settings (its defaults: 768 dimensions, 10 ms + 2 ms per input, 10 ms + 1 ms per passage). */
@@ -240,7 +244,10 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   }
 
   const role = opts.role ?? 'agg';
-  const resolver = new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer, role });
+  const toolCallRate = opts.toolCallRate ?? DEFAULT_TOOL_CALL_RATE;
+  if (!(toolCallRate >= 0 && toolCallRate <= 1)) throw new Error(`--tool-call-rate must be between 0 and 1, got ${toolCallRate}`);
+  const synthetic = { reasoning: args.reasoning ? resolveReasoningSpan(args.reasoning, tokenizer) : null, toolCallRate };
+  const resolver = new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer, role, synthetic });
   const kvEvents = opts.kvEvents ?? [];
   if (kvEvents.length > 1 && kvEvents.length !== workers) throw new Error(`${kvEvents.length} KV event configs for ${workers} worker(s)`);
   const hashAlgo = opts.prefixCachingHashAlgo ?? 'sha256_cbor';
@@ -287,6 +294,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     decode_speedup_ratio: args.decodeSpeedupRatio,
     data_parallel_size: args.dataParallelSize,
     planner_profile_data: args.plannerProfileData ?? null,
+    reasoning: synthetic.reasoning && JSON.stringify({ start_thinking_token_id: synthetic.reasoning.startTokenId, end_thinking_token_id: synthetic.reasoning.endTokenId, thinking_ratio: synthetic.reasoning.thinkingRatio }),
+    tool_call_rate: toolCallRate,
     disaggregation_mode: role,
     kv_bytes_per_token: bytesPerToken,
     kv_transfer_bandwidth: bandwidthGBps,

@@ -11,6 +11,7 @@ import { OutputBudget, type OutputResolver, type Resolution } from '../generatio
 import type { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type KvTransferParams, type PrefillEndpoint } from '../pd/kvTransfer.js';
 import { requestShape } from '../generation/shape.js';
+import { toolOffer } from '../generation/toolCalls.js';
 import { arrivalOf } from './drain.js';
 import type { ChunkDelta, StoredExchange } from '../store/captureStore.js';
 import { TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
@@ -229,6 +230,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       includeStopStrInOutput: req.include_stop_str_in_output ?? false,
       skipSpecialTokens: req.skip_special_tokens ?? true,
       seed: req.seed ?? null,
+      ...(kind === 'chat' ? { reasoningEffort: (req as ChatRequest).reasoning_effort ?? null, tools: toolOffer(req as ChatRequest) } : {}),
     };
   };
 

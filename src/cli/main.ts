@@ -8,6 +8,7 @@ import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type En
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
+import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 
@@ -120,6 +121,14 @@ program
   .option('--max-model-len <n>', 'context length (default: captured, else the model config)', number('--max-model-len', { integer: true, min: 1 }))
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (for --on-miss record)', collect, [...DEFAULT_REDACTED_HEADERS])
+  .addOption(new Option('--dcgm-gpu-name <gpu>', 'GPU model of the simulated DCGM telemetry').choices(DCGM_GPU_NAMES).default(DEFAULT_DCGM.gpuName))
+  .option('--dcgm-num-gpus <n>', 'GPUs per simulated DCGM exporter (1-8)', number('--dcgm-num-gpus', { integer: true, min: 1, below: 9 }), DEFAULT_DCGM.numGpus)
+  .option('--dcgm-auto-load', 'DCGM load follows token throughput', DEFAULT_DCGM.autoLoad)
+  .option('--no-dcgm-auto-load', 'DCGM GPUs stay idle')
+  .option('--dcgm-min-throughput <tokens/s>', 'token throughput taken as full DCGM load until more is seen', number('--dcgm-min-throughput', { above: 0 }), DEFAULT_DCGM.minThroughput)
+  .option('--dcgm-window-sec <s>', 'sliding window of the DCGM throughput (0.1-60)', number('--dcgm-window-sec', { min: 0.1, below: 60.0000001 }), DEFAULT_DCGM.windowSec)
+  .option('--dcgm-hostname <name>', 'Hostname label of the DCGM metrics', DEFAULT_DCGM.hostname)
+  .option('--dcgm-seed <n>', 'seed of the DCGM noise and GPU UUIDs (default: a new one each start)', number('--dcgm-seed', { integer: true, min: 0 }))
   .addOption(shutdownTimeout())
   .action(async (o, command: Command) => {
     // Dynamo's rule: the SGLang page size is the block size unless only one of them is given.
@@ -190,6 +199,7 @@ program
       maxModelLen: o.maxModelLen,
       maxBodyBytes: o.maxBodyBytes,
       redactHeaders: o.redactHeader,
+      dcgm: { gpuName: o.dcgmGpuName, numGpus: o.dcgmNumGpus, autoLoad: o.dcgmAutoLoad, minThroughput: o.dcgmMinThroughput, windowSec: o.dcgmWindowSec, hostname: o.dcgmHostname, seed: o.dcgmSeed },
     };
     if (o.pd) {
       if (role !== 'agg') throw new Error('--pd starts its own prefill and decode engines: drop --disaggregation-mode');

@@ -93,7 +93,10 @@ interface DcgmField {
   float?: boolean;
 }
 
-/** dcgm-exporter's default counters (etc/default-counters.csv) and the DCP and info fields AIPerf reads. */
+/**
+ * dcgm-exporter's default counters (etc/default-counters.csv), its DCP fields (etc/dcp-metrics-included.csv) and
+ * the fields AIPerf's GPU telemetry reads besides (FB total, power limit, throttling).
+ */
 const FIELDS = [
   { name: 'DCGM_FI_DEV_SM_CLOCK', type: 'gauge', help: 'SM clock frequency (in MHz).' },
   { name: 'DCGM_FI_DEV_MEM_CLOCK', type: 'gauge', help: 'Memory clock frequency (in MHz).' },
@@ -108,6 +111,8 @@ const FIELDS = [
   { name: 'DCGM_FI_DEV_ENC_UTIL', type: 'gauge', help: 'Encoder utilization (in %).' },
   { name: 'DCGM_FI_DEV_DEC_UTIL', type: 'gauge', help: 'Decoder utilization (in %).' },
   { name: 'DCGM_FI_DEV_XID_ERRORS', type: 'gauge', help: 'Value of the last XID error encountered.' },
+  { name: 'DCGM_FI_DEV_POWER_VIOLATION', type: 'counter', help: 'Throttling duration due to power constraints (in us).' },
+  { name: 'DCGM_FI_DEV_THERMAL_VIOLATION', type: 'counter', help: 'Throttling duration due to thermal constraints (in us).' },
   { name: 'DCGM_FI_DEV_FB_FREE', type: 'gauge', help: 'Framebuffer memory free (in MiB).' },
   { name: 'DCGM_FI_DEV_FB_USED', type: 'gauge', help: 'Framebuffer memory used (in MiB).' },
   { name: 'DCGM_FI_DEV_FB_TOTAL', type: 'gauge', help: 'Framebuffer memory total (in MiB).' },
@@ -122,6 +127,8 @@ type Sample = Record<(typeof FIELDS)[number]['name'], number>;
 interface SimulatedGpu {
   labels: string;
   energyMj: number;
+  powerViolationUs: number;
+  thermalViolationUs: number;
 }
 
 /** One dcgm-exporter instance on a node of `numGpus` GPUs. */
@@ -141,7 +148,7 @@ class DcgmExporter {
     this.gpus = Array.from({ length: numGpus }, (_, gpu) => {
       const uuid = `GPU-${hex(8)}-${hex(4)}-${hex(4)}-${hex(4)}-${hex(12)}`;
       const pciBusId = `00000000:${(gpu + 0x18).toString(16).toUpperCase().padStart(2, '0')}:00.0`;
-      return { labels: `gpu="${gpu}",UUID="${uuid}",pci_bus_id="${pciBusId}",device="nvidia${gpu}",modelName="${spec.modelName}",Hostname="${hostname}"`, energyMj: 0 };
+      return { labels: `gpu="${gpu}",UUID="${uuid}",pci_bus_id="${pciBusId}",device="nvidia${gpu}",modelName="${spec.modelName}",Hostname="${hostname}"`, energyMj: 0, powerViolationUs: 0, thermalViolationUs: 0 };
     });
   }
 
@@ -157,6 +164,9 @@ class DcgmExporter {
       const power = noisy(between(s.idlePowerW, s.maxPowerW), 0.02, s.maxPowerW);
       const temp = noisy(between(s.idleTempC, s.maxTempC), 0.01, s.maxTempC);
       gpu.energyMj += power * elapsedS * 1000;
+      // Throttled since the last scrape when within 5 % of the power limit or 5 °C of the maximum temperature.
+      if (power > 0.95 * s.maxPowerW) gpu.powerViolationUs += elapsedS * 1e6;
+      if (temp > s.maxTempC - 5) gpu.thermalViolationUs += elapsedS * 1e6;
       const used = Math.round(s.memoryMiB * MEMORY_UTILIZATION);
       const util = noisy(load * 100, 0.03, 100);
       return {
@@ -173,6 +183,8 @@ class DcgmExporter {
         DCGM_FI_DEV_ENC_UTIL: 0,
         DCGM_FI_DEV_DEC_UTIL: 0,
         DCGM_FI_DEV_XID_ERRORS: 0,
+        DCGM_FI_DEV_POWER_VIOLATION: Math.round(gpu.powerViolationUs),
+        DCGM_FI_DEV_THERMAL_VIOLATION: Math.round(gpu.thermalViolationUs),
         DCGM_FI_DEV_FB_FREE: s.memoryMiB - used,
         DCGM_FI_DEV_FB_USED: used,
         DCGM_FI_DEV_FB_TOTAL: s.memoryMiB,

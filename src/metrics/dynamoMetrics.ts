@@ -71,6 +71,8 @@ export class DynamoFrontendMetrics implements EngineObserver {
   private readonly requests;
   private readonly inflightGauge;
   private readonly queued;
+  private readonly disconnected;
+  private disconnects = 0;
   private readonly duration;
   private readonly inputTokens;
   private readonly outputTokens;
@@ -89,6 +91,7 @@ export class DynamoFrontendMetrics implements EngineObserver {
     this.requests = new Counter({ name: name('requests_total'), help: 'Total number of LLM requests processed', labelNames: ['error_type', 'model', 'status'], registers });
     this.inflightGauge = gauge('inflight_requests', 'Number of inflight requests');
     this.queued = gauge('queued_requests', 'Number of requests in HTTP processing queue');
+    this.disconnected = new Gauge({ name: name('disconnected_clients'), help: 'Number of disconnected clients', registers });
     this.duration = histogram('request_duration_seconds', 'Duration of LLM requests', dynamoLogBuckets(1, 512, 10));
     this.inputTokens = histogram('input_sequence_tokens', 'Input sequence length in tokens', dynamoLogBuckets(50, 128000, 12));
     this.outputTokens = histogram('output_sequence_tokens', 'Output sequence length in tokens', dynamoLogBuckets(50, 32000, 10));
@@ -127,6 +130,7 @@ export class DynamoFrontendMetrics implements EngineObserver {
     if (this.wait.finishedBeforeFirstToken(r)) this.queued.labels(l).set(this.wait.waiting);
     this.inflightGauge.labels(l).set(this.inflight);
     const aborted = r.finishReason === 'abort';
+    if (aborted) this.disconnected.set(++this.disconnects);
     // Labels in the Rust crate's (alphabetical) order.
     this.requests.labels({ error_type: aborted ? 'cancelled' : '', ...l, status: aborted ? 'error' : 'success' }).inc();
     this.duration.labels(l).observe(r.e2eS);

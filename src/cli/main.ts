@@ -9,6 +9,7 @@ import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type En
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
+import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 import { parseReasoningConfig } from '../generation/reasoning.js';
@@ -150,6 +151,14 @@ program
   .option('--ranking-per-passage-latency <ms>', '/v1/ranking, /rerank, /v2/rerank latency per passage', number('--ranking-per-passage-latency', { min: 0 }), DEFAULT_POOLING.rankingPerPassageLatencyMs)
   .option('--reasoning <json>', 'random answers open with a thinking span (Dynamo\'s {"start_thinking_token_id":N,"end_thinking_token_id":M,"thinking_ratio":R}; ids default to the tokenizer\'s <think> </think>)', (v: string) => parseReasoningConfig(readJsonObjectArg(v, '--reasoning'), '--reasoning'))
   .option('--tool-call-rate <r>', 'share of random answers to a chat with tool_choice auto that call one of its tools', number('--tool-call-rate', { min: 0, below: 1.0000001 }), DEFAULT_TOOL_CALL_RATE)
+  .addOption(new Option('--dcgm-gpu-name <gpu>', 'GPU model of the simulated DCGM telemetry').choices(DCGM_GPU_NAMES).default(DEFAULT_DCGM.gpuName))
+  .option('--dcgm-num-gpus <n>', 'GPUs per simulated DCGM exporter (1-8)', number('--dcgm-num-gpus', { integer: true, min: 1, below: 9 }), DEFAULT_DCGM.numGpus)
+  .option('--dcgm-auto-load', 'DCGM load follows token throughput', DEFAULT_DCGM.autoLoad)
+  .option('--no-dcgm-auto-load', 'DCGM GPUs stay idle')
+  .option('--dcgm-min-throughput <tokens/s>', 'token throughput taken as full DCGM load until more is seen', number('--dcgm-min-throughput', { above: 0 }), DEFAULT_DCGM.minThroughput)
+  .option('--dcgm-window-sec <s>', 'sliding window of the DCGM throughput (0.1-60)', number('--dcgm-window-sec', { min: 0.1, below: 60.0000001 }), DEFAULT_DCGM.windowSec)
+  .option('--dcgm-hostname <name>', 'Hostname label of the DCGM metrics', DEFAULT_DCGM.hostname)
+  .option('--dcgm-seed <n>', 'seed of the DCGM noise and GPU UUIDs (default: a new one each start)', number('--dcgm-seed', { integer: true, min: 0 }))
   .addOption(shutdownTimeout())
   .action(async (o, command: Command) => {
     // Seed 004's CAPTURE_MODE=1: the engine's own process recorded; here, the capture proxy on serve's address.
@@ -236,6 +245,7 @@ program
         rankingPerPassageLatencyMs: o.rankingPerPassageLatency,
       },
       toolCallRate: o.toolCallRate,
+      dcgm: { gpuName: o.dcgmGpuName, numGpus: o.dcgmNumGpus, autoLoad: o.dcgmAutoLoad, minThroughput: o.dcgmMinThroughput, windowSec: o.dcgmWindowSec, hostname: o.dcgmHostname, seed: o.dcgmSeed },
     };
     if (o.pd) {
       if (role !== 'agg') throw new Error('--pd starts its own prefill and decode engines: drop --disaggregation-mode');

@@ -14,9 +14,11 @@ import { Drain, listen } from '../http/drain.js';
 import { createServeApp, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
 import { kvBytesPerToken } from '../pd/kvTransfer.js';
 import { MockerMetrics } from '../metrics/mockerMetrics.js';
+import { backendMetrics } from '../metrics/backendMetrics.js';
+import { DEFAULT_DCGM, type DcgmConfig } from '../metrics/dcgm.js';
 import { StatsLog } from '../metrics/statsLog.js';
 import { SglangMetrics } from '../metrics/sglangMetrics.js';
-import { VllmMetrics } from '../metrics/vllmMetrics.js';
+import { VllmMetrics, type MetricsConfig } from '../metrics/vllmMetrics.js';
 import { CaptureStore, type CaptureContents } from '../store/captureStore.js';
 import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
 import { checkEngineArgs, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from './engineArgs.js';
@@ -102,6 +104,8 @@ export interface ServeOptions {
   kvCacheDtype?: string;
   /** --kv-transfer-bandwidth in GB/s (0: instant). Default DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS. */
   kvTransferBandwidthGBps?: number;
+  /** Simulated DCGM telemetry (`/dcgm1/metrics`, `/dcgm2/metrics`). Default DEFAULT_DCGM, a random seed. */
+  dcgm?: Partial<DcgmConfig>;
   /** How long a prefill engine holds KV for a decode that never comes. Default VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). */
   kvHoldTimeoutMs?: number;
   /** Embeddings and reranking (seed 003): vector size and latency knobs. Defaults: DEFAULT_POOLING. */
@@ -313,35 +317,45 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     rankingBaseMs: poolingMs(pooling.rankingBaseLatencyMs),
     rankingPerPassageMs: poolingMs(pooling.rankingPerPassageLatencyMs),
   };
+  const dcgmSeed = opts.dcgm?.seed ?? Math.floor(Math.random() * 2 ** 32);
   const timers: NodeJS.Timeout[] = [];
   closers.unshift(() => timers.forEach(clearInterval));
   // One engine (own scheduler and KV cache per rank) per worker, each behind its own server.
   for (let w = 0; w < workers; w++) {
     // Each worker is its own vLLM or SGLang instance: its own metrics, in its engine's names.
-    const metrics =
-      args.engineType === 'sglang'
-        ? new SglangMetrics({ modelName: servedModels[0], ranks: args.dataParallelSize, pageSize: args.blockSize })
-        : new VllmMetrics({
-            modelName: servedModels[0],
-            ranks: args.dataParallelSize,
-            maxModelLen,
-            showHidden: opts.showHiddenMetrics ?? false,
-            cacheConfig: {
-              block_size: args.blockSize,
-              cache_dtype: 'auto',
-              enable_prefix_caching: args.enablePrefixCaching ? 'True' : 'False',
-              num_gpu_blocks: args.numGpuBlocks,
-              num_cpu_blocks: 'None',
-              prefix_caching_hash_algo: hashAlgo,
-            },
-          });
+    const vllmConfig: MetricsConfig = {
+      modelName: servedModels[0],
+      ranks: args.dataParallelSize,
+      maxModelLen,
+      showHidden: opts.showHiddenMetrics ?? false,
+      cacheConfig: {
+        block_size: args.blockSize,
+        cache_dtype: 'auto',
+        enable_prefix_caching: args.enablePrefixCaching ? 'True' : 'False',
+        num_gpu_blocks: args.numGpuBlocks,
+        num_cpu_blocks: 'None',
+        prefix_caching_hash_algo: hashAlgo,
+      },
+    };
+    const metrics = args.engineType === 'sglang' ? new SglangMetrics({ modelName: servedModels[0], ranks: args.dataParallelSize, pageSize: args.blockSize }) : new VllmMetrics(vllmConfig);
     const statsLog = new StatsLog(args.dataParallelSize, performance.now());
     const logTimer = setInterval(() => {
       for (const line of statsLog.lines(performance.now())) console.log(workers > 1 ? `worker ${w}: ${line}` : line);
     }, STATS_LOG_INTERVAL_MS);
     logTimer.unref();
     timers.push(logTimer);
-    const observers: EngineObserver[] = [metrics, statsLog];
+    // Seed 003's other backends' metrics and DCGM telemetry, from the same engine.
+    const backends = backendMetrics({
+      vllm: vllmConfig,
+      blockSize: args.blockSize,
+      numGpuBlocks: args.numGpuBlocks,
+      maxNumSeqs: args.maxNumSeqs,
+      maxNumBatchedTokens: args.maxNumBatchedTokens,
+      role,
+      // Each worker a node of its own: its exporters' seeds follow the previous worker's two.
+      dcgm: { ...DEFAULT_DCGM, ...opts.dcgm, seed: dcgmSeed + 2 * w },
+    });
+    const observers: EngineObserver[] = [metrics, statsLog, ...backends.observers];
     const engineId = randomUUID();
     const eventsConfig = kvEvents.length > 1 ? kvEvents[w] : kvEvents[0];
     if (eventsConfig) {
@@ -378,6 +392,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       maxBodyBytes: opts.maxBodyBytes,
       promptTokensDetails: opts.enablePromptTokensDetails ?? false,
       metrics,
+      backendMetrics: backends.routes,
       mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0]),
       apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
       requestIdHeaders: opts.requestIdHeaders,

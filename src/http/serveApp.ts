@@ -9,6 +9,7 @@ import { EngineRejection, type Engine, type EngineStream, type TokenEvent } from
 import { textField, type ChoicePlan, type EndpointKind, type OutputParams } from '../generation/plan.js';
 import { OutputBudget, type OutputResolver, type Resolution } from '../generation/resolver.js';
 import type { MockerMetrics } from '../metrics/mockerMetrics.js';
+import { BACKEND_METRICS_PATHS, type MetricsSource, type MissingMetrics } from '../metrics/backendMetrics.js';
 import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type KvTransferParams, type PrefillEndpoint } from '../pd/kvTransfer.js';
 import { requestShape } from '../generation/shape.js';
 import { toolOffer } from '../generation/toolCalls.js';
@@ -39,6 +40,8 @@ export interface ServeAppConfig {
   promptTokensDetails: boolean;
   /** `GET /metrics` (Prometheus text). */
   metrics?: { text(): Promise<string>; readonly contentType: string };
+  /** Other systems' expositions of the same engine (`/vllm/metrics`, `/dcgm1/metrics`…), by path. */
+  backendMetrics?: Record<string, MetricsSource | MissingMetrics>;
   /** The mocker's own counters (capture hits and misses, upstream errors, captures written). */
   mockerMetrics?: MockerMetrics;
   /** vLLM's --api-key: `/v1/*` needs `Authorization: Bearer <key>`. */
@@ -99,6 +102,7 @@ const ROUTES: Record<string, string[]> = {
   '/generate': ['POST'],
   '/generate_stream': ['POST'],
   '/v1/custom-multimodal': ['POST'],
+  ...Object.fromEntries(BACKEND_METRICS_PATHS.map((path) => [path, ['GET']])),
 };
 
 const SSE_HEADERS: OutgoingHttpHeaders = { 'content-type': 'text/event-stream; charset=utf-8' };
@@ -643,6 +647,13 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     if (!config.metrics) return c.body('{"detail":"Not Found"}', 404, { 'content-type': 'application/json' });
     return c.body(await config.metrics.text(), 200, { 'content-type': config.metrics.contentType });
   });
+  for (const [path, source] of Object.entries(config.backendMetrics ?? {})) {
+    app.get(path, async (c) =>
+      'notFound' in source
+        ? c.body(JSON.stringify({ detail: `Not Found: ${source.notFound}` }), 404, { 'content-type': 'application/json' })
+        : c.body(await source.text(), 200, { 'content-type': source.contentType }),
+    );
+  }
   app.on(['GET', 'POST'], '/ping', (c) => c.body(null, 200));
   app.get('/version', (c) => c.body(config.versionJson, 200, { 'content-type': 'application/json' }));
   app.get('/v1/models', (c) => {

@@ -179,7 +179,7 @@ describe('mocker serve --enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true'
     const missing = await jsonPost(`${url}/v1/load_lora_adapter`, { lora_name: 'x' });
     expect(missing.status).toBe(400);
     expect(JSON.stringify(await missing.json())).toContain('lora_path');
-    // The route's first card still reads as before: nothing was replaced.
+    // The refused second load replaced nothing.
     expect((await client.models.list()).data.find((m) => m.id === 'a')).toMatchObject({ root: '/adapters/a' });
   });
 

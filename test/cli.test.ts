@@ -138,6 +138,8 @@ const README_SERVE_DEFAULTS = {
   kv_transfer_bandwidth: 64,
   // "captured, else config.json": Qwen3-0.6B's config.json has max_position_embeddings 40960.
   max_model_len: 40_960,
+  enable_lora: false, // --enable-lora: off
+  max_loras: 1, // --max-loras: 1
   seed: 0,
   upstream: null,
   upstream_timeout: 600_000,

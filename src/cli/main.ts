@@ -6,6 +6,7 @@ import { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig, type K
 import { startCapture } from './capture.js';
 import { applyEnvironment, seed004Capture } from './environment.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type EngineArgs } from './engineArgs.js';
+import { parseLoraModule } from '../http/loraAdapters.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
@@ -136,6 +137,9 @@ program
   .option('--pd <xPyD>', 'run x prefill and y decode engines in-process behind a PD proxy on --port (e.g. 1P1D)')
   .option('--show-hidden-metrics-for-version <version>', "also vLLM's hidden deprecated metrics (gpu_cache_usage_perc)")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
+  .option('--enable-lora', 'serve LoRA adapters (requests name one in `model`)', false)
+  .option('--lora-modules <specs...>', 'LoRA adapters loaded at start: name=path, a JSON {"name","path","base_model_name"}, or a bare name (needs --enable-lora)')
+  .option('--max-loras <n>', 'distinct LoRA adapters in one batch', number('--max-loras', { integer: true, min: 1 }), 1)
   .option('--trust-request-chat-template', "render a chat_template sent in a request (in a process of its own, stopped after 2 s) instead of answering vLLM's 400", false)
   .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record (default: random in simulate, error otherwise)').choices(['error', 'random', 'passthrough', 'record']))
   .option('--upstream <url>', 'engine to forward misses to (--on-miss passthrough|record)', urlFlag('--upstream'))
@@ -214,6 +218,7 @@ program
       kvTransferBandwidthGBps: o.kvTransferBandwidth,
       engine,
       enablePromptTokensDetails: o.enablePromptTokensDetails,
+      lora: { enabled: o.enableLora, modules: ((o.loraModules ?? []) as string[]).map(parseLoraModule), maxLoras: o.maxLoras },
       trustRequestChatTemplate: o.trustRequestChatTemplate,
       numWorkers: o.numWorkers,
       kvEvents,

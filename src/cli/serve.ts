@@ -12,6 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { Drain, listen } from '../http/drain.js';
 import { createServeApp, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
+import { LoraAdapters, runtimeLoraUpdating, type LoraModule } from '../http/loraAdapters.js';
 import { kvBytesPerToken } from '../pd/kvTransfer.js';
 import { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { backendMetrics } from '../metrics/backendMetrics.js';
@@ -70,6 +71,8 @@ export interface ServeOptions {
   engine?: Partial<EngineArgs>;
   /** vLLM's --enable-prompt-tokens-details. */
   enablePromptTokensDetails?: boolean;
+  /** vLLM's --enable-lora, --lora-modules and --max-loras (default: LoRA off). */
+  lora?: { enabled: boolean; modules: LoraModule[]; maxLoras: number };
   /** --num-workers: independent engines, each on its own port (port, port + 1, …). Default 1. */
   numWorkers?: number;
   /**
@@ -193,6 +196,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   if ((onMiss === 'passthrough' || onMiss === 'record') && !opts.upstream) throw new Error(`--on-miss ${onMiss} needs --upstream URL`);
   if (!(opts.forwardTimeMs >= 0)) throw new Error(`--forward-time-ms must be >= 0, got ${opts.forwardTimeMs}`);
   const args = checkEngineArgs({ ...DEFAULT_ENGINE_ARGS, ...opts.engine });
+  const lora = opts.lora ?? { enabled: false, modules: [], maxLoras: 1 };
+  if ((lora.enabled || lora.modules.length > 0) && args.engineType === 'sglang') throw new Error('--enable-lora / --lora-modules: LoRA adapters are simulated with --engine-type vllm only');
   if (!(args.speedupRatio > 0)) throw new Error(`--speedup-ratio must be > 0, got ${args.speedupRatio}`);
   if (!(args.decodeSpeedupRatio > 0)) throw new Error(`--decode-speedup-ratio must be > 0, got ${args.decodeSpeedupRatio}`);
   let passTiming: PassTiming;
@@ -304,6 +309,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     kv_bytes_per_token: bytesPerToken,
     kv_transfer_bandwidth: bandwidthGBps,
     max_model_len: maxModelLen,
+    enable_lora: lora.enabled,
+    max_loras: lora.maxLoras,
     seed: opts.seed,
     upstream: upstream?.url.href ?? null,
     upstream_timeout: opts.upstreamTimeoutMs,
@@ -328,6 +335,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       ranks: args.dataParallelSize,
       maxModelLen,
       showHidden: opts.showHiddenMetrics ?? false,
+      maxLoras: lora.enabled ? lora.maxLoras : undefined,
       cacheConfig: {
         block_size: args.blockSize,
         cache_dtype: 'auto',
@@ -369,6 +377,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
         ...schedulerConfig(args, passTiming, opts.seed + w),
         kvEvents: eventsConfig ? { algo: hashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
         kvTrace,
+        ...(lora.enabled ? { maxLoras: lora.maxLoras } : {}),
         workerType: role === 'prefill' ? 'prefill' : 'aggregated',
         // With captured timing the decode hop's own captured times already include its wait for the KV (the SGLang
         // flavour does not model the transfer).
@@ -401,6 +410,9 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       settings,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
       pooling: { embeddingDimensions: pooling.embeddingDimensions, latency: poolingLatency },
+      // Each worker is its own vLLM: its own adapters, loaded and unloaded on its own.
+      lora: new LoraAdapters(lora.enabled, servedModels, lora.modules),
+      loraRuntimeUpdating: runtimeLoraUpdating(),
     });
     drain.handle(servers[w], getRequestListener(app.fetch, { hostname: opts.host }));
   }

@@ -1,5 +1,6 @@
 export { EngineCore, type CacheEvent, type CoreRequest, type EngineStats, type KvTraceEntry, type PassResult, type PreemptionMode, type SchedulerConfig, type TokenIds } from './core.js';
 export type { VllmKvEvent, VllmKvEventOptions } from './kv/vllmKvEvents.js';
+export type { LoraAdapter } from './kv/blockManager.js';
 export { defaultHashSeed, type BlockHashAlgo } from './kv/vllmBlockHash.js';
 export { LiveDriver } from './liveDriver.js';
 export { runOffline, type OfflineResult, type TimedRequest } from './offlineDriver.js';

@@ -5,7 +5,7 @@ import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { forwardExchange, generationEndpoint, hideTokenIds, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
-import { EngineRejection, type Engine, type EngineStream, type TokenEvent } from '../engine/index.js';
+import { EngineRejection, type Engine, type EngineStream, type LoraAdapter, type TokenEvent } from '../engine/index.js';
 import { textField, type ChoicePlan, type EndpointKind, type OutputParams } from '../generation/plan.js';
 import { OutputBudget, type OutputResolver, type Resolution } from '../generation/resolver.js';
 import type { MockerMetrics } from '../metrics/mockerMetrics.js';
@@ -17,6 +17,7 @@ import { arrivalOf } from './drain.js';
 import type { ChunkDelta, StoredExchange } from '../store/captureStore.js';
 import { TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
+import { loadLoraRequest, unloadLoraRequest, type LoraAdapters } from './loraAdapters.js';
 import { chunkEvent, DONE_EVENT, fullResponse, restamp, roleEvent, usageEvent, type RenderContext } from './render.js';
 import { poolingEndpoints, type PoolingLatency } from './poolingEndpoints.js';
 import { tgiEndpoints, type RunCompletion } from './tgi.js';
@@ -58,6 +59,10 @@ export interface ServeAppConfig {
   trustRequestChatTemplate?: boolean;
   /** Embeddings and reranking (seed 003's endpoints): the vector size and their own latency. */
   pooling: { embeddingDimensions: number; latency: PoolingLatency };
+  /** LoRA adapters served by name (--enable-lora, --lora-modules). */
+  lora?: LoraAdapters;
+  /** VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load and unload routes exist. */
+  loraRuntimeUpdating?: boolean;
 }
 
 /**
@@ -104,6 +109,8 @@ const ROUTES: Record<string, string[]> = {
   '/v1/custom-multimodal': ['POST'],
   ...Object.fromEntries(BACKEND_METRICS_PATHS.map((path) => [path, ['GET']])),
 };
+/** Only with VLLM_ALLOW_RUNTIME_LORA_UPDATING. */
+const LORA_ROUTES: Record<string, string[]> = { '/v1/load_lora_adapter': ['POST'], '/v1/unload_lora_adapter': ['POST'] };
 
 const SSE_HEADERS: OutgoingHttpHeaders = { 'content-type': 'text/event-stream; charset=utf-8' };
 /** Captured response headers that describe the transfer, not the content: regenerated per response. */
@@ -139,6 +146,8 @@ interface Prepared {
   returnTokenIds: boolean;
   dataParallelRank: number | undefined;
   kvTransfer: KvTransferParams | null;
+  /** The adapter `model` names (none: a base model). */
+  lora: LoraAdapter | undefined;
 }
 
 /** vLLM's `X-data-parallel-rank` request header. */
@@ -199,7 +208,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
 
   const resolveModel = (requested: string | null | undefined): string => {
     if (requested === undefined || requested === null) return config.servedModels[0];
-    if (!config.servedModels.includes(requested)) throw modelNotFound(requested);
+    if (!config.servedModels.includes(requested) && !config.lora?.resolve(requested)) throw modelNotFound(requested);
     return requested;
   };
 
@@ -311,6 +320,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       returnTokenIds: req.return_token_ids === true,
       dataParallelRank: dataParallelRank(rankHeader),
       kvTransfer: req.kv_transfer_params ?? null,
+      lora: config.lora?.resolve(model),
     };
   }
 
@@ -328,6 +338,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
           maxTokensParam: params.maxTokensRequested ? params.maxTokens : null,
           holdKv: part === null && p.kvTransfer?.do_remote_decode === true,
           remotePrefill,
+          lora: p.lora,
         },
         signal,
       );
@@ -655,17 +666,31 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     );
   }
   app.on(['GET', 'POST'], '/ping', (c) => c.body(null, 200));
+  if (config.loraRuntimeUpdating && config.lora) {
+    const adapters = config.lora;
+    // vLLM answers success as bare text: a Starlette Response with no content type.
+    const untyped = (c: Context<Env>, text: string) => {
+      c.env.outgoing.writeHead(200, { 'content-length': Buffer.byteLength(text) }).end(text);
+      return RESPONSE_ALREADY_SENT;
+    };
+    app.post('/v1/load_lora_adapter', async (c) => {
+      const req = parseBody(loadLoraRequest, (await readApiJson(c)).body);
+      return untyped(c, adapters.load(req.lora_name, req.lora_path, undefined, req.load_inplace));
+    });
+    app.post('/v1/unload_lora_adapter', async (c) => untyped(c, adapters.unload(parseBody(unloadLoraRequest, (await readApiJson(c)).body).lora_name)));
+  }
   app.get('/version', (c) => c.body(config.versionJson, 200, { 'content-type': 'application/json' }));
   app.get('/v1/models', (c) => {
     const created = Math.floor(Date.now() / 1000);
-    const data = config.servedModels.map((id) => ({
+    const bases = config.servedModels.map((id) => ({ id, root: config.modelRoot, parent: null as string | null, max_model_len: config.maxModelLen as number | null }));
+    const data = [...bases, ...(config.lora?.cards() ?? [])].map(({ id, root, parent, max_model_len }) => ({
       id,
       object: 'model',
       created,
       owned_by: 'vllm',
-      root: config.modelRoot,
-      parent: null,
-      max_model_len: config.maxModelLen,
+      root,
+      parent,
+      max_model_len,
       permission: [
         {
           id: `modelperm-${randomUUID().replaceAll('-', '')}`,
@@ -687,7 +712,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   });
 
   app.notFound((c) => {
-    const allowed = ROUTES[c.req.path];
+    const allowed = ROUTES[c.req.path] ?? (config.loraRuntimeUpdating ? LORA_ROUTES[c.req.path] : undefined);
     if (allowed) return c.body('{"detail":"Method Not Allowed"}', 405, { 'content-type': 'application/json', allow: allowed.join(', ') });
     return c.body('{"detail":"Not Found"}', 404, { 'content-type': 'application/json' });
   });

@@ -3,13 +3,14 @@ import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { Recorder } from '../capture/recorder.js';
-import { defaultHashSeed, fixedTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type BlockHashAlgo, type EngineObserver, type PassTiming, type TimingMode } from '../engine/index.js';
+import { badLatencyKnob, DEFAULT_LATENCY_KNOBS, defaultHashSeed, fixedTiming, latencyTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type BlockHashAlgo, type EngineObserver, type LatencyKnobs, type PassTiming, type TimingMode } from '../engine/index.js';
 import { KvEventStreams, KvTraceLog, kvTraceEnabled, type KvEventsConfig } from '../events/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { Drain, listen } from '../http/drain.js';
 import { createServeApp, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
+import { badFaultSetting, DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, FAULT_TYPES, FaultInjector, type FaultSettings } from '../http/faults.js';
 import { kvBytesPerToken } from '../pd/kvTransfer.js';
 import { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { StatsLog } from '../metrics/statsLog.js';
@@ -102,6 +103,14 @@ export interface ServeOptions {
   kvTransferBandwidthGBps?: number;
   /** How long a prefill engine holds KV for a decode that never comes. Default VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). */
   kvHoldTimeoutMs?: number;
+  /** --ttft / --itl / --ttft-std / --itl-std (ms) of `timing: 'latency'`. Default DEFAULT_LATENCY_KNOBS. */
+  latency?: Partial<LatencyKnobs>;
+  /** Failure injection (--error-rate, --error-types, --fail-first, --midstream-after-tokens). Default: none. */
+  faults?: Partial<FaultSettings>;
+  /** --random-seed: seed of which requests fail. Default: `seed`. */
+  faultSeed?: number;
+  /** --startup-time: seconds during which `/health` and the API answer 503. Default 0. */
+  startupTimeS?: number;
 }
 
 export interface Running {
@@ -141,6 +150,7 @@ export async function startServe(options: ServeOptions): Promise<Running> {
 
 /** startServe's work; what it opens is closed by `closers` (in order) if it fails. */
 async function startServing(options: ServeOptions, drain: Drain, closers: (() => unknown)[]): Promise<Running> {
+  const startedMs = performance.now();
   const opts = {
     host: '127.0.0.1',
     port: 0,
@@ -168,7 +178,15 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const args = checkEngineArgs({ ...DEFAULT_ENGINE_ARGS, ...opts.engine });
   if (!(args.speedupRatio > 0)) throw new Error(`--speedup-ratio must be > 0, got ${args.speedupRatio}`);
   if (!(args.decodeSpeedupRatio > 0)) throw new Error(`--decode-speedup-ratio must be > 0, got ${args.decodeSpeedupRatio}`);
-  let passTiming: PassTiming;
+  if (options.latency && timing !== 'latency') throw new Error(`--ttft / --itl apply to --timing latency, not --timing ${timing}`);
+  // Each worker its own knobs, changed through its own /mocker/config.
+  const latencyKnobs = Array.from({ length: timing === 'latency' ? workers : 0 }, () => ({ ...DEFAULT_LATENCY_KNOBS, ...opts.latency }));
+  const badKnob = latencyKnobs.length > 0 ? badLatencyKnob(latencyKnobs[0]) : null;
+  if (badKnob) throw new Error(`--timing latency: ${badKnob[0]} must be a non-negative number of ms, got ${badKnob[1]}`);
+  const faults: FaultSettings = { errorRate: 0, errorTypes: [...DEFAULT_FAULT_TYPES], failFirst: 0, midstreamAfterTokens: DEFAULT_MIDSTREAM_AFTER_TOKENS, ...opts.faults };
+  const badFault = badFaultSetting(faults);
+  if (badFault) throw new Error(`failure injection: ${badFault}`);
+  let passTiming: (worker: number) => PassTiming;
   let timingDescription: string;
   let perfModel: string | null = null;
   if (timing === 'model') {
@@ -178,14 +196,18 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
           throw new Error(`--planner-profile-data: ${err.message}`);
         })
       : polynomialPerfModel;
-    passTiming = modelTiming(model, args.speedupRatio, args.decodeSpeedupRatio);
+    passTiming = () => modelTiming(model, args.speedupRatio, args.decodeSpeedupRatio);
     perfModel = model.description;
     timingDescription = `model: ${model.description}`;
   } else if (timing === 'fixed') {
-    passTiming = fixedTiming(opts.forwardTimeMs, args.speedupRatio);
+    passTiming = () => fixedTiming(opts.forwardTimeMs, args.speedupRatio);
     timingDescription = `fixed: ${opts.forwardTimeMs} ms per step`;
+  } else if (timing === 'latency') {
+    passTiming = (w) => latencyTiming(latencyKnobs[w], opts.seed + w, args.speedupRatio);
+    const k = latencyKnobs[0];
+    timingDescription = `latency: TTFT ${k.ttftMs} ± ${k.ttftStdMs} ms, ITL ${k.itlMs} ± ${k.itlStdMs} ms at start`;
   } else {
-    passTiming = zeroTiming(timing === 'captured');
+    passTiming = () => zeroTiming(timing === 'captured');
     timingDescription = timing;
   }
 
@@ -315,7 +337,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     if (kvTrace) observers.push(new KvTraceLog(args.blockSize, args.numGpuBlocks));
     const engine = new SimulatedEngine({
       scheduler: {
-        ...schedulerConfig(args, passTiming, opts.seed + w),
+        ...schedulerConfig(args, passTiming(w), opts.seed + w),
         kvEvents: eventsConfig ? { algo: hashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
         kvTrace,
         workerType: role === 'prefill' ? 'prefill' : 'aggregated',
@@ -341,13 +363,15 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       maxBodyBytes: opts.maxBodyBytes,
       promptTokensDetails: opts.enablePromptTokensDetails ?? false,
       metrics,
-      mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0]),
+      mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0], FAULT_TYPES),
       apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
       requestIdHeaders: opts.requestIdHeaders,
       serverLoadTracking: opts.serverLoadTracking,
       pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[w].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
       settings,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
+      runtime: { faults: new FaultInjector({ ...faults, errorTypes: [...faults.errorTypes] }, opts.faultSeed ?? opts.seed), latency: latencyKnobs[w] ?? null, timing },
+      readyAtMs: opts.startupTimeS ? startedMs + 1000 * opts.startupTimeS : undefined,
     });
     drain.handle(servers[w], getRequestListener(app.fetch, { hostname: opts.host }));
   }

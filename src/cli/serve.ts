@@ -150,7 +150,6 @@ export async function startServe(options: ServeOptions): Promise<Running> {
 
 /** startServe's work; what it opens is closed by `closers` (in order) if it fails. */
 async function startServing(options: ServeOptions, drain: Drain, closers: (() => unknown)[]): Promise<Running> {
-  const startedMs = performance.now();
   const opts = {
     host: '127.0.0.1',
     port: 0,
@@ -300,6 +299,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   };
   const timers: NodeJS.Timeout[] = [];
   closers.unshift(() => timers.forEach(clearInterval));
+  // --startup-time counts from here: the model (tokenizer, captures) is loaded.
+  const readyAtMs = opts.startupTimeS ? performance.now() + 1000 * opts.startupTimeS : undefined;
   // One engine (own scheduler and KV cache per rank) per worker, each behind its own server.
   for (let w = 0; w < workers; w++) {
     // Each worker is its own vLLM or SGLang instance: its own metrics, in its engine's names.
@@ -371,7 +372,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       settings,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
       runtime: { faults: new FaultInjector({ ...faults, errorTypes: [...faults.errorTypes] }, opts.faultSeed ?? opts.seed), latency: latencyKnobs[w] ?? null, timing },
-      readyAtMs: opts.startupTimeS ? startedMs + 1000 * opts.startupTimeS : undefined,
+      readyAtMs,
     });
     drain.handle(servers[w], getRequestListener(app.fetch, { hostname: opts.host }));
   }

@@ -177,14 +177,14 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const args = checkEngineArgs({ ...DEFAULT_ENGINE_ARGS, ...opts.engine });
   if (!(args.speedupRatio > 0)) throw new Error(`--speedup-ratio must be > 0, got ${args.speedupRatio}`);
   if (!(args.decodeSpeedupRatio > 0)) throw new Error(`--decode-speedup-ratio must be > 0, got ${args.decodeSpeedupRatio}`);
-  if (options.latency && timing !== 'latency') throw new Error(`--ttft / --itl apply to --timing latency, not --timing ${timing}`);
+  if (opts.latency && timing !== 'latency') throw new Error(`--ttft / --itl apply to --timing latency, not --timing ${timing}`);
   // Each worker its own knobs, changed through its own /mocker/config.
   const latencyKnobs = Array.from({ length: timing === 'latency' ? workers : 0 }, () => ({ ...DEFAULT_LATENCY_KNOBS, ...opts.latency }));
   const badKnob = latencyKnobs.length > 0 ? badLatencyKnob(latencyKnobs[0]) : null;
   if (badKnob) throw new Error(`--timing latency: ${badKnob[0]} must be a non-negative number of ms, got ${badKnob[1]}`);
   const faults: FaultSettings = { errorRate: 0, errorTypes: [...DEFAULT_FAULT_TYPES], failFirst: 0, midstreamAfterTokens: DEFAULT_MIDSTREAM_AFTER_TOKENS, ...opts.faults };
   const badFault = badFaultSetting(faults);
-  if (badFault) throw new Error(`failure injection: ${badFault}`);
+  if (badFault) throw new Error(`failure injection: ${badFault[1]}`);
   let passTiming: (worker: number) => PassTiming;
   let timingDescription: string;
   let perfModel: string | null = null;

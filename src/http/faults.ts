@@ -36,12 +36,14 @@ export function parseFaultTypes(value: string | readonly unknown[], what: string
   return [...new Set(names as FaultType[])];
 }
 
-/** The first setting out of range, as a message naming its key (`error_rate`…), else null. */
-export function badFaultSetting(s: Partial<FaultSettings>): string | null {
+/** The first setting out of range, as [its key (`error_rate`…), a message naming it], else null. */
+export function badFaultSetting(s: Partial<FaultSettings>): [string, string] | null {
   const count = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v >= 0;
-  if (s.errorRate !== undefined && !(typeof s.errorRate === 'number' && s.errorRate >= 0 && s.errorRate <= 100)) return `error_rate must be a number from 0 to 100, got ${JSON.stringify(s.errorRate)}`;
-  if (s.failFirst !== undefined && !count(s.failFirst)) return `fail_first must be a non-negative integer, got ${JSON.stringify(s.failFirst)}`;
-  if (s.midstreamAfterTokens !== undefined && !count(s.midstreamAfterTokens)) return `midstream_after_tokens must be a non-negative integer, got ${JSON.stringify(s.midstreamAfterTokens)}`;
+  if (s.errorRate !== undefined && !(typeof s.errorRate === 'number' && s.errorRate >= 0 && s.errorRate <= 100)) return ['error_rate', `error_rate must be a number from 0 to 100, got ${JSON.stringify(s.errorRate)}`];
+  if (s.failFirst !== undefined && !count(s.failFirst)) return ['fail_first', `fail_first must be a non-negative integer, got ${JSON.stringify(s.failFirst)}`];
+  if (s.midstreamAfterTokens !== undefined && !count(s.midstreamAfterTokens)) {
+    return ['midstream_after_tokens', `midstream_after_tokens must be a non-negative integer, got ${JSON.stringify(s.midstreamAfterTokens)}`];
+  }
   return null;
 }
 
@@ -65,10 +67,16 @@ export class FaultInjector {
       throw new ApiError(400, `Invalid X-Mocker-Error header: ${JSON.stringify(forced)} is not one of ${FAULT_TYPES.join(', ')}.`, 'BadRequestError');
     }
     const s = this.settings;
-    const uniform = mulberry32((this.seed ^ Math.imul(sequence + 1, 0x9e3779b1)) >>> 0);
-    const draw = () => uniform() / 2 ** 32;
-    const fails = s.failFirst > 0 ? (s.failFirst--, true) : draw() * 100 < s.errorRate;
-    return fails ? s.errorTypes[Math.floor(draw() * s.errorTypes.length)] : null;
+    const next = mulberry32((this.seed ^ Math.imul(sequence + 1, 0x9e3779b1)) >>> 0);
+    const uniform = () => next() / 2 ** 32;
+    // Both draws are made either way: a request's type does not depend on whether it failed first.
+    const rateFails = uniform() * 100 < s.errorRate;
+    const type = s.errorTypes[Math.floor(uniform() * s.errorTypes.length)];
+    if (s.failFirst > 0) {
+      s.failFirst--;
+      return type;
+    }
+    return rateFails ? type : null;
   }
 }
 

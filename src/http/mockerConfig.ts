@@ -62,8 +62,8 @@ export function mockerConfigRoutes(settings: RuntimeSettings): Hono {
         Object.assign(latency, { [LATENCY_KEYS[key as keyof typeof LATENCY_KEYS]]: value });
       } else throw badRequest(`Unknown setting ${JSON.stringify(key)} (known: ${[...Object.keys(FAULT_KEYS), ...Object.keys(LATENCY_KEYS)].join(', ')}).`, key);
     }
-    const faultProblem = badFaultSetting(faults);
-    if (faultProblem) throw badRequest(`${faultProblem}.`, faultProblem.split(' ')[0]);
+    const badFault = badFaultSetting(faults);
+    if (badFault) throw badRequest(`${badFault[1]}.`, badFault[0]);
     if (settings.latency) {
       const bad = badLatencyKnob({ ...settings.latency, ...latency });
       if (bad) {

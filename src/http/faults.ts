@@ -40,6 +40,7 @@ export function parseFaultTypes(value: string | readonly unknown[], what: string
 export function badFaultSetting(s: Partial<FaultSettings>): [string, string] | null {
   const count = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v >= 0;
   if (s.errorRate !== undefined && !(typeof s.errorRate === 'number' && s.errorRate >= 0 && s.errorRate <= 100)) return ['error_rate', `error_rate must be a number from 0 to 100, got ${JSON.stringify(s.errorRate)}`];
+  if (s.errorTypes !== undefined && s.errorTypes.length === 0) return ['error_types', `error_types must name at least one of ${FAULT_TYPES.join(', ')}`];
   if (s.failFirst !== undefined && !count(s.failFirst)) return ['fail_first', `fail_first must be a non-negative integer, got ${JSON.stringify(s.failFirst)}`];
   if (s.midstreamAfterTokens !== undefined && !count(s.midstreamAfterTokens)) {
     return ['midstream_after_tokens', `midstream_after_tokens must be a non-negative integer, got ${JSON.stringify(s.midstreamAfterTokens)}`];

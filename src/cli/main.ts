@@ -16,6 +16,7 @@ import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MA
 import { parseReasoningConfig } from '../generation/reasoning.js';
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
+import { DEFAULT_MIDSTREAM_AFTER_TOKENS, parseFaultTypes } from '../http/faults.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
 
@@ -44,6 +45,25 @@ function checkedUrl(flag: string, text: string): URL {
 const urlFlag = (flag: string) => (value: string) => (checkedUrl(flag, value), value);
 
 const collect = (value: string, previous: string[]) => [...previous, value];
+
+/** The fields that were given (a flag left out must not override a default with undefined). */
+const given = <T extends object>(fields: T) => Object.fromEntries(Object.entries(fields).filter(([, v]) => v !== undefined)) as Partial<T>;
+
+function errorTypes(value: string) {
+  try {
+    return parseFaultTypes(value, '--error-types');
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+}
+
+function percentage(name: string) {
+  return (value: string) => {
+    const n = Number(value);
+    if (value.trim() === '' || !(n >= 0 && n <= 100)) throw new InvalidArgumentError(`${name} must be a percentage from 0 to 100, got "${value}"`);
+    return n;
+  };
+}
 
 const shutdownTimeout = () =>
   new Option('--shutdown-timeout <s>', 'on SIGINT/SIGTERM, seconds the requests in flight get to finish before they are cut off (a second signal exits at once)')
@@ -95,7 +115,7 @@ program
   .option('--host <host>', 'address to listen on', '0.0.0.0')
   .option('--port <port>', 'port to listen on', port('--port'), 8000)
   .addOption(new Option('--outputs <source>', 'captured | random (default: captured in replay, random in random mode)').choices(['captured', 'random']))
-  .addOption(new Option('--timing <timing>', 'model | captured | fixed | none (default: model in simulate, captured in replay, fixed in random)').choices(['model', 'captured', 'fixed', 'none']))
+  .addOption(new Option('--timing <timing>', 'model | captured | fixed | latency | none (default: model in simulate, captured in replay, fixed in random; latency with --ttft/--itl)').choices(['model', 'captured', 'fixed', 'latency', 'none']))
   .option('--forward-time-ms <ms>', 'duration of one engine step for --timing fixed', number('--forward-time-ms', { min: 0 }), DEFAULT_FORWARD_TIME_MS)
   .option('--speedup-ratio <x>', 'divide every simulated duration by this', number('--speedup-ratio', { above: 0 }), DEFAULT_ENGINE_ARGS.speedupRatio)
   .option('--decode-speedup-ratio <x>', 'further divide decode steps (speculative decoding)', number('--decode-speedup-ratio', { above: 0 }), DEFAULT_ENGINE_ARGS.decodeSpeedupRatio)
@@ -164,6 +184,18 @@ program
   .option('--dcgm-hostname <name>', 'Hostname label of the DCGM metrics', DEFAULT_DCGM.hostname)
   .option('--dcgm-seed <n>', 'seed of the DCGM noise and GPU UUIDs (default: a new one each start)', number('--dcgm-seed', { integer: true, min: 0 }))
   .addOption(shutdownTimeout())
+  // Latency knobs, failure injection and start-up delay (AIPerf's mock server, llm-d's simulator, Dynamo).
+  .option('--ttft <ms>', '--timing latency: time to first token, the duration of a pass that prefills (default 20)', number('--ttft', { min: 0 }))
+  .option('--itl <ms>', '--timing latency: inter-token latency, the duration of a decode pass (default 5)', number('--itl', { min: 0 }))
+  .option('--ttft-std <ms>', '--timing latency: standard deviation of the TTFT (Gaussian, seeded by --seed, clipped at 0; default 0)', number('--ttft-std', { min: 0 }))
+  .option('--itl-std <ms>', '--timing latency: standard deviation of the ITL (default 0)', number('--itl-std', { min: 0 }))
+  .option('--fast', 'no simulated latency at all: --timing none')
+  .option('--error-rate <pct>', 'percentage of generation requests that fail (default 0)', percentage('--error-rate'))
+  .option('--error-types <types>', 'comma list the failures are drawn from: rate_limit, invalid_api_key, context_length, server_error, invalid_request, model_not_found, timeout, midstream, disconnect (default server_error)', errorTypes)
+  .option('--fail-first <n>', 'the first n generation requests fail (for retry tests)', number('--fail-first', { integer: true, min: 0 }))
+  .option('--midstream-after-tokens <n>', 'midstream and disconnect failures break the answer after this many tokens', number('--midstream-after-tokens', { integer: true, min: 0 }), DEFAULT_MIDSTREAM_AFTER_TOKENS)
+  .option('--random-seed <n>', 'seed of which requests fail (default: --seed)', number('--random-seed', { integer: true }))
+  .option('--startup-time <s>', '/health and the API answer 503 for this many seconds after start', number('--startup-time', { min: 0 }))
   .action(async (o, command: Command) => {
     // Seed 004's CAPTURE_MODE=1: the engine's own process recorded; here, the capture proxy on serve's address.
     if (seed004Capture(process.env) && command.getOptionValueSource('mode') === 'default') {
@@ -204,6 +236,11 @@ program
     if (o.zmqReplayPorts && !o.zmqKvEventsPorts) throw new Error('--zmq-replay-ports needs --zmq-kv-events-ports');
     if (o.disaggregationMode && (o.isPrefillWorker || o.isDecodeWorker)) throw new Error('--disaggregation-mode cannot be combined with --is-prefill-worker / --is-decode-worker');
     if (o.isPrefillWorker && o.isDecodeWorker) throw new Error('--is-prefill-worker and --is-decode-worker are exclusive');
+    const latency = given({ ttftMs: o.ttft as number | undefined, itlMs: o.itl as number | undefined, ttftStdMs: o.ttftStd as number | undefined, itlStdMs: o.itlStd as number | undefined });
+    const latencyGiven = Object.keys(latency).length > 0;
+    if (o.fast && o.timing !== undefined && o.timing !== 'none') throw new Error(`--fast is --timing none: it cannot be combined with --timing ${o.timing}`);
+    if (o.fast && latencyGiven) throw new Error('--fast (no latency) cannot be combined with --ttft / --itl / --ttft-std / --itl-std');
+    if (latencyGiven && o.timing !== undefined && o.timing !== 'latency') throw new Error(`--ttft / --itl / --ttft-std / --itl-std are --timing latency's: they cannot be combined with --timing ${o.timing}`);
     const role: ServeOptions['role'] = o.disaggregationMode ?? (o.isPrefillWorker ? 'prefill' : o.isDecodeWorker ? 'decode' : 'agg');
     let kvEvents: KvEventsConfig[] | undefined;
     if (o.kvEventsConfig) {
@@ -233,7 +270,11 @@ program
       host: o.host,
       port: o.port,
       outputs: o.outputs,
-      timing: o.timing,
+      timing: o.fast ? 'none' : latencyGiven ? 'latency' : o.timing,
+      latency: latencyGiven ? latency : undefined,
+      faults: given({ errorRate: o.errorRate as number | undefined, errorTypes: o.errorTypes as ReturnType<typeof errorTypes> | undefined, failFirst: o.failFirst as number | undefined, midstreamAfterTokens: o.midstreamAfterTokens as number }),
+      faultSeed: o.randomSeed,
+      startupTimeS: o.startupTime,
       forwardTimeMs: o.forwardTimeMs,
       onMiss: o.onMiss,
       upstream: o.upstream,

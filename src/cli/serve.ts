@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { Recorder } from '../capture/recorder.js';
-import { defaultHashSeed, fixedTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type BlockHashAlgo, type EngineObserver, type PassTiming, type TimingMode } from '../engine/index.js';
+import { badLatencyKnob, DEFAULT_LATENCY_KNOBS, defaultHashSeed, fixedTiming, latencyTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type BlockHashAlgo, type EngineObserver, type LatencyKnobs, type PassTiming, type TimingMode } from '../engine/index.js';
 import { KvEventStreams, KvTraceLog, kvTraceEnabled, type KvEventsConfig } from '../events/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
 import { resolveReasoningSpan } from '../generation/reasoning.js';
@@ -13,6 +13,7 @@ import { existsSync } from 'node:fs';
 import { Drain, listen } from '../http/drain.js';
 import { createServeApp, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
 import { LoraAdapters, runtimeLoraUpdating, type LoraModule } from '../http/loraAdapters.js';
+import { badFaultSetting, DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, FAULT_TYPES, FaultInjector, type FaultSettings } from '../http/faults.js';
 import { kvBytesPerToken } from '../pd/kvTransfer.js';
 import { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { backendMetrics } from '../metrics/backendMetrics.js';
@@ -115,6 +116,14 @@ export interface ServeOptions {
   pooling?: Partial<PoolingOptions>;
   /** --tool-call-rate: share of random `tool_choice: "auto"` answers that call a tool. Default DEFAULT_TOOL_CALL_RATE. */
   toolCallRate?: number;
+  /** --ttft / --itl / --ttft-std / --itl-std (ms) of `timing: 'latency'`. Default DEFAULT_LATENCY_KNOBS. */
+  latency?: Partial<LatencyKnobs>;
+  /** Failure injection (--error-rate, --error-types, --fail-first, --midstream-after-tokens). Default: none. */
+  faults?: Partial<FaultSettings>;
+  /** --random-seed: seed of which requests fail. Default: `seed`. */
+  faultSeed?: number;
+  /** --startup-time: seconds during which `/health` and the API answer 503. Default 0. */
+  startupTimeS?: number;
 }
 
 /** Seed 003's embedding and ranking settings (its defaults: 768 dimensions, 10 ms + 2 ms per input, 10 ms + 1 ms per passage). */
@@ -200,7 +209,15 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   if ((lora.enabled || lora.modules.length > 0) && args.engineType === 'sglang') throw new Error('--enable-lora / --lora-modules: LoRA adapters are simulated with --engine-type vllm only');
   if (!(args.speedupRatio > 0)) throw new Error(`--speedup-ratio must be > 0, got ${args.speedupRatio}`);
   if (!(args.decodeSpeedupRatio > 0)) throw new Error(`--decode-speedup-ratio must be > 0, got ${args.decodeSpeedupRatio}`);
-  let passTiming: PassTiming;
+  if (opts.latency && timing !== 'latency') throw new Error(`--ttft / --itl apply to --timing latency, not --timing ${timing}`);
+  // Each worker its own knobs, changed through its own /mocker/config.
+  const latencyKnobs = Array.from({ length: timing === 'latency' ? workers : 0 }, () => ({ ...DEFAULT_LATENCY_KNOBS, ...opts.latency }));
+  const badKnob = latencyKnobs.length > 0 ? badLatencyKnob(latencyKnobs[0]) : null;
+  if (badKnob) throw new Error(`--timing latency: ${badKnob[0]} must be a non-negative number of ms, got ${badKnob[1]}`);
+  const faults: FaultSettings = { errorRate: 0, errorTypes: [...DEFAULT_FAULT_TYPES], failFirst: 0, midstreamAfterTokens: DEFAULT_MIDSTREAM_AFTER_TOKENS, ...opts.faults };
+  const badFault = badFaultSetting(faults);
+  if (badFault) throw new Error(`failure injection: ${badFault[1]}`);
+  let passTiming: (worker: number) => PassTiming;
   let timingDescription: string;
   let perfModel: string | null = null;
   if (timing === 'model') {
@@ -210,14 +227,18 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
           throw new Error(`--planner-profile-data: ${err.message}`);
         })
       : polynomialPerfModel;
-    passTiming = modelTiming(model, args.speedupRatio, args.decodeSpeedupRatio);
+    passTiming = () => modelTiming(model, args.speedupRatio, args.decodeSpeedupRatio);
     perfModel = model.description;
     timingDescription = `model: ${model.description}`;
   } else if (timing === 'fixed') {
-    passTiming = fixedTiming(opts.forwardTimeMs, args.speedupRatio);
+    passTiming = () => fixedTiming(opts.forwardTimeMs, args.speedupRatio);
     timingDescription = `fixed: ${opts.forwardTimeMs} ms per step`;
+  } else if (timing === 'latency') {
+    passTiming = (w) => latencyTiming(latencyKnobs[w], opts.seed + w, args.speedupRatio);
+    const k = latencyKnobs[0];
+    timingDescription = `latency: TTFT ${k.ttftMs} ± ${k.ttftStdMs} ms, ITL ${k.itlMs} ± ${k.itlStdMs} ms at start`;
   } else {
-    passTiming = zeroTiming(timing === 'captured');
+    passTiming = () => zeroTiming(timing === 'captured');
     timingDescription = timing;
   }
 
@@ -327,6 +348,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const dcgmSeed = opts.dcgm?.seed ?? Math.floor(Math.random() * 2 ** 32);
   const timers: NodeJS.Timeout[] = [];
   closers.unshift(() => timers.forEach(clearInterval));
+  // --startup-time counts from here: the model (tokenizer, captures) is loaded.
+  const readyAtMs = opts.startupTimeS ? performance.now() + 1000 * opts.startupTimeS : undefined;
   // One engine (own scheduler and KV cache per rank) per worker, each behind its own server.
   for (let w = 0; w < workers; w++) {
     // Each worker is its own vLLM or SGLang instance: its own metrics, in its engine's names.
@@ -374,7 +397,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     if (kvTrace) observers.push(new KvTraceLog(args.blockSize, args.numGpuBlocks));
     const engine = new SimulatedEngine({
       scheduler: {
-        ...schedulerConfig(args, passTiming, opts.seed + w),
+        ...schedulerConfig(args, passTiming(w), opts.seed + w),
         kvEvents: eventsConfig ? { algo: hashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
         kvTrace,
         ...(lora.enabled ? { maxLoras: lora.maxLoras } : {}),
@@ -402,7 +425,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       promptTokensDetails: opts.enablePromptTokensDetails ?? false,
       metrics,
       backendMetrics: backends.routes,
-      mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0]),
+      mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0], FAULT_TYPES),
       apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
       requestIdHeaders: opts.requestIdHeaders,
       serverLoadTracking: opts.serverLoadTracking,
@@ -413,6 +436,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       // Each worker is its own vLLM: its own adapters, loaded and unloaded on its own.
       lora: new LoraAdapters(lora.enabled, servedModels, lora.modules),
       loraRuntimeUpdating: runtimeLoraUpdating(),
+      runtime: { faults: new FaultInjector({ ...faults, errorTypes: [...faults.errorTypes] }, opts.faultSeed ?? opts.seed), latency: latencyKnobs[w] ?? null, timing },
+      readyAtMs,
     });
     drain.handle(servers[w], getRequestListener(app.fetch, { hostname: opts.host }));
   }

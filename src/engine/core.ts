@@ -620,9 +620,9 @@ export class EngineCore implements SchedulerCore {
     const blockSize = this.config.blockSize;
     const timing = this.config.timing;
     // A prefill worker's token comes out when its prefill ends; only a timing that charges the emitting pass
-    // rather than the prefill (--timing fixed) makes that pass cost a step.
+    // rather than the prefill (--timing fixed) makes that pass cost a step. Latency knobs: TTFT is the whole pass.
     const decodeMs =
-      this.config.workerType === 'prefill' && prefillMs > 0
+      (this.config.workerType === 'prefill' || timing.prefillCoversPass) && prefillMs > 0
         ? 0
         : timing.decodeMs(ready.length, this.kv.numActive * blockSize, Math.floor(contextSum / ready.length), this.config.numGpuBlocks * blockSize);
     const decodeEnd = decodeStart + decodeMs;

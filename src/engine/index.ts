@@ -7,6 +7,7 @@ export { runOffline, type OfflineResult, type TimedRequest } from './offlineDriv
 export { loadPerfModel, polynomialPerfModel, type PerfModel } from './perf/perfModel.js';
 export { SimulatedEngine, type SimulatedEngineOptions } from './simulatedEngine.js';
 export { fixedTiming, modelTiming, zeroTiming, type PassTiming } from './timingModels.js';
+export { badLatencyKnob, DEFAULT_LATENCY_KNOBS, latencyTiming, type LatencyKnobs } from './latencyTiming.js';
 export {
   EngineRejection,
   type Engine,

@@ -83,7 +83,7 @@ export interface EngineState {
   timing: string;
 }
 
-export type TimingMode = 'captured' | 'fixed' | 'model' | 'none';
+export type TimingMode = 'captured' | 'fixed' | 'model' | 'none' | 'latency';
 
 /** What one engine pass did, as vLLM's stat loggers see an engine step (counters as increments). */
 export interface PassStats {

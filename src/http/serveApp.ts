@@ -21,6 +21,9 @@ import { loadLoraRequest, unloadLoraRequest, type LoraAdapters } from './loraAda
 import { chunkEvent, DONE_EVENT, fullResponse, restamp, roleEvent, usageEvent, type RenderContext } from './render.js';
 import { poolingEndpoints, type PoolingLatency } from './poolingEndpoints.js';
 import { tgiEndpoints, type RunCompletion } from './tgi.js';
+import { breaksMidstream, FAULT_HEADER, faultResponse, INJECTED_HEADER, midstreamError, StreamBreaker } from './faults.js';
+import { mockerConfigRoutes, type RuntimeSettings } from './mockerConfig.js';
+import { startupGate } from './startup.js';
 import { chatRequest, checkRequestChatTemplate, checkRequestFields, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
 
 export interface ServeAppConfig {
@@ -63,6 +66,10 @@ export interface ServeAppConfig {
   lora?: LoraAdapters;
   /** VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load and unload routes exist. */
   loraRuntimeUpdating?: boolean;
+  /** Failure injection and latency knobs, shown and changed at run time by `/mocker/config`. */
+  runtime?: RuntimeSettings;
+  /** --startup-time: until this performance.now() time, `/health` and the API answer 503. */
+  readyAtMs?: number;
 }
 
 /**
@@ -108,6 +115,7 @@ const ROUTES: Record<string, string[]> = {
   '/generate_stream': ['POST'],
   '/v1/custom-multimodal': ['POST'],
   ...Object.fromEntries(BACKEND_METRICS_PATHS.map((path) => [path, ['GET']])),
+  '/mocker/config': ['GET', 'POST'],
 };
 /** Only with VLLM_ALLOW_RUNTIME_LORA_UPDATING. */
 const LORA_ROUTES: Record<string, string[]> = { '/v1/load_lora_adapter': ['POST'], '/v1/unload_lora_adapter': ['POST'] };
@@ -148,6 +156,8 @@ interface Prepared {
   kvTransfer: KvTransferParams | null;
   /** The adapter `model` names (none: a base model). */
   lora: LoraAdapter | undefined;
+  /** An injected mid-stream failure: breaks the engine streams after some tokens. */
+  breaker?: StreamBreaker;
 }
 
 /** vLLM's `X-data-parallel-rank` request header. */
@@ -328,7 +338,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   const runEngine = (ctx: RenderContext, p: Prepared, part: number | null, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill = false) => {
     const params = p.params[part ?? 0];
     try {
-      return engine.submit(
+      const stream = engine.submit(
         {
           requestId: part === null ? ctx.id : `${ctx.id}-${part}`,
           arrivalMs,
@@ -342,6 +352,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
         },
         signal,
       );
+      return p.breaker ? p.breaker.watch(stream) : stream;
     } catch (err) {
       if (err instanceof EngineRejection) throw badRequest(err.message);
       throw err;
@@ -512,6 +523,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const res = c.env.outgoing;
     const reqNode: IncomingMessage = c.env.incoming;
     const arrivalMs = arrivalOf(reqNode) ?? performance.now();
+    // Drawn in arrival order (reproducible by seed), answered once the request is known valid.
+    const fault = config.runtime?.faults.draw(c.req.header(FAULT_HEADER)) ?? null;
     // Watched from the start: a client can leave while its prompt is tokenized, looked up or its KV pulled.
     const abort = new AbortController();
     res.on('close', () => {
@@ -519,6 +532,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     });
     const { bytes: bodyBytes, body } = await readApiJson(c);
     const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'));
+    if (fault && !breaksMidstream(fault)) {
+      config.mockerMetrics?.injectedError(fault);
+      const answer = faultResponse(fault, { model: p.model, maxModelLen: config.maxModelLen, promptTokens: p.prompts[0].length, authorization: c.req.header('authorization') });
+      return c.body(answer.body, answer.status as 400, { 'content-type': 'application/json', [INJECTED_HEADER]: fault, ...answer.headers });
+    }
     const shape = requestShape(kind, body);
     const budget = outputBudget();
     const resolutions: Resolution[] = [];
@@ -542,6 +560,18 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       return RESPONSE_ALREADY_SENT;
     }
     const planned = resolutions as Extract<Resolution, { type: 'plans' }>[];
+    if (fault && breaksMidstream(fault)) {
+      const tokens = planned.reduce((n, r) => n + r.plans.reduce((m, plan) => m + plan.tokenIds.length, 0), 0);
+      const afterTokens = Math.min(config.runtime!.faults.settings.midstreamAfterTokens, tokens - 1);
+      res.setHeader(INJECTED_HEADER, fault);
+      p.breaker = new StreamBreaker(afterTokens, () => {
+        config.mockerMetrics?.injectedError(fault);
+        abort.abort(); // the engine request leaves, its blocks freed
+        if (fault === 'midstream') return midstreamError();
+        res.socket?.destroySoon();
+        return null;
+      });
+    }
     const remotePrefill = !batched && p.kvTransfer?.do_remote_prefill === true && (await pullKv(p.kvTransfer));
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestIdFor(c, body)}`;
     const ctx: RenderContext = { kind, id, created: Math.floor(Date.now() / 1000), model: p.model, returnTokenIds: p.returnTokenIds, promptTokenIds: p.prompts[0] };
@@ -564,6 +594,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     return { model: p.model, promptIds: p.prompts[0], plan: resolution.plans[0], events: runEngine(ctx, p, null, resolution.plans, arrivalMs, signal) };
   };
 
+  if (config.readyAtMs !== undefined) app.use('*', startupGate(config.readyAtMs));
   let inFlight = 0;
   app.use('*', async (c, next) => {
     if (config.apiKey !== undefined && c.req.path.startsWith('/v1') && c.req.method !== 'OPTIONS' && c.req.header('authorization') !== `Bearer ${config.apiKey}`) {
@@ -614,6 +645,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/generate_stream', tgiRoute(tgi.generateStream));
   app.post('/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
   app.get('/', (c) => c.json({ message: 'mocker: a vLLM-compatible engine simulator', version: (JSON.parse(config.versionJson) as { version: string }).version, model: config.servedModels[0] }));
+  if (config.runtime) app.route('/mocker/config', mockerConfigRoutes(config.runtime));
   app.get('/mocker/engine', (c) => c.json({ ...engine.state(), config: config.settings }));
   app.post(KV_PULL_PATH, async (c) => {
     const req = parseBody(kvPullRequest, (await readJson(c)).body);

@@ -25,9 +25,9 @@ function documentedFlags(command: string): string[] {
   return [...new Set(flags)].sort();
 }
 
-/** The flags the built CLI's `mocker <command> --help` lists, but --help itself. */
+/** The flags the built CLI's `mocker <command> --help` lists (a subcommand: "captures list"), but --help itself. */
 function acceptedFlags(command: string): string[] {
-  const help = execFileSync(process.execPath, [join(ROOT, 'dist', 'cli', 'main.js'), command, '--help'], { encoding: 'utf8', env: { ...process.env, COLUMNS: '400' } });
+  const help = execFileSync(process.execPath, [join(ROOT, 'dist', 'cli', 'main.js'), ...command.split(' '), '--help'], { encoding: 'utf8', env: { ...process.env, COLUMNS: '400' } });
   const flags = [...help.matchAll(/^ {2}(?:-\w, )?(--[a-z][a-z0-9-]*)/gm)].map((m) => m[1]).filter((f) => f !== '--help');
   return [...new Set(flags)].sort();
 }

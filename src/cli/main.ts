@@ -101,7 +101,8 @@ const program = new Command('mocker')
   .version(version, '-V, --version', 'print the mocker version')
   .showHelpAfterError()
   .hook('preAction', (_, action) => {
-    const applied = applyEnvironment(action, process.env, program.commands);
+    const everyCommand = (commands: readonly Command[]): Command[] => commands.flatMap((c) => [c, ...everyCommand(c.commands)]);
+    const applied = applyEnvironment(action, process.env, everyCommand(program.commands));
     if (applied.length > 0) console.log(`mocker ${action.name()}: settings from the environment: ${applied.join(', ')}`);
   });
 
@@ -365,6 +366,9 @@ program
   .option('--redact-header <name>', 'also never store this header (Authorization, API keys and cookies never are)', collect, [...DEFAULT_REDACTED_HEADERS])
   .addOption(shutdownTimeout())
   .action(async (o) => stopOnSignal('capture', await startCaptureWith(o), o.shutdownTimeout));
+
+/** `mocker captures <command> FILE`: capture files as a product (each command registers itself here). */
+program.command('captures').description('Inspect, export, merge, verify, diff and fit capture files.');
 
 program.parseAsync().catch((err: unknown) => {
   console.error(`mocker: ${err instanceof Error ? err.message : String(err)}`);

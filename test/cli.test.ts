@@ -130,12 +130,16 @@ const README_SERVE_DEFAULTS = {
   decode_speedup_ratio: 1,
   data_parallel_size: 1,
   planner_profile_data: null,
+  reasoning: null, // --reasoning: off
+  tool_call_rate: 0.5, // --tool-call-rate: 0.5
   disaggregation_mode: 'agg',
   // "the bundled Qwen3-0.6B: 28 × 2 × 8 × 128 × 2 = 114,688 B"
   kv_bytes_per_token: 114_688,
   kv_transfer_bandwidth: 64,
   // "captured, else config.json": Qwen3-0.6B's config.json has max_position_embeddings 40960.
   max_model_len: 40_960,
+  enable_lora: false, // --enable-lora: off
+  max_loras: 1, // --max-loras: 1
   seed: 0,
   upstream: null,
   upstream_timeout: 600_000,
@@ -492,6 +496,20 @@ describe('bad values: a clear error naming the flag, and a non-zero exit', () =>
     [['serve', '--kv-cache-dtype', 'int4'], '--kv-cache-dtype'],
     [['serve', '--kv-transfer-bandwidth', '-2'], '--kv-transfer-bandwidth'],
     [['serve', '--pd', '1X'], '--pd'],
+    [['serve', '--ttft', '-1'], '--ttft'],
+    [['serve', '--itl', 'slow'], '--itl'],
+    [['serve', '--ttft-std', '-0.5'], '--ttft-std'],
+    [['serve', '--itl-std', 'x'], '--itl-std'],
+    [['serve', '--ttft', '50', '--timing', 'fixed'], '--timing fixed'],
+    [['serve', '--fast', '--timing', 'model'], '--fast'],
+    [['serve', '--fast', '--itl', '3'], '--fast'],
+    [['serve', '--error-rate', '101'], '--error-rate'],
+    [['serve', '--error-rate', 'often'], '--error-rate'],
+    [['serve', '--error-types', 'rate_limit,meltdown'], '--error-types'],
+    [['serve', '--fail-first', '-1'], '--fail-first'],
+    [['serve', '--midstream-after-tokens', '1.5'], '--midstream-after-tokens'],
+    [['serve', '--random-seed', 'abc'], '--random-seed'],
+    [['serve', '--startup-time', '-2'], '--startup-time'],
     [['capture'], '--upstream'],
     [['capture', '--upstream', 'not a url'], '--upstream'],
     [['capture', '--upstream', 'http://127.0.0.1:1', '--upstream-timeout', 'soon'], '--upstream-timeout'],

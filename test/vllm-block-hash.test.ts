@@ -351,7 +351,14 @@ describe('sha256 (pickle protocol 5) against bytes from Python\'s pickle.dumps',
     expect(hashBlockTokens(parent, NONE_HASH_DEFAULT, [1, 2], null, 'sha256')).toEqual(sha256(expected));
   });
 
-  it('refuses extra keys, which only the CBOR path encodes', () => {
-    expect(() => hashBlockTokens(null, NONE_HASH_DEFAULT, [1, 2], ['lora'], 'sha256')).toThrow(TypeError);
+  it("pickles a LoRA name's extra keys tuple (vLLM's (lora_name,)) after the tokens", () => {
+    const parent = Buffer.alloc(32, 1);
+    // pickle.dumps((b"\x01" * 32, (1, 2), ("lora",)), protocol=5)
+    const expected = fromHex('80059535000000000000004320' + '01'.repeat(32) + '944b014b0286948c046c6f726194859487942e');
+    expect(hashBlockTokens(parent, NONE_HASH_DEFAULT, [1, 2], ['lora'], 'sha256')).toEqual(sha256(expected));
+  });
+
+  it('refuses extra keys other than strings, which only the CBOR path encodes', () => {
+    expect(() => hashBlockTokens(null, NONE_HASH_DEFAULT, [1, 2], [7], 'sha256')).toThrow(TypeError);
   });
 });

@@ -1,6 +1,7 @@
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { z } from 'zod';
 import type { AnySchedulerConfig, PassTiming, PreemptionMode, SglangSchedulePolicy } from '../engine/index.js';
+import { reasoningConfigSchema, type ReasoningConfig } from '../generation/reasoning.js';
 
 /** The SGLang flavour's settings (Dynamo's `SglangArgs`, `--sglang-*` flags). */
 export interface SglangArgs {
@@ -30,6 +31,8 @@ export interface EngineArgs {
   decodeSpeedupRatio: number;
   dataParallelSize: number;
   plannerProfileData?: string;
+  /** Dynamo's `reasoning` (`--reasoning`): random answers open with a thinking span. */
+  reasoning?: ReasoningConfig;
 }
 
 export const DEFAULT_SGLANG_ARGS: SglangArgs = {
@@ -82,11 +85,12 @@ const supported = {
     schedule_conservativeness: z.number().min(0).max(1).optional(),
   }),
   watermark: z.number().min(0).lt(1),
+  reasoning: reasoningConfigSchema,
 };
 /** Dynamo keys that mocker knows but does not simulate: refused by name rather than ignored. */
 const UNSUPPORTED = new Set([
   'startup_time', 'aic_backend', 'aic_system', 'aic_backend_version', 'aic_tp_size', 'aic_model_path', 'aic_moe_tp_size',
-  'aic_moe_ep_size', 'aic_attention_dp_size', 'enable_local_indexer', 'bootstrap_port', 'reasoning', 'router_queue_policy',
+  'aic_moe_ep_size', 'aic_attention_dp_size', 'enable_local_indexer', 'bootstrap_port', 'router_queue_policy',
 ]);
 /** Dynamo keys whose setting is a serve flag in mocker (they configure the server, not the scheduler). */
 const AS_FLAGS: Record<string, string> = {
@@ -134,6 +138,7 @@ export function applyEngineArgsObject(base: EngineArgs, raw: Record<string, unkn
       case 'planner_profile_data': out.plannerProfileData = (v as string | null) ?? undefined; break;
       case 'watermark': out.watermark = v as number; break;
       case 'engine_type': out.engineType = v as EngineArgs['engineType']; break;
+      case 'reasoning': out.reasoning = v as ReasoningConfig; break;
       case 'sglang': {
         const g = v as z.infer<typeof supported.sglang>;
         out.sglang = {

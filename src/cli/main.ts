@@ -6,11 +6,17 @@ import { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig, type K
 import { startCapture } from './capture.js';
 import { applyEnvironment, seed004Capture } from './environment.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type EngineArgs } from './engineArgs.js';
+import { parseLoraModule } from '../http/loraAdapters.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
+import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
+import { parseReasoningConfig } from '../generation/reasoning.js';
+import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
+import { readJsonObjectArg } from '../util/jsonArg.js';
+import { DEFAULT_MIDSTREAM_AFTER_TOKENS, parseFaultTypes } from '../http/faults.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
 
@@ -39,6 +45,25 @@ function checkedUrl(flag: string, text: string): URL {
 const urlFlag = (flag: string) => (value: string) => (checkedUrl(flag, value), value);
 
 const collect = (value: string, previous: string[]) => [...previous, value];
+
+/** The fields that were given (a flag left out must not override a default with undefined). */
+const given = <T extends object>(fields: T) => Object.fromEntries(Object.entries(fields).filter(([, v]) => v !== undefined)) as Partial<T>;
+
+function errorTypes(value: string) {
+  try {
+    return parseFaultTypes(value, '--error-types');
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+}
+
+function percentage(name: string) {
+  return (value: string) => {
+    const n = Number(value);
+    if (value.trim() === '' || !(n >= 0 && n <= 100)) throw new InvalidArgumentError(`${name} must be a percentage from 0 to 100, got "${value}"`);
+    return n;
+  };
+}
 
 const shutdownTimeout = () =>
   new Option('--shutdown-timeout <s>', 'on SIGINT/SIGTERM, seconds the requests in flight get to finish before they are cut off (a second signal exits at once)')
@@ -90,7 +115,7 @@ program
   .option('--host <host>', 'address to listen on', '0.0.0.0')
   .option('--port <port>', 'port to listen on', port('--port'), 8000)
   .addOption(new Option('--outputs <source>', 'captured | random (default: captured in replay, random in random mode)').choices(['captured', 'random']))
-  .addOption(new Option('--timing <timing>', 'model | captured | fixed | none (default: model in simulate, captured in replay, fixed in random)').choices(['model', 'captured', 'fixed', 'none']))
+  .addOption(new Option('--timing <timing>', 'model | captured | fixed | latency | none (default: model in simulate, captured in replay, fixed in random; latency with --ttft/--itl)').choices(['model', 'captured', 'fixed', 'latency', 'none']))
   .option('--forward-time-ms <ms>', 'duration of one engine step for --timing fixed', number('--forward-time-ms', { min: 0 }), DEFAULT_FORWARD_TIME_MS)
   .option('--speedup-ratio <x>', 'divide every simulated duration by this', number('--speedup-ratio', { above: 0 }), DEFAULT_ENGINE_ARGS.speedupRatio)
   .option('--decode-speedup-ratio <x>', 'further divide decode steps (speculative decoding)', number('--decode-speedup-ratio', { above: 0 }), DEFAULT_ENGINE_ARGS.decodeSpeedupRatio)
@@ -132,6 +157,9 @@ program
   .option('--pd <xPyD>', 'run x prefill and y decode engines in-process behind a PD proxy on --port (e.g. 1P1D)')
   .option('--show-hidden-metrics-for-version <version>', "also vLLM's hidden deprecated metrics (gpu_cache_usage_perc)")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
+  .option('--enable-lora', 'serve LoRA adapters (requests name one in `model`)', false)
+  .option('--lora-modules <specs...>', 'LoRA adapters loaded at start: name=path, a JSON {"name","path","base_model_name"}, or a bare name (needs --enable-lora)')
+  .option('--max-loras <n>', 'distinct LoRA adapters in one batch', number('--max-loras', { integer: true, min: 1 }), 1)
   .option('--trust-request-chat-template', "render a chat_template sent in a request (in a process of its own, stopped after 2 s) instead of answering vLLM's 400", false)
   .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record (default: random in simulate, error otherwise)').choices(['error', 'random', 'passthrough', 'record']))
   .option('--upstream <url>', 'engine to forward misses to (--on-miss passthrough|record)', urlFlag('--upstream'))
@@ -145,7 +173,29 @@ program
   .option('--embedding-per-input-latency <ms>', '/v1/embeddings latency per input', number('--embedding-per-input-latency', { min: 0 }), DEFAULT_POOLING.embeddingPerInputLatencyMs)
   .option('--ranking-base-latency <ms>', '/v1/ranking, /rerank, /v2/rerank latency per request', number('--ranking-base-latency', { min: 0 }), DEFAULT_POOLING.rankingBaseLatencyMs)
   .option('--ranking-per-passage-latency <ms>', '/v1/ranking, /rerank, /v2/rerank latency per passage', number('--ranking-per-passage-latency', { min: 0 }), DEFAULT_POOLING.rankingPerPassageLatencyMs)
+  .option('--reasoning <json>', 'random answers open with a thinking span (Dynamo\'s {"start_thinking_token_id":N,"end_thinking_token_id":M,"thinking_ratio":R}; ids default to the tokenizer\'s <think> </think>)', (v: string) => parseReasoningConfig(readJsonObjectArg(v, '--reasoning'), '--reasoning'))
+  .option('--tool-call-rate <r>', 'share of random answers to a chat with tool_choice auto that call one of its tools', number('--tool-call-rate', { min: 0, below: 1.0000001 }), DEFAULT_TOOL_CALL_RATE)
+  .addOption(new Option('--dcgm-gpu-name <gpu>', 'GPU model of the simulated DCGM telemetry').choices(DCGM_GPU_NAMES).default(DEFAULT_DCGM.gpuName))
+  .option('--dcgm-num-gpus <n>', 'GPUs per simulated DCGM exporter (1-8)', number('--dcgm-num-gpus', { integer: true, min: 1, below: 9 }), DEFAULT_DCGM.numGpus)
+  .option('--dcgm-auto-load', 'DCGM load follows token throughput', DEFAULT_DCGM.autoLoad)
+  .option('--no-dcgm-auto-load', 'DCGM GPUs stay idle')
+  .option('--dcgm-min-throughput <tokens/s>', 'token throughput taken as full DCGM load until more is seen', number('--dcgm-min-throughput', { above: 0 }), DEFAULT_DCGM.minThroughput)
+  .option('--dcgm-window-sec <s>', 'sliding window of the DCGM throughput (0.1-60)', number('--dcgm-window-sec', { min: 0.1, below: 60.0000001 }), DEFAULT_DCGM.windowSec)
+  .option('--dcgm-hostname <name>', 'Hostname label of the DCGM metrics', DEFAULT_DCGM.hostname)
+  .option('--dcgm-seed <n>', 'seed of the DCGM noise and GPU UUIDs (default: a new one each start)', number('--dcgm-seed', { integer: true, min: 0 }))
   .addOption(shutdownTimeout())
+  // Latency knobs, failure injection and start-up delay (AIPerf's mock server, llm-d's simulator, Dynamo).
+  .option('--ttft <ms>', '--timing latency: time to first token, the duration of a pass that prefills (default 20)', number('--ttft', { min: 0 }))
+  .option('--itl <ms>', '--timing latency: inter-token latency, the duration of a decode pass (default 5)', number('--itl', { min: 0 }))
+  .option('--ttft-std <ms>', '--timing latency: standard deviation of the TTFT (Gaussian, seeded by --seed, clipped at 0; default 0)', number('--ttft-std', { min: 0 }))
+  .option('--itl-std <ms>', '--timing latency: standard deviation of the ITL (default 0)', number('--itl-std', { min: 0 }))
+  .option('--fast', 'no simulated latency at all: --timing none')
+  .option('--error-rate <pct>', 'percentage of generation requests that fail (default 0)', percentage('--error-rate'))
+  .option('--error-types <types>', 'comma list the failures are drawn from: rate_limit, invalid_api_key, context_length, server_error, invalid_request, model_not_found, timeout, midstream, disconnect (default server_error)', errorTypes)
+  .option('--fail-first <n>', 'the first n generation requests fail (for retry tests)', number('--fail-first', { integer: true, min: 0 }))
+  .option('--midstream-after-tokens <n>', 'midstream and disconnect failures break the answer after this many tokens', number('--midstream-after-tokens', { integer: true, min: 0 }), DEFAULT_MIDSTREAM_AFTER_TOKENS)
+  .option('--random-seed <n>', 'seed of which requests fail (default: --seed)', number('--random-seed', { integer: true }))
+  .option('--startup-time <s>', '/health and the API answer 503 for this many seconds after start', number('--startup-time', { min: 0 }))
   .action(async (o, command: Command) => {
     // Seed 004's CAPTURE_MODE=1: the engine's own process recorded; here, the capture proxy on serve's address.
     if (seed004Capture(process.env) && command.getOptionValueSource('mode') === 'default') {
@@ -178,6 +228,7 @@ program
       decodeSpeedupRatio: o.decodeSpeedupRatio,
       dataParallelSize: o.dataParallelSize,
       plannerProfileData: o.plannerProfileData,
+      reasoning: o.reasoning,
     };
     if (o.extraEngineArgs) engine = applyExtraEngineArgs(engine, o.extraEngineArgs);
     const format = o.kvEventsFormat as KvEventsFormat;
@@ -185,6 +236,11 @@ program
     if (o.zmqReplayPorts && !o.zmqKvEventsPorts) throw new Error('--zmq-replay-ports needs --zmq-kv-events-ports');
     if (o.disaggregationMode && (o.isPrefillWorker || o.isDecodeWorker)) throw new Error('--disaggregation-mode cannot be combined with --is-prefill-worker / --is-decode-worker');
     if (o.isPrefillWorker && o.isDecodeWorker) throw new Error('--is-prefill-worker and --is-decode-worker are exclusive');
+    const latency = given({ ttftMs: o.ttft as number | undefined, itlMs: o.itl as number | undefined, ttftStdMs: o.ttftStd as number | undefined, itlStdMs: o.itlStd as number | undefined });
+    const latencyGiven = Object.keys(latency).length > 0;
+    if (o.fast && o.timing !== undefined && o.timing !== 'none') throw new Error(`--fast is --timing none: it cannot be combined with --timing ${o.timing}`);
+    if (o.fast && latencyGiven) throw new Error('--fast (no latency) cannot be combined with --ttft / --itl / --ttft-std / --itl-std');
+    if (latencyGiven && o.timing !== undefined && o.timing !== 'latency') throw new Error(`--ttft / --itl / --ttft-std / --itl-std are --timing latency's: they cannot be combined with --timing ${o.timing}`);
     const role: ServeOptions['role'] = o.disaggregationMode ?? (o.isPrefillWorker ? 'prefill' : o.isDecodeWorker ? 'decode' : 'agg');
     let kvEvents: KvEventsConfig[] | undefined;
     if (o.kvEventsConfig) {
@@ -199,6 +255,7 @@ program
       kvTransferBandwidthGBps: o.kvTransferBandwidth,
       engine,
       enablePromptTokensDetails: o.enablePromptTokensDetails,
+      lora: { enabled: o.enableLora, modules: ((o.loraModules ?? []) as string[]).map(parseLoraModule), maxLoras: o.maxLoras },
       trustRequestChatTemplate: o.trustRequestChatTemplate,
       numWorkers: o.numWorkers,
       kvEvents,
@@ -213,7 +270,11 @@ program
       host: o.host,
       port: o.port,
       outputs: o.outputs,
-      timing: o.timing,
+      timing: o.fast ? 'none' : latencyGiven ? 'latency' : o.timing,
+      latency: latencyGiven ? latency : undefined,
+      faults: given({ errorRate: o.errorRate as number | undefined, errorTypes: o.errorTypes as ReturnType<typeof errorTypes> | undefined, failFirst: o.failFirst as number | undefined, midstreamAfterTokens: o.midstreamAfterTokens as number }),
+      faultSeed: o.randomSeed,
+      startupTimeS: o.startupTime,
       forwardTimeMs: o.forwardTimeMs,
       onMiss: o.onMiss,
       upstream: o.upstream,
@@ -229,6 +290,8 @@ program
         rankingBaseLatencyMs: o.rankingBaseLatency,
         rankingPerPassageLatencyMs: o.rankingPerPassageLatency,
       },
+      toolCallRate: o.toolCallRate,
+      dcgm: { gpuName: o.dcgmGpuName, numGpus: o.dcgmNumGpus, autoLoad: o.dcgmAutoLoad, minThroughput: o.dcgmMinThroughput, windowSec: o.dcgmWindowSec, hostname: o.dcgmHostname, seed: o.dcgmSeed },
     };
     if (o.pd) {
       if (role !== 'agg') throw new Error('--pd starts its own prefill and decode engines: drop --disaggregation-mode');

@@ -3,18 +3,24 @@ import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { Recorder } from '../capture/recorder.js';
-import { defaultHashSeed, fixedTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type BlockHashAlgo, type EngineObserver, type PassTiming, type TimingMode } from '../engine/index.js';
+import { badLatencyKnob, DEFAULT_LATENCY_KNOBS, defaultHashSeed, fixedTiming, latencyTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type BlockHashAlgo, type EngineObserver, type LatencyKnobs, type PassTiming, type TimingMode } from '../engine/index.js';
 import { KvEventStreams, KvTraceLog, kvTraceEnabled, type KvEventsConfig } from '../events/index.js';
 import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
+import { resolveReasoningSpan } from '../generation/reasoning.js';
+import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { Drain, listen } from '../http/drain.js';
 import { createServeApp, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
+import { LoraAdapters, runtimeLoraUpdating, type LoraModule } from '../http/loraAdapters.js';
+import { badFaultSetting, DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, FAULT_TYPES, FaultInjector, type FaultSettings } from '../http/faults.js';
 import { kvBytesPerToken } from '../pd/kvTransfer.js';
 import { MockerMetrics } from '../metrics/mockerMetrics.js';
+import { backendMetrics } from '../metrics/backendMetrics.js';
+import { DEFAULT_DCGM, type DcgmConfig } from '../metrics/dcgm.js';
 import { StatsLog } from '../metrics/statsLog.js';
 import { SglangMetrics } from '../metrics/sglangMetrics.js';
-import { VllmMetrics } from '../metrics/vllmMetrics.js';
+import { VllmMetrics, type MetricsConfig } from '../metrics/vllmMetrics.js';
 import { CaptureStore, type CaptureContents } from '../store/captureStore.js';
 import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
 import { checkEngineArgs, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from './engineArgs.js';
@@ -66,6 +72,8 @@ export interface ServeOptions {
   engine?: Partial<EngineArgs>;
   /** vLLM's --enable-prompt-tokens-details. */
   enablePromptTokensDetails?: boolean;
+  /** vLLM's --enable-lora, --lora-modules and --max-loras (default: LoRA off). */
+  lora?: { enabled: boolean; modules: LoraModule[]; maxLoras: number };
   /** --num-workers: independent engines, each on its own port (port, port + 1, …). Default 1. */
   numWorkers?: number;
   /**
@@ -100,10 +108,22 @@ export interface ServeOptions {
   kvCacheDtype?: string;
   /** --kv-transfer-bandwidth in GB/s (0: instant). Default DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS. */
   kvTransferBandwidthGBps?: number;
+  /** Simulated DCGM telemetry (`/dcgm1/metrics`, `/dcgm2/metrics`). Default DEFAULT_DCGM, a random seed. */
+  dcgm?: Partial<DcgmConfig>;
   /** How long a prefill engine holds KV for a decode that never comes. Default VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). */
   kvHoldTimeoutMs?: number;
   /** Embeddings and reranking (seed 003): vector size and latency knobs. Defaults: DEFAULT_POOLING. */
   pooling?: Partial<PoolingOptions>;
+  /** --tool-call-rate: share of random `tool_choice: "auto"` answers that call a tool. Default DEFAULT_TOOL_CALL_RATE. */
+  toolCallRate?: number;
+  /** --ttft / --itl / --ttft-std / --itl-std (ms) of `timing: 'latency'`. Default DEFAULT_LATENCY_KNOBS. */
+  latency?: Partial<LatencyKnobs>;
+  /** Failure injection (--error-rate, --error-types, --fail-first, --midstream-after-tokens). Default: none. */
+  faults?: Partial<FaultSettings>;
+  /** --random-seed: seed of which requests fail. Default: `seed`. */
+  faultSeed?: number;
+  /** --startup-time: seconds during which `/health` and the API answer 503. Default 0. */
+  startupTimeS?: number;
 }
 
 /** Seed 003's embedding and ranking settings (its defaults: 768 dimensions, 10 ms + 2 ms per input, 10 ms + 1 ms per passage). */
@@ -185,9 +205,19 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   if ((onMiss === 'passthrough' || onMiss === 'record') && !opts.upstream) throw new Error(`--on-miss ${onMiss} needs --upstream URL`);
   if (!(opts.forwardTimeMs >= 0)) throw new Error(`--forward-time-ms must be >= 0, got ${opts.forwardTimeMs}`);
   const args = checkEngineArgs({ ...DEFAULT_ENGINE_ARGS, ...opts.engine });
+  const lora = opts.lora ?? { enabled: false, modules: [], maxLoras: 1 };
+  if ((lora.enabled || lora.modules.length > 0) && args.engineType === 'sglang') throw new Error('--enable-lora / --lora-modules: LoRA adapters are simulated with --engine-type vllm only');
   if (!(args.speedupRatio > 0)) throw new Error(`--speedup-ratio must be > 0, got ${args.speedupRatio}`);
   if (!(args.decodeSpeedupRatio > 0)) throw new Error(`--decode-speedup-ratio must be > 0, got ${args.decodeSpeedupRatio}`);
-  let passTiming: PassTiming;
+  if (opts.latency && timing !== 'latency') throw new Error(`--ttft / --itl apply to --timing latency, not --timing ${timing}`);
+  // Each worker its own knobs, changed through its own /mocker/config.
+  const latencyKnobs = Array.from({ length: timing === 'latency' ? workers : 0 }, () => ({ ...DEFAULT_LATENCY_KNOBS, ...opts.latency }));
+  const badKnob = latencyKnobs.length > 0 ? badLatencyKnob(latencyKnobs[0]) : null;
+  if (badKnob) throw new Error(`--timing latency: ${badKnob[0]} must be a non-negative number of ms, got ${badKnob[1]}`);
+  const faults: FaultSettings = { errorRate: 0, errorTypes: [...DEFAULT_FAULT_TYPES], failFirst: 0, midstreamAfterTokens: DEFAULT_MIDSTREAM_AFTER_TOKENS, ...opts.faults };
+  const badFault = badFaultSetting(faults);
+  if (badFault) throw new Error(`failure injection: ${badFault[1]}`);
+  let passTiming: (worker: number) => PassTiming;
   let timingDescription: string;
   let perfModel: string | null = null;
   if (timing === 'model') {
@@ -197,14 +227,18 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
           throw new Error(`--planner-profile-data: ${err.message}`);
         })
       : polynomialPerfModel;
-    passTiming = modelTiming(model, args.speedupRatio, args.decodeSpeedupRatio);
+    passTiming = () => modelTiming(model, args.speedupRatio, args.decodeSpeedupRatio);
     perfModel = model.description;
     timingDescription = `model: ${model.description}`;
   } else if (timing === 'fixed') {
-    passTiming = fixedTiming(opts.forwardTimeMs, args.speedupRatio);
+    passTiming = () => fixedTiming(opts.forwardTimeMs, args.speedupRatio);
     timingDescription = `fixed: ${opts.forwardTimeMs} ms per step`;
+  } else if (timing === 'latency') {
+    passTiming = (w) => latencyTiming(latencyKnobs[w], opts.seed + w, args.speedupRatio);
+    const k = latencyKnobs[0];
+    timingDescription = `latency: TTFT ${k.ttftMs} ± ${k.ttftStdMs} ms, ITL ${k.itlMs} ± ${k.itlStdMs} ms at start`;
   } else {
-    passTiming = zeroTiming(timing === 'captured');
+    passTiming = () => zeroTiming(timing === 'captured');
     timingDescription = timing;
   }
 
@@ -240,7 +274,10 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   }
 
   const role = opts.role ?? 'agg';
-  const resolver = new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer, role });
+  const toolCallRate = opts.toolCallRate ?? DEFAULT_TOOL_CALL_RATE;
+  if (!(toolCallRate >= 0 && toolCallRate <= 1)) throw new Error(`--tool-call-rate must be between 0 and 1, got ${toolCallRate}`);
+  const synthetic = { reasoning: args.reasoning ? resolveReasoningSpan(args.reasoning, tokenizer) : null, toolCallRate };
+  const resolver = new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer, role, synthetic });
   const kvEvents = opts.kvEvents ?? [];
   if (kvEvents.length > 1 && kvEvents.length !== workers) throw new Error(`${kvEvents.length} KV event configs for ${workers} worker(s)`);
   const hashAlgo = opts.prefixCachingHashAlgo ?? 'sha256_cbor';
@@ -287,10 +324,14 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     decode_speedup_ratio: args.decodeSpeedupRatio,
     data_parallel_size: args.dataParallelSize,
     planner_profile_data: args.plannerProfileData ?? null,
+    reasoning: synthetic.reasoning && JSON.stringify({ start_thinking_token_id: synthetic.reasoning.startTokenId, end_thinking_token_id: synthetic.reasoning.endTokenId, thinking_ratio: synthetic.reasoning.thinkingRatio }),
+    tool_call_rate: toolCallRate,
     disaggregation_mode: role,
     kv_bytes_per_token: bytesPerToken,
     kv_transfer_bandwidth: bandwidthGBps,
     max_model_len: maxModelLen,
+    enable_lora: lora.enabled,
+    max_loras: lora.maxLoras,
     seed: opts.seed,
     upstream: upstream?.url.href ?? null,
     upstream_timeout: opts.upstreamTimeoutMs,
@@ -304,35 +345,48 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     rankingBaseMs: poolingMs(pooling.rankingBaseLatencyMs),
     rankingPerPassageMs: poolingMs(pooling.rankingPerPassageLatencyMs),
   };
+  const dcgmSeed = opts.dcgm?.seed ?? Math.floor(Math.random() * 2 ** 32);
   const timers: NodeJS.Timeout[] = [];
   closers.unshift(() => timers.forEach(clearInterval));
+  // --startup-time counts from here: the model (tokenizer, captures) is loaded.
+  const readyAtMs = opts.startupTimeS ? performance.now() + 1000 * opts.startupTimeS : undefined;
   // One engine (own scheduler and KV cache per rank) per worker, each behind its own server.
   for (let w = 0; w < workers; w++) {
     // Each worker is its own vLLM or SGLang instance: its own metrics, in its engine's names.
-    const metrics =
-      args.engineType === 'sglang'
-        ? new SglangMetrics({ modelName: servedModels[0], ranks: args.dataParallelSize, pageSize: args.blockSize })
-        : new VllmMetrics({
-            modelName: servedModels[0],
-            ranks: args.dataParallelSize,
-            maxModelLen,
-            showHidden: opts.showHiddenMetrics ?? false,
-            cacheConfig: {
-              block_size: args.blockSize,
-              cache_dtype: 'auto',
-              enable_prefix_caching: args.enablePrefixCaching ? 'True' : 'False',
-              num_gpu_blocks: args.numGpuBlocks,
-              num_cpu_blocks: 'None',
-              prefix_caching_hash_algo: hashAlgo,
-            },
-          });
+    const vllmConfig: MetricsConfig = {
+      modelName: servedModels[0],
+      ranks: args.dataParallelSize,
+      maxModelLen,
+      showHidden: opts.showHiddenMetrics ?? false,
+      maxLoras: lora.enabled ? lora.maxLoras : undefined,
+      cacheConfig: {
+        block_size: args.blockSize,
+        cache_dtype: 'auto',
+        enable_prefix_caching: args.enablePrefixCaching ? 'True' : 'False',
+        num_gpu_blocks: args.numGpuBlocks,
+        num_cpu_blocks: 'None',
+        prefix_caching_hash_algo: hashAlgo,
+      },
+    };
+    const metrics = args.engineType === 'sglang' ? new SglangMetrics({ modelName: servedModels[0], ranks: args.dataParallelSize, pageSize: args.blockSize }) : new VllmMetrics(vllmConfig);
     const statsLog = new StatsLog(args.dataParallelSize, performance.now());
     const logTimer = setInterval(() => {
       for (const line of statsLog.lines(performance.now())) console.log(workers > 1 ? `worker ${w}: ${line}` : line);
     }, STATS_LOG_INTERVAL_MS);
     logTimer.unref();
     timers.push(logTimer);
-    const observers: EngineObserver[] = [metrics, statsLog];
+    // Seed 003's other backends' metrics and DCGM telemetry, from the same engine.
+    const backends = backendMetrics({
+      vllm: vllmConfig,
+      blockSize: args.blockSize,
+      numGpuBlocks: args.numGpuBlocks,
+      maxNumSeqs: args.maxNumSeqs,
+      maxNumBatchedTokens: args.maxNumBatchedTokens,
+      role,
+      // Each worker a node of its own: its exporters' seeds follow the previous worker's two.
+      dcgm: { ...DEFAULT_DCGM, ...opts.dcgm, seed: dcgmSeed + 2 * w },
+    });
+    const observers: EngineObserver[] = [metrics, statsLog, ...backends.observers];
     const engineId = randomUUID();
     const eventsConfig = kvEvents.length > 1 ? kvEvents[w] : kvEvents[0];
     if (eventsConfig) {
@@ -343,9 +397,10 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     if (kvTrace) observers.push(new KvTraceLog(args.blockSize, args.numGpuBlocks));
     const engine = new SimulatedEngine({
       scheduler: {
-        ...schedulerConfig(args, passTiming, opts.seed + w),
+        ...schedulerConfig(args, passTiming(w), opts.seed + w),
         kvEvents: eventsConfig ? { algo: hashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
         kvTrace,
+        ...(lora.enabled ? { maxLoras: lora.maxLoras } : {}),
         workerType: role === 'prefill' ? 'prefill' : 'aggregated',
         // With captured timing the decode hop's own captured times already include its wait for the KV (the SGLang
         // flavour does not model the transfer).
@@ -369,7 +424,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       maxBodyBytes: opts.maxBodyBytes,
       promptTokensDetails: opts.enablePromptTokensDetails ?? false,
       metrics,
-      mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0]),
+      backendMetrics: backends.routes,
+      mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0], FAULT_TYPES),
       apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
       requestIdHeaders: opts.requestIdHeaders,
       serverLoadTracking: opts.serverLoadTracking,
@@ -381,6 +437,11 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
         latency: poolingLatency,
         ...(timing === 'captured' ? { capturedDuration: (ms: number) => ms / args.speedupRatio } : {}),
       },
+      // Each worker is its own vLLM: its own adapters, loaded and unloaded on its own.
+      lora: new LoraAdapters(lora.enabled, servedModels, lora.modules),
+      loraRuntimeUpdating: runtimeLoraUpdating(),
+      runtime: { faults: new FaultInjector({ ...faults, errorTypes: [...faults.errorTypes] }, opts.faultSeed ?? opts.seed), latency: latencyKnobs[w] ?? null, timing },
+      readyAtMs,
     });
     drain.handle(servers[w], getRequestListener(app.fetch, { hostname: opts.host }));
   }

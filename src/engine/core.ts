@@ -1,4 +1,4 @@
-import { KvBlockManager, type BlockId, type KvCacheEvent, type MoveBlock } from './kv/blockManager.js';
+import { KvBlockManager, type BlockId, type KvCacheEvent, type LoraAdapter, type MoveBlock } from './kv/blockManager.js';
 import { VllmKvEventLog, type VllmKvEvent, type VllmKvEventOptions } from './kv/vllmKvEvents.js';
 import { ActiveSequence } from './sequence.js';
 import type { PassTiming } from './timingModels.js';
@@ -39,6 +39,8 @@ export interface SchedulerConfig {
   kvTrace?: boolean;
   /** Keep the block manager's own events (block ids, not vLLM hashes) for `takeCacheEvents`: a simulated router's index. */
   cacheEvents?: boolean;
+  /** --max-loras (LoRA enabled): at most this many distinct adapters in one pass's batch. */
+  maxLoras?: number;
 }
 
 /** A cache change in the block manager's own ids (full blocks: chained content hashes with prefix caching). */
@@ -73,6 +75,8 @@ export interface CoreRequest {
   remotePrefill?: boolean;
   /** Keep the blocks after the last token until `releaseHeld` (a prefill engine, for a remote decode to pull). */
   holdBlocksOnFinish?: boolean;
+  /** The LoRA adapter it runs under (none: the base model). */
+  lora?: LoraAdapter;
 }
 
 export type RequestStatus = 'waiting' | 'running' | 'preempted' | 'waiting_for_remote_kvs';
@@ -134,6 +138,12 @@ export interface EngineStats {
   waitingForRemoteKvs: number;
   /** Simulated prefill compute charged so far (ms, before the speedup). */
   prefillMs: number;
+  /**
+   * With LoRA enabled, vLLM's scheduler LoRA stats: the adapters of running and of waiting requests, each named
+   * once, in queue order.
+   */
+  runningLoraAdapters?: string[];
+  waitingLoraAdapters?: string[];
 }
 
 interface RequestState {
@@ -188,6 +198,7 @@ export class EngineCore implements SchedulerCore {
     if (config.maxNumSeqs !== null && !(config.maxNumSeqs >= 1)) throw new Error(`max_num_seqs must be >= 1, got ${config.maxNumSeqs}`);
     if (config.maxNumBatchedTokens !== null && !(config.maxNumBatchedTokens >= 1)) throw new Error(`max_num_batched_tokens must be >= 1, got ${config.maxNumBatchedTokens}`);
     if (!(config.watermark >= 0 && config.watermark < 1)) throw new Error(`watermark must be in [0, 1), got ${config.watermark}`);
+    if (config.maxLoras !== undefined && !(Number.isInteger(config.maxLoras) && config.maxLoras >= 1)) throw new Error(`max_loras must be an integer >= 1, got ${config.maxLoras}`);
     if (config.kvEvents) this.kvEventLog = new VllmKvEventLog(config.kvEvents, config.blockSize);
     this.kv = new KvBlockManager(config.numGpuBlocks, config.kvEvents || config.kvTrace || config.cacheEvents ? (event) => this.onKvEvent(event) : undefined);
     this.random = mulberry32(config.seed);
@@ -218,7 +229,7 @@ export class EngineCore implements SchedulerCore {
     if (this.requests.has(request.id)) throw new Error(`request ${request.id} is already in the engine`);
     if (this.held.has(request.id)) throw new Error(`request ${request.id} still holds blocks`);
     const seq = new ActiveSequence(
-      request.promptTokenIds, request.maxOutputTokens, this.config.blockSize, this.config.enablePrefixCaching, this.uniqueBlockId, request.holdBlocksOnFinish,
+      request.promptTokenIds, request.maxOutputTokens, this.config.blockSize, this.config.enablePrefixCaching, this.uniqueBlockId, request.holdBlocksOnFinish, request.lora,
     );
     const state: RequestState = {
       request, seq, status: 'waiting', numComputed: 0, numPreemptions: 0, done: false, remoteKv: request.remotePrefill === true, kvReadyAtMs: 0,
@@ -349,6 +360,9 @@ export class EngineCore implements SchedulerCore {
       totalBlocks: this.config.numGpuBlocks,
       blockSize: this.config.blockSize,
       ...this.stats,
+      ...(this.config.maxLoras === undefined
+        ? {}
+        : { runningLoraAdapters: adapterNames(this.running), waitingLoraAdapters: adapterNames([...this.waiting, ...this.transferring]) }),
     };
   }
 
@@ -367,15 +381,25 @@ export class EngineCore implements SchedulerCore {
     }
     // Phase B: FIFO admission, none after a preemption in this pass, and none without budget: every admitted
     // request computes at least its last prompt token (vLLM's waiting loop also stops at an empty budget).
+    // vLLM's max_loras: a request whose adapter would make one too many in this pass's batch is skipped, keeping
+    // its place in the queue, and those behind it may go first.
+    const loras = this.config.maxLoras === undefined ? null : this.scheduledLoras();
+    const skipped: RequestState[] = [];
     while (!pass.preemptedAny && this.running.length < maxSeqs && pass.budget > 0) {
       const next = this.waiting.front();
       if (!next) break;
-      if (next.remoteKv) {
-        if (!this.admitRemote(next, now, pass)) break;
+      const lora = next.request.lora?.name;
+      if (loras && lora !== undefined && loras.size >= this.config.maxLoras! && !loras.has(lora)) {
+        this.waiting.remove(next);
+        skipped.push(next);
         continue;
       }
-      if (typeof this.schedule(next, true, pass) !== 'number') break;
+      if (next.remoteKv) {
+        if (!this.admitRemote(next, now, pass)) break;
+      } else if (typeof this.schedule(next, true, pass) !== 'number') break;
+      if (lora !== undefined) loras?.add(lora);
     }
+    for (let s = skipped.length - 1; s >= 0; s--) this.waiting.pushFront(skipped[s]);
 
     const timing = this.config.timing;
     const batch = pass.batchCount;
@@ -389,6 +413,13 @@ export class EngineCore implements SchedulerCore {
     const canLand = this.running.length < maxSeqs;
     for (const t of this.transferring) if (canLand || t.kvReadyAtMs > now) wakeAtMs = wakeAtMs === null ? t.kvReadyAtMs : Math.min(wakeAtMs, t.kvReadyAtMs);
     return { startMs: now, prefillMs, decodeMs, endMs: decodeStart + decodeMs, tokens, admitted: pass.admitted, preempted: pass.preempted, scheduledTokens: pass.scheduledTokens, promptTokens: pass.promptTokens, wakeAtMs };
+  }
+
+  /** The adapters of the running requests scheduled in this pass (vLLM's scheduled_loras). */
+  private scheduledLoras(): Set<string> {
+    const loras = new Set<string>();
+    for (const r of this.running) if (r.request.lora && r.scheduledPass === this.stats.passes) loras.add(r.request.lora.name);
+    return loras;
   }
 
   /** Pulled KV has landed: the request runs, with only its last prompt token left to compute (vLLM ≥ 0.11). */
@@ -589,9 +620,9 @@ export class EngineCore implements SchedulerCore {
     const blockSize = this.config.blockSize;
     const timing = this.config.timing;
     // A prefill worker's token comes out when its prefill ends; only a timing that charges the emitting pass
-    // rather than the prefill (--timing fixed) makes that pass cost a step.
+    // rather than the prefill (--timing fixed) makes that pass cost a step. Latency knobs: TTFT is the whole pass.
     const decodeMs =
-      this.config.workerType === 'prefill' && prefillMs > 0
+      (this.config.workerType === 'prefill' || timing.prefillCoversPass) && prefillMs > 0
         ? 0
         : timing.decodeMs(ready.length, this.kv.numActive * blockSize, Math.floor(contextSum / ready.length), this.config.numGpuBlocks * blockSize);
     const decodeEnd = decodeStart + decodeMs;
@@ -646,6 +677,13 @@ export class EngineCore implements SchedulerCore {
       if (!victim || victim === r) return false;
     }
   }
+}
+
+/** The adapters of these requests, each named once, in their order. */
+function adapterNames(requests: Iterable<RequestState>): string[] {
+  const names = new Set<string>();
+  for (const r of requests) if (r.request.lora) names.add(r.request.lora.name);
+  return [...names];
 }
 
 /** The bookkeeping of one pass: budget, what was scheduled, and the prefill batch sums. */

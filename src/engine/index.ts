@@ -1,11 +1,13 @@
 export { EngineCore, type CacheEvent, type CoreRequest, type EngineStats, type KvTraceEntry, type PassResult, type PreemptionMode, type SchedulerConfig, type TokenIds } from './core.js';
 export type { VllmKvEvent, VllmKvEventOptions } from './kv/vllmKvEvents.js';
+export type { LoraAdapter } from './kv/blockManager.js';
 export { defaultHashSeed, type BlockHashAlgo } from './kv/vllmBlockHash.js';
 export { LiveDriver } from './liveDriver.js';
 export { runOffline, type OfflineResult, type TimedRequest } from './offlineDriver.js';
 export { loadPerfModel, polynomialPerfModel, type PerfModel } from './perf/perfModel.js';
 export { SimulatedEngine, type SimulatedEngineOptions } from './simulatedEngine.js';
 export { fixedTiming, modelTiming, zeroTiming, type PassTiming } from './timingModels.js';
+export { badLatencyKnob, DEFAULT_LATENCY_KNOBS, latencyTiming, type LatencyKnobs } from './latencyTiming.js';
 export {
   EngineRejection,
   type Engine,

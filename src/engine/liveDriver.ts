@@ -176,6 +176,7 @@ export class LiveDriver {
         outputTokenIds: seq.outputTokenIds,
         remotePrefill: request.remotePrefill,
         holdBlocksOnFinish: request.holdKv === true && request.sequences.length === 1,
+        lora: request.lora,
         notBeforeMs: captured ? capturedDueTimes(seq, this.speedupRatio).map((t) => request.arrivalMs + t) : undefined,
       });
     });
@@ -303,6 +304,8 @@ export class LiveDriver {
       generationTokens: tokens.length,
       timesToFirstTokenS,
       interTokenLatenciesS,
+      runningLoraAdapters: stats.runningLoraAdapters,
+      waitingLoraAdapters: stats.waitingLoraAdapters,
     });
     this.lastStats = stats;
   }

@@ -1,6 +1,6 @@
-import { isFullBlock, type BlockId, type BlockTokens, type MoveBlock, type UseMove } from './kv/blockManager.js';
+import { isFullBlock, type BlockId, type BlockTokens, type LoraAdapter, type MoveBlock, type UseMove } from './kv/blockManager.js';
 import type { TokenIds } from './core.js';
-import { blockHashes, chainHash, contentHash } from './kv/fastHash.js';
+import { blockHashes, chainHash, contentHash, loraChainSeed } from './kv/fastHash.js';
 
 /**
  * A request's tokens chunked into KV blocks (Dynamo's `ActiveSequence`, engine-reference §3.5): one id per
@@ -21,6 +21,8 @@ export class ActiveSequence implements BlockTokens {
   /** Sequence hashes of the full blocks (chained even without prefix caching). */
   private readonly hashes: number[];
   private lastIsPartial = false;
+  /** The first block's parent hash: the adapter's seed, so no block is shared across adapters. */
+  private readonly chainSeed: number | null;
 
   constructor(
     prompt: TokenIds,
@@ -30,10 +32,12 @@ export class ActiveSequence implements BlockTokens {
     private readonly uniqueId: () => BlockId,
     /** Keep every block after the last token (a prefill engine holding KV for a remote decode). */
     private readonly keepBlocksWhenDone = false,
+    readonly lora: LoraAdapter | null = null,
   ) {
     this.prompt = prompt;
     this.promptLength = prompt.length;
-    this.hashes = blockHashes(prompt, blockSize).slice();
+    this.chainSeed = lora ? loraChainSeed(lora.name) : null;
+    this.hashes = blockHashes(prompt, blockSize, this.chainSeed).slice();
     for (const hash of this.hashes) this.blocks.push(prefixCaching ? hash : uniqueId());
     if (prompt.length % blockSize !== 0) {
       this.blocks.push(uniqueId());
@@ -53,7 +57,7 @@ export class ActiveSequence implements BlockTokens {
   }
 
   private addFullBlock(index: number, content: number): BlockId {
-    const hash = chainHash(index > 0 ? this.hashes[index - 1] : null, content);
+    const hash = chainHash(index > 0 ? this.hashes[index - 1] : this.chainSeed, content);
     this.hashes[index] = hash;
     const id = this.prefixCaching ? hash : this.uniqueId();
     this.blocks[index] = id;

@@ -10,6 +10,8 @@ export interface PassTiming {
   decodeMs(ready: number, activeKvTokens: number, contextLength: number, totalKvTokens: number): number;
   /** Tokens wait for their captured arrival times (replay): passes themselves cost nothing. */
   readonly honoursCapturedTimes: boolean;
+  /** A pass that prefills costs its prefill time only: the tokens it emits are out when the prefill ends (`--ttft` is the whole first pass). */
+  readonly prefillCoversPass?: boolean;
 }
 
 const scale = (ms: number, ratio: number) => (ratio > 0 ? ms / ratio : ms);

@@ -1,4 +1,5 @@
 import type { CacheEvent, KvTraceEntry } from './core.js';
+import type { LoraAdapter } from './kv/blockManager.js';
 import type { VllmKvEvent } from './kv/vllmKvEvents.js';
 
 /**
@@ -30,6 +31,8 @@ export interface EngineRequest {
   holdKv?: boolean;
   /** The prompt's KV is pulled from a prefill engine (vLLM `do_remote_prefill`): no prefill compute here. */
   remotePrefill?: boolean;
+  /** The LoRA adapter named in `model` (none: the base model). */
+  lora?: LoraAdapter;
 }
 
 /** KV blocks a finished prefill keeps for a remote decode. */
@@ -80,7 +83,7 @@ export interface EngineState {
   timing: string;
 }
 
-export type TimingMode = 'captured' | 'fixed' | 'model' | 'none';
+export type TimingMode = 'captured' | 'fixed' | 'model' | 'none' | 'latency';
 
 /** What one engine pass did, as vLLM's stat loggers see an engine step (counters as increments). */
 export interface PassStats {
@@ -95,6 +98,9 @@ export interface PassStats {
   generationTokens: number;
   timesToFirstTokenS: number[];
   interTokenLatenciesS: number[];
+  /** With LoRA enabled: the adapters of the running and the waiting requests (vLLM's scheduler LoRA stats). */
+  runningLoraAdapters?: string[];
+  waitingLoraAdapters?: string[];
 }
 
 /** A request that left the engine, with vLLM's per-request intervals (seconds). */

@@ -20,17 +20,19 @@ function eventValue(event: VllmKvEvent, format: KvEventsFormat): unknown {
     case 'BlockStored': {
       const blockHashes = event.blockHashes.map(compactHash);
       const parent = event.parentBlockHash === null ? null : compactHash(event.parentBlockHash);
-      if (format === 'array') return ['BlockStored', blockHashes, parent, event.tokenIds, event.blockSize, null, MEDIUM];
+      const lora = event.lora ?? null;
+      if (format === 'array') return ['BlockStored', blockHashes, parent, event.tokenIds, event.blockSize, lora?.id ?? null, MEDIUM];
       return {
         type: 'BlockStored',
         block_hashes: blockHashes,
         parent_block_hash: parent,
         token_ids: event.tokenIds,
         block_size: event.blockSize,
-        lora_id: null,
+        lora_id: lora?.id ?? null,
         medium: MEDIUM,
-        lora_name: null,
-        extra_keys: blockHashes.map(() => null),
+        lora_name: lora?.name ?? null,
+        // One per block: vLLM's extra keys tuple, here the adapter's name alone.
+        extra_keys: blockHashes.map(() => (lora ? [lora.name] : null)),
         group_idx: 0,
         kv_cache_spec_kind: 'full_attention',
       };

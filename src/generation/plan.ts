@@ -1,5 +1,7 @@
 import type { ChunkDelta } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
+import type { ReasoningEffort } from './reasoning.js';
+import type { ToolOffer } from './toolCalls.js';
 
 export type EndpointKind = 'chat' | 'completion';
 
@@ -18,6 +20,10 @@ export interface OutputParams {
   includeStopStrInOutput: boolean;
   skipSpecialTokens: boolean;
   seed: number | null;
+  /** Chat `reasoning_effort`: the thinking span's budget under `--reasoning`. */
+  reasoningEffort?: ReasoningEffort | null;
+  /** The chat's tools, when it lets the model call one. */
+  tools?: ToolOffer | null;
 }
 
 /** A group of output tokens that goes out as one streamed chunk. */
@@ -120,7 +126,8 @@ export async function cutAtStopString(
     if (!hit) continue;
     if (plan.chunks[c].end <= params.minTokens) continue;
     const cut = hit.at + (params.includeStopStrInOutput ? hit.stop.length : 0);
-    const chunks = plan.chunks.slice(0, c + 1).map((chunk, k) => ({ ...chunk, delta: { ...(chunk.delta ?? {}), [field]: texts[k] } }));
+    // Chunks that carry other fields only (a thinking span's reasoning) keep their delta as it is.
+    const chunks = plan.chunks.slice(0, c + 1).map((chunk, k) => (chunk.delta && !(field in chunk.delta) ? chunk : { ...chunk, delta: { ...(chunk.delta ?? {}), [field]: texts[k] } }));
     const last = chunks[c];
     last.delta = { ...last.delta, [field]: text.slice(before, Math.max(before, cut)) };
     return endPlan(plan, last.end, chunks, 'stop', hit.stop);

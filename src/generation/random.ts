@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { cutAtStopString, cutAtStopToken, type ChoicePlan, type OutputParams } from './plan.js';
+import { shapeRandomAnswer, type SyntheticConfig } from './synthetic.js';
 
 /** Length of a random answer when the client sets no max_tokens: up to this many tokens, then EOS. */
 export const RANDOM_FREE_LENGTH = 128;
@@ -40,13 +41,17 @@ export function randomStream(promptIds: readonly number[], serverSeed: number, r
   return () => rng.next();
 }
 
-/** Random tokens from the real vocabulary (never special tokens), with vLLM's stop rules applied. */
+/**
+ * Random tokens from the real vocabulary (never special tokens), with vLLM's stop rules applied; `synthetic`
+ * shapes them as a reasoning model's with tools.
+ */
 export async function planRandom(
   promptIds: readonly number[],
   params: OutputParams,
   tokenizer: ModelTokenizer,
   serverSeed: number,
   choice: number,
+  synthetic?: SyntheticConfig,
 ): Promise<ChoicePlan> {
   const rand = randomStream(promptIds, serverSeed, params.seed, choice);
   const pool = tokenizer.ordinaryTokenIds();
@@ -58,11 +63,16 @@ export async function planRandom(
   while (tokenIds.length < length) tokenIds.push(pool[Math.floor(rand() * pool.length)]);
   const reachedEos = endsWithEos && length < params.maxTokens;
   if (reachedEos) tokenIds[length - 1] = tokenizer.eosTokenIds[0];
-  const plan: ChoicePlan = {
+  let plan: ChoicePlan = {
     tokenIds,
     chunks: tokenIds.map((_, i) => ({ end: i + 1 })),
     finishReason: 'length',
     stopReason: null,
   };
+  if (synthetic) {
+    const shaped = await shapeRandomAnswer(tokenIds, reachedEos ? length - 1 : length, params, tokenizer, synthetic, rand);
+    if (shaped.toolCall) return shaped.plan;
+    plan = shaped.plan;
+  }
   return cutAtStopString(cutAtStopToken(plan, params, tokenizer.eosTokenIds), params, tokenizer);
 }

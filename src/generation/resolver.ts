@@ -5,6 +5,7 @@ import { extendPlan, PartialHit, planFromCapture } from './captured.js';
 import type { ChoicePlan, OutputParams } from './plan.js';
 import { poolingInputs, poolingKey, routePath } from './poolingKey.js';
 import { planRandom } from './random.js';
+import type { SyntheticConfig } from './synthetic.js';
 
 export type OutputsMode = 'captured' | 'random';
 export type MissPolicy = 'error' | 'random' | 'passthrough' | 'record';
@@ -21,6 +22,8 @@ export interface ResolverConfig {
   seed: number;
   store?: CaptureStore;
   tokenizer: ModelTokenizer;
+  /** Random answers as a reasoning model's with tools (`--reasoning`, `--tool-call-rate`); absent: plain tokens. */
+  synthetic?: SyntheticConfig;
 }
 
 /** What looking the prompt up in the captures found: a hit, or why it missed (null: no lookup, random outputs). */
@@ -217,7 +220,7 @@ export class OutputResolver {
     if (params.maxTokensRequested && params.stop.length === 0 && params.stopTokenIds.length === 0) budget?.check(params.n * params.maxTokens);
     const plans: ChoicePlan[] = [];
     for (let i = 0; i < params.n; i++) {
-      plans.push(await planRandom(promptIds, params, this.config.tokenizer, this.config.seed, i));
+      plans.push(await planRandom(promptIds, params, this.config.tokenizer, this.config.seed, i, this.config.synthetic));
       budget?.spend(plans[i].tokenIds.length);
     }
     return { type: 'plans', plans, verbatim: null, source: 'random' };

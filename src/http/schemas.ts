@@ -61,6 +61,7 @@ export const chatRequest = z.looseObject({
   max_completion_tokens: nullish(int),
   tools: nullish(z.array(z.looseObject({ type: z.string() }))),
   tool_choice: z.unknown().optional(),
+  reasoning_effort: nullish(z.enum(['low', 'medium', 'high'])),
   add_generation_prompt: nullish(z.boolean()),
   continue_final_message: nullish(z.boolean()),
   chat_template: nullish(z.string()),

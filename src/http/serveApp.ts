@@ -5,20 +5,26 @@ import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { forwardExchange, generationEndpoint, hideTokenIds, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
-import { EngineRejection, type Engine, type EngineStream, type TokenEvent } from '../engine/index.js';
+import { EngineRejection, type Engine, type EngineStream, type LoraAdapter, type TokenEvent } from '../engine/index.js';
 import { textField, type ChoicePlan, type EndpointKind, type OutputParams } from '../generation/plan.js';
 import { OutputBudget, type OutputResolver, type Resolution } from '../generation/resolver.js';
 import type { MockerMetrics } from '../metrics/mockerMetrics.js';
+import { BACKEND_METRICS_PATHS, type MetricsSource, type MissingMetrics } from '../metrics/backendMetrics.js';
 import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type KvTransferParams, type PrefillEndpoint } from '../pd/kvTransfer.js';
 import { requestShape } from '../generation/shape.js';
+import { toolOffer } from '../generation/toolCalls.js';
 import { arrivalOf } from './drain.js';
 import type { ChunkDelta, PoolingKind, StoredExchange } from '../store/captureStore.js';
 import { TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
+import { loadLoraRequest, unloadLoraRequest, type LoraAdapters } from './loraAdapters.js';
 import { chunkEvent, DONE_EVENT, fullResponse, restamp, roleEvent, usageEvent, type RenderContext } from './render.js';
 import { poolingEndpoints, type PoolingLatency } from './poolingEndpoints.js';
 import { answerPooled } from './pooledReplay.js';
 import { tgiEndpoints, type RunCompletion } from './tgi.js';
+import { breaksMidstream, FAULT_HEADER, faultResponse, INJECTED_HEADER, midstreamError, StreamBreaker } from './faults.js';
+import { mockerConfigRoutes, type RuntimeSettings } from './mockerConfig.js';
+import { startupGate } from './startup.js';
 import { chatRequest, checkRequestChatTemplate, checkRequestFields, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
 
 export interface ServeAppConfig {
@@ -39,6 +45,8 @@ export interface ServeAppConfig {
   promptTokensDetails: boolean;
   /** `GET /metrics` (Prometheus text). */
   metrics?: { text(): Promise<string>; readonly contentType: string };
+  /** Other systems' expositions of the same engine (`/vllm/metrics`, `/dcgm1/metrics`…), by path. */
+  backendMetrics?: Record<string, MetricsSource | MissingMetrics>;
   /** The mocker's own counters (capture hits and misses, upstream errors, captures written). */
   mockerMetrics?: MockerMetrics;
   /** vLLM's --api-key: `/v1/*` needs `Authorization: Bearer <key>`. */
@@ -58,6 +66,14 @@ export interface ServeAppConfig {
    * captured`, how long a captured answer takes.
    */
   pooling: { embeddingDimensions: number; latency: PoolingLatency; capturedDuration?: (capturedMs: number) => number };
+  /** LoRA adapters served by name (--enable-lora, --lora-modules). */
+  lora?: LoraAdapters;
+  /** VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load and unload routes exist. */
+  loraRuntimeUpdating?: boolean;
+  /** Failure injection and latency knobs, shown and changed at run time by `/mocker/config`. */
+  runtime?: RuntimeSettings;
+  /** --startup-time: until this performance.now() time, `/health` and the API answer 503. */
+  readyAtMs?: number;
 }
 
 /**
@@ -103,7 +119,11 @@ const ROUTES: Record<string, string[]> = {
   '/generate': ['POST'],
   '/generate_stream': ['POST'],
   '/v1/custom-multimodal': ['POST'],
+  ...Object.fromEntries(BACKEND_METRICS_PATHS.map((path) => [path, ['GET']])),
+  '/mocker/config': ['GET', 'POST'],
 };
+/** Only with VLLM_ALLOW_RUNTIME_LORA_UPDATING. */
+const LORA_ROUTES: Record<string, string[]> = { '/v1/load_lora_adapter': ['POST'], '/v1/unload_lora_adapter': ['POST'] };
 
 const SSE_HEADERS: OutgoingHttpHeaders = { 'content-type': 'text/event-stream; charset=utf-8' };
 /** Captured response headers that describe the transfer, not the content: regenerated per response. */
@@ -139,6 +159,10 @@ interface Prepared {
   returnTokenIds: boolean;
   dataParallelRank: number | undefined;
   kvTransfer: KvTransferParams | null;
+  /** The adapter `model` names (none: a base model). */
+  lora: LoraAdapter | undefined;
+  /** An injected mid-stream failure: breaks the engine streams after some tokens. */
+  breaker?: StreamBreaker;
 }
 
 /** vLLM's `X-data-parallel-rank` request header. */
@@ -199,7 +223,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
 
   const resolveModel = (requested: string | null | undefined): string => {
     if (requested === undefined || requested === null) return config.servedModels[0];
-    if (!config.servedModels.includes(requested)) throw modelNotFound(requested);
+    if (!config.servedModels.includes(requested) && !config.lora?.resolve(requested)) throw modelNotFound(requested);
     return requested;
   };
 
@@ -234,6 +258,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       includeStopStrInOutput: req.include_stop_str_in_output ?? false,
       skipSpecialTokens: req.skip_special_tokens ?? true,
       seed: req.seed ?? null,
+      ...(kind === 'chat' ? { reasoningEffort: (req as ChatRequest).reasoning_effort ?? null, tools: toolOffer(req as ChatRequest) } : {}),
     };
   };
 
@@ -310,6 +335,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       returnTokenIds: req.return_token_ids === true,
       dataParallelRank: dataParallelRank(rankHeader),
       kvTransfer: req.kv_transfer_params ?? null,
+      lora: config.lora?.resolve(model),
     };
   }
 
@@ -317,7 +343,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   const runEngine = (ctx: RenderContext, p: Prepared, part: number | null, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill = false) => {
     const params = p.params[part ?? 0];
     try {
-      return engine.submit(
+      const stream = engine.submit(
         {
           requestId: part === null ? ctx.id : `${ctx.id}-${part}`,
           arrivalMs,
@@ -327,9 +353,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
           maxTokensParam: params.maxTokensRequested ? params.maxTokens : null,
           holdKv: part === null && p.kvTransfer?.do_remote_decode === true,
           remotePrefill,
+          lora: p.lora,
         },
         signal,
       );
+      return p.breaker ? p.breaker.watch(stream) : stream;
     } catch (err) {
       if (err instanceof EngineRejection) throw badRequest(err.message);
       throw err;
@@ -512,6 +540,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const res = c.env.outgoing;
     const reqNode: IncomingMessage = c.env.incoming;
     const arrivalMs = arrivalOf(reqNode) ?? performance.now();
+    // Drawn in arrival order (reproducible by seed), answered once the request is known valid.
+    const fault = config.runtime?.faults.draw(c.req.header(FAULT_HEADER)) ?? null;
     // Watched from the start: a client can leave while its prompt is tokenized, looked up or its KV pulled.
     const abort = new AbortController();
     res.on('close', () => {
@@ -519,6 +549,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     });
     const { bytes: bodyBytes, body } = await readApiJson(c);
     const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'));
+    if (fault && !breaksMidstream(fault)) {
+      config.mockerMetrics?.injectedError(fault);
+      const answer = faultResponse(fault, { model: p.model, maxModelLen: config.maxModelLen, promptTokens: p.prompts[0].length, authorization: c.req.header('authorization') });
+      return c.body(answer.body, answer.status as 400, { 'content-type': 'application/json', [INJECTED_HEADER]: fault, ...answer.headers });
+    }
     const shape = requestShape(kind, body);
     const budget = outputBudget();
     const resolutions: Resolution[] = [];
@@ -535,6 +570,18 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       return RESPONSE_ALREADY_SENT;
     }
     const planned = resolutions as Extract<Resolution, { type: 'plans' }>[];
+    if (fault && breaksMidstream(fault)) {
+      const tokens = planned.reduce((n, r) => n + r.plans.reduce((m, plan) => m + plan.tokenIds.length, 0), 0);
+      const afterTokens = Math.min(config.runtime!.faults.settings.midstreamAfterTokens, tokens - 1);
+      res.setHeader(INJECTED_HEADER, fault);
+      p.breaker = new StreamBreaker(afterTokens, () => {
+        config.mockerMetrics?.injectedError(fault);
+        abort.abort(); // the engine request leaves, its blocks freed
+        if (fault === 'midstream') return midstreamError();
+        res.socket?.destroySoon();
+        return null;
+      });
+    }
     const remotePrefill = !batched && p.kvTransfer?.do_remote_prefill === true && (await pullKv(p.kvTransfer));
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestIdFor(c, body)}`;
     const ctx: RenderContext = { kind, id, created: Math.floor(Date.now() / 1000), model: p.model, returnTokenIds: p.returnTokenIds, promptTokenIds: p.prompts[0] };
@@ -557,6 +604,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     return { model: p.model, promptIds: p.prompts[0], plan: resolution.plans[0], events: runEngine(ctx, p, null, resolution.plans, arrivalMs, signal) };
   };
 
+  if (config.readyAtMs !== undefined) app.use('*', startupGate(config.readyAtMs));
   let inFlight = 0;
   app.use('*', async (c, next) => {
     if (config.apiKey !== undefined && c.req.path.startsWith('/v1') && c.req.method !== 'OPTIONS' && c.req.header('authorization') !== `Bearer ${config.apiKey}`) {
@@ -615,6 +663,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/generate_stream', tgiRoute(tgi.generateStream));
   app.post('/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
   app.get('/', (c) => c.json({ message: 'mocker: a vLLM-compatible engine simulator', version: (JSON.parse(config.versionJson) as { version: string }).version, model: config.servedModels[0] }));
+  if (config.runtime) app.route('/mocker/config', mockerConfigRoutes(config.runtime));
   app.get('/mocker/engine', (c) => c.json({ ...engine.state(), config: config.settings }));
   app.post(KV_PULL_PATH, async (c) => {
     const req = parseBody(kvPullRequest, (await readJson(c)).body);
@@ -659,18 +708,39 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     if (!config.metrics) return c.body('{"detail":"Not Found"}', 404, { 'content-type': 'application/json' });
     return c.body(await config.metrics.text(), 200, { 'content-type': config.metrics.contentType });
   });
+  for (const [path, source] of Object.entries(config.backendMetrics ?? {})) {
+    app.get(path, async (c) =>
+      'notFound' in source
+        ? c.body(JSON.stringify({ detail: `Not Found: ${source.notFound}` }), 404, { 'content-type': 'application/json' })
+        : c.body(await source.text(), 200, { 'content-type': source.contentType }),
+    );
+  }
   app.on(['GET', 'POST'], '/ping', (c) => c.body(null, 200));
+  if (config.loraRuntimeUpdating && config.lora) {
+    const adapters = config.lora;
+    // vLLM answers success as bare text: a Starlette Response with no content type.
+    const untyped = (c: Context<Env>, text: string) => {
+      c.env.outgoing.writeHead(200, { 'content-length': Buffer.byteLength(text) }).end(text);
+      return RESPONSE_ALREADY_SENT;
+    };
+    app.post('/v1/load_lora_adapter', async (c) => {
+      const req = parseBody(loadLoraRequest, (await readApiJson(c)).body);
+      return untyped(c, adapters.load(req.lora_name, req.lora_path, undefined, req.load_inplace));
+    });
+    app.post('/v1/unload_lora_adapter', async (c) => untyped(c, adapters.unload(parseBody(unloadLoraRequest, (await readApiJson(c)).body).lora_name)));
+  }
   app.get('/version', (c) => c.body(config.versionJson, 200, { 'content-type': 'application/json' }));
   app.get('/v1/models', (c) => {
     const created = Math.floor(Date.now() / 1000);
-    const data = config.servedModels.map((id) => ({
+    const bases = config.servedModels.map((id) => ({ id, root: config.modelRoot, parent: null as string | null, max_model_len: config.maxModelLen as number | null }));
+    const data = [...bases, ...(config.lora?.cards() ?? [])].map(({ id, root, parent, max_model_len }) => ({
       id,
       object: 'model',
       created,
       owned_by: 'vllm',
-      root: config.modelRoot,
-      parent: null,
-      max_model_len: config.maxModelLen,
+      root,
+      parent,
+      max_model_len,
       permission: [
         {
           id: `modelperm-${randomUUID().replaceAll('-', '')}`,
@@ -692,7 +762,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   });
 
   app.notFound((c) => {
-    const allowed = ROUTES[c.req.path];
+    const allowed = ROUTES[c.req.path] ?? (config.loraRuntimeUpdating ? LORA_ROUTES[c.req.path] : undefined);
     if (allowed) return c.body('{"detail":"Method Not Allowed"}', 405, { 'content-type': 'application/json', allow: allowed.join(', ') });
     return c.body('{"detail":"Not Found"}', 404, { 'content-type': 'application/json' });
   });

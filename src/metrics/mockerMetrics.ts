@@ -15,9 +15,11 @@ export class MockerMetrics {
   private readonly upstreamErrors;
   private readonly kvPulls;
   private readonly kvPullFailures;
+  private readonly injected;
   private readonly labels;
 
-  constructor(registry: Registry, modelName: string) {
+  /** `faultTypes`: the types of injected failures, each counted from 0. */
+  constructor(registry: Registry, modelName: string, faultTypes: readonly string[] = []) {
     const registers = [registry];
     this.labels = { model_name: modelName };
     this.hits = new Counter({ name: 'mocker:capture_hits_total', help: 'Requests answered from a capture of the same prompt.', labelNames: ['model_name'], registers });
@@ -41,6 +43,13 @@ export class MockerMetrics {
       labelNames: ['model_name', 'reason'],
       registers,
     });
+    this.injected = new Counter({
+      name: 'mocker:injected_errors_total',
+      help: 'Generation requests failed on purpose (--error-rate, --fail-first, X-Mocker-Error), by error type.',
+      labelNames: ['model_name', 'type'],
+      registers,
+    });
+    for (const type of faultTypes) this.injected.labels({ ...this.labels, type }).inc(0);
     this.kvPulls.labels(this.labels).inc(0);
     for (const reason of PULL_FAILURES) this.kvPullFailures.labels({ ...this.labels, reason }).inc(0);
     this.hits.labels(this.labels).inc(0);
@@ -62,6 +71,10 @@ export class MockerMetrics {
   kvPull(outcome: PullOutcome): void {
     if (outcome.ok) this.kvPulls.labels(this.labels).inc();
     else this.kvPullFailures.labels({ ...this.labels, reason: outcome.reason }).inc();
+  }
+
+  injectedError(type: string): void {
+    this.injected.labels({ ...this.labels, type }).inc();
   }
 
   captureWritten(): void {

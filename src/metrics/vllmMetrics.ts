@@ -28,6 +28,8 @@ export interface MetricsConfig {
   cacheConfig: Record<string, string | number | boolean | null>;
   /** --show-hidden-metrics-for-version: also the deprecated gpu_cache_usage_perc. */
   showHidden: boolean;
+  /** --max-loras when LoRA is enabled (--enable-lora): adds `vllm:lora_requests_info`. */
+  maxLoras?: number;
 }
 
 /** Alphabetical, as prometheus_client prints them. */
@@ -65,6 +67,8 @@ export class VllmMetrics implements EngineObserver {
   private readonly inferenceTime;
   private readonly prefillTime;
   private readonly decodeTime;
+  private readonly loraInfo;
+  private readonly maxLoras;
 
   constructor(config: MetricsConfig) {
     const registers = [this.registry];
@@ -99,6 +103,13 @@ export class VllmMetrics implements EngineObserver {
     this.inferenceTime = histogram('vllm:request_inference_time_seconds', 'Histogram of time spent in RUNNING phase for request.', REQUEST_LATENCY_BUCKETS);
     this.prefillTime = histogram('vllm:request_prefill_time_seconds', 'Histogram of time spent in PREFILL phase for request.', REQUEST_LATENCY_BUCKETS);
     this.decodeTime = histogram('vllm:request_decode_time_seconds', 'Histogram of time spent in DECODE phase for request.', REQUEST_LATENCY_BUCKETS);
+    // Labelled by the adapters' names and set to the time at every step, never removed: like prometheus_client,
+    // every label set ever seen stays a series, and a reader takes the newest value.
+    this.loraInfo =
+      config.maxLoras === undefined
+        ? null
+        : new Gauge({ name: 'vllm:lora_requests_info', help: 'Running stats on lora requests.', labelNames: ['max_lora', 'running_lora_adapters', 'waiting_lora_adapters'], registers });
+    this.maxLoras = String(config.maxLoras);
     const infoLabels = [...Object.keys(config.cacheConfig), 'engine'].sort();
     const info = new Gauge({ name: 'vllm:cache_config_info', help: 'Information of the LLMEngine CacheConfig', labelNames: infoLabels, registers });
 
@@ -132,6 +143,9 @@ export class VllmMetrics implements EngineObserver {
       this.interTokenLatency.labels(l).observe(s);
       this.timePerOutputToken.labels(l).observe(s);
     }
+    this.loraInfo
+      ?.labels({ max_lora: this.maxLoras, running_lora_adapters: (stats.runningLoraAdapters ?? []).join(','), waiting_lora_adapters: (stats.waitingLoraAdapters ?? []).join(',') })
+      .setToCurrentTime();
   }
 
   onFinished(rank: number, r: FinishedRequest): void {

@@ -238,6 +238,11 @@ export class ModelTokenizer {
     return new DecodeStream((ids) => this.decode(ids, skipSpecialTokens));
   }
 
+  /** The id of a token of the vocabulary (added tokens included), given its text. */
+  tokenId(text: string): number | undefined {
+    return this.tokenizer.tokenToId(text) ?? undefined;
+  }
+
   get vocabSize(): number {
     return this.tokenizer.getVocabSize(true);
   }

@@ -28,9 +28,18 @@ export interface BlockOrigin {
   index: number;
 }
 
+/** A LoRA adapter (vLLM's LoRARequest): its name goes into every block hash, its id and name into KV events. */
+export interface LoraAdapter {
+  name: string;
+  /** vLLM's lora_int_id: 1, 2, … in load order. */
+  id: number;
+}
+
 export interface BlockTokens {
   /** The token ids of full block `index`. */
   blockTokens(index: number): number[];
+  /** The adapter the blocks were computed under (none: the base model). */
+  readonly lora?: LoraAdapter | null;
 }
 
 /**

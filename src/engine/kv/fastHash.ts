@@ -57,6 +57,16 @@ export function chainHash(parent: number | null, content: number): number {
   return fold(finish(high, 16), finish(low, 16));
 }
 
+/**
+ * The parent a LoRA adapter's first block chains from (vLLM puts the adapter's name in every block's hash): the
+ * same tokens under two adapters, or under an adapter and the base model, never share a block id.
+ */
+export function loraChainSeed(name: string): number {
+  const codes = Array.from(name, (c) => c.codePointAt(0)!);
+  // Mixed with the length of the name: a seed that is itself a content hash of some block's tokens is not enough.
+  return chainHash(contentHash(codes, 0, codes.length), codes.length);
+}
+
 /** Whether tokens[a, a + n) equal tokens[b, b + n). */
 function sameTokens(tokens: TokenIds, a: number, b: number, n: number): boolean {
   for (let i = 0; i < n; i++) if (tokens[a + i] !== tokens[b + i]) return false;
@@ -64,14 +74,14 @@ function sameTokens(tokens: TokenIds, a: number, b: number, n: number): boolean 
 }
 
 /** The last prompt hashed: a simulated router and then the engine it routes to ask for the same one in a row. */
-let last: { tokens: TokenIds; blockSize: number; hashes: readonly number[] } | null = null;
+let last: { tokens: TokenIds; blockSize: number; seed: number | null; hashes: readonly number[] } | null = null;
 
-/** The sequence hashes of the full blocks of `tokens`. */
-export function blockHashes(tokens: TokenIds, blockSize: number): readonly number[] {
-  if (last !== null && last.tokens === tokens && last.blockSize === blockSize) return last.hashes;
+/** The sequence hashes of the full blocks of `tokens`; `seed` is the first block's parent (a LoRA adapter's, else none). */
+export function blockHashes(tokens: TokenIds, blockSize: number, seed: number | null = null): readonly number[] {
+  if (last !== null && last.tokens === tokens && last.blockSize === blockSize && last.seed === seed) return last.hashes;
   const count = Math.floor(tokens.length / blockSize);
   const hashes = new Array<number>(count);
-  let parent: number | null = null;
+  let parent: number | null = seed;
   let content = 0;
   for (let i = 0, start = 0; i < count; i++, start += blockSize) {
     // A trace's prompt repeats each hash id over several blocks: a block equal to the one before reuses its hash.
@@ -79,6 +89,6 @@ export function blockHashes(tokens: TokenIds, blockSize: number): readonly numbe
     parent = chainHash(parent, content);
     hashes[i] = parent;
   }
-  last = { tokens, blockSize, hashes };
+  last = { tokens, blockSize, seed, hashes };
   return hashes;
 }

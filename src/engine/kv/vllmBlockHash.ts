@@ -201,10 +201,34 @@ function finishPickle(buf: Buffer, end: number): Buffer {
   return buf.subarray(0, end);
 }
 
-/** `pickle.dumps((parent, tuple(tokens), None), protocol=5)` into the scratch buffer, hashed (vLLM `sha256`). */
-function pickleBlockDigest(parent: Buffer, tokenIds: ArrayLike<number>, start: number, count: number): Buffer {
+/** A pickled `str` (SHORT_BINUNICODE or BINUNICODE, then MEMOIZE) written at `offset`; returns the new offset. */
+function writePickledText(buf: Buffer, offset: number, utf8: Buffer): number {
+  if (utf8.length <= 0xff) {
+    buf[offset++] = PICKLE_SHORT_BINUNICODE;
+    buf[offset++] = utf8.length;
+  } else {
+    buf[offset++] = PICKLE_BINUNICODE;
+    offset = buf.writeUInt32LE(utf8.length, offset);
+  }
+  offset += utf8.copy(buf, offset);
+  buf[offset++] = PICKLE_MEMOIZE;
+  return offset;
+}
+
+/**
+ * `pickle.dumps((parent, tuple(tokens), extra), protocol=5)` into the scratch buffer, hashed (vLLM `sha256`);
+ * `extra` is None or a tuple of strings (a LoRA name: the only extra key the simulator produces).
+ */
+function pickleBlockDigest(parent: Buffer, tokenIds: ArrayLike<number>, start: number, count: number, extraKeys: readonly unknown[] | null | undefined): Buffer {
   if (parent.length > 0xff) throw new RangeError(`vLLM block hash: parent hash of ${parent.length} bytes`);
-  const buf = ensureScratch(PICKLE_BODY + 3 + parent.length + 2 + 6 * count + 5);
+  const extras = extraKeys?.map((key) => {
+    if (typeof key !== 'string') throw new TypeError('vLLM block hash: with sha256 (pickle) only string extra keys are supported');
+    return pythonUtf8(key);
+  });
+  // Equal strings would be one memoized object to Python only if they were the same object: not a case vLLM makes.
+  if (extras && new Set(extraKeys).size !== extras.length) throw new TypeError('vLLM block hash: repeated extra keys');
+  const extrasBytes = extras ? extras.reduce((n, utf8) => n + 6 + utf8.length, 3) : 0;
+  const buf = ensureScratch(PICKLE_BODY + 3 + parent.length + 2 + 6 * count + 5 + extrasBytes);
   let offset = PICKLE_BODY;
   buf[offset++] = PICKLE_SHORT_BINBYTES;
   buf[offset++] = parent.length;
@@ -238,7 +262,14 @@ function pickleBlockDigest(parent: Buffer, tokenIds: ArrayLike<number>, start: n
     buf[offset++] = count > 3 ? PICKLE_TUPLE : PICKLE_TUPLE1 + count - 1;
     buf[offset++] = PICKLE_MEMOIZE;
   }
-  buf[offset++] = PICKLE_NONE;
+  if (!extras) buf[offset++] = PICKLE_NONE;
+  else if (extras.length === 0) buf[offset++] = PICKLE_EMPTY_TUPLE;
+  else {
+    if (extras.length > 3) buf[offset++] = PICKLE_MARK;
+    for (const utf8 of extras) offset = writePickledText(buf, offset, utf8);
+    buf[offset++] = extras.length > 3 ? PICKLE_TUPLE : PICKLE_TUPLE1 + extras.length - 1;
+    buf[offset++] = PICKLE_MEMOIZE;
+  }
   buf[offset++] = PICKLE_TUPLE1 + 2;
   buf[offset++] = PICKLE_MEMOIZE;
   buf[offset++] = PICKLE_STOP;
@@ -249,16 +280,7 @@ function pickleBlockDigest(parent: Buffer, tokenIds: ArrayLike<number>, start: n
 function pickleText(text: string): Buffer {
   const bytes = pythonUtf8(text);
   const buf = Buffer.allocUnsafe(PICKLE_BODY + 5 + bytes.length + 2);
-  let offset = PICKLE_BODY;
-  if (bytes.length <= 0xff) {
-    buf[offset++] = PICKLE_SHORT_BINUNICODE;
-    buf[offset++] = bytes.length;
-  } else {
-    buf[offset++] = PICKLE_BINUNICODE;
-    offset = buf.writeUInt32LE(bytes.length, offset);
-  }
-  offset += bytes.copy(buf, offset);
-  buf[offset++] = PICKLE_MEMOIZE;
+  let offset = writePickledText(buf, PICKLE_BODY, bytes);
   buf[offset++] = PICKLE_STOP;
   return finishPickle(buf, offset);
 }
@@ -272,8 +294,7 @@ function hashBlockRange(
   extraKeys: readonly unknown[] | null | undefined,
 ): Buffer {
   if (algo === 'sha256_cbor') return cborBlockDigest(parent, tokenIds, start, count, extraKeys);
-  if (extraKeys != null) throw new TypeError('vLLM block hash: extra keys are only supported with sha256_cbor');
-  return pickleBlockDigest(parent, tokenIds, start, count);
+  return pickleBlockDigest(parent, tokenIds, start, count, extraKeys);
 }
 
 /** NONE_HASH for a seed string (vLLM init_none_hash: the algorithm applied to the seed string). */

@@ -1,9 +1,17 @@
-import { isFullBlock, type BlockId, type KvCacheEvent } from './blockManager.js';
+import { isFullBlock, type BlockId, type KvCacheEvent, type LoraAdapter } from './blockManager.js';
 import { eventBlockHash, hashBlockTokens, noneHash, type BlockHashAlgo } from './vllmBlockHash.js';
 
 /** A KV cache event as vLLM publishes it (vllm/distributed/kv_events.py); hashes in their event form (u64). */
 export type VllmKvEvent =
-  | { type: 'BlockStored'; blockHashes: bigint[]; parentBlockHash: bigint | null; tokenIds: number[]; blockSize: number }
+  | {
+      type: 'BlockStored';
+      blockHashes: bigint[];
+      parentBlockHash: bigint | null;
+      tokenIds: number[];
+      blockSize: number;
+      /** The adapter the blocks were computed under (vLLM's lora_id and lora_name); its name is every block's extra key. */
+      lora?: LoraAdapter | null;
+    }
   | { type: 'BlockRemoved'; blockHashes: bigint[] }
   | { type: 'AllBlocksCleared' };
 
@@ -39,14 +47,17 @@ export class VllmKvEventLog {
         const parentBlockHash = parent === null ? null : eventBlockHash(parent);
         const blockHashes: bigint[] = [];
         const tokenIds: number[] = [];
+        const lora = event.origin.tokens.lora ?? null;
+        // vLLM's generate_block_hash_extra_keys: the adapter's name, for every block.
+        const extraKeys = lora ? [lora.name] : null;
         event.blocks.forEach((block, i) => {
           const tokens = event.origin!.tokens.blockTokens(event.origin!.index + i);
-          parent = hashBlockTokens(parent, this.noneHash, tokens, null, this.options.algo);
+          parent = hashBlockTokens(parent, this.noneHash, tokens, extraKeys, this.options.algo);
           this.digests.set(block, parent);
           blockHashes.push(eventBlockHash(parent));
           for (const t of tokens) tokenIds.push(t);
         });
-        this.pending.push({ type: 'BlockStored', blockHashes, parentBlockHash, tokenIds, blockSize: this.blockSize });
+        this.pending.push({ type: 'BlockStored', blockHashes, parentBlockHash, tokenIds, blockSize: this.blockSize, lora });
         return;
       }
       case 'removed': {

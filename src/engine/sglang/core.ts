@@ -563,9 +563,9 @@ export class SglangCore implements SchedulerCore {
     let contextSum = 0;
     for (const r of this.running) contextSum += r.length;
     const totalKv = cache.totalTokens;
-    // A prefill engine's token comes out when its prefill ends (as in EngineCore).
+    // A prefill engine's token comes out when its prefill ends (as in EngineCore), as with latency knobs.
     const decodeMs =
-      this.config.workerType === 'prefill' && prefillMs > 0
+      (this.config.workerType === 'prefill' || timing.prefillCoversPass) && prefillMs > 0
         ? 0
         : timing.decodeMs(this.running.length, Math.min(contextSum, totalKv), Math.floor(contextSum / this.running.length), totalKv);
     const decodeEnd = start + decodeMs;

@@ -1,0 +1,50 @@
+import type { ModelTokenizer } from '../tokenizer/index.js';
+import type { ChoicePlan, OutputParams, PlannedChunk } from './plan.js';
+import { reasoningChunks, thinkingSpanLength, type ReasoningSpan } from './reasoning.js';
+import { planToolCall } from './toolCalls.js';
+
+/** How random answers imitate a reasoning model with tools (`--reasoning`, `--tool-call-rate`). */
+export interface SyntheticConfig {
+  /** The thinking span's token ids and ratio; null: answers do not think. */
+  reasoning: ReasoningSpan | null;
+  /** Share of `tool_choice: "auto"` answers that are a tool call. */
+  toolCallRate: number;
+}
+
+/**
+ * Shapes a random answer as a reasoning model with tools would write it: `bodyLength` random tokens (a final EOS
+ * excluded) open with the thinking span (start token, thinking, end token), whose text a chat gets as
+ * `reasoning_content`; a chat offering tools may then get a tool call after the span, ended by EOS, when it fits
+ * between `min_tokens` and `max_tokens` (never with `ignore_eos`: the call must end the answer). `toolCall`: the
+ * plan is a call, which stop rules do not cut.
+ */
+export async function shapeRandomAnswer(
+  tokenIds: number[],
+  bodyLength: number,
+  params: OutputParams,
+  tokenizer: ModelTokenizer,
+  config: SyntheticConfig,
+  rand: () => number,
+): Promise<{ plan: ChoicePlan; toolCall: boolean }> {
+  const span = config.reasoning ? thinkingSpanLength(config.reasoning, bodyLength, params.reasoningEffort ?? null) : 0;
+  if (config.reasoning && span > 0) {
+    tokenIds[0] = config.reasoning.startTokenId;
+    tokenIds[span - 1] = config.reasoning.endTokenId;
+  }
+  // A completion's text is the raw tokens: vLLM parses reasoning (and tools) in chats only.
+  const thinking = span > 0 && params.kind === 'chat' ? await reasoningChunks(tokenIds, span, tokenizer, params.skipSpecialTokens) : [];
+  if (params.tools && !params.ignoreEos && tokenizer.eosTokenIds.length > 0) {
+    const call = await planToolCall(params.tools, config.toolCallRate, rand, tokenizer);
+    const eosAt = span + (call?.tokenIds.length ?? 0);
+    if (call && eosAt < params.maxTokens && eosAt >= params.minTokens) {
+      const ids = [...tokenIds.slice(0, span), ...call.tokenIds, tokenizer.eosTokenIds[0]];
+      const chunks = [...thinking, ...call.chunks.map((c) => ({ ...c, end: c.end + span }))];
+      // The EOS's text is skipped: it rides with the call's last chunk.
+      chunks[chunks.length - 1].end = ids.length;
+      return { plan: { tokenIds: ids, chunks, finishReason: call.finishReason, stopReason: null }, toolCall: true };
+    }
+  }
+  const answerFrom = thinking.length > 0 ? span : 0;
+  const answer: PlannedChunk[] = tokenIds.slice(answerFrom).map((_, i) => ({ end: answerFrom + i + 1 }));
+  return { plan: { tokenIds, chunks: [...thinking, ...answer], finishReason: 'length', stopReason: null }, toolCall: false };
+}

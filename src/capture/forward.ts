@@ -1,7 +1,8 @@
 import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import { errorJson } from '../http/errors.js';
-import type { HeaderMap } from '../store/captureStore.js';
+import { poolingEndpoint } from '../generation/poolingKey.js';
+import type { HeaderMap, RecordedEndpoint } from '../store/captureStore.js';
 import type { TokenizeDialect, UpstreamEngine } from './upstreamEngine.js';
 
 /** Headers never forwarded hop to hop (RFC 9110 §7.6.1) or recomputed by the proxy. */
@@ -44,13 +45,14 @@ export interface RawExchange {
   startedAt: number;
   method: string;
   path: string;
-  endpoint: 'chat' | 'completion' | null;
+  /** What the recorder stores it as; null: not recorded (health checks, /v1/models…). */
+  endpoint: RecordedEndpoint | null;
   /** How the recorder asks the upstream for token ids it did not send. */
   tokenize: TokenizeDialect;
   requestHeaders: IncomingHttpHeaders;
   /** The body the client sent (not the one with injected fields). */
   requestBody: Buffer;
-  /** The parsed request, for generation endpoints with a JSON object body. */
+  /** The parsed request, for recorded endpoints with a JSON object body. */
   request: Record<string, unknown> | null;
   injected: string[];
   status: number | null;
@@ -265,7 +267,9 @@ export async function forwardExchange(
 ): Promise<void> {
   const method = req.method ?? 'GET';
   const path = req.url ?? '/';
-  const endpoint = generationEndpoint(method, path);
+  const generation = generationEndpoint(method, path);
+  // Embeddings and rerank requests are recorded as sent: nothing is added to them.
+  const endpoint = generation ?? poolingEndpoint(method, path);
   const engine = config.upstream;
   const dialect = engine.dialect;
   let request: Record<string, unknown> | null = null;
@@ -278,8 +282,8 @@ export async function forwardExchange(
     } catch {
       // Not JSON: forwarded untouched, the upstream answers with its own error; not recorded as a generation.
     }
-    const idsAllowed = dialect.streamedChatIds || !(endpoint === 'chat' && request?.stream === true);
-    if (request && dialect.injectTokenIds && idsAllowed && request.return_token_ids === undefined) {
+    const idsAllowed = dialect.streamedChatIds || !(generation === 'chat' && request?.stream === true);
+    if (generation && request && dialect.injectTokenIds && idsAllowed && request.return_token_ids === undefined) {
       injected = ['return_token_ids'];
       sentBody = spliceFirstMember(requestBody, 'return_token_ids', 'true');
     }

@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
+import { poolingInputs, poolingKey } from '../generation/poolingKey.js';
 import { requestShape } from '../generation/shape.js';
-import type { CaptureStore, Exchange, Generation, TokenSource } from '../store/captureStore.js';
+import { isGeneration, type CaptureStore, type Exchange, type Generation, type PoolingKind, type TokenSource } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { parseResponse, withOutputIds } from './extract.js';
 import { redactHeaders, type ExchangeSink, type RawExchange } from './forward.js';
@@ -100,7 +101,7 @@ export class Recorder {
 
   private readonly upstreamTokenizer: UpstreamTokenizer;
 
-  /** Stores generation exchanges; everything else the proxy forwards (health checks, /v1/models…) is not recorded. */
+  /** Stores generation and pooling exchanges; everything else the proxy forwards (health checks, /v1/models…) is not recorded. */
   readonly sink: ExchangeSink = async (raw) => {
     if (raw.endpoint) this.store.saveExchange(await this.build(raw));
   };
@@ -177,6 +178,7 @@ export class Recorder {
       generations: [],
     };
     if (!raw.endpoint || !raw.request || raw.status === null || raw.status >= 400) return ex;
+    if (!isGeneration(raw.endpoint)) return withPoolingAnswer(ex, raw.endpoint, raw.request);
     const parsed = parseResponse(raw.endpoint, raw.stream, raw.responseBody, raw.eventEnds, raw.eventTimes, raw.totalMs);
     // Replays are looked up by the model clients ask for (`transformers serve` answers with another name).
     ex.model = ex.model ?? parsed.model;
@@ -220,4 +222,26 @@ export class Recorder {
     }
     return ex;
   }
+}
+
+/**
+ * A complete embeddings or rerank exchange, keyed by its route, model and inputs; its usage and (when the request
+ * names none) the model from the answer. Replayed whole: nothing else is derived from it.
+ */
+function withPoolingAnswer(ex: Exchange, kind: PoolingKind, request: Json): Exchange {
+  let answer: unknown;
+  try {
+    answer = JSON.parse(ex.responseBody.toString('utf8'));
+  } catch {
+    return { ...ex, outcome: 'failed', error: 'unparsable JSON response body' };
+  }
+  // TEI's rerank answers a bare list: no model, no usage.
+  const fields = answer !== null && typeof answer === 'object' && !Array.isArray(answer) ? (answer as Json) : {};
+  const inputs = poolingInputs(kind, request);
+  return {
+    ...ex,
+    model: ex.model ?? (typeof fields.model === 'string' ? fields.model : null),
+    usage: fields.usage,
+    poolingKey: poolingKey(ex.path, inputs),
+  };
 }

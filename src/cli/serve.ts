@@ -432,7 +432,11 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[w].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
       settings,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
-      pooling: { embeddingDimensions: pooling.embeddingDimensions, latency: poolingLatency },
+      pooling: {
+        embeddingDimensions: pooling.embeddingDimensions,
+        latency: poolingLatency,
+        ...(timing === 'captured' ? { capturedDuration: (ms: number) => ms / args.speedupRatio } : {}),
+      },
       // Each worker is its own vLLM: its own adapters, loaded and unloaded on its own.
       lora: new LoraAdapters(lora.enabled, servedModels, lora.modules),
       loraRuntimeUpdating: runtimeLoraUpdating(),

@@ -10,7 +10,7 @@ export interface StopReport extends DrainResult {
 }
 
 export interface RecordedTally {
-  /** Generation exchanges stored by this process. */
+  /** Exchanges (generations, embeddings, rerankings) stored by this process. */
   exchanges: number;
   /** Of those, the ones stored as aborted (the client left, or the shutdown cut them off). */
   aborted: number;
@@ -21,7 +21,7 @@ export interface RecordedTally {
 export const DEFAULT_SHUTDOWN_TIMEOUT_S = 30;
 
 /**
- * Counts the generation exchanges a sink stores, and keeps the ones being stored so a shutdown can wait for
+ * Counts the exchanges a sink stores, and keeps the ones being stored so a shutdown can wait for
  * them before closing the file (the exchanges a drain cuts off reach the sink as it closes their connections).
  */
 export class RecordingSink {

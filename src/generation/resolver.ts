@@ -1,8 +1,9 @@
 import { ApiError, badRequest } from '../http/errors.js';
-import { promptKey, type CaptureStore, type StoredExchange } from '../store/captureStore.js';
+import { promptKey, type CaptureStore, type PoolingKind, type StoredExchange } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { extendPlan, PartialHit, planFromCapture } from './captured.js';
 import type { ChoicePlan, OutputParams } from './plan.js';
+import { poolingInputs, poolingKey, routePath } from './poolingKey.js';
 import { planRandom } from './random.js';
 import type { SyntheticConfig } from './synthetic.js';
 
@@ -30,6 +31,14 @@ export type CaptureLookup = 'hit' | 'no_match' | 'too_short' | null;
 
 export type Resolution = (
   | { type: 'plans'; plans: ChoicePlan[]; verbatim: StoredExchange | null; source: 'captured' | 'random' }
+  | { type: 'forward' }
+  | { type: 'error'; error: ApiError }
+) & { lookup: CaptureLookup };
+
+/** Where an embeddings or rerank answer comes from: a capture's bytes, the synthetic answer, the upstream, or an error. */
+export type PoolingResolution = (
+  | { type: 'captured'; exchange: StoredExchange }
+  | { type: 'synthetic' }
   | { type: 'forward' }
   | { type: 'error'; error: ApiError }
 ) & { lookup: CaptureLookup };
@@ -155,6 +164,33 @@ export class OutputResolver {
     const verbatim = single && exchange.requestShape === shape && exchange.generations.length === params.n ? exchange : null;
     // Extended with random tokens past a too-short capture: still a miss by that reason.
     return { type: 'plans', plans, verbatim, source: 'captured', lookup: extended ? 'too_short' : 'hit' };
+  }
+
+  /**
+   * An embeddings or rerank request (`url` as requested): the newest capture of the same route, named model and
+   * inputs; else what `--on-miss` says, the synthetic answer for `random`.
+   */
+  resolvePooling(url: string, kind: PoolingKind, request: Record<string, unknown>): PoolingResolution {
+    const { store, outputs } = this.config;
+    if (outputs === 'random' || !store) return { type: 'synthetic', lookup: null };
+    const inputs = poolingInputs(kind, request);
+    const found = store.findByKey(poolingKey(url, inputs)).filter((ex) => ex.endpoint === kind);
+    if (found.length > 0) return { type: 'captured', exchange: found[found.length - 1], lookup: 'hit' };
+    switch (this.config.onMiss) {
+      case 'random':
+        return { type: 'synthetic', lookup: 'no_match' };
+      case 'passthrough':
+      case 'record':
+        return { type: 'forward', lookup: 'no_match' };
+      case 'error': {
+        const route = `POST ${routePath(url)}`;
+        const model = inputs.model === null ? 'no model' : `model \`${inputs.model}\``;
+        const captured = store.completeAt(routePath(url));
+        const held = captured === 0 ? `The capture file holds no complete capture of ${route}.` : `The capture file holds ${captured} complete capture(s) of ${route}, none with this model and these inputs.`;
+        const message = `No capture matches this request: ${route}, ${model}, ${inputs.items} ${kind === 'embeddings' ? 'input(s)' : 'document(s)'}. ${held}`;
+        return { type: 'error', lookup: 'no_match', error: new ApiError(404, message, 'NotFoundError') };
+      }
+    }
   }
 
   /**

@@ -3,7 +3,8 @@ import { ApiError } from '../http/errors.js';
 /** Request fields that do not change the shape of the response bytes (the prompt is the lookup key). */
 const NOT_SHAPE = new Set(['messages', 'prompt', 'model', 'request_id', 'user', 'return_token_ids']);
 
-function canonical(value: unknown): unknown {
+/** `value` with object keys sorted and null members dropped (JSON.stringify of it is the canonical form). */
+export function canonical(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(canonical);
   if (value && typeof value === 'object') {
     const out: Record<string, unknown> = {};

@@ -120,9 +120,15 @@ export function fullResponse(ctx: RenderContext, choices: RenderedChoice[], prom
   return `${top},"choices":[${items.join(',')}],"service_tier":null,"system_fingerprint":null,"usage":${usage},"kv_transfer_params":${JSON.stringify(ctx.kvTransferParams ?? null)}}`;
 }
 
-const ID_PREFIX = /^(data: )?\{"id":"[^"]*","object":"([^"]*)","created":\d+/;
+const ID_PREFIX = /^(data: )?\{"id":"[^"]*"(?:,"object":"([^"]*)","created":\d+)?/;
 
-/** Regenerates `id` and `created` in a captured event or body, as vLLM does per request. */
+/**
+ * Regenerates `id` and `created` in a captured event or body, as vLLM does per request (a rerank answer has no
+ * `object`/`created`: only its id).
+ */
 export function restamp(text: string, id: string, created: number): string {
-  return text.replace(ID_PREFIX, (_m, data: string | undefined, object: string) => `${data ?? ''}{"id":${JSON.stringify(id)},"object":"${object}","created":${created}`);
+  return text.replace(ID_PREFIX, (_m, data: string | undefined, object: string | undefined) => {
+    const stamp = object === undefined ? '' : `,"object":"${object}","created":${created}`;
+    return `${data ?? ''}{"id":${JSON.stringify(id)}${stamp}`;
+  });
 }

@@ -14,12 +14,13 @@ import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type 
 import { requestShape } from '../generation/shape.js';
 import { toolOffer } from '../generation/toolCalls.js';
 import { arrivalOf } from './drain.js';
-import type { ChunkDelta, StoredExchange } from '../store/captureStore.js';
+import type { ChunkDelta, PoolingKind, StoredExchange } from '../store/captureStore.js';
 import { TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
 import { loadLoraRequest, unloadLoraRequest, type LoraAdapters } from './loraAdapters.js';
 import { chunkEvent, DONE_EVENT, fullResponse, restamp, roleEvent, usageEvent, type RenderContext } from './render.js';
 import { poolingEndpoints, type PoolingLatency } from './poolingEndpoints.js';
+import { answerPooled } from './pooledReplay.js';
 import { tgiEndpoints, type RunCompletion } from './tgi.js';
 import { breaksMidstream, FAULT_HEADER, faultResponse, INJECTED_HEADER, midstreamError, StreamBreaker } from './faults.js';
 import { mockerConfigRoutes, type RuntimeSettings } from './mockerConfig.js';
@@ -60,8 +61,11 @@ export interface ServeAppConfig {
   settings: EffectiveSettings;
   /** vLLM's --trust-request-chat-template: a `chat_template` in the request is used (rendered in a worker), not refused. */
   trustRequestChatTemplate?: boolean;
-  /** Embeddings and reranking (seed 003's endpoints): the vector size and their own latency. */
-  pooling: { embeddingDimensions: number; latency: PoolingLatency };
+  /**
+   * Embeddings and reranking (seed 003's endpoints): the vector size and their own latency; under `--timing
+   * captured`, how long a captured answer takes.
+   */
+  pooling: { embeddingDimensions: number; latency: PoolingLatency; capturedDuration?: (capturedMs: number) => number };
   /** LoRA adapters served by name (--enable-lora, --lora-modules). */
   lora?: LoraAdapters;
   /** VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load and unload routes exist. */
@@ -111,6 +115,7 @@ const ROUTES: Record<string, string[]> = {
   '/v1/ranking': ['POST'],
   '/rerank': ['POST'],
   '/v2/rerank': ['POST'],
+  '/v1/rerank': ['POST'],
   '/generate': ['POST'],
   '/generate_stream': ['POST'],
   '/v1/custom-multimodal': ['POST'],
@@ -519,6 +524,18 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     return outcome.ok;
   };
 
+  /** A miss `--on-miss passthrough|record` sends to the upstream (and records). */
+  const forwardMiss = async (reqNode: IncomingMessage, bodyBytes: Buffer, res: ServerResponse): Promise<void> => {
+    if (!config.forward) throw new ApiError(500, 'on-miss forwarding needs --upstream', 'InternalServerError');
+    const record = config.forward.sink;
+    await forwardExchange(config.forward.config, reqNode, bodyBytes, res, async (raw) => {
+      config.mockerMetrics?.forwarded(raw);
+      if (!record) return;
+      await record(raw);
+      config.mockerMetrics?.captureWritten();
+    });
+  };
+
   const generate = (kind: EndpointKind) => async (c: Context<Env>) => {
     const res = c.env.outgoing;
     const reqNode: IncomingMessage = c.env.incoming;
@@ -549,14 +566,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const batched = p.prompts.length > 1;
     // The upstream answers a batch whole when one of its prompts is to be forwarded.
     if (resolutions.some((r) => r.type === 'forward')) {
-      if (!config.forward) throw new ApiError(500, 'on-miss forwarding needs --upstream', 'InternalServerError');
-      const record = config.forward.sink;
-      await forwardExchange(config.forward.config, reqNode, bodyBytes, res, async (raw) => {
-        config.mockerMetrics?.forwarded(raw);
-        if (!record) return;
-        await record(raw);
-        config.mockerMetrics?.captureWritten();
-      });
+      await forwardMiss(reqNode, bodyBytes, res);
       return RESPONSE_ALREADY_SENT;
     }
     const planned = resolutions as Extract<Resolution, { type: 'plans' }>[];
@@ -629,12 +639,20 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     encode: (text) => encodePrompt(text, true),
     checkTokenIds,
   });
-  const poolingRoute = (answer: (body: Json) => Promise<string>) => async (c: Context<Env>) =>
-    c.body(await answer((await readApiJson(c)).body), 200, { 'content-type': 'application/json' });
-  app.post('/v1/embeddings', poolingRoute(pooling.embeddings));
-  app.post('/v1/ranking', poolingRoute(pooling.nimRanking));
-  app.post('/rerank', poolingRoute(pooling.teiRerank));
-  app.post('/v2/rerank', poolingRoute(pooling.cohereRerank));
+  // A capture of the same route, model and inputs answers first (see pooledReplay.ts).
+  const pooledReplay = { ...config.pooling, resolver, resolveModel, mockerMetrics: config.mockerMetrics, capturedHeaders };
+  const poolingRoute = (kind: PoolingKind, synthetic: (body: Json) => Promise<string>) => async (c: Context<Env>) => {
+    const { bytes, body } = await readApiJson(c);
+    const forward = () => forwardMiss(c.env.incoming, bytes, c.env.outgoing);
+    await answerPooled(pooledReplay, c.env.outgoing, { url: c.req.path, kind, body, requestId: requestIdFor(c, body ?? {}), synthetic, forward });
+    return RESPONSE_ALREADY_SENT;
+  };
+  app.post('/v1/embeddings', poolingRoute('embeddings', pooling.embeddings));
+  app.post('/v1/ranking', poolingRoute('rerank', pooling.nimRanking));
+  app.post('/rerank', poolingRoute('rerank', pooling.teiRerank));
+  app.post('/v2/rerank', poolingRoute('rerank', pooling.cohereRerank));
+  // vLLM answers /v1/rerank as /v2/rerank (one handler): so does the synthetic answer.
+  app.post('/v1/rerank', poolingRoute('rerank', pooling.cohereRerank));
   const tgi = tgiEndpoints(runCompletion, tokenizer);
   const tgiRoute = (serve: (res: ServerResponse, body: Json, arrivalMs: number) => Promise<void>) => async (c: Context<Env>) => {
     const arrivalMs = arrivalOf(c.env.incoming) ?? performance.now();

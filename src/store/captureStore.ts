@@ -74,13 +74,22 @@ export interface Generation {
   stopReason: string | number | null;
 }
 
+/** Embeddings and reranking endpoints (see generation/poolingKey.ts): stored and replayed whole, no token ids. */
+export type PoolingKind = 'embeddings' | 'rerank';
+/** What a recorded exchange was: a generation (the resolver's) or a pooling exchange. */
+export type RecordedEndpoint = 'chat' | 'completion' | PoolingKind;
+
+export function isGeneration(endpoint: RecordedEndpoint | null): endpoint is 'chat' | 'completion' {
+  return endpoint === 'chat' || endpoint === 'completion';
+}
+
 export interface Exchange {
   runId: number;
   startedAt: number;
   requestId: string | null;
   method: string;
   path: string;
-  endpoint: 'chat' | 'completion' | null;
+  endpoint: RecordedEndpoint | null;
   outcome: Outcome;
   error: string | null;
   status: number | null;
@@ -100,6 +109,8 @@ export interface Exchange {
   injected: string[];
   usage: unknown;
   generations: Generation[];
+  /** A pooling exchange's replay key (generation/poolingKey.ts); generations are keyed by model and prompt ids. */
+  poolingKey?: string | null;
 }
 
 export interface StoredExchange extends Exchange {
@@ -325,7 +336,7 @@ export class CaptureStore {
         eventTokens: packU32(ex.eventTokens),
         promptIds: ex.promptIds ? packU32(ex.promptIds) : null,
         promptLen: ex.promptIds?.length ?? null,
-        promptKey: ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null,
+        promptKey: ex.poolingKey ?? (ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null),
         injected: JSON.stringify(ex.injected),
         usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
       }) as { id: number };
@@ -351,13 +362,23 @@ export class CaptureStore {
    * same prompts again and again); any write forgets.
    */
   findByPrompt(model: string, promptIds: ArrayLike<number>): StoredExchange[] {
-    const key = promptKey(model, promptIds);
+    return this.findByKey(promptKey(model, promptIds));
+  }
+
+  /** Every complete exchange stored under `key` (a prompt key or a pooling key), oldest first; remembered likewise. */
+  findByKey(key: string): StoredExchange[] {
     let found = this.recentLookups.get(key);
     if (!found) {
       found = this.selectByKey.all({ key }).map((row) => this.hydrate(row));
       this.recentLookups.set(key, found);
     }
     return found;
+  }
+
+  /** How many complete exchanges were recorded at `path` (as requested: query string included). */
+  completeAt(path: string): number {
+    const e = schema.exchanges;
+    return this.db.select({ n: sql<number>`count(*)` }).from(e).where(and(eq(e.path, path), eq(e.outcome, 'complete'))).get()?.n ?? 0;
   }
 
   /** Every exchange's id, in captured order (request start, then id). */
@@ -436,13 +457,15 @@ export class CaptureStore {
     return out;
   }
 
-  /** Models that have complete generation captures. */
+  /** Models that have complete captures: those with generations first (the first is `serve`'s default model), then by name. */
   capturedModels(): string[] {
     const e = schema.exchanges;
     return this.db
-      .selectDistinct({ model: e.model })
+      .select({ model: e.model })
       .from(e)
       .where(and(eq(e.outcome, 'complete'), sql`${e.model} is not null`))
+      .groupBy(e.model)
+      .orderBy(sql`max(${e.endpoint} in ('chat', 'completion')) desc`, asc(e.model))
       .all()
       .map((r) => r.model as string);
   }

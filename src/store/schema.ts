@@ -41,7 +41,7 @@ export const exchanges = sqliteTable(
     requestId: text('request_id'),
     method: text('method').notNull(),
     path: text('path').notNull(),
-    /** `chat` | `completion` for recorded generation endpoints, null otherwise. */
+    /** `chat` | `completion` for recorded generation endpoints, `embeddings` | `rerank` for pooling ones, null otherwise. */
     endpoint: text('endpoint'),
     /** `complete` | `failed` | `aborted`. Only `complete` exchanges answer replays. */
     outcome: text('outcome').notNull(),
@@ -56,7 +56,7 @@ export const exchanges = sqliteTable(
     /** Packed u32 prompt token ids. */
     promptIds: blob('prompt_ids', { mode: 'buffer' }),
     promptLen: integer('prompt_len'),
-    /** sha256(model NUL packed prompt ids): the replay lookup key. */
+    /** The replay lookup key: sha256(model NUL packed prompt ids) for generations, generation/poolingKey.ts's for pooling exchanges. */
     promptKey: text('prompt_key'),
     /** Canonical JSON of the request fields that shape the response bytes. */
     requestShape: text('request_shape'),

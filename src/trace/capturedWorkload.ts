@@ -4,7 +4,7 @@
  * what it got is the answer a target should give again (`AnswerComparison`).
  */
 import { isPromptBatch } from '../capture/recorder.js';
-import { CaptureStore, type StoredExchange } from '../store/captureStore.js';
+import { CaptureStore, isGeneration, type StoredExchange } from '../store/captureStore.js';
 import type { OnlineAnswer } from './online.js';
 import type { Session, Workload } from './workload.js';
 
@@ -54,6 +54,8 @@ export function capturedWorkload(file: string): CapturedWorkload {
   try {
     for (const id of store.exchangeIds()) {
       const exchange = store.getExchange(id)!;
+      // Embeddings and rerank exchanges generate nothing: a generation trace has no turn for them.
+      if (exchange.endpoint !== null && !isGeneration(exchange.endpoint)) continue;
       // An answer without choices is a failure (the recorder stores it so).
       if (exchange.outcome !== 'complete' || exchange.generations.length === 0) {
         skipped[exchange.outcome === 'complete' ? 'failed' : exchange.outcome]++;

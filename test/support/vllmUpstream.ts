@@ -262,8 +262,64 @@ function errorEvent(message: string): string {
   return `data: ${pythonDumps({ error: { message, type: 'BadRequestError', param: null, code: 400 } })}\n\n`;
 }
 
+/** vLLM's pooling routes: embeddings, and one rerank handler (`do_rerank`) behind three paths. */
+const POOLING = new Set(['/v1/embeddings', '/rerank', '/v1/rerank', '/v2/rerank']);
+
 /** Routes behind vLLM's `validate_json_request` dependency. */
-const JSON_ONLY = new Set(['/v1/completions', '/v1/chat/completions', '/tokenize', '/detokenize']);
+const JSON_ONLY = new Set(['/v1/completions', '/v1/chat/completions', '/tokenize', '/detokenize', ...POOLING]);
+
+/** The double's embedding size (a request's `dimensions` may ask for fewer: a matryoshka model). */
+export const DOUBLE_EMBEDDING_DIMENSIONS = 16;
+
+/**
+ * The double's own embedding of one input (numbers unlike mocker's synthetic ones, so a replay is told apart):
+ * component j is cos((j + 1) × (1 + sum of the ids mod 97)), normalised, each a float32 as vLLM's tensors are.
+ */
+export function doubleEmbedding(ids: number[], dimensions: number): number[] {
+  const phase = 1 + (ids.reduce((a, b) => a + b, 0) % 97);
+  const raw = Array.from({ length: dimensions }, (_, j) => Math.cos((j + 1) * phase));
+  const norm = Math.sqrt(raw.reduce((a, x) => a + x * x, 0));
+  return raw.map((x) => Math.fround(x / norm));
+}
+
+/** The double's relevance of a document to a query: (words in common + 1) / (document words + 2), lower-cased words. */
+export function doubleRelevance(query: string, document: string): number {
+  const words = (text: string) => text.toLowerCase().split(/\W+/).filter(Boolean);
+  const asked = new Set(words(query));
+  const doc = words(document);
+  return (doc.filter((w) => asked.has(w)).length + 1) / (doc.length + 2);
+}
+
+/** `/v1/embeddings` (EmbeddingResponse) and the rerank routes (RerankResponse) as vLLM ≈0.11 answers them. */
+async function pooling(res: ServerResponse, path: string, body: Json, requestId: string): Promise<void> {
+  if (body.model !== undefined && body.model !== MODEL) return error(res, 404, `The model \`${String(body.model)}\` does not exist.`);
+  if (path === '/v1/embeddings') {
+    const input = body.input;
+    const items: (string | number[])[] = typeof input === 'string' ? [input] : Array.isArray(input) && typeof input[0] === 'number' ? [input as number[]] : ((input ?? []) as (string | number[])[]);
+    const dimensions = typeof body.dimensions === 'number' ? body.dimensions : DOUBLE_EMBEDDING_DIMENSIONS;
+    if (dimensions < 1 || dimensions > DOUBLE_EMBEDDING_DIMENSIONS) return error(res, 400, `dimensions must be between 1 and ${DOUBLE_EMBEDDING_DIMENSIONS}`);
+    const prompts = await Promise.all(items.map((item) => (typeof item === 'string' ? encode(item, true) : item)));
+    const base64 = body.encoding_format === 'base64';
+    const data = prompts.map((ids, index) => {
+      const vector = doubleEmbedding(ids, dimensions);
+      return { index, object: 'embedding', embedding: base64 ? Buffer.from(Float32Array.from(vector).buffer).toString('base64') : vector };
+    });
+    const tokens = prompts.reduce((n, ids) => n + ids.length, 0);
+    const usage = { prompt_tokens: tokens, total_tokens: tokens, completion_tokens: 0, prompt_tokens_details: null };
+    return json(res, 200, { id: `embd-${requestId}`, object: 'list', created: Math.floor(Date.now() / 1000), model: MODEL, data, usage });
+  }
+  if (typeof body.query !== 'string' || !Array.isArray(body.documents)) return validationError(res, 'Field required: query and documents');
+  const query = body.query;
+  const documents = body.documents as string[];
+  const topN = typeof body.top_n === 'number' && body.top_n > 0 ? body.top_n : documents.length;
+  let tokens = 0;
+  for (const doc of documents) tokens += (await encode(query, true)).length + (await encode(doc, true)).length;
+  const results = documents
+    .map((text, index) => ({ index, document: { text }, relevance_score: doubleRelevance(query, text) }))
+    .sort((a, b) => b.relevance_score - a.relevance_score)
+    .slice(0, topN);
+  return json(res, 200, { id: `rerank-${requestId}`, model: MODEL, usage: { total_tokens: tokens }, results });
+}
 
 /** Chat prompt ids the way vLLM computes them (the request's `chat_template` if it has one). */
 export async function promptIds(body: Json, chat: boolean): Promise<number[]> {
@@ -334,6 +390,10 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
       const ids = body.messages ? await promptIds(body, true) : await encode(String(body.prompt), body.add_special_tokens !== false);
       return json(res, 200, { count: ids.length, max_model_len: 40960, tokens: ids, token_strs: null });
     }
+    // X-Request-Id, else the body's request_id, else a uuid4 hex (serving_engine `_base_request_id`).
+    const header = req.headers['x-request-id'];
+    const requestId = (typeof header === 'string' && header) || (typeof body?.request_id === 'string' && body.request_id) || randomUUID().replaceAll('-', '');
+    if (req.method === 'POST' && POOLING.has(path)) return body ? pooling(res, path, body, requestId) : error(res, 400, 'Invalid JSON');
     const chat = path === '/v1/chat/completions';
     if (!chat && path !== '/v1/completions') return json(res, 404, { detail: 'Not Found' });
     if (!body) return error(res, 400, 'Invalid JSON');
@@ -363,9 +423,6 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     if (!stream && failed) return error(res, 400, failed.errorMessage as string);
 
     const withIds = body.return_token_ids === true && !options.legacy;
-    // X-Request-Id, else the body's request_id, else a uuid4 hex (serving_engine `_base_request_id`).
-    const header = req.headers['x-request-id'];
-    const requestId = (typeof header === 'string' && header) || (typeof body.request_id === 'string' && body.request_id) || randomUUID().replaceAll('-', '');
     const id = `${chat ? 'chatcmpl' : 'cmpl'}-${requestId}`;
     const created = Math.floor(Date.now() / 1000);
     const idsOrNull = (ids: number[]) => (withIds ? ids : null);

@@ -77,7 +77,7 @@ describe('MOCKER_<FLAG>', () => {
     expect(settings.config).toMatchObject({ mode: 'random', forward_time_ms: 7, max_num_seqs: 8, preemption_mode: 'fifo', enable_prefix_caching: false, enable_chunked_prefill: false, seed: 9 });
     expect(settings.models).toEqual(['alpha', 'beta']);
     // Which variables took effect is said by name (never their values: they may be keys).
-    const said = /settings from the environment: (.*)/.exec(byEnv.process.stdout())![1].split(', ');
+    const said = /settings from the environment: (.*)/.exec(byEnv.process.stderr())![1].split(', ');
     expect(said.sort()).toEqual(['MOCKER_ENABLE_CHUNKED_PREFILL', 'MOCKER_FORWARD_TIME_MS', 'MOCKER_MAX_NUM_SEQS', 'MOCKER_MODE', 'MOCKER_NO_ENABLE_PREFIX_CACHING', 'MOCKER_PREEMPTION_MODE', 'MOCKER_SEED', 'MOCKER_SERVED_MODEL_NAME']);
   });
 

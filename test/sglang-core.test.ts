@@ -513,7 +513,7 @@ describe('§9.2 item 18: KV events (pass-end visibility, consistency)', () => {
     const second = hashBlockTokens(first, none, [5, 6, 7, 8], null, options.algo);
     const hashes = [eventBlockHash(first), eventBlockHash(second)];
     // The finished 9-token sequence caches its 2 whole pages.
-    expect(core.takeKvEvents()).toEqual([{ type: 'BlockStored', blockHashes: hashes, parentBlockHash: null, tokenIds: range(8), blockSize: 4 }]);
+    expect(core.takeKvEvents()).toEqual([{ type: 'BlockStored', blockHashes: hashes, parentBlockHash: null, tokenIds: range(8), blockSize: 4, lora: null }]);
     expect(core.cachedBlockEventHashes().sort()).toEqual([...hashes].sort());
     core.cache.evict(8);
     expect(core.takeKvEvents()).toEqual([{ type: 'BlockRemoved', blockHashes: hashes }]);

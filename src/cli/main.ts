@@ -101,9 +101,11 @@ const program = new Command('mocker')
   .version(version, '-V, --version', 'print the mocker version')
   .showHelpAfterError()
   .hook('preAction', (_, action) => {
+    // Servers and runners take their flags from the environment; the file tools of `mocker captures` (prune!) do not.
+    if (action.parent !== program) return;
     const everyCommand = (commands: readonly Command[]): Command[] => commands.flatMap((c) => [c, ...everyCommand(c.commands)]);
     const applied = applyEnvironment(action, process.env, everyCommand(program.commands));
-    if (applied.length > 0) console.log(`mocker ${action.name()}: settings from the environment: ${applied.join(', ')}`);
+    if (applied.length > 0) console.error(`mocker ${action.name()}: settings from the environment: ${applied.join(', ')}`);
   });
 
 program

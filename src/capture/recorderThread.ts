@@ -10,7 +10,7 @@ export interface RecordWorkerInit {
   upstream: string;
   redacted: string[];
   /** `--redact-bodies`: store token ids and timing, no text, request body or response bytes. */
-  redactBodies: boolean;
+  redactBodies?: boolean;
   /** The tokenizer's EOS ids (the stop token of an engine that sends no ids). */
   eosTokenIds: number[];
 }

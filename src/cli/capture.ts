@@ -91,7 +91,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       runId,
       upstream: upstream.url.href,
       redacted: opts.redactHeaders.map((h) => h.toLowerCase()),
-      redactBodies: opts.redactBodies === true,
+      redactBodies: opts.redactBodies,
       eosTokenIds: tokenizer.eosTokenIds,
     });
     recorder = thread;

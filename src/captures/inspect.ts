@@ -66,8 +66,9 @@ export function listCaptures(store: CaptureStore, filter: ExchangeFilter, withEx
     outcomes,
     endpoints,
     total: selected.length,
-    from: selected.length > 0 ? iso(Math.min(...selected.map((e) => e.startedAt))) : null,
-    until: selected.length > 0 ? iso(Math.max(...selected.map((e) => e.startedAt))) : null,
+    // Summaries come in captured order.
+    from: selected.length > 0 ? iso(selected[0].startedAt) : null,
+    until: selected.length > 0 ? iso(selected[selected.length - 1].startedAt) : null,
   };
   if (withExchanges) listing.exchanges = selected.map((e) => ({ ...e, startedAt: iso(e.startedAt) }));
   return listing;

@@ -58,7 +58,7 @@ function printJson(value: unknown): void {
 function table(headers: string[], rows: (string | number | null)[][]): string {
   const cells = [headers, ...rows.map((r) => r.map((c) => (c === null ? '-' : String(c))))];
   const widths = headers.map((_, i) => Math.max(...cells.map((r) => r[i].length)));
-  return cells.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('  ')).join('\n');
+  return cells.map((r) => r.map((c, i) => c.padEnd(widths[i])).join('  ').trimEnd()).join('\n');
 }
 
 function printListing(file: string, l: Listing): void {

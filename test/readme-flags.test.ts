@@ -33,10 +33,10 @@ function acceptedFlags(command: string): string[] {
 }
 
 describe("the README's CLI tables", () => {
-  it.each(['serve', 'capture', 'trace', 'pd-proxy'])('mocker %s: the table documents exactly the flags the CLI accepts', (command) => {
+  it.each(['serve', 'capture', 'trace', 'pd-proxy', 'captures list', 'captures show', 'captures export', 'captures import', 'captures merge', 'captures prune', 'captures stats'])('mocker %s: the table documents exactly the flags the CLI accepts', (command) => {
     const accepted = acceptedFlags(command);
-    // Every command has at least its listen or workload flags: an empty reading is a broken parse, not agreement.
-    expect(accepted.length).toBeGreaterThan(4);
+    // Every command has a flag (`captures show` has one, --json): an empty reading is a broken parse, not agreement.
+    expect(accepted.length).toBeGreaterThan(0);
     expect(documentedFlags(command)).toEqual(accepted);
   });
 });

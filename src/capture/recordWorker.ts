@@ -36,7 +36,7 @@ const tokenizer: RecorderTokenizer = {
   renderChatGuarded: (req) => localTokenizer().renderChatGuarded(req),
   encode: (text, addSpecialTokens) => localTokenizer().encode(text, addSpecialTokens),
 };
-const recorder = new Recorder(store, init.runId, tokenizer, new URL(init.upstream), new Set(init.redacted));
+const recorder = new Recorder(store, init.runId, tokenizer, new URL(init.upstream), new Set(init.redacted), init.redactBodies === true);
 
 const bytes = (a: Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 

@@ -88,6 +88,22 @@ export function isPromptBatch(endpoint: string, request: Json): boolean {
   return endpoint === 'completion' && Array.isArray(prompt) && prompt.length > 1 && prompt.every((p) => typeof p === 'string' || Array.isArray(p));
 }
 
+/**
+ * `capture --redact-bodies`: the exchange's token ids, timing, status and usage, without anything that holds
+ * its text (request body and its shape, response bytes, output text and chunk deltas); a replay renders the
+ * text from the ids.
+ */
+export function withoutBodies(ex: Exchange): Exchange {
+  return {
+    ...ex,
+    bodiesRedacted: true,
+    requestBody: Buffer.alloc(0),
+    responseBody: Buffer.alloc(0),
+    requestShape: null,
+    generations: ex.generations.map((g) => ({ ...g, text: '', chunkDeltas: [] })),
+  };
+}
+
 export class Recorder {
   constructor(
     private readonly store: CaptureStore,
@@ -95,6 +111,7 @@ export class Recorder {
     private readonly tokenizer: RecorderTokenizer,
     upstream: URL,
     private readonly redacted: ReadonlySet<string>,
+    private readonly redactBodies = false,
   ) {
     this.upstreamTokenizer = new UpstreamTokenizer(upstream);
   }
@@ -103,7 +120,9 @@ export class Recorder {
 
   /** Stores generation and pooling exchanges; everything else the proxy forwards (health checks, /v1/models…) is not recorded. */
   readonly sink: ExchangeSink = async (raw) => {
-    if (raw.endpoint) this.store.saveExchange(await this.build(raw));
+    if (!raw.endpoint) return;
+    const ex = await this.build(raw);
+    this.store.saveExchange(this.redactBodies ? withoutBodies(ex) : ex);
   };
 
   private async promptIds(kind: 'chat' | 'completion', request: Json, raw: RawExchange): Promise<{ ids: number[]; source: TokenSource } | null> {

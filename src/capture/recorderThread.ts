@@ -9,6 +9,8 @@ export interface RecordWorkerInit {
   runId: number;
   upstream: string;
   redacted: string[];
+  /** `--redact-bodies`: store token ids and timing, no text, request body or response bytes. */
+  redactBodies?: boolean;
   /** The tokenizer's EOS ids (the stop token of an engine that sends no ids). */
   eosTokenIds: number[];
 }

@@ -20,6 +20,8 @@ export interface CaptureOptions {
   upstreamTimeoutMs: number;
   maxBodyBytes: number;
   redactHeaders: string[];
+  /** Store token ids and timing only: no text, request body or response bytes. */
+  redactBodies?: boolean;
 }
 
 const STATS_INTERVAL_MS = 10_000;
@@ -89,6 +91,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       runId,
       upstream: upstream.url.href,
       redacted: opts.redactHeaders.map((h) => h.toLowerCase()),
+      redactBodies: opts.redactBodies,
       eosTokenIds: tokenizer.eosTokenIds,
     });
     recorder = thread;

@@ -4,6 +4,7 @@ import { Command, InvalidArgumentError, Option, type OptionValues } from 'comman
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig, type KvEventsFormat } from '../events/index.js';
 import { startCapture } from './capture.js';
+import { capturesExport, capturesImport, capturesList, capturesMerge, capturesPrune, capturesShow, capturesStats } from './captures.js';
 import { applyEnvironment, seed004Capture } from './environment.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type EngineArgs } from './engineArgs.js';
 import { parseLoraModule } from '../http/loraAdapters.js';
@@ -91,6 +92,7 @@ function startCaptureWith(o: OptionValues) {
     upstreamTimeoutMs: o.upstreamTimeout,
     maxBodyBytes: o.maxBodyBytes,
     redactHeaders: o.redactHeader,
+    redactBodies: o.redactBodies,
   });
 }
 
@@ -366,11 +368,19 @@ program
   .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (Authorization, API keys and cookies never are)', collect, [...DEFAULT_REDACTED_HEADERS])
+  .option('--redact-bodies', 'store token ids and timing only: no text, request body or response bytes (replay renders from the ids)')
   .addOption(shutdownTimeout())
   .action(async (o) => stopOnSignal('capture', await startCaptureWith(o), o.shutdownTimeout));
 
 /** `mocker captures <command> FILE`: capture files as a product (each command registers itself here). */
-program.command('captures').description('Inspect, export, merge, verify, diff and fit capture files.');
+program.command('captures').description('Inspect, export, merge, verify, diff and fit capture files.')
+  .addCommand(capturesList)
+  .addCommand(capturesShow)
+  .addCommand(capturesExport)
+  .addCommand(capturesImport)
+  .addCommand(capturesMerge)
+  .addCommand(capturesPrune)
+  .addCommand(capturesStats);
 
 program.parseAsync().catch((err: unknown) => {
   console.error(`mocker: ${err instanceof Error ? err.message : String(err)}`);

@@ -37,6 +37,8 @@ function fromGeneration(gen: Generation, chunks: PlannedChunk[]): ChoicePlan {
 async function perTokenChunks(gen: Generation, params: OutputParams, tokenizer: ModelTokenizer): Promise<PlannedChunk[] | null> {
   const field = textField(params.kind);
   const delta = gen.chunkDeltas[0];
+  // Captured with --redact-bodies: no text to check the pieces against; rendered from the ids per token.
+  if (delta === undefined) return gen.outputIds.map((_, i) => ({ end: i + 1 }));
   if (gen.chunkTokens.length !== 1 || gen.outputIds.length < 2 || Object.keys(delta).some((k) => k !== field) || typeof delta[field] !== 'string') return null;
   const stream = tokenizer.decodeStream(true);
   const chunks: PlannedChunk[] = [];

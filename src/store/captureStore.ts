@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
-import { and, asc, desc, eq, inArray, sql } from 'drizzle-orm';
+import { and, asc, desc, eq, gte, inArray, lt, sql } from 'drizzle-orm';
 import { drizzle, type BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
 import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { LruCache } from '../util/lruCache.js';
@@ -111,16 +111,52 @@ export interface Exchange {
   generations: Generation[];
   /** A pooling exchange's replay key (generation/poolingKey.ts); generations are keyed by model and prompt ids. */
   poolingKey?: string | null;
+  /**
+   * `capture --redact-bodies`: no request body, response bytes or text were stored (token ids and timing
+   * were): stored as NULL bodies, which an exchange captured whole never has.
+   */
+  bodiesRedacted?: boolean;
 }
 
 export interface StoredExchange extends Exchange {
   id: number;
+  bodiesRedacted: boolean;
 }
 
 export interface StoredRun extends RunInfo {
   id: number;
   startedAt: number;
   tokenizerFiles: Record<string, string>;
+}
+
+/** Which exchanges `mocker captures` lists or prunes (every given field must match; times in epoch ms). */
+export interface ExchangeFilter {
+  runId?: number;
+  model?: string;
+  endpoint?: 'chat' | 'completion';
+  outcome?: Outcome;
+  /** Started at or after. */
+  since?: number;
+  /** Started before. */
+  until?: number;
+}
+
+/** An exchange's small columns: what a listing shows without reading bodies or token ids. */
+export interface ExchangeSummary {
+  id: number;
+  runId: number;
+  startedAt: number;
+  method: string;
+  path: string;
+  endpoint: 'chat' | 'completion' | null;
+  outcome: Outcome;
+  error: string | null;
+  status: number | null;
+  model: string | null;
+  stream: boolean;
+  totalMs: number | null;
+  promptLen: number | null;
+  bodiesRedacted: boolean;
 }
 
 export interface NearestCapture {
@@ -291,13 +327,16 @@ export class CaptureStore {
     this.sqlite.close();
   }
 
-  /** Starts a capture run; tokenizer files are stored content-addressed (deduplicated across runs). */
-  startRun(info: RunInfo, tokenizerFiles: Map<string, Buffer>): number {
+  /**
+   * Starts a capture run; tokenizer files are stored content-addressed (deduplicated across runs). `startedAt`
+   * is given when a run is copied from another file (import, merge).
+   */
+  startRun(info: RunInfo, tokenizerFiles: Map<string, Buffer>, startedAt = Date.now()): number {
     return this.sqlite.transaction(() => {
       const files = this.storeFiles(tokenizerFiles);
       const row = this.db
         .insert(schema.runs)
-        .values({ ...info, startedAt: Date.now(), tokenizerFiles: JSON.stringify(files) })
+        .values({ ...info, startedAt, tokenizerFiles: JSON.stringify(files) })
         .returning({ id: schema.runs.id })
         .get();
       return row.id;
@@ -330,7 +369,9 @@ export class CaptureStore {
         ...ex,
         stream: ex.stream ? 1 : 0,
         requestHeaders: JSON.stringify(ex.requestHeaders),
+        requestBody: ex.bodiesRedacted ? null : ex.requestBody,
         responseHeaders: JSON.stringify(ex.responseHeaders),
+        responseBody: ex.bodiesRedacted ? null : ex.responseBody,
         eventEnds: packU32(ex.eventEnds),
         eventTimes: packF64(ex.eventTimes),
         eventTokens: packU32(ex.eventTokens),
@@ -490,6 +531,85 @@ export class CaptureStore {
     return out;
   }
 
+  // --- `mocker captures` (src/captures/): listing without reading blobs, copying, pruning ---
+
+  /** Every run, oldest first. */
+  runs(): StoredRun[] {
+    return this.db.select().from(schema.runs).orderBy(asc(schema.runs.id)).all().map((row) => this.storedRun(row));
+  }
+
+  /** The exchanges `filter` selects, in captured order, from their small columns only (no blob is read). */
+  exchangeSummaries(filter: ExchangeFilter = {}): ExchangeSummary[] {
+    const e = schema.exchanges;
+    const conditions = [
+      filter.runId === undefined ? undefined : eq(e.runId, filter.runId),
+      filter.model === undefined ? undefined : eq(e.model, filter.model),
+      filter.endpoint === undefined ? undefined : eq(e.endpoint, filter.endpoint),
+      filter.outcome === undefined ? undefined : eq(e.outcome, filter.outcome),
+      filter.since === undefined ? undefined : gte(e.startedAt, filter.since),
+      filter.until === undefined ? undefined : lt(e.startedAt, filter.until),
+    ];
+    return this.db
+      .select({
+        id: e.id,
+        runId: e.runId,
+        startedAt: e.startedAt,
+        method: e.method,
+        path: e.path,
+        endpoint: e.endpoint,
+        outcome: e.outcome,
+        error: e.error,
+        status: e.status,
+        model: e.model,
+        stream: e.stream,
+        totalMs: e.totalMs,
+        promptLen: e.promptLen,
+        bodiesRedacted: sql<number>`${e.requestBody} is null and ${e.responseBody} is null`,
+      })
+      .from(e)
+      .where(and(...conditions))
+      .orderBy(asc(e.startedAt), asc(e.id))
+      .all()
+      .map((r) => ({ ...r, endpoint: r.endpoint as ExchangeSummary['endpoint'], outcome: r.outcome as Outcome, stream: Boolean(r.stream), bodiesRedacted: Boolean(r.bodiesRedacted) }));
+  }
+
+  /** Runs `work` in one transaction: all of it is written, or (it throws) none. */
+  transaction<T>(work: () => T): T {
+    return this.sqlite.transaction(work)();
+  }
+
+  /** Removes exchanges with their generations. */
+  deleteExchanges(ids: readonly number[]): void {
+    this.recentLookups.clear();
+    this.sqlite.transaction(() => {
+      // Chunked: SQLite limits the host parameters of one statement.
+      for (let i = 0; i < ids.length; i += 500) {
+        const chunk = ids.slice(i, i + 500);
+        this.db.delete(schema.generations).where(inArray(schema.generations.exchangeId, chunk)).run();
+        this.db.delete(schema.exchanges).where(inArray(schema.exchanges.id, chunk)).run();
+      }
+    })();
+  }
+
+  /** Removes those of `runIds` that hold no exchange, then the tokenizer files no run names; returns the runs removed. */
+  deleteEmptyRuns(runIds: readonly number[]): number[] {
+    return this.sqlite.transaction(() => {
+      const holding = this.sqlite.prepare('select 1 from exchanges where run_id = ? limit 1');
+      const ids = runIds.filter((id) => holding.get(id) === undefined);
+      if (ids.length > 0) this.db.delete(schema.runs).where(inArray(schema.runs.id, ids)).run();
+      const named = new Set(this.runs().flatMap((run) => Object.values(run.tokenizerFiles)));
+      for (const { sha256: hash } of this.db.select({ sha256: schema.blobs.sha256 }).from(schema.blobs).all()) {
+        if (!named.has(hash)) this.db.delete(schema.blobs).where(eq(schema.blobs.sha256, hash)).run();
+      }
+      return ids;
+    })();
+  }
+
+  /** Rewrites the file without the free pages deleted rows left. */
+  vacuum(): void {
+    this.sqlite.exec('VACUUM');
+  }
+
   private hydrate(row: typeof schema.exchanges.$inferSelect): StoredExchange {
     const gens = this.selectGenerations.all({ id: row.id });
     return {
@@ -518,6 +638,7 @@ export class CaptureStore {
       requestShape: row.requestShape,
       injected: JSON.parse(row.injected ?? '[]') as string[],
       usage: row.usage === null ? undefined : (JSON.parse(row.usage) as unknown),
+      bodiesRedacted: row.requestBody === null && row.responseBody === null,
       generations: gens.map((g) => ({
         choiceIndex: g.choiceIndex,
         outputIds: unpackU32(g.outputIds),

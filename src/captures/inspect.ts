@@ -1,0 +1,225 @@
+/** What `mocker captures list`, `show` and `stats` read from a capture file (the CLI only prints it). */
+import { ReplayCollector, type ReplayReport } from '../trace/collector.js';
+import type { CaptureStore, ExchangeFilter, ExchangeSummary, HeaderMap, Outcome, StoredExchange, StoredRun } from '../store/captureStore.js';
+import { ModelTokenizer } from '../tokenizer/index.js';
+import { exchangeRecord, type ExchangeLine } from './jsonl.js';
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+export interface RunListing {
+  id: number;
+  kind: string;
+  engine: string | null;
+  engineVersion: string | null;
+  upstream: string | null;
+  label: string | null;
+  startedAt: string;
+  /** Exchanges of the run the filter selects. */
+  exchanges: number;
+}
+
+export interface Listing {
+  runs: RunListing[];
+  /** Models of the selected exchanges. */
+  models: string[];
+  outcomes: Record<Outcome, number>;
+  /** Selected exchanges by endpoint (`other`: not a generation). */
+  endpoints: { chat: number; completion: number; other: number };
+  total: number;
+  /** First and last selected exchange's start; null when none. */
+  from: string | null;
+  until: string | null;
+  /** With `--exchanges`: one row per selected exchange. */
+  exchanges?: (Omit<ExchangeSummary, 'startedAt'> & { startedAt: string })[];
+}
+
+export function listCaptures(store: CaptureStore, filter: ExchangeFilter, withExchanges: boolean): Listing {
+  const selected = store.exchangeSummaries(filter);
+  const perRun = new Map<number, number>();
+  const outcomes: Record<Outcome, number> = { complete: 0, failed: 0, aborted: 0 };
+  const endpoints = { chat: 0, completion: 0, other: 0 };
+  const models = new Set<string>();
+  for (const ex of selected) {
+    perRun.set(ex.runId, (perRun.get(ex.runId) ?? 0) + 1);
+    outcomes[ex.outcome]++;
+    endpoints[ex.endpoint ?? 'other']++;
+    if (ex.model !== null) models.add(ex.model);
+  }
+  const filtered = Object.values(filter).some((v) => v !== undefined);
+  const runs = store
+    .runs()
+    // A filter shows the runs it selected exchanges of; no filter shows every run, empty ones too.
+    .filter((run) => !filtered || perRun.has(run.id))
+    .map((run) => ({
+      id: run.id,
+      kind: run.kind,
+      engine: run.engine ?? null,
+      engineVersion: run.engineVersion ?? null,
+      upstream: run.upstream ?? null,
+      label: run.label ?? null,
+      startedAt: iso(run.startedAt),
+      exchanges: perRun.get(run.id) ?? 0,
+    }));
+  const listing: Listing = {
+    runs,
+    models: [...models].sort(),
+    outcomes,
+    endpoints,
+    total: selected.length,
+    // Summaries come in captured order.
+    from: selected.length > 0 ? iso(selected[0].startedAt) : null,
+    until: selected.length > 0 ? iso(selected[selected.length - 1].startedAt) : null,
+  };
+  if (withExchanges) listing.exchanges = selected.map((e) => ({ ...e, startedAt: iso(e.startedAt) }));
+  return listing;
+}
+
+/** The run's own tokenizer (stored in the file), for text the file holds only as ids. */
+function runTokenizer(store: CaptureStore, run: StoredRun | undefined): ModelTokenizer | null {
+  if (!run) return null;
+  const files = store.tokenizerFiles(run);
+  return files.has('tokenizer.json') ? new ModelTokenizer(run.tokenizerName ?? 'captured', files) : null;
+}
+
+export interface ChunkTiming {
+  /** Arrival of the chunk's tokens, ms since the request was sent upstream. */
+  atMs: number | null;
+  /** Since the previous chunk of the choice (the first chunk: since the request). */
+  gapMs: number | null;
+  tokens: number;
+  ids: number[];
+  /** The chunk's delta as captured (absent when the bodies were redacted). */
+  delta?: Record<string, unknown>;
+}
+
+export interface ShownChoice {
+  index: number;
+  finishReason: string | null;
+  stopReason: string | number | null;
+  text: string;
+  /** The text was decoded from the ids with the run's tokenizer (redacted bodies), not captured. */
+  textDecoded: boolean;
+  outputIds: number[];
+  chunks: ChunkTiming[];
+}
+
+export interface Shown {
+  id: number;
+  run: number;
+  startedAt: string;
+  method: string;
+  path: string;
+  endpoint: 'chat' | 'completion' | null;
+  stream: boolean;
+  model: string | null;
+  outcome: Outcome;
+  status: number | null;
+  error: string | null;
+  totalMs: number;
+  tokenSource: ExchangeLine['tokenSource'];
+  bodiesRedacted: boolean;
+  requestHeaders: HeaderMap;
+  /** The request body as text (bytes that are not UTF-8: base64), null when redacted. */
+  requestBody: ExchangeLine['requestBody'];
+  promptIds: number[] | null;
+  /** The prompt ids decoded by the run's tokenizer, special tokens kept (null: no ids or no tokenizer). */
+  promptText: string | null;
+  usage: unknown;
+  choices: ShownChoice[];
+}
+
+function chunkTimings(tokenTimes: number[], chunkTokens: number[], outputIds: number[], deltas: Record<string, unknown>[]): ChunkTiming[] {
+  const out: ChunkTiming[] = [];
+  let end = 0;
+  let previous = 0;
+  for (const [i, count] of chunkTokens.entries()) {
+    const start = end;
+    end += count;
+    // A chunk without tokens (text held back until the end) arrived with the previous token.
+    const atMs = end > 0 ? tokenTimes[end - 1] : null;
+    out.push({ atMs, gapMs: atMs === null ? null : atMs - previous, tokens: count, ids: outputIds.slice(start, end), ...(deltas[i] ? { delta: deltas[i] } : {}) });
+    if (atMs !== null) previous = atMs;
+  }
+  return out;
+}
+
+export async function showExchange(store: CaptureStore, ex: StoredExchange): Promise<Shown> {
+  const run = store.getRun(ex.runId);
+  const needsTokenizer = ex.promptIds !== null || ex.bodiesRedacted;
+  const tokenizer = needsTokenizer ? runTokenizer(store, run) : null;
+  const record = exchangeRecord(ex, ex.runId);
+  const choices: ShownChoice[] = [];
+  for (const g of ex.generations) {
+    const decode = ex.bodiesRedacted && tokenizer !== null;
+    choices.push({
+      index: g.choiceIndex,
+      finishReason: g.finishReason,
+      stopReason: g.stopReason,
+      text: decode ? await tokenizer.decode(g.outputIds, true) : g.text,
+      textDecoded: decode,
+      outputIds: g.outputIds,
+      chunks: chunkTimings(g.tokenTimes, g.chunkTokens, g.outputIds, g.chunkDeltas),
+    });
+  }
+  return {
+    id: ex.id,
+    run: ex.runId,
+    startedAt: iso(ex.startedAt),
+    method: ex.method,
+    path: ex.path,
+    endpoint: ex.endpoint,
+    stream: ex.stream,
+    model: ex.model,
+    outcome: ex.outcome,
+    status: ex.status,
+    error: ex.error,
+    totalMs: ex.totalMs,
+    tokenSource: ex.tokenSource,
+    bodiesRedacted: ex.bodiesRedacted,
+    requestHeaders: ex.requestHeaders,
+    requestBody: record.requestBody,
+    promptIds: ex.promptIds,
+    promptText: ex.promptIds && tokenizer ? await tokenizer.decode(ex.promptIds, false) : null,
+    usage: ex.usage ?? null,
+    choices,
+  };
+}
+
+export interface RunStats {
+  run: number;
+  engine: string | null;
+  label: string | null;
+  startedAt: string;
+  /** The trace report's keys and statistics (src/trace/collector.ts), over the run's generation exchanges. */
+  report: ReplayReport;
+}
+
+/**
+ * Per run, the statistics `mocker trace` reports, from the captured timing: each generation exchange is a
+ * request arriving at its start (the run's clock starts at its first exchange), its output tokens (all choices)
+ * arriving at their captured times. Exchanges that produced no token (failed) count as requests, not completed.
+ */
+export function captureStats(store: CaptureStore, runId?: number): RunStats[] {
+  const runs = store.runs().filter((run) => runId === undefined || run.id === runId);
+  return runs.map((run) => {
+    const collector = new ReplayCollector([]);
+    const exchanges = store.exchangeSummaries({ runId: run.id }).filter((e) => e.endpoint !== null);
+    const origin = exchanges.length > 0 ? exchanges[0].startedAt : 0;
+    let lastMs = 0;
+    for (const summary of exchanges) {
+      const ex = store.getExchange(summary.id);
+      if (!ex) continue;
+      const uuid = String(ex.id);
+      const arrival = ex.startedAt - origin;
+      const times = ex.generations.flatMap((g) => g.tokenTimes).sort((a, b) => a - b);
+      collector.onArrival(uuid, arrival, ex.promptIds?.length ?? 0, times.length);
+      collector.onAdmit(uuid, arrival, 0);
+      for (const t of times) collector.onTokens(uuid, arrival + t);
+      if (times.length > 0) lastMs = Math.max(lastMs, arrival + times[times.length - 1]);
+    }
+    const report = collector.report(lastMs);
+    // A capture knows nothing of the engine's prefix cache.
+    delete report.prefix_cache_reused_ratio;
+    return { run: run.id, engine: run.engine ?? null, label: run.label ?? null, startedAt: iso(run.startedAt), report };
+  });
+}

@@ -1,0 +1,263 @@
+/**
+ * The JSONL face of a capture file (`mocker captures export` / `import`): one JSON object a line, so a capture
+ * can be reviewed, edited and diffed in git, and turned back into a capture file without losing a byte.
+ *
+ * Lines, in this order: a header; the tokenizer files (`blob`, content-addressed as in the store, shared by
+ * runs); then each run followed by its exchanges in captured order. Runs are numbered 1, 2, … in the file (the
+ * store's own ids are not carried: they are not stable across files), and each exchange names its run by that
+ * number. Bytes are a string when they are UTF-8 (the usual JSON bodies and SSE streams), else `{"base64": …}`;
+ * a body `null` was redacted at capture (`--redact-bodies`). Token ids and timings are plain arrays (JSON
+ * numbers give doubles back exactly).
+ */
+import { z } from 'zod';
+import type { CaptureStore, Exchange, RunInfo, StoredExchange, StoredRun } from '../store/captureStore.js';
+
+export const FORMAT = 'mocker-captures';
+export const FORMAT_VERSION = 1;
+
+type Bytes = string | { base64: string };
+
+/** `data` as a string when it is valid UTF-8 (it decodes and encodes back to the same bytes), else base64. */
+function encodeBytes(data: Buffer): Bytes {
+  const text = data.toString('utf8');
+  return Buffer.byteLength(text) === data.length && Buffer.from(text, 'utf8').equals(data) ? text : { base64: data.toString('base64') };
+}
+
+function decodeBytes(value: Bytes): Buffer {
+  return typeof value === 'string' ? Buffer.from(value, 'utf8') : Buffer.from(value.base64, 'base64');
+}
+
+const bytes = z.union([z.string(), z.strictObject({ base64: z.base64() })]);
+const u32 = z.number().int().min(0).max(0xffffffff);
+const headerMap = z.record(z.string(), z.union([z.string(), z.array(z.string())]));
+const jsonObject = z.record(z.string(), z.unknown());
+
+const headerLine = z.strictObject({ type: z.literal('header'), format: z.literal(FORMAT), version: z.literal(FORMAT_VERSION) });
+const blobLine = z.strictObject({ type: z.literal('blob'), sha256: z.string().regex(/^[0-9a-f]{64}$/), data: bytes });
+const runLine = z.strictObject({
+  type: z.literal('run'),
+  run: z.number().int().min(1),
+  startedAt: z.number().int(),
+  kind: z.enum(['capture', 'record']),
+  upstream: z.string().nullable(),
+  engine: z.string().nullable(),
+  engineVersion: z.string().nullable(),
+  label: z.string().nullable(),
+  versionJson: z.string().nullable(),
+  modelsJson: z.string().nullable(),
+  maxModelLen: z.number().int().nullable(),
+  tokenizerName: z.string().nullable(),
+  /** File name → sha256 of a blob line. */
+  tokenizerFiles: z.record(z.string(), z.string()),
+});
+const generationLine = z.strictObject({
+  choiceIndex: z.number().int().min(0),
+  finishReason: z.string().nullable(),
+  stopReason: z.union([z.string(), z.number(), z.null()]),
+  text: z.string(),
+  outputIds: z.array(u32),
+  tokenTimes: z.array(z.number()),
+  chunkTokens: z.array(u32),
+  chunkDeltas: z.array(jsonObject),
+});
+const exchangeLine = z.strictObject({
+  type: z.literal('exchange'),
+  run: z.number().int().min(1),
+  startedAt: z.number().int(),
+  requestId: z.string().nullable(),
+  method: z.string(),
+  path: z.string(),
+  endpoint: z.enum(['chat', 'completion']).nullable(),
+  outcome: z.enum(['complete', 'failed', 'aborted']),
+  error: z.string().nullable(),
+  status: z.number().int().nullable(),
+  model: z.string().nullable(),
+  stream: z.boolean(),
+  totalMs: z.number(),
+  tokenSource: z.enum(['engine', 'tokenize-endpoint', 'local']).nullable(),
+  requestShape: z.string().nullable(),
+  injected: z.array(z.string()),
+  usage: z.unknown(),
+  requestHeaders: headerMap,
+  requestBody: bytes.nullable(),
+  responseHeaders: headerMap,
+  responseBody: bytes.nullable(),
+  eventEnds: z.array(u32),
+  eventTimes: z.array(z.number()),
+  eventTokens: z.array(u32),
+  promptIds: z.array(u32).nullable(),
+  generations: z.array(generationLine),
+});
+const line = z.discriminatedUnion('type', [headerLine, blobLine, runLine, exchangeLine]);
+
+export type RunLine = z.infer<typeof runLine>;
+export type ExchangeLine = z.infer<typeof exchangeLine>;
+
+const json = (value: unknown) => `${JSON.stringify(value)}\n`;
+
+export function headerJsonl(): string {
+  return json({ type: 'header', format: FORMAT, version: FORMAT_VERSION });
+}
+
+export function blobJsonl(sha256: string, data: Buffer): string {
+  return json({ type: 'blob', sha256, data: encodeBytes(data) });
+}
+
+export function runJsonl(run: StoredRun, ordinal: number): string {
+  const line: RunLine = {
+    type: 'run',
+    run: ordinal,
+    startedAt: run.startedAt,
+    kind: run.kind,
+    upstream: run.upstream ?? null,
+    engine: run.engine ?? null,
+    engineVersion: run.engineVersion ?? null,
+    label: run.label ?? null,
+    versionJson: run.versionJson ?? null,
+    modelsJson: run.modelsJson ?? null,
+    maxModelLen: run.maxModelLen ?? null,
+    tokenizerName: run.tokenizerName ?? null,
+    tokenizerFiles: run.tokenizerFiles,
+  };
+  return json(line);
+}
+
+/** An exchange as its line's object (also what `show --json` starts from). */
+export function exchangeRecord(ex: StoredExchange, runOrdinal: number): ExchangeLine {
+  return {
+    type: 'exchange',
+    run: runOrdinal,
+    startedAt: ex.startedAt,
+    requestId: ex.requestId,
+    method: ex.method,
+    path: ex.path,
+    endpoint: ex.endpoint,
+    outcome: ex.outcome,
+    error: ex.error,
+    status: ex.status,
+    model: ex.model,
+    stream: ex.stream,
+    totalMs: ex.totalMs,
+    tokenSource: ex.tokenSource,
+    requestShape: ex.requestShape,
+    injected: ex.injected,
+    usage: ex.usage ?? null,
+    requestHeaders: ex.requestHeaders,
+    requestBody: ex.bodiesRedacted ? null : encodeBytes(ex.requestBody),
+    responseHeaders: ex.responseHeaders,
+    responseBody: ex.bodiesRedacted ? null : encodeBytes(ex.responseBody),
+    eventEnds: ex.eventEnds,
+    eventTimes: ex.eventTimes,
+    eventTokens: ex.eventTokens,
+    promptIds: ex.promptIds,
+    generations: ex.generations.map((g) => ({
+      choiceIndex: g.choiceIndex,
+      finishReason: g.finishReason,
+      stopReason: g.stopReason,
+      text: g.text,
+      outputIds: g.outputIds,
+      tokenTimes: g.tokenTimes,
+      chunkTokens: g.chunkTokens,
+      chunkDeltas: g.chunkDeltas,
+    })),
+  };
+}
+
+/** Writes the whole file as JSONL through `write` (which may wait for the output to drain). */
+export async function exportJsonl(store: CaptureStore, write: (text: string) => Promise<void>): Promise<void> {
+  await write(headerJsonl());
+  const runs = store.runs();
+  const written = new Set<string>();
+  for (const run of runs) {
+    for (const [name, data] of store.tokenizerFiles(run)) {
+      const hash = run.tokenizerFiles[name];
+      if (written.has(hash)) continue;
+      written.add(hash);
+      await write(blobJsonl(hash, data));
+    }
+  }
+  for (const [i, run] of runs.entries()) {
+    await write(runJsonl(run, i + 1));
+    for (const { id } of store.exchangeSummaries({ runId: run.id })) {
+      const ex = store.getExchange(id);
+      if (ex) await write(json(exchangeRecord(ex, i + 1)));
+    }
+  }
+}
+
+/** A JSONL capture, parsed and checked: runs (in file order) with their tokenizer files and exchanges. */
+export interface ParsedCaptures {
+  runs: { info: RunInfo; startedAt: number; tokenizerFiles: Map<string, Buffer>; exchanges: Omit<Exchange, 'runId'>[] }[];
+}
+
+/** Where a line is wrong, as a one-line message: `FILE line N: path: problem`. */
+export class JsonlError extends Error {}
+
+/** Parses and checks every line before anything is written (`import` is all or nothing). */
+export function parseJsonl(text: string, source: string): ParsedCaptures {
+  const blobs = new Map<string, Buffer>();
+  const runs = new Map<number, ParsedCaptures['runs'][number]>();
+  const lines = text.split('\n');
+  if (lines[lines.length - 1] === '') lines.pop();
+  let sawHeader = false;
+  for (const [index, raw] of lines.entries()) {
+    const where = `${source} line ${index + 1}`;
+    let value: unknown;
+    try {
+      value = JSON.parse(raw);
+    } catch (err) {
+      throw new JsonlError(`${where}: not JSON (${(err as Error).message})`);
+    }
+    const parsed = line.safeParse(value);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      throw new JsonlError(`${where}: ${issue.path.length > 0 ? `${issue.path.join('.')}: ` : ''}${issue.message}`);
+    }
+    const l = parsed.data;
+    if (!sawHeader && l.type !== 'header') throw new JsonlError(`${where}: the first line must be the header {"type":"header","format":"${FORMAT}","version":${FORMAT_VERSION}}`);
+    if (l.type === 'header') {
+      if (sawHeader) throw new JsonlError(`${where}: a second header`);
+      sawHeader = true;
+    } else if (l.type === 'blob') blobs.set(l.sha256, decodeBytes(l.data));
+    else if (l.type === 'run') {
+      if (runs.has(l.run)) throw new JsonlError(`${where}: run ${l.run} is defined twice`);
+      const files = new Map<string, Buffer>();
+      for (const [name, hash] of Object.entries(l.tokenizerFiles)) {
+        const data = blobs.get(hash);
+        if (!data) throw new JsonlError(`${where}: tokenizerFiles.${name}: no blob line ${hash} before this run`);
+        files.set(name, data);
+      }
+      const optional = <T>(v: T | null) => v ?? undefined;
+      runs.set(l.run, {
+        info: {
+          kind: l.kind,
+          upstream: optional(l.upstream),
+          engine: optional(l.engine),
+          engineVersion: optional(l.engineVersion),
+          label: optional(l.label),
+          versionJson: optional(l.versionJson),
+          modelsJson: optional(l.modelsJson),
+          maxModelLen: optional(l.maxModelLen),
+          tokenizerName: optional(l.tokenizerName),
+        },
+        startedAt: l.startedAt,
+        tokenizerFiles: files,
+        exchanges: [],
+      });
+    } else {
+      const run = runs.get(l.run);
+      if (!run) throw new JsonlError(`${where}: run ${l.run} has no run line before it`);
+      if ((l.requestBody === null) !== (l.responseBody === null)) throw new JsonlError(`${where}: requestBody and responseBody are redacted together (both null) or not at all`);
+      const { type: _, run: __, requestBody, responseBody, usage, ...rest } = l;
+      run.exchanges.push({
+        ...rest,
+        usage: usage ?? undefined,
+        bodiesRedacted: requestBody === null,
+        requestBody: requestBody === null ? Buffer.alloc(0) : decodeBytes(requestBody),
+        responseBody: responseBody === null ? Buffer.alloc(0) : decodeBytes(responseBody),
+      });
+    }
+  }
+  if (!sawHeader) throw new JsonlError(`${source}: empty (no header line)`);
+  return { runs: [...runs.values()] };
+}

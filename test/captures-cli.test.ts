@@ -1,0 +1,404 @@
+/**
+ * `mocker captures …` and `mocker capture --redact-bodies` as a user runs them: a real capture file made by the
+ * built CLI in front of the vLLM double, then each command as its own process. Oracles: the requests the test
+ * sent, the Python tokenizer's ids (qwen3Oracle), the double's scripted answer, hand-computed statistics.
+ */
+import { spawnSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { oracleChat, oracleIds } from './support/qwen3Oracle.js';
+import { testTmpdir } from './support/tempRoot.js';
+import { EOS, MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
+
+type Json = Record<string, unknown>;
+
+const MAIN = join(import.meta.dirname, '..', 'dist', 'cli', 'main.js');
+/** The user's environment without the variables that stand in for flags. */
+const ENV = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(VLLM_|DYN_MOCKER_|MOCKER_|PYTHONHASHSEED$|CAPTURE_MODE$)/.test(k)));
+
+/** What the double answers (a text of the tokenizer oracle, so its ids are known), after these delays. */
+const ANSWER = 'Привет, мир!';
+const ANSWER_IDS = [...oracleIds(ANSWER), EOS];
+const TTFT_MS = 40;
+const CHAT = oracleChat('Hi there');
+const COMPLETION_PROMPT = 'Hello world';
+
+interface Sent {
+  name: string;
+  path: '/v1/chat/completions' | '/v1/completions';
+  body: Json;
+}
+
+const REQUESTS: Sent[] = [
+  { name: 'chat', path: '/v1/chat/completions', body: { model: MODEL, messages: CHAT.messages, max_tokens: 32 } },
+  { name: 'chat stream', path: '/v1/chat/completions', body: { model: MODEL, messages: CHAT.messages, max_tokens: 32, stream: true, return_token_ids: true } },
+  { name: 'completion', path: '/v1/completions', body: { model: MODEL, prompt: COMPLETION_PROMPT, max_tokens: 32 } },
+  { name: 'completion stream', path: '/v1/completions', body: { model: MODEL, prompt: COMPLETION_PROMPT, max_tokens: 32, stream: true } },
+  { name: 'failed', path: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'user', content: 'please fail' }], max_tokens: 32 } },
+];
+
+/** The answer's text from a response body, streamed or not, chat or completion. */
+function answerText(text: string, stream: boolean): string {
+  const payloads = stream ? text.split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)) as Json) : [JSON.parse(text) as Json];
+  let out = '';
+  for (const p of payloads) {
+    for (const c of (p.choices ?? []) as Json[]) {
+      const message = (c.message ?? c.delta) as Json | undefined;
+      out += String(message?.content ?? c.text ?? '');
+    }
+  }
+  return out;
+}
+
+async function send(url: string, r: Sent): Promise<{ status: number; text: string }> {
+  const res = await fetch(url + r.path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(r.body) });
+  return { status: res.status, text: await res.text() };
+}
+
+/** `node dist/cli/main.js captures …` to its exit; stdout kept as bytes (multi-byte characters intact). */
+function captures(args: string[], input?: Buffer): { code: number | null; out: Buffer; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [MAIN, 'captures', ...args], { env: ENV, input, maxBuffer: 1 << 30, timeout: 60_000 });
+  return { code: r.status, out: r.stdout, stdout: r.stdout.toString('utf8'), stderr: r.stderr.toString('utf8') };
+}
+
+function json(args: string[]): Json {
+  const r = captures([...args, '--json']);
+  expect(r.stderr).toBe('');
+  expect(r.code).toBe(0);
+  return JSON.parse(r.stdout) as Json;
+}
+
+/** A refusal: exit code 1 and one line on stderr naming the problem. */
+function refused(args: string[], names: string): void {
+  const r = captures(args);
+  expect(r.code, r.stderr).toBe(1);
+  expect(r.stderr.trim().split('\n')).toHaveLength(1);
+  expect(r.stderr).toContain(names);
+}
+
+let dir: string;
+let upstream: Upstream;
+const processes: MockerProcess[] = [];
+let golden: string;
+let redacted: string;
+/** The answers the capture proxy gave (through it, from the double). */
+const captured = new Map<string, { status: number; text: string }>();
+
+async function captureInto(file: string, extra: string[] = []): Promise<void> {
+  const proxy = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', file, ...extra], 0, { env: ENV });
+  processes.push(proxy);
+  for (const r of REQUESTS) captured.set(r.name, await send(`http://127.0.0.1:${proxy.port}`, r));
+  await proxy.stop();
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(testTmpdir(), 'mocker-captures-'));
+  upstream = await startUpstream((body) => {
+    const messages = body.messages as { content: string }[] | undefined;
+    if (messages?.[0].content === 'please fail') return { errorStatus: 500 };
+    return { content: ANSWER, ttftMs: TTFT_MS, gapMs: () => 10 };
+  });
+  golden = join(dir, 'golden.db');
+  redacted = join(dir, 'redacted.db');
+  await captureInto(golden);
+  await captureInto(redacted, ['--redact-bodies']);
+});
+
+afterAll(async () => {
+  await Promise.all(processes.map((p) => p.stop()));
+  await upstream?.close();
+});
+
+/** Spawns `serve --mode replay` on a file, asks every request, returns the answers' texts by name. */
+async function replayed(file: string): Promise<Map<string, { status: number; text: string }>> {
+  const serve = await startMockerProcess(['serve', '--mode', 'replay', '--captures', file, '--timing', 'none'], 0, { env: ENV });
+  processes.push(serve);
+  const out = new Map<string, { status: number; text: string }>();
+  try {
+    for (const r of REQUESTS.filter((q) => q.name !== 'failed')) {
+      const res = await send(`http://127.0.0.1:${serve.port}`, r);
+      out.set(r.name, { status: res.status, text: answerText(res.text, r.body.stream === true) });
+    }
+  } finally {
+    await serve.stop();
+  }
+  return out;
+}
+
+describe('the capture the tests work on', () => {
+  it('holds what the double answered through the proxy', () => {
+    for (const r of REQUESTS.filter((q) => q.name !== 'failed')) {
+      expect(captured.get(r.name)!.status, r.name).toBe(200);
+      expect(answerText(captured.get(r.name)!.text, r.body.stream === true), r.name).toBe(ANSWER);
+    }
+    expect(captured.get('failed')!.status).toBe(500);
+  });
+});
+
+describe('mocker captures list', () => {
+  it('counts what was sent: runs, models, outcomes, endpoints, date range', () => {
+    const l = json(['list', golden]);
+    expect(l).toMatchObject({ total: 5, models: [MODEL], outcomes: { complete: 4, failed: 1, aborted: 0 }, endpoints: { chat: 3, completion: 2, other: 0 } });
+    const runs = l.runs as Json[];
+    expect(runs).toHaveLength(1);
+    expect(runs[0]).toMatchObject({ id: 1, kind: 'capture', engine: 'vllm', engineVersion: '0.11.0', upstream: `${upstream.url}/`, exchanges: 5 });
+    expect(Date.parse(l.from as string)).toBeLessThanOrEqual(Date.parse(l.until as string));
+    expect(Date.now() - Date.parse(l.until as string)).toBeLessThan(10 * 60_000);
+  });
+
+  it('filters by outcome, endpoint, model and time', () => {
+    expect(json(['list', golden, '--outcome', 'failed']).total).toBe(1);
+    expect(json(['list', golden, '--endpoint', 'completion']).total).toBe(2);
+    expect(json(['list', golden, '--endpoint', 'chat', '--outcome', 'complete']).total).toBe(2);
+    expect(json(['list', golden, '--model', 'other/model']).total).toBe(0);
+    expect(json(['list', golden, '--since', '1h']).total).toBe(5);
+    expect(json(['list', golden, '--until', '1h']).total).toBe(0);
+    expect(json(['list', golden, '--since', '2020-01-01', '--until', '2999-01-01T00:00Z']).total).toBe(5);
+    const rows = json(['list', golden, '--exchanges']).exchanges as Json[];
+    expect(rows.map((e) => [e.endpoint, e.stream, e.outcome])).toEqual(REQUESTS.map((r) => [r.path === '/v1/completions' ? 'completion' : 'chat', r.body.stream === true, r.name === 'failed' ? 'failed' : 'complete']));
+  });
+
+  it('prints a table without --json', () => {
+    const r = captures(['list', golden]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('5 exchanges (4 complete, 1 failed, 0 aborted; 3 chat, 2 completion)');
+    expect(r.stdout).toMatch(/^1\s+capture\s+vllm\s+0\.11\.0/m);
+  });
+
+  it('refuses bad input with one line and exit code 1', () => {
+    refused(['list', join(dir, 'missing.db')], 'missing.db: no such file');
+    const text = join(dir, 'notes.txt');
+    writeFileSync(text, 'not a database at all, just some text that is long enough to be read by SQLite as a header');
+    refused(['list', text], 'not a SQLite capture file');
+    refused(['list', golden, '--outcome', 'maybe'], '--outcome');
+    refused(['list', golden, '--since', 'last tuesday'], '--since');
+    refused(['list', golden, '--endpoint', 'embeddings'], '--endpoint');
+  });
+});
+
+function exchangeIds(file: string): number[] {
+  return (json(['list', file, '--exchanges']).exchanges as Json[]).map((e) => e.id as number);
+}
+
+describe('mocker captures show', () => {
+  it("shows the prompt ids the tokenizer oracle gives and the double's answer, per choice and per chunk", () => {
+    const ids = exchangeIds(golden);
+    const chat = json(['show', golden, String(ids[0])]);
+    expect(chat).toMatchObject({ endpoint: 'chat', stream: false, outcome: 'complete', status: 200, model: MODEL, promptIds: CHAT.ids, bodiesRedacted: false });
+    expect(JSON.parse(chat.requestBody as string)).toEqual(REQUESTS[0].body);
+    expect(chat.promptText).toContain('Hi there');
+    const choices = chat.choices as Json[];
+    expect(choices).toHaveLength(1);
+    expect(choices[0]).toMatchObject({ text: ANSWER, outputIds: ANSWER_IDS, finishReason: 'stop' });
+
+    const stream = json(['show', golden, String(ids[3])]);
+    expect(stream).toMatchObject({ endpoint: 'completion', stream: true, promptIds: oracleIds(COMPLETION_PROMPT) });
+    const [choice] = stream.choices as { text: string; outputIds: number[]; chunks: { atMs: number; gapMs: number; tokens: number }[] }[];
+    expect(choice.text).toBe(ANSWER);
+    expect(choice.outputIds).toEqual(ANSWER_IDS);
+    // The double sends one token a chunk: the first after the TTFT, the gaps between them add up to the last time.
+    expect(choice.chunks.map((c) => c.tokens)).toEqual(ANSWER_IDS.map(() => 1));
+    expect(choice.chunks[0].atMs).toBeGreaterThanOrEqual(TTFT_MS - 1);
+    expect(choice.chunks.reduce((sum, c) => sum + c.gapMs, 0)).toBeCloseTo(choice.chunks[choice.chunks.length - 1].atMs, 6);
+  });
+
+  it('prints a readable page: request, prompt, choices, chunk timing; a failed exchange says so', () => {
+    const ids = exchangeIds(golden);
+    const page = captures(['show', golden, String(ids[1])]);
+    expect(page.code).toBe(0);
+    expect(page.stdout).toContain('POST /v1/chat/completions · stream');
+    expect(page.stdout).toContain(`prompt (${CHAT.ids.length} tokens):`);
+    expect(page.stdout).toContain(`text: ${JSON.stringify(ANSWER)}`);
+    expect(page.stdout).toMatch(/chunk\s+at ms\s+gap ms\s+tokens\s+delta/);
+    const failed = captures(['show', golden, String(ids[4])]);
+    expect(failed.stdout).toContain('outcome: failed (HTTP 500)');
+  });
+
+  it('refuses an unknown id or a bad one', () => {
+    refused(['show', golden, '999'], 'no exchange 999');
+    refused(['show', golden, 'first'], 'the exchange id must be a positive integer');
+  });
+});
+
+describe('mocker captures export / import', () => {
+  it('export | import | export is byte-identical, and the imported file replays the same answers', async () => {
+    const first = captures(['export', golden]);
+    expect(first.code).toBe(0);
+    const lines = first.stdout.trimEnd().split('\n').map((l) => JSON.parse(l) as Json);
+    // A header, the tokenizer files, then the run and its exchanges.
+    const types = lines.map((l) => l.type);
+    const blobs = types.filter((t) => t === 'blob').length;
+    expect(blobs).toBeGreaterThan(0);
+    expect(types).toEqual(['header', ...Array<string>(blobs).fill('blob'), 'run', ...Array<string>(5).fill('exchange')]);
+    // Token ids as arrays, bodies as text: reviewable.
+    expect(lines.find((l) => l.type === 'exchange')).toMatchObject({ promptIds: CHAT.ids, requestBody: JSON.stringify(REQUESTS[0].body) });
+
+    const copy = join(dir, 'imported.db');
+    const imported = captures(['import', '-', '-o', copy], first.out);
+    expect(imported.code, imported.stderr).toBe(0);
+    const second = captures(['export', copy]);
+    expect(second.out.equals(first.out)).toBe(true);
+    const viaFile = join(dir, 'golden.jsonl');
+    expect(captures(['export', golden, '-o', viaFile]).code).toBe(0);
+    expect(readFileSync(viaFile).equals(first.out)).toBe(true);
+
+    const answers = await replayed(copy);
+    for (const [name, answer] of answers) expect(answer, name).toEqual({ status: 200, text: ANSWER });
+  });
+
+  it('imports into an existing file as new runs', () => {
+    const target = join(dir, 'twice.db');
+    copyFileSync(golden, target);
+    const r = captures(['import', join(dir, 'golden.jsonl'), '-o', target]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain('imported 5 exchanges as run 2');
+    expect(json(['list', target])).toMatchObject({ total: 10, outcomes: { complete: 8, failed: 2, aborted: 0 } });
+  });
+
+  it('refuses a bad line naming it, and writes nothing', () => {
+    const good = readFileSync(join(dir, 'golden.jsonl'), 'utf8').trimEnd().split('\n');
+    const broken = [...good];
+    const at = good.findIndex((l) => l.includes('"type":"exchange"'));
+    broken[at] = broken[at].replace('"promptIds":[', '"promptIds":["x",');
+    const input = join(dir, 'broken.jsonl');
+    writeFileSync(input, broken.join('\n'));
+    const out = join(dir, 'never.db');
+    refused(['import', input, '-o', out], `broken.jsonl line ${at + 1}: promptIds.0`);
+    expect(existsSync(out)).toBe(false);
+    refused(['import', join(dir, 'absent.jsonl'), '-o', out], 'absent.jsonl: no such file');
+    refused(['import', golden, '-o', out], 'line 1: not JSON');
+    expect(existsSync(out)).toBe(false);
+  });
+});
+
+describe('mocker captures merge', () => {
+  it('keeps every exchange, each source run a run, and reports the duplicates', () => {
+    const merged = join(dir, 'merged.db');
+    const result = json(['merge', golden, join(dir, 'imported.db'), '-o', merged]);
+    expect(result).toMatchObject({ runs: 2, exchanges: 10, duplicates: 5 });
+    const groups = result.duplicateGroups as { exchanges: { file: string; id: number; mergedId: number }[] }[];
+    expect(groups).toHaveLength(5);
+    for (const g of groups) expect(g.exchanges.map((e) => e.file)).toEqual([golden, join(dir, 'imported.db')]);
+    const l = json(['list', merged]);
+    expect(l).toMatchObject({ total: 10, outcomes: { complete: 8, failed: 2, aborted: 0 } });
+    expect((l.runs as Json[]).map((r) => r.exchanges)).toEqual([5, 5]);
+    // A file whose requests differ from the golden's (redacted: keyed by prompt ids) adds no duplicate of them.
+    const table = captures(['merge', golden, redacted, '-o', join(dir, 'merged2.db')]);
+    expect(table.stdout).toContain('10 exchanges in 2 runs from 2 files');
+  });
+
+  it('refuses to overwrite, and a missing source, leaving nothing', () => {
+    const before = readFileSync(golden);
+    refused(['merge', redacted, '-o', golden], 'already exists');
+    expect(readFileSync(golden).equals(before)).toBe(true);
+    const out = join(dir, 'not-merged.db');
+    refused(['merge', golden, join(dir, 'nope.db'), '-o', out], 'nope.db: no such file');
+    expect(existsSync(out)).toBe(false);
+  });
+});
+
+describe('mocker captures prune', () => {
+  it('removes what it says, dry run first; the file shrinks after VACUUM', () => {
+    const file = join(dir, 'prune.db');
+    copyFileSync(golden, file);
+    const size = statSync(file).size;
+    const dry = json(['prune', file, '--outcome', 'failed', '--dry-run']);
+    expect(dry).toMatchObject({ dryRun: true, runs: [] });
+    expect((dry.exchanges as Json[]).map((e) => e.outcome)).toEqual(['failed']);
+    expect(statSync(file).size).toBe(size);
+    expect(json(['list', file]).total).toBe(5);
+
+    expect((json(['prune', file, '--older-than', '30d']).exchanges as Json[])).toHaveLength(0);
+    const failed = json(['prune', file, '--outcome', 'failed']);
+    expect((failed.exchanges as Json[]).map((e) => e.id)).toEqual([exchangeIds(golden)[4]]);
+    expect(json(['list', file]).outcomes).toEqual({ complete: 4, failed: 0, aborted: 0 });
+
+    const all = captures(['prune', file, '--run', '1']);
+    expect(all.code, all.stderr).toBe(0);
+    expect(all.stdout).toContain('removed 4 exchanges and runs 1 (left empty)');
+    expect(json(['list', file])).toMatchObject({ total: 0, runs: [] });
+    // The run's tokenizer files went with it.
+    expect(statSync(file).size).toBeLessThan(size / 4);
+  });
+
+  it('refuses no filter, a bad age, a missing file', () => {
+    refused(['prune', golden], 'name what to remove');
+    refused(['prune', golden, '--older-than', 'ancient'], '--older-than');
+    refused(['prune', join(dir, 'gone.db'), '--outcome', 'failed'], 'gone.db: no such file');
+    expect(existsSync(join(dir, 'gone.db'))).toBe(false);
+  });
+});
+
+describe('mocker captures stats', () => {
+  it("computes the trace report's statistics from known timing (hand-computed)", () => {
+    const exchange = (startedAt: number, tokenTimes: number[]) => ({
+      type: 'exchange', run: 1, startedAt, requestId: null, method: 'POST', path: '/v1/completions', endpoint: 'completion', outcome: 'complete', error: null,
+      status: 200, model: MODEL, stream: true, totalMs: tokenTimes[tokenTimes.length - 1], tokenSource: 'engine', requestShape: null, injected: [], usage: null,
+      requestHeaders: {}, requestBody: '{}', responseHeaders: {}, responseBody: '', eventEnds: [], eventTimes: [], eventTokens: [], promptIds: [1, 2, 3],
+      generations: [{ choiceIndex: 0, finishReason: 'length', stopReason: null, text: '', outputIds: tokenTimes.map((_, i) => 10 + i), tokenTimes, chunkTokens: tokenTimes.map(() => 1), chunkDeltas: tokenTimes.map(() => ({ text: '' })) }],
+    });
+    const run = { type: 'run', run: 1, startedAt: 0, kind: 'capture', upstream: null, engine: 'vllm', engineVersion: null, label: 'known', versionJson: null, modelsJson: null, maxModelLen: null, tokenizerName: null, tokenizerFiles: {} };
+    const failed = { ...exchange(1_700_000_000_500, [1]), outcome: 'failed', status: 500, generations: [] };
+    const lines = [{ type: 'header', format: 'mocker-captures', version: 1 }, run, exchange(1_700_000_000_000, [100, 110, 130]), failed, exchange(1_700_000_001_000, [50, 60])];
+    const input = join(dir, 'known.jsonl');
+    writeFileSync(input, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
+    const file = join(dir, 'known.db');
+    expect(captures(['import', input, '-o', file]).code).toBe(0);
+    const [stats] = json(['stats', file]).runs as { report: Record<string, number> }[];
+    // TTFT 100 and 50; gaps 10, 20, 10; end-to-end 130 and 60; the run lasts to 1000 + 60 ms.
+    const r = stats.report;
+    expect([r.num_requests, r.completed_requests, r.total_output_tokens]).toEqual([3, 2, 5]);
+    expect([r.mean_ttft_ms, r.min_ttft_ms, r.max_ttft_ms, r.std_ttft_ms]).toEqual([75, 50, 100, 25]);
+    // Nearest rank: sorted index round((n − 1) · p / 100).
+    expect([r.median_ttft_ms, r.p99_ttft_ms]).toEqual([100, 100]);
+    expect(r.mean_itl_ms).toBeCloseTo(40 / 3, 12);
+    expect([r.min_itl_ms, r.max_itl_ms, r.median_itl_ms]).toEqual([10, 20, 10]);
+    expect(r.std_itl_ms).toBeCloseTo(Math.sqrt(((10 - 40 / 3) ** 2 * 2 + (20 - 40 / 3) ** 2) / 3), 12);
+    expect([r.mean_e2e_latency_ms, r.duration_ms]).toEqual([95, 1060]);
+    expect(r.request_throughput_rps).toBeCloseTo(2 / 1.06, 12);
+    expect(r.output_throughput_tok_s).toBeCloseTo(5 / 1.06, 12);
+    expect(r.prefix_cache_reused_ratio).toBeUndefined();
+  });
+
+  it("on the double's capture: one request per generation exchange, TTFT at least the scripted delay; AIPerf's table", () => {
+    const [stats] = json(['stats', golden]).runs as { run: number; report: Record<string, number> }[];
+    expect(stats.run).toBe(1);
+    expect(stats.report).toMatchObject({ num_requests: 5, completed_requests: 4, total_output_tokens: 4 * ANSWER_IDS.length });
+    expect(stats.report.min_ttft_ms).toBeGreaterThanOrEqual(TTFT_MS - 1);
+    const table = captures(['stats', golden]);
+    expect(table.stdout).toContain('NVIDIA AIPerf | LLM Metrics');
+    expect(table.stdout).toMatch(/Request Count \(requests\)\s+┃\s+4\.00/);
+    refused(['stats', golden, '--run', '7'], 'no run 7');
+  });
+});
+
+describe('mocker capture --redact-bodies', () => {
+  const texts = [ANSWER, 'Hi there', COMPLETION_PROMPT, 'please fail'];
+
+  it('stores no prompt or output text (the unredacted capture does), only ids and timing', () => {
+    const plain = readFileSync(golden);
+    for (const t of texts) expect(plain.includes(Buffer.from(t)), t).toBe(true);
+    expect(existsSync(`${redacted}-wal`)).toBe(false);
+    const bytes = readFileSync(redacted);
+    for (const t of texts) expect(bytes.includes(Buffer.from(t)), t).toBe(false);
+    const l = json(['list', redacted, '--exchanges']);
+    expect(l).toMatchObject({ total: 5, outcomes: { complete: 4, failed: 1, aborted: 0 } });
+    expect((l.exchanges as Json[]).every((e) => e.bodiesRedacted === true)).toBe(true);
+  });
+
+  it('show says the bodies were redacted and decodes the text from the ids', () => {
+    const ids = exchangeIds(redacted);
+    const shown = json(['show', redacted, String(ids[0])]);
+    expect(shown).toMatchObject({ bodiesRedacted: true, requestBody: null, promptIds: CHAT.ids });
+    expect((shown.choices as Json[])[0]).toMatchObject({ text: ANSWER, textDecoded: true, outputIds: ANSWER_IDS });
+    expect(captures(['show', redacted, String(ids[0])]).stdout).toContain('bodies: redacted at capture (--redact-bodies)');
+  });
+
+  it('replays the same text, rendered from the ids', async () => {
+    const answers = await replayed(redacted);
+    expect([...answers.keys()]).toHaveLength(4);
+    for (const [name, answer] of answers) expect(answer, name).toEqual({ status: 200, text: ANSWER });
+  });
+});

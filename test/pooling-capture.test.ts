@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { oracleIdsWithSpecial } from './support/qwen3Oracle.js';
 import { testTmpdir } from './support/tempRoot.js';
 import { DOUBLE_EMBEDDING_DIMENSIONS, doubleEmbedding, encode, EOS, MODEL, promptIds, startUpstream, type Upstream } from './support/vllmUpstream.js';
@@ -146,6 +146,23 @@ describe('serve --mode replay with the double stopped', () => {
     // X-Request-Id names the answer, as vLLM's `embd-<request id>`.
     const named = await fetch(`${replay}/v1/embeddings`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': 'my-request' }, body: JSON.stringify({ model: MODEL, input: TEXTS, dimensions: 8 }) });
     expect(((await named.json()) as { id: string }).id).toBe('embd-my-request');
+  });
+
+  it('survive captures export | import: the imported file replays the same bytes', async () => {
+    const jsonl = join(dir, 'pooling.jsonl');
+    expect((await runMockerToExit(['captures', 'export', db, '-o', jsonl])).code).toBe(0);
+    const imported = join(dir, 'imported.db');
+    expect((await runMockerToExit(['captures', 'import', jsonl, '-o', imported])).code).toBe(0);
+    const { url, process: server } = await mocker('serve', '--mode', 'replay', '--captures', imported);
+    for (const [name, path, body] of [
+      ['embeddings', '/v1/embeddings', { model: MODEL, input: TEXTS, dimensions: 8 }],
+      ['v2 rerank', '/v2/rerank', RERANK],
+    ] as const) {
+      const res = await post(url, path, body);
+      expect(res.status, name).toBe(200);
+      expect(normalize(await res.text()), name).toBe(normalize(proxied.get(name)!));
+    }
+    await stop(server);
   });
 
   it('still replays the chat captured beside them', async () => {

@@ -1,6 +1,6 @@
 /** What `mocker captures list`, `show` and `stats` read from a capture file (the CLI only prints it). */
 import { ReplayCollector, type ReplayReport } from '../trace/collector.js';
-import type { CaptureStore, ExchangeFilter, ExchangeSummary, HeaderMap, Outcome, StoredExchange, StoredRun } from '../store/captureStore.js';
+import { isGeneration, type CaptureStore, type ExchangeFilter, type ExchangeSummary, type HeaderMap, type Outcome, type RecordedEndpoint, type StoredExchange, type StoredRun } from '../store/captureStore.js';
 import { ModelTokenizer } from '../tokenizer/index.js';
 import { exchangeRecord, type ExchangeLine } from './jsonl.js';
 
@@ -42,7 +42,7 @@ export function listCaptures(store: CaptureStore, filter: ExchangeFilter, withEx
   for (const ex of selected) {
     perRun.set(ex.runId, (perRun.get(ex.runId) ?? 0) + 1);
     outcomes[ex.outcome]++;
-    endpoints[ex.endpoint ?? 'other']++;
+    endpoints[isGeneration(ex.endpoint) ? ex.endpoint : 'other']++;
     if (ex.model !== null) models.add(ex.model);
   }
   const filtered = Object.values(filter).some((v) => v !== undefined);
@@ -109,7 +109,7 @@ export interface Shown {
   startedAt: string;
   method: string;
   path: string;
-  endpoint: 'chat' | 'completion' | null;
+  endpoint: RecordedEndpoint | null;
   stream: boolean;
   model: string | null;
   outcome: Outcome;
@@ -203,7 +203,7 @@ export function captureStats(store: CaptureStore, runId?: number): RunStats[] {
   const runs = store.runs().filter((run) => runId === undefined || run.id === runId);
   return runs.map((run) => {
     const collector = new ReplayCollector([]);
-    const exchanges = store.exchangeSummaries({ runId: run.id }).filter((e) => e.endpoint !== null);
+    const exchanges = store.exchangeSummaries({ runId: run.id }).filter((e) => isGeneration(e.endpoint));
     const origin = exchanges.length > 0 ? exchanges[0].startedAt : 0;
     let lastMs = 0;
     for (const summary of exchanges) {

@@ -67,7 +67,9 @@ const exchangeLine = z.strictObject({
   requestId: z.string().nullable(),
   method: z.string(),
   path: z.string(),
-  endpoint: z.enum(['chat', 'completion']).nullable(),
+  endpoint: z.enum(['chat', 'completion', 'embeddings', 'rerank']).nullable(),
+  /** An embeddings or rerank exchange's replay key (null for generations, keyed by their prompt ids). */
+  poolingKey: z.string().nullable(),
   outcome: z.enum(['complete', 'failed', 'aborted']),
   error: z.string().nullable(),
   status: z.number().int().nullable(),
@@ -132,6 +134,7 @@ export function exchangeRecord(ex: StoredExchange, runOrdinal: number): Exchange
     method: ex.method,
     path: ex.path,
     endpoint: ex.endpoint,
+    poolingKey: ex.poolingKey ?? null,
     outcome: ex.outcome,
     error: ex.error,
     status: ex.status,

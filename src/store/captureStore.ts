@@ -133,7 +133,7 @@ export interface StoredRun extends RunInfo {
 export interface ExchangeFilter {
   runId?: number;
   model?: string;
-  endpoint?: 'chat' | 'completion';
+  endpoint?: RecordedEndpoint;
   outcome?: Outcome;
   /** Started at or after. */
   since?: number;
@@ -639,6 +639,7 @@ export class CaptureStore {
       injected: JSON.parse(row.injected ?? '[]') as string[],
       usage: row.usage === null ? undefined : (JSON.parse(row.usage) as unknown),
       bodiesRedacted: row.requestBody === null && row.responseBody === null,
+      poolingKey: isGeneration(row.endpoint as Exchange['endpoint']) ? null : row.promptKey,
       generations: gens.map((g) => ({
         choiceIndex: g.choiceIndex,
         outputIds: unpackU32(g.outputIds),

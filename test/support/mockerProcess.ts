@@ -41,7 +41,11 @@ export function permissionsBinding(command: string[]): [string, string[]] {
 function spawnCli(args: string[], options: Omit<SpawnOptions, 'portFlag'>) {
   const command = [...(options.launcher ?? [process.execPath, MAIN]), ...args];
   const [file, rest] = options.bound ? permissionsBinding(command) : [command[0], command.slice(1)];
-  return spawn(file, rest, { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd, env: options.env });
+  const child = spawn(file, rest, { stdio: ['ignore', 'pipe', 'pipe'], cwd: options.cwd, env: options.env });
+  // Decoded as a stream: a character split across two reads stays whole.
+  child.stdout.setEncoding('utf8');
+  child.stderr.setEncoding('utf8');
+  return child;
 }
 
 /**
@@ -56,13 +60,13 @@ export function startMockerProcess(args: string[], port = 0, options: SpawnOptio
   return new Promise((resolve, reject) => {
     let out = '';
     let err = '';
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
+    child.stdout!.on('data', (d: string) => {
+      out += d;
       const m = new RegExp(`(?:on|proxying) http://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`).exec(out);
       if (m) resolve({ child, port: Number(m[1]), stdout: () => out, stderr: () => err, stop: async () => void (child.kill('SIGTERM'), await exited), exited });
     });
-    child.stderr!.on('data', (d: Buffer) => {
-      err += d.toString();
+    child.stderr!.on('data', (d: string) => {
+      err += d;
       process.stderr.write(d);
     });
     child.on('exit', (code) => reject(new Error(`mocker ${args[0]} exited with ${code} before listening: ${out}`)));
@@ -74,8 +78,8 @@ export function runMockerToExit(args: string[], options: Omit<SpawnOptions, 'por
   const child = spawnCli(args, options);
   let stdout = '';
   let stderr = '';
-  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  child.stdout.on('data', (d: string) => (stdout += d));
+  child.stderr.on('data', (d: string) => (stderr += d));
   // A process that accepted the arguments would serve forever: ended after a while, its code is then null.
   const guard = setTimeout(() => child.kill('SIGKILL'), 30_000);
   return new Promise((resolve) =>

@@ -18,7 +18,7 @@ type Json = Record<string, unknown>;
  * `bytes`: a vLLM run whose engine returned the token ids: every byte but `id` and `created` (vLLM makes them
  * per request). `content`: any other engine (llama.cpp, transformers, SGLang…) or ids mocker tokenized itself —
  * their bytes are not vLLM's format, so what is compared is what a client reads: each choice's text, its
- * finish reason, and the usage counts.
+ * finish reason, and the usage counts (the prompt's only, when the output ids are mocker's tokenization).
  */
 export type Comparison = 'bytes' | 'content';
 
@@ -228,7 +228,7 @@ class Verifier {
     const base = { exchangeId: ex.id, endpoint: kind, stream: ex.stream, engine: run.engine ?? null, comparison };
     const mismatch = comparison === 'bytes'
       ? this.compareBytes(ex, events, sameText, stopStrings)
-      : compareContent(kind, capturedRead, renderedRead, stopStrings);
+      : compareContent(kind, capturedRead, renderedRead, ex.tokenSource === 'engine', stopStrings);
     return mismatch ? { type: 'mismatch', mismatch: { ...base, ...mismatch } } : { type: 'match', comparison };
   }
 
@@ -261,15 +261,20 @@ class Verifier {
   }
 }
 
-/** Not vLLM's bytes: what a client reads (each choice's text and finish, the usage counts). */
-function compareContent(kind: EndpointKind, captured: ParsedResponse, rendered: ParsedResponse, stopStrings: boolean): Difference | null {
+/**
+ * Not vLLM's bytes: what a client reads (each choice's text and finish, the usage counts). Output ids the engine
+ * did not send are mocker's tokenization of the text: their count is not the engine's, so only the prompt's is
+ * compared then.
+ */
+function compareContent(kind: EndpointKind, captured: ParsedResponse, rendered: ParsedResponse, engineIds: boolean, stopStrings: boolean): Difference | null {
   const field = kind === 'chat' ? 'content' : 'text';
   const summary = (parsed: ParsedResponse) => {
     const usage = (parsed.usage ?? null) as Json | null;
+    const counts = usage && (engineIds ? { prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, total_tokens: usage.total_tokens } : { prompt_tokens: usage.prompt_tokens });
     return {
       choices: parsed.generations.map((g) => ({ [field]: g.text, finish_reason: g.finishReason })),
       // A stream without include_usage has none to compare.
-      ...(captured.usage ? { usage: usage && { prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, total_tokens: usage.total_tokens } } : {}),
+      ...(captured.usage ? { usage: counts } : {}),
     };
   };
   const d = firstDifference(summary(captured), summary(rendered), '');

@@ -75,13 +75,11 @@ export interface DiffReport {
   differs: boolean;
 }
 
-type Json = unknown;
-
 /** JSON with object keys sorted at every level: two bodies that differ only in key order or spacing are one request. */
-function canonical(value: Json): string {
+function canonical(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
   if (value !== null && typeof value === 'object') {
-    const entries = Object.entries(value as Record<string, Json>).sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0));
+    const entries = Object.entries(value as Record<string, unknown>).sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0));
     return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
   }
   return JSON.stringify(value);
@@ -89,7 +87,7 @@ function canonical(value: Json): string {
 
 function requestKey(ex: StoredExchange, byPrompt: boolean): string | null {
   if (byPrompt) return ex.promptIds ? `${ex.model}\0${ex.promptIds.join(',')}` : null;
-  let body: Json;
+  let body: unknown;
   try {
     body = JSON.parse(ex.requestBody.toString('utf8'));
   } catch {

@@ -39,4 +39,10 @@ describe("the README's CLI tables", () => {
     expect(accepted.length).toBeGreaterThan(0);
     expect(documentedFlags(command)).toEqual(accepted);
   });
+
+  it.each(['captures verify', 'captures diff'])('mocker %s: the table documents exactly the flags the CLI accepts', (command) => {
+    const accepted = acceptedFlags(command);
+    expect(accepted.length).toBeGreaterThan(0);
+    expect(documentedFlags(command)).toEqual(accepted);
+  });
 });

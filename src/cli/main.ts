@@ -13,6 +13,7 @@ import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
+import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 import { parseReasoningConfig } from '../generation/reasoning.js';
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
@@ -380,7 +381,9 @@ program.command('captures').description('Inspect, export, merge, verify, diff an
   .addCommand(capturesImport)
   .addCommand(capturesMerge)
   .addCommand(capturesPrune)
-  .addCommand(capturesStats);
+  .addCommand(capturesStats)
+  .addCommand(capturesVerifyCommand(number('--limit', { integer: true, min: 1 })))
+  .addCommand(capturesDiffCommand(number('--limit', { integer: true, min: 1 })));
 
 program.parseAsync().catch((err: unknown) => {
   console.error(`mocker: ${err instanceof Error ? err.message : String(err)}`);

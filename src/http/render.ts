@@ -58,6 +58,11 @@ export function usageEvent(ctx: RenderContext, promptTokens: number, completionT
 
 export const DONE_EVENT = 'data: [DONE]\n\n';
 
+/** Whether a stream ends with the usage chunk: `stream_options` given, its include_usage defaults to true (vLLM ≈0.10–0.13), an explicit null is off. */
+export function includesUsage(stream: boolean, streamOptions: { include_usage?: boolean | null } | null | undefined): boolean {
+  return stream && !!streamOptions && (streamOptions.include_usage === undefined || streamOptions.include_usage === true);
+}
+
 interface ToolCallAcc {
   id?: unknown;
   type?: unknown;

@@ -6,7 +6,7 @@ import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { forwardExchange, generationEndpoint, hideTokenIds, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
 import { EngineRejection, type Engine, type EngineStream, type LoraAdapter, type TokenEvent } from '../engine/index.js';
-import { textField, type ChoicePlan, type EndpointKind, type OutputParams } from '../generation/plan.js';
+import type { ChoicePlan, EndpointKind, OutputParams } from '../generation/plan.js';
 import { OutputBudget, type OutputResolver, type Resolution } from '../generation/resolver.js';
 import type { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { BACKEND_METRICS_PATHS, type MetricsSource, type MissingMetrics } from '../metrics/backendMetrics.js';
@@ -14,11 +14,12 @@ import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type 
 import { requestShape } from '../generation/shape.js';
 import { toolOffer } from '../generation/toolCalls.js';
 import { arrivalOf } from './drain.js';
-import type { ChunkDelta, PoolingKind, StoredExchange } from '../store/captureStore.js';
+import type { PoolingKind, StoredExchange } from '../store/captureStore.js';
 import { TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
 import { loadLoraRequest, unloadLoraRequest, type LoraAdapters } from './loraAdapters.js';
-import { chunkEvent, DONE_EVENT, fullResponse, restamp, roleEvent, usageEvent, type RenderContext } from './render.js';
+import { DONE_EVENT, includesUsage, restamp, type RenderContext } from './render.js';
+import { PlanRenderer } from './planRenderer.js';
 import { poolingEndpoints, type PoolingLatency } from './poolingEndpoints.js';
 import { answerPooled } from './pooledReplay.js';
 import { tgiEndpoints, type RunCompletion } from './tgi.js';
@@ -330,8 +331,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       prompts,
       params,
       stream,
-      // stream_options given: include_usage defaults to true (vLLM ≈0.10–0.13 StreamOptions), an explicit null is off.
-      includeUsage: stream && !!req.stream_options && (req.stream_options.include_usage === undefined || req.stream_options.include_usage === true),
+      includeUsage: includesUsage(stream, req.stream_options),
       returnTokenIds: req.return_token_ids === true,
       dataParallelRank: dataParallelRank(rankHeader),
       kvTransfer: req.kv_transfer_params ?? null,
@@ -372,19 +372,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     res: ServerResponse, ctx: RenderContext, p: Prepared, plansByPrompt: ChoicePlan[][], arrivalMs: number, abort: AbortController, remotePrefill: boolean,
   ): Promise<void> {
     const signal = abort.signal;
-    const field = textField(p.kind);
     const batched = plansByPrompt.length > 1;
-    const contexts = plansByPrompt.map((_, i) => ({ ...ctx, promptTokenIds: p.prompts[i] }));
-    const firstChoice = plansByPrompt.map((_, i) => plansByPrompt.slice(0, i).reduce((n, plans) => n + plans.length, 0));
-    const plans = plansByPrompt.flat();
-    const promptOf = plansByPrompt.flatMap((prompt, i) => prompt.map(() => i));
-    const decoders = plans.map(() => tokenizer.decodeStream(p.params[0].skipSpecialTokens));
-    const nextChunk = plans.map(() => 0);
-    // Only a non-streamed answer needs the text once every token is out; a stream keeps nothing it has sent.
-    const deltas: ChunkDelta[][] | null = p.stream ? null : plans.map(() => []);
+    const renderer = new PlanRenderer(ctx, p.prompts, plansByPrompt, tokenizer, p.params[0].skipSpecialTokens, p.stream);
     let streams: EngineStream[];
     try {
-      streams = plansByPrompt.map((prompt, i) => runEngine(contexts[i], p, batched ? i : null, prompt, arrivalMs, signal, remotePrefill));
+      streams = plansByPrompt.map((prompt, i) => runEngine({ ...ctx, promptTokenIds: p.prompts[i] }, p, batched ? i : null, prompt, arrivalMs, signal, remotePrefill));
     } catch (err) {
       abort.abort(); // the prompts already submitted leave the engine
       throw err;
@@ -392,56 +384,26 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     // vLLM's prompt_tokens_details: the first prompt's engine output to arrive when streaming, the last prompt's otherwise.
     let cachedFrom = streams.length - 1;
 
-    const deltaOf = async (s: number, start: number, end: number): Promise<ChunkDelta> => {
-      const chunk = plans[s].chunks[nextChunk[s]];
-      if (chunk.delta) return chunk.delta;
-      let text = '';
-      for (let i = start; i < end; i++) text += (await decoders[s].step(plans[s].tokenIds[i])) ?? '';
-      return { [field]: text };
-    };
-
     if (p.stream) res.writeHead(200, SSE_HEADERS);
     let started = false;
     for await (const [prompt, batch] of mergeStreams(streams)) {
-      let out = '';
       if (!started && p.stream) cachedFrom = prompt;
-      if (p.stream && !started && p.kind === 'chat') for (let s = 0; s < plans.length; s++) out += roleEvent(ctx, s);
+      let out = started ? '' : renderer.opening();
       started = true;
-      for (const { sequence, emitted } of batch) {
-        const s = firstChoice[prompt] + sequence;
-        const plan = plans[s];
-        while (nextChunk[s] < plan.chunks.length && plan.chunks[nextChunk[s]].end <= emitted) {
-          const start = nextChunk[s] === 0 ? 0 : plan.chunks[nextChunk[s] - 1].end;
-          const end = plan.chunks[nextChunk[s]].end;
-          const delta = await deltaOf(s, start, end);
-          deltas?.[s].push(delta);
-          const last = nextChunk[s] === plan.chunks.length - 1;
-          if (p.stream) {
-            const finish = last ? { reason: plan.finishReason, stopReason: plan.stopReason } : null;
-            out += chunkEvent(contexts[prompt], s, delta, plan.tokenIds.slice(start, end), finish, nextChunk[s] === 0);
-          }
-          nextChunk[s]++;
-        }
-      }
+      for (const { sequence, emitted } of batch) out += await renderer.advance(renderer.choiceOf(prompt, sequence), emitted);
       if (out && !signal.aborted) res.write(out);
     }
     const hold = batched ? null : streams[0].kvHold;
     // vLLM hands the blocks to a remote decode only after a length-capped finish, in a non-streamed answer.
-    if (hold && !signal.aborted && !p.stream && plans[0].finishReason === 'length') {
+    if (hold && !signal.aborted && !p.stream && renderer.plans[0].finishReason === 'length') {
       ctx.kvTransferParams = prefillResponseParams(config.pd.endpoint(), hold.holdId, Array.from({ length: hold.blocks }, () => nextBlockId++));
       // An answer its client never got whole names blocks no decode engine will pull: freed at once, not after the timeout.
       res.once('close', () => void (res.writableFinished || engine.releaseKvHold(hold.holdId)));
     } else if (hold) engine.releaseKvHold(hold.holdId);
     if (signal.aborted) return;
     const cachedTokens = config.promptTokensDetails ? streams[cachedFrom].cachedPromptTokens : null;
-    const promptTokens = p.prompts.reduce((n, ids) => n + ids.length, 0);
-    if (p.stream) {
-      const tokens = plans.reduce((n, plan) => n + plan.tokenIds.length, 0);
-      res.end((p.includeUsage ? usageEvent(ctx, promptTokens, tokens, cachedTokens) : '') + DONE_EVENT);
-    } else {
-      const choices = plans.map((plan, s) => ({ plan, deltas: deltas![s], promptTokenIds: p.prompts[promptOf[s]] }));
-      jsonResponse(res, 200, fullResponse(ctx, choices, promptTokens, cachedTokens));
-    }
+    if (p.stream) res.end(renderer.streamEnd(p.includeUsage, cachedTokens));
+    else jsonResponse(res, 200, renderer.body(cachedTokens));
   }
 
   /** A capture's SSE events as text, split once (and with the injected token ids hidden once). */

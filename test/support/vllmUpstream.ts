@@ -321,10 +321,10 @@ async function pooling(res: ServerResponse, path: string, body: Json, requestId:
   return json(res, 200, { id: `rerank-${requestId}`, model: MODEL, usage: { total_tokens: tokens }, results });
 }
 
-/** Chat prompt ids the way vLLM computes them (the request's `chat_template` if it has one). */
-export async function promptIds(body: Json, chat: boolean): Promise<number[]> {
+/** Chat prompt ids the way vLLM computes them (the request's `chat_template` if it has one, else the server's). */
+export async function promptIds(body: Json, chat: boolean, serverTemplate: Template = template): Promise<number[]> {
   if (chat) {
-    const chosen = typeof body.chat_template === 'string' ? new Template(body.chat_template) : template;
+    const chosen = typeof body.chat_template === 'string' ? new Template(body.chat_template) : serverTemplate;
     const prompt = chosen.render({
       messages: body.messages,
       tools: body.tools,
@@ -354,6 +354,8 @@ export interface UpstreamOptions {
   legacy?: boolean;
   /** Listen on this port (default: any free one). */
   port?: number;
+  /** The server's chat template (vLLM's --chat-template; default: Qwen3's own, CHAT_TEMPLATE). */
+  chatTemplate?: string;
 }
 
 /** Removes vLLM ≥ 0.10.2's token-id fields, as older versions never sent them. */
@@ -368,6 +370,7 @@ function withoutTokenIdFields(value: unknown): unknown {
 export async function startUpstream(script: Script, options: UpstreamOptions = {}): Promise<Upstream> {
   const received: Upstream['received'] = [];
   let abandoned = 0;
+  const serverTemplate = options.chatTemplate === undefined ? template : new Template(options.chatTemplate);
   const server = http.createServer(async (req, res) => {
     res.on('close', () => {
       if (!res.writableFinished) abandoned++;
@@ -387,7 +390,7 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     const mediaType = String(req.headers['content-type'] ?? '').toLowerCase().split(';')[0];
     if (req.method === 'POST' && JSON_ONLY.has(path) && mediaType !== 'application/json') return validationError(res, "Unsupported Media Type: Only 'application/json' is allowed");
     if (path === '/tokenize' && body) {
-      const ids = body.messages ? await promptIds(body, true) : await encode(String(body.prompt), body.add_special_tokens !== false);
+      const ids = body.messages ? await promptIds(body, true, serverTemplate) : await encode(String(body.prompt), body.add_special_tokens !== false);
       return json(res, 200, { count: ids.length, max_model_len: 40960, tokens: ids, token_strs: null });
     }
     // X-Request-Id, else the body's request_id, else a uuid4 hex (serving_engine `_base_request_id`).
@@ -405,7 +408,7 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     const first = answers[0];
     if (first.hang) return;
     if (first.errorStatus) return error(res, first.errorStatus, 'scripted upstream error');
-    const prompt = await promptIds(body, chat);
+    const prompt = await promptIds(body, chat, serverTemplate);
     const stopField = body.stop;
     const params: StopParams = {
       maxTokens: Number(body.max_completion_tokens ?? body.max_tokens ?? (chat ? 40960 - prompt.length : 16)),

@@ -1,0 +1,37 @@
+/** `mocker captures verify FILE` and `mocker captures diff A B`: flags in, a library call, the report out. */
+import { Command } from 'commander';
+import { diffCaptures, formatDiffReport } from '../captures/diff.js';
+import { formatVerifyReport, verifyCaptures } from '../captures/verify.js';
+
+/** The `--limit` value parser (main.ts's numeric flag parser, so that bad values are refused alike). */
+type LimitParser = (value: string) => number;
+
+const DEFAULT_LIMIT = 20;
+
+export function capturesVerifyCommand(limit: LimitParser): Command {
+  return new Command('verify')
+    .description("Render every complete exchange again from its stored token ids with mocker's own rendering and compare with the captured bytes; exit 1 on any mismatch.")
+    .argument('<file>', 'capture file (SQLite)')
+    .option('--json', 'print the report as JSON')
+    .option('--limit <n>', `describe at most n mismatching exchanges (all are counted)`, limit, DEFAULT_LIMIT)
+    .action(async (file: string, o: { json?: boolean; limit: number }) => {
+      const report = await verifyCaptures(file, { limit: o.limit });
+      console.log(o.json ? JSON.stringify(report, null, 2) : formatVerifyReport(report));
+      process.exitCode = report.mismatched > 0 ? 1 : 0;
+    });
+}
+
+export function capturesDiffCommand(limit: LimitParser): Command {
+  return new Command('diff')
+    .description('Pair the exchanges of two capture files by request and report prompts tokenized differently, outputs that differ, requests only in one file and the TTFT/ITL shift; exit 1 on any difference but timing.')
+    .argument('<a>', 'capture file A (the reference)')
+    .argument('<b>', 'capture file B')
+    .option('--by-prompt', 'pair by model and prompt token ids instead of model and request body')
+    .option('--json', 'print the report as JSON')
+    .option('--limit <n>', `describe at most n of each kind of difference (all are counted)`, limit, DEFAULT_LIMIT)
+    .action(async (a: string, b: string, o: { byPrompt?: boolean; json?: boolean; limit: number }) => {
+      const report = await diffCaptures(a, b, { byPrompt: o.byPrompt === true, limit: o.limit });
+      console.log(o.json ? JSON.stringify(report, null, 2) : formatDiffReport(report));
+      process.exitCode = report.differs ? 1 : 0;
+    });
+}

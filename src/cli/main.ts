@@ -12,6 +12,7 @@ import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
+import { fitCommand } from '../captures/fit.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 import { parseReasoningConfig } from '../generation/reasoning.js';
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
@@ -368,7 +369,7 @@ program
   .action(async (o) => stopOnSignal('capture', await startCaptureWith(o), o.shutdownTimeout));
 
 /** `mocker captures <command> FILE`: capture files as a product (each command registers itself here). */
-program.command('captures').description('Inspect, export, merge, verify, diff and fit capture files.');
+program.command('captures').description('Inspect, export, merge, verify, diff and fit capture files.').addCommand(fitCommand());
 
 program.parseAsync().catch((err: unknown) => {
   console.error(`mocker: ${err instanceof Error ? err.message : String(err)}`);

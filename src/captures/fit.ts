@@ -106,10 +106,13 @@ export function formatFitReport(fit: PerfFit, output: string): string {
   const { decode, prefill, tables } = fit;
   const last = (values: ArrayLike<number>) => values[values.length - 1];
   const lines = [
-    `decode step: ${decode.points} output gaps (left out: ${decode.excluded.prefillInStep} with a prefill in the step, ${decode.excluded.unknownRequestInFlight} beside a request of unknown timing); ` +
+    `decode step: ${decode.points} output gaps (left out: ${decode.excluded.prefillInStep} with a prefill in the step, ${decode.excluded.unknownRequestInFlight} beside a request of unknown timing, ${decode.excluded.irregular} irregular); ` +
       `batch ${span(decode.ranges.batch)}, active KV ${span(decode.ranges.active_kv_tokens)} tokens, context ${span(decode.ranges.context_length)}`,
     `  ${formula(decode, { per_sequence: 'sequences', per_kv_token: 'active KV tokens' })}`,
-    `prefill: ${prefill.points} of ${prefill.candidates} requests met an idle engine; ${span(prefill.ranges.new_prompt_tokens)} new prompt tokens`,
+    prefill.source === 'prefill steps'
+      ? `prefill: ${prefill.points} steps under load that prefilled ${span(prefill.ranges.new_prompt_tokens)} new prompt tokens; ` +
+        (prefill.overheadMs === null ? 'no request met an idle engine' : `${prefill.idleRequests} requests that met an idle engine got their first token ${number(prefill.overheadMs, 3)} ms after the passes (left out)`)
+      : `prefill: ${prefill.points} requests that met an idle engine (no prefill steps under load); ${span(prefill.ranges.new_prompt_tokens)} new prompt tokens`,
     `  ${formula(prefill, { per_token: 'tokens', per_token_squared: 'tokens²' })}`,
     ...[...decode.notes, ...prefill.notes].map((note) => `note: ${note}`),
     `wrote ${output}: prefill ${tables.prefill_isl.length} points up to ${number(last(tables.prefill_isl))} tokens; decode ${tables.decode_active_kv_tokens.length} × ${tables.decode_context_length.length} ` +

@@ -3,8 +3,9 @@
  * simulated engine is built on (a pass is its prefill, then one decode step of every ready request, §1.2–1.5):
  * - decode step (ms) = base + per_sequence × batch + per_kv_token × active KV tokens, from the gaps between
  *   output tokens, with the batch of each step reconstructed from every captured request's token times;
- * - prefill (ms) = base + per_token × t + per_token² × t², t the new prompt tokens, from the first-token time
- *   of requests that met an idle engine, less the one decode step that pass also holds.
+ * - prefill (ms) = base + per_token × t + per_token² × t², t the new prompt tokens of a pass, from the steps
+ *   under load that prefilled (else the first tokens of requests that met an idle engine), less the one
+ *   decode step such a pass also holds.
  * Both are fitted by least squares with Huber weights (a stray late token must not bend the line), and
  * sampled onto the grid `--planner-profile-data` interpolates (§4.2), in the coordinates the engine queries it
  * with: active KV counted in whole blocks, batch = active KV / mean context length.
@@ -59,19 +60,28 @@ export interface TermFit {
 
 export interface PerfFit {
   tables: PerfTables;
-  decode: TermFit & { excluded: { prefillInStep: number; unknownRequestInFlight: number } };
-  prefill: TermFit & { candidates: number };
+  decode: TermFit & { excluded: { prefillInStep: number; unknownRequestInFlight: number; irregular: number } };
+  prefill: TermFit & {
+    source: 'prefill steps' | 'idle first tokens';
+    /** Requests that met an idle engine. */
+    idleRequests: number;
+    /** How much later than the engine's passes an idle request's first token came (median); null without prefill steps. */
+    overheadMs: number | null;
+  };
 }
 
 /** Output tokens' send times are whole milliseconds (`Date.now()`), token times are not: one time line is this exact. */
 const CLOCK_RESOLUTION_MS = 1;
 const PREFILL_GRID_POINTS = 100;
+/** Fewer prefill steps under load than this: the prefill is learnt from idle requests' first tokens. */
+const MIN_PREFILL_STEPS = 8;
 const DECODE_GRID_POINTS = 64;
 
 /** Fits both models; throws (naming what is missing) when the capture cannot support a fit. */
 export function fitPerfProfile(timeline: CaptureTimeline, { blockSize }: FitOptions): PerfFit {
-  const decode = fitDecode(timeline, blockSize);
-  const prefill = fitPrefill(timeline, blockSize, decode.predict);
+  const steps = stepObservations(timeline, blockSize);
+  const decode = fitDecode(steps.decode, steps.excluded, blockSize);
+  const prefill = fitPrefill(timeline, steps.prefill, blockSize, decode.predict);
   return {
     tables: { ...prefill.grid, ...decode.grid },
     decode: decode.report,
@@ -102,22 +112,55 @@ function batchCoordinates(lengths: number[], blockSize: number): { activeKv: num
 /** The engine is queried at (active KV, context): its batch is their ratio. */
 const batchOf = (activeKv: number, context: number) => Math.max(1, activeKv / Math.max(1, context));
 
-/** Every token of every sequence, by arrival time. */
-interface TokenIndex {
-  times: Float64Array;
-  sequence: Int32Array;
-  position: Int32Array;
+/**
+ * The engine's steps as the capture saw them: every output token, by arrival time, grouped into steps where
+ * consecutive arrivals are more than a quarter of the typical gap apart (one engine emits every running
+ * sequence's token at the end of each step). A step holding two tokens of one sequence is tokens that came
+ * bunched (a stalled reader), not a step.
+ */
+interface Steps {
+  /** Per sequence, per token: the index of its step. */
+  stepOf: Int32Array[];
+  /** Per step: its tokens as [sequence, position]. */
+  members: [number, number][][];
+  /** Per step: no sequence appears twice. */
+  clean: boolean[];
+  /** Per step: when its first token arrived. */
+  arrivalMs: number[];
 }
 
-function indexTokens(sequences: TimedSequence[]): TokenIndex {
-  const entries: [number, number, number][] = [];
-  sequences.forEach((s, i) => s.tokenMs.forEach((t, k) => entries.push([t, i, k])));
-  entries.sort((a, b) => a[0] - b[0]);
-  return {
-    times: Float64Array.from(entries, (e) => e[0]),
-    sequence: Int32Array.from(entries, (e) => e[1]),
-    position: Int32Array.from(entries, (e) => e[2]),
-  };
+function groupSteps(sequences: TimedSequence[]): Steps {
+  const tokens: [number, number, number][] = [];
+  const gaps: number[] = [];
+  sequences.forEach((s, i) =>
+    s.tokenMs.forEach((t, k) => {
+      tokens.push([t, i, k]);
+      if (k > 0 && s.aloneInChunk[k] && t > s.tokenMs[k - 1]) gaps.push(t - s.tokenMs[k - 1]);
+    }),
+  );
+  tokens.sort((a, b) => a[0] - b[0]);
+  const split = gaps.length > 0 ? median(gaps) / 4 : 0;
+  const stepOf = sequences.map((s) => new Int32Array(s.tokenMs.length));
+  const members: [number, number][][] = [];
+  const clean: boolean[] = [];
+  const arrivalMs: number[] = [];
+  let previous = -Infinity;
+  let seen = new Set<number>();
+  for (const [time, sequence, position] of tokens) {
+    if (members.length === 0 || time - previous > split) {
+      members.push([]);
+      clean.push(true);
+      arrivalMs.push(time);
+      seen = new Set();
+    }
+    const step = members.length - 1;
+    if (seen.has(sequence)) clean[step] = false;
+    seen.add(sequence);
+    members[step].push([sequence, position]);
+    stepOf[sequence][position] = step;
+    previous = time;
+  }
+  return { stepOf, members, clean, arrivalMs };
 }
 
 /** First index whose value is ≥ `value` (sorted ascending). */
@@ -151,51 +194,65 @@ class IntervalSet {
   }
 }
 
+/** A step that prefilled: its new prompt tokens, the batch it then decoded, and how long it took. */
+interface PrefillStep {
+  newTokens: number;
+  activeKv: number;
+  context: number;
+  ms: number;
+}
+
 /**
- * One point per output gap that is one engine step: the step's batch is every sequence with a token at the
- * gap's end (within half the gap), each holding its prompt and the tokens it had before. A step in which a
- * sequence got its first token also prefilled, and a request of unknown timing in flight leaves the batch
- * unknown: those gaps are left out.
+ * The capture's steps, read two ways. A step regular with the one before it — every sequence it holds that
+ * is not new came from that step, and every sequence of that step that went on is in it — lasted from the
+ * previous step's tokens to its own. Without new sequences, each of its sequences' gaps is a decode point (the
+ * batch: each sequence's prompt and the tokens it had before); with new ones whose requests were waiting when
+ * it began, it is a prefill step. Bunched or stray tokens break the pattern, and a request of unknown timing in
+ * flight leaves the batch unknown: those are left out.
  */
-function decodePoints(timeline: CaptureTimeline, blockSize: number) {
+function stepObservations(timeline: CaptureTimeline, blockSize: number) {
   const { sequences } = timeline;
-  const tokens = indexTokens(sequences);
+  const { stepOf, members, clean, arrivalMs } = groupSteps(sequences);
+  /** Per step: how many of its sequences have a later token (they must all be in the next step). */
+  const continuing = members.map((tokens) => tokens.filter(([sequence, position]) => position + 1 < sequences[sequence].tokenMs.length).length);
   const opaque = new IntervalSet(timeline.opaque.map((o) => ({ start: o.sentMs, end: o.endMs })));
-  const points: DecodePoint[] = [];
-  const excluded = { prefillInStep: 0, unknownRequestInFlight: 0 };
+  const regular = members.map((tokens, step) => {
+    if (step === 0 || !clean[step] || !clean[step - 1]) return false;
+    const old = tokens.filter(([, position]) => position > 0);
+    return old.length === continuing[step - 1] && old.every(([sequence, position]) => stepOf[sequence][position - 1] === step - 1);
+  });
+  const lengthsOf = (step: number) => members[step].map(([sequence, position]) => sequences[sequence].promptTokens + position);
+
+  const decode: DecodePoint[] = [];
+  const excluded = { prefillInStep: 0, unknownRequestInFlight: 0, irregular: 0 };
   sequences.forEach((own, ownIndex) => {
     if (!own.fitted) return;
     for (let k = 1; k < own.tokenMs.length; k++) {
-      const from = own.tokenMs[k - 1];
-      const to = own.tokenMs[k];
-      if (!own.aloneInChunk[k] || !(to > from)) continue;
-      if (opaque.overlaps(from, to)) {
-        excluded.unknownRequestInFlight++;
-        continue;
+      if (!own.aloneInChunk[k]) continue;
+      const step = stepOf[ownIndex][k];
+      if (opaque.overlaps(own.tokenMs[k - 1], own.tokenMs[k])) excluded.unknownRequestInFlight++;
+      else if (members[step].some(([, position]) => position === 0)) excluded.prefillInStep++;
+      else if (!regular[step]) excluded.irregular++;
+      else {
+        const lengths = lengthsOf(step);
+        decode.push({ batch: lengths.length, ...batchCoordinates(lengths, blockSize), ms: own.tokenMs[k] - own.tokenMs[k - 1] });
       }
-      const tolerance = (to - from) / 2;
-      // Per other sequence in the step: how many tokens it had before (the token nearest the step's end).
-      const nearest = new Map<number, { distance: number; position: number }>();
-      for (let i = lowerBound(tokens.times, to - tolerance); i < tokens.times.length && tokens.times[i] < to + tolerance; i++) {
-        const sequence = tokens.sequence[i];
-        if (sequence === ownIndex) continue;
-        const distance = Math.abs(tokens.times[i] - to);
-        const seen = nearest.get(sequence);
-        if (!seen || distance < seen.distance) nearest.set(sequence, { distance, position: tokens.position[i] });
-      }
-      if ([...nearest.values()].some((n) => n.position === 0)) {
-        excluded.prefillInStep++;
-        continue;
-      }
-      const lengths = [own.promptTokens + k, ...[...nearest].map(([sequence, n]) => sequences[sequence].promptTokens + n.position)];
-      points.push({ batch: lengths.length, ...batchCoordinates(lengths, blockSize), ms: to - from });
     }
   });
-  return { points, excluded };
+
+  const prefill: PrefillStep[] = [];
+  members.forEach((tokens, step) => {
+    const fresh = tokens.filter(([, position]) => position === 0).map(([sequence]) => sequences[sequence]);
+    if (fresh.length === 0 || !regular[step] || !fresh.some((s) => s.fitted) || opaque.overlaps(arrivalMs[step - 1], arrivalMs[step])) return;
+    // Sent before the previous step ended: waiting, so this step began right after it.
+    if (fresh.some((s) => s.sentMs > arrivalMs[step - 1] + CLOCK_RESOLUTION_MS)) return;
+    const newTokens = fresh.reduce((sum, s) => sum + Math.max(0, s.promptTokens - s.cachedTokens), 0);
+    prefill.push({ newTokens, ...batchCoordinates(lengthsOf(step), blockSize), ms: arrivalMs[step] - arrivalMs[step - 1] });
+  });
+  return { decode, prefill, excluded };
 }
 
-function fitDecode(timeline: CaptureTimeline, blockSize: number) {
-  const { points, excluded } = decodePoints(timeline, blockSize);
+function fitDecode(points: DecodePoint[], excluded: PerfFit['decode']['excluded'], blockSize: number) {
   if (points.length < 2) {
     throw new Error(
       `only ${points.length} output gaps are single engine steps of known batch (streamed, complete generations, one token per chunk, ` +
@@ -264,32 +321,46 @@ interface PrefillPoint {
   ms: number;
 }
 
-function fitPrefill(timeline: CaptureTimeline, blockSize: number, decodeMs: (activeKv: number, context: number) => number) {
-  const idle = idleSequences(timeline);
-  const candidates = timeline.sequences.filter((s) => s.fitted).length;
-  if (idle.length === 0) {
-    throw new Error(`none of the ${candidates} streamed generations met an idle engine: capture some requests one at a time to fit the prefill`);
-  }
-  const points: PrefillPoint[] = idle.map((s) => {
+/**
+ * Prefill from the prefill steps under load (their duration less the decode they also held); the requests that
+ * met an idle engine then tell how much later than its passes their first token came (HTTP and request handling
+ * outside the engine: left out of the profile, which a simulated engine adds no less than a real one). Without
+ * such steps, from the idle requests' first tokens alone (that time then included).
+ */
+function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: number, decodeMs: (activeKv: number, context: number) => number) {
+  const idle = idleSequences(timeline).map((s) => {
     // The first pass also decodes the new sequence's first token.
     const { activeKv, context } = batchCoordinates([s.promptTokens], blockSize);
     return { tokens: Math.max(0, s.promptTokens - s.cachedTokens), ms: s.tokenMs[0] - s.sentMs - decodeMs(activeKv, context) };
   });
+  const underLoad = steps.length >= MIN_PREFILL_STEPS;
+  const points: PrefillPoint[] = underLoad ? steps.map((s) => ({ tokens: s.newTokens, ms: s.ms - decodeMs(s.activeKv, s.context) })) : idle;
+  if (points.length === 0) {
+    throw new Error(
+      `no prefill to learn from: ${steps.length} prefill steps under load (${MIN_PREFILL_STEPS} needed) and no streamed generation met an idle engine; ` +
+        `capture some requests one at a time, or a load with streamed requests`,
+    );
+  }
   const distinct = new Set(points.map((p) => p.tokens)).size;
   const terms: Term<PrefillPoint>[] = [{ name: 'base', value: () => 1 }];
   const notes: string[] = [];
   if (distinct > 1) terms.push({ name: 'per_token', value: (p) => p.tokens });
   if (distinct > 2) terms.push({ name: 'per_token_squared', value: (p) => p.tokens * p.tokens });
-  else notes.push(`only ${distinct} distinct prompt length(s) met an idle engine: the ${distinct > 1 ? 'quadratic term is' : 'length terms are'} not learnt`);
+  else notes.push(`only ${distinct} distinct prompt length(s) prefilled: the ${distinct > 1 ? 'quadratic term is' : 'length terms are'} not learnt`);
   const fit = robustFit(points, terms, (p) => p.ms);
   const coefficient = (name: string) => fit.coefficients[name] ?? 0;
+  const predict = (t: number) => Math.max(0, coefficient('base') + coefficient('per_token') * t + coefficient('per_token_squared') * t * t);
   const tokens = range(points.map((p) => p.tokens));
   const axis = linspace(0, Math.max(2 * tokens[1], 2), PREFILL_GRID_POINTS);
-  const grid = {
-    prefill_isl: axis,
-    prefill_ttft_ms: axis.map((t) => Math.max(0, coefficient('base') + coefficient('per_token') * t + coefficient('per_token_squared') * t * t)),
+  const report = {
+    ...fit,
+    notes,
+    source: underLoad ? ('prefill steps' as const) : ('idle first tokens' as const),
+    idleRequests: idle.length,
+    overheadMs: underLoad && idle.length > 0 ? median(idle.map((p) => p.ms - predict(p.tokens))) : null,
+    ranges: { new_prompt_tokens: tokens },
   };
-  return { grid, report: { ...fit, notes, candidates, ranges: { new_prompt_tokens: tokens } } };
+  return { grid: { prefill_isl: axis, prefill_ttft_ms: axis.map(predict) }, report };
 }
 
 // ---- least squares ----

@@ -6,93 +6,16 @@
  * answer a different, held-out load with the TTFT and ITL medians the double itself gives on that load.
  */
 import { existsSync, mkdtempSync } from 'node:fs';
-import http from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPerfModel, type PerfModel } from '../src/engine/perf/perfModel.js';
-import { BatchingEngine, type StepCosts } from './support/batchingEngine.js';
+import { KNOWN_COSTS as KNOWN } from './support/batchingEngine.js';
+import { measureLoad, randomRequests as requests, type Measured, type Phase } from './support/closedLoop.js';
 import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
-import { prng } from './support/prng.js';
 import { testTmpdir } from './support/tempRoot.js';
-import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
+import { MODEL } from './support/vllmUpstream.js';
 
-/** The double's engine, in ms: the oracle the fitted profile is held to. */
-const KNOWN: StepCosts = {
-  prefillMs: (tokens) => 12 + 0.03 * tokens + 1.2e-5 * tokens * tokens,
-  decodeMs: (activeKvTokens, batch) => 6 + 0.5 * batch + 0.002 * activeKvTokens,
-};
-
-interface LoadRequest {
-  promptTokens: number;
-  outputTokens: number;
-}
-
-interface Phase {
-  concurrency: number;
-  requests: LoadRequest[];
-}
-
-interface Measured {
-  ttftMs: number;
-  gapsMs: number[];
-}
-
-/** Requests of seeded random lengths. */
-function requests(seed: number, count: number, prompt: [number, number], output: [number, number]): LoadRequest[] {
-  const random = prng(seed);
-  return Array.from({ length: count }, () => ({ promptTokens: random.int(...prompt), outputTokens: random.int(...output) }));
-}
-
-/** Prompts of random token ids, a fresh stream per load: no two prompts share a cached block. */
-let promptSeed = 1;
-
-/** One streamed completion of token-id prompt: when each token's event arrived (ms after sending). */
-function streamCompletion(url: string, agent: http.Agent, request: LoadRequest, ids: number[]): Promise<Measured> {
-  const body = JSON.stringify({ model: MODEL, prompt: ids, max_tokens: request.outputTokens, ignore_eos: true, stream: true });
-  return new Promise((resolve, reject) => {
-    const sent = performance.now();
-    const arrivals: number[] = [];
-    const req = http.request(`${url}/v1/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json' } }, (res) => {
-      let buffer = '';
-      res.on('data', (chunk: Buffer) => {
-        const now = performance.now() - sent;
-        buffer += chunk.toString('utf8');
-        let at: number;
-        while ((at = buffer.indexOf('\n\n')) >= 0) {
-          const event = buffer.slice(0, at);
-          buffer = buffer.slice(at + 2);
-          if (event.startsWith('data: {') && (JSON.parse(event.slice(6)) as { choices: unknown[] }).choices.length > 0) arrivals.push(now);
-        }
-      });
-      res.on('end', () => {
-        if (res.statusCode !== 200 || arrivals.length !== request.outputTokens) return reject(new Error(`status ${res.statusCode}, ${arrivals.length} of ${request.outputTokens} tokens`));
-        resolve({ ttftMs: arrivals[0], gapsMs: arrivals.slice(1).map((t, i) => t - arrivals[i]) });
-      });
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
-
-/** Runs the phases in order, each a closed loop of `concurrency` clients. */
-async function runLoad(url: string, phases: Phase[]): Promise<Measured[]> {
-  const random = prng(promptSeed++);
-  const measured: Measured[] = [];
-  for (const { concurrency, requests: queue } of phases) {
-    const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
-    const pending = [...queue];
-    await Promise.all(
-      Array.from({ length: concurrency }, async () => {
-        for (let next = pending.shift(); next; next = pending.shift()) {
-          const ids = Array.from({ length: next.promptTokens }, () => random.int(1000, 140_000));
-          measured.push(await streamCompletion(url, agent, next, ids));
-        }
-      }),
-    );
-    agent.destroy();
-  }
-  return measured;
-}
+const DOUBLE = join(import.meta.dirname, 'support', 'batchingEngine.ts');
 
 const median = (xs: number[]) => {
   const sorted = [...xs].sort((a, b) => a - b);
@@ -109,25 +32,29 @@ const TRAINING: Phase[] = [
   { concurrency: 8, requests: requests(14, 16, [64, 1200], [16, 48]) },
 ];
 
+const WARM_UP: Phase[] = [{ concurrency: 2, requests: requests(1, 4, [64, 256], [8, 8]) }];
+
 /** Never captured: another concurrency and other prompt and output lengths. */
-const HELD_OUT: Phase[] = [{ concurrency: 5, requests: requests(21, 25, [300, 900], [24, 40]) }];
+const HELD_OUT: Phase[] = [{ concurrency: 5, requests: requests(21, 40, [300, 900], [24, 40]) }];
 
 describe('mocker captures fit: a perf profile learnt from a capture of a batching engine', () => {
   const dir = mkdtempSync(join(testTmpdir(), 'mocker-captures-fit-'));
   const captures = join(dir, 'capture.db');
   const profile = join(dir, 'profile.npz');
-  let upstream: Upstream;
+  let upstream: MockerProcess;
+  let upstreamUrl = '';
   let fitOutput = '';
   let fitted: PerfModel;
   const processes: MockerProcess[] = [];
 
   beforeAll(async () => {
-    const engine = new BatchingEngine(KNOWN, { seed: 7, relativeNoise: 0.05 });
-    upstream = await startUpstream((body) => ({ content: ' a'.repeat(Number(body.max_tokens) + 8), finish: 'length' }), { engine });
-    await runLoad(upstream.url, [{ concurrency: 2, requests: requests(1, 4, [64, 256], [8, 8]) }]); // warm-up, not captured
-    const capture = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', captures]);
+    upstream = await startMockerProcess(['7'], 0, { launcher: [process.execPath, '--import', 'tsx', DOUBLE] });
+    processes.push(upstream);
+    upstreamUrl = `http://127.0.0.1:${upstream.port}`;
+    await measureLoad(upstreamUrl, MODEL, WARM_UP, 1); // not captured
+    const capture = await startMockerProcess(['capture', '--upstream', upstreamUrl, '--captures', captures]);
     processes.push(capture);
-    await runLoad(`http://127.0.0.1:${capture.port}`, TRAINING);
+    await measureLoad(`http://127.0.0.1:${capture.port}`, MODEL, TRAINING, 2);
     await capture.stop();
 
     const fit = await runMockerToExit(['captures', 'fit', captures, '-o', profile]);
@@ -139,7 +66,6 @@ describe('mocker captures fit: a perf profile learnt from a capture of a batchin
 
   afterAll(async () => {
     await Promise.all(processes.map((p) => p.stop()));
-    await upstream?.close();
   });
 
   it('reports the points it used and how well the forms fit', () => {
@@ -172,12 +98,12 @@ describe('mocker captures fit: a perf profile learnt from a capture of a batchin
   });
 
   it('simulates a held-out load with the TTFT and ITL medians of the double within 5 %', async () => {
-    const direct = medians(await runLoad(upstream.url, HELD_OUT));
+    const direct = medians(await measureLoad(upstreamUrl, MODEL, HELD_OUT, 3));
     const serve = await startMockerProcess(['serve', '--timing', 'model', '--planner-profile-data', profile, '--served-model-name', MODEL]);
     processes.push(serve);
     const url = `http://127.0.0.1:${serve.port}`;
-    await runLoad(url, [{ concurrency: 2, requests: requests(2, 4, [64, 256], [8, 8]) }]); // warm-up
-    const simulated = medians(await runLoad(url, HELD_OUT));
+    await measureLoad(url, MODEL, WARM_UP, 1);
+    const simulated = medians(await measureLoad(url, MODEL, HELD_OUT, 3));
     process.stderr.write(
       `held-out load: double TTFT p50 ${direct.ttftMs.toFixed(2)} ms, ITL p50 ${direct.itlMs.toFixed(2)} ms; ` +
         `mocker ${simulated.ttftMs.toFixed(2)} ms (${pct(simulated.ttftMs, direct.ttftMs)}), ${simulated.itlMs.toFixed(2)} ms (${pct(simulated.itlMs, direct.itlMs)})\n`,
@@ -185,6 +111,19 @@ describe('mocker captures fit: a perf profile learnt from a capture of a batchin
     expect(Math.abs(simulated.ttftMs / direct.ttftMs - 1)).toBeLessThan(0.05);
     expect(Math.abs(simulated.itlMs / direct.itlMs - 1)).toBeLessThan(0.05);
   }, 60_000);
+});
+
+describe('mocker captures fit: refusals', () => {
+  it('names a missing capture file and a bad flag, exit code 1, no NPZ written', async () => {
+    const dir = mkdtempSync(join(testTmpdir(), 'mocker-captures-fit-'));
+    const missing = await runMockerToExit(['captures', 'fit', join(dir, 'none.db'), '-o', join(dir, 'p.npz')]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain(`capture file ${join(dir, 'none.db')}: no such file`);
+    const block = await runMockerToExit(['captures', 'fit', join(dir, 'none.db'), '-o', join(dir, 'p.npz'), '--block-size', '1']);
+    expect(block.code).toBe(1);
+    expect(block.stderr).toContain('--block-size must be an integer >= 2, got "1"');
+    expect(existsSync(join(dir, 'p.npz'))).toBe(false);
+  });
 });
 
 const pct = (value: number, reference: number) => `${value >= reference ? '+' : ''}${((value / reference - 1) * 100).toFixed(1)} %`;

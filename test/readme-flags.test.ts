@@ -33,7 +33,7 @@ function acceptedFlags(command: string): string[] {
 }
 
 describe("the README's CLI tables", () => {
-  it.each(['serve', 'capture', 'trace', 'pd-proxy'])('mocker %s: the table documents exactly the flags the CLI accepts', (command) => {
+  it.each(['serve', 'capture', 'trace', 'pd-proxy', 'captures fit'])('mocker %s: the table documents exactly the flags the CLI accepts', (command) => {
     const accepted = acceptedFlags(command);
     // Every command has at least its listen or workload flags: an empty reading is a broken parse, not agreement.
     expect(accepted.length).toBeGreaterThan(4);

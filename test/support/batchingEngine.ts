@@ -5,7 +5,9 @@
  * then decodes one token for every running request (the new ones included: their first token comes out at the
  * end of the step that prefilled them), as vLLM's scheduler does with an unlimited token budget.
  */
+import { fileURLToPath } from 'node:url';
 import { prng } from './prng.js';
+import { startUpstream } from './vllmUpstream.js';
 
 export interface StepCosts {
   /** ms to prefill `tokens` new prompt tokens (all the requests admitted in one step). */
@@ -33,6 +35,18 @@ interface Sequence {
   /** Tokens produced and not yet taken by `nextToken`. */
   ready: number;
   waiter: (() => void) | null;
+}
+
+const PAUSE = new Int32Array(new SharedArrayBuffer(4));
+
+/** A timer for the bulk, then short blocking pauses between event-loop turns: steps end within ~0.2 ms of their time. */
+async function sleepUntil(deadlineMs: number): Promise<void> {
+  const remaining = deadlineMs - performance.now();
+  if (remaining > 2) await new Promise((resolve) => setTimeout(resolve, remaining - 2));
+  while (performance.now() < deadlineMs) {
+    Atomics.wait(PAUSE, 0, 0, Math.min(0.2, deadlineMs - performance.now()));
+    await new Promise((resolve) => setImmediate(resolve));
+  }
 }
 
 export class BatchingEngine implements PacingEngine {
@@ -90,7 +104,7 @@ export class BatchingEngine implements PacingEngine {
       const ideal = (newTokens > 0 ? this.costs.prefillMs(newTokens) : 0) + this.costs.decodeMs(activeKv, this.running.length);
       const ms = Math.max(0.1, ideal * (1 + this.relativeNoise * this.gaussian()));
       this.lastStepEndMs = startMs + ms;
-      await new Promise((resolve) => setTimeout(resolve, Math.max(0, this.lastStepEndMs - performance.now())));
+      await sleepUntil(this.lastStepEndMs);
       for (const sequence of [...this.running]) {
         sequence.generated++;
         if (sequence.waiter) {
@@ -103,4 +117,22 @@ export class BatchingEngine implements PacingEngine {
     }
     this.stepping = false;
   }
+}
+
+/** The engine the `captures fit` test learns: the oracle its fitted profile is held to (ms). */
+export const KNOWN_COSTS: StepCosts = {
+  prefillMs: (tokens) => 12 + 0.03 * tokens + 1.2e-5 * tokens * tokens,
+  decodeMs: (activeKvTokens, batch) => 6 + 0.5 * batch + 0.002 * activeKvTokens,
+};
+
+/**
+ * Run as its own process (`node --import tsx test/support/batchingEngine.ts SEED`): the vLLM double on a
+ * BatchingEngine of KNOWN_COSTS with 5 % step noise, answering every completion with `max_tokens` tokens;
+ * prints "on URL" and serves until SIGTERM. Apart from the test runner, its steps keep time.
+ */
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const engine = new BatchingEngine(KNOWN_COSTS, { seed: Number(process.argv[2]), relativeNoise: 0.05 });
+  const upstream = await startUpstream(() => ({ content: ' a'.repeat(64), finish: 'length' }), { engine });
+  process.stdout.write(`on ${upstream.url}\n`);
+  process.once('SIGTERM', () => void upstream.close().then(() => process.exit(0)));
 }

@@ -70,7 +70,7 @@ export interface PerfFit {
   };
 }
 
-/** Output tokens' send times are whole milliseconds (`Date.now()`), token times are not: one time line is this exact. */
+/** Requests' send times are stored in whole milliseconds (`Date.now()`), token offsets are not: the one time line is this exact. */
 const CLOCK_RESOLUTION_MS = 1;
 const PREFILL_GRID_POINTS = 100;
 /** Fewer prefill steps under load than this: the prefill is learnt from idle requests' first tokens. */
@@ -255,7 +255,7 @@ function stepObservations(timeline: CaptureTimeline, blockSize: number) {
 function fitDecode(points: DecodePoint[], excluded: PerfFit['decode']['excluded'], blockSize: number) {
   if (points.length < 2) {
     throw new Error(
-      `only ${points.length} output gaps are single engine steps of known batch (streamed, complete generations, one token per chunk, ` +
+      `only ${points.length} output gaps are regular decode steps of known batch (streamed, complete generations, one token per chunk, ` +
         `no request of unknown timing in flight): not enough to fit the decode step`,
     );
   }

@@ -2,13 +2,13 @@
 import { Command } from 'commander';
 import { diffCaptures, formatDiffReport } from '../captures/diff.js';
 import { formatVerifyReport, verifyCaptures } from '../captures/verify.js';
+import { number } from './flags.js';
 
-/** The `--limit` value parser (main.ts's numeric flag parser, so that bad values are refused alike). */
-type LimitParser = (value: string) => number;
+const limit = number('--limit', { integer: true, min: 1 });
 
 const DEFAULT_LIMIT = 20;
 
-export function capturesVerifyCommand(limit: LimitParser): Command {
+export function capturesVerifyCommand(): Command {
   return new Command('verify')
     .description("Render every complete exchange again from its stored token ids with mocker's own rendering and compare with the captured bytes; exit 1 on any mismatch.")
     .argument('<file>', 'capture file (SQLite)')
@@ -21,7 +21,7 @@ export function capturesVerifyCommand(limit: LimitParser): Command {
     });
 }
 
-export function capturesDiffCommand(limit: LimitParser): Command {
+export function capturesDiffCommand(): Command {
   return new Command('diff')
     .description('Pair the exchanges of two capture files by request and report prompts tokenized differently, outputs that differ, requests only in one file and the TTFT/ITL shift; exit 1 on any difference but timing.')
     .argument('<a>', 'capture file A (the reference)')

@@ -6,6 +6,7 @@ import { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig, type K
 import { startCapture } from './capture.js';
 import { capturesExport, capturesImport, capturesList, capturesMerge, capturesPrune, capturesShow, capturesStats } from './captures.js';
 import { applyEnvironment, seed004Capture } from './environment.js';
+import { number } from './flags.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type EngineArgs } from './engineArgs.js';
 import { parseLoraModule } from '../http/loraAdapters.js';
 import { startPdProxy } from '../pd/proxy.js';
@@ -14,6 +15,7 @@ import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
+import { fitCommand } from '../captures/fit.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 import { parseReasoningConfig } from '../generation/reasoning.js';
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
@@ -21,18 +23,6 @@ import { readJsonObjectArg } from '../util/jsonArg.js';
 import { DEFAULT_MIDSTREAM_AFTER_TOKENS, parseFaultTypes } from '../http/faults.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
-
-/** A numeric flag's parser: `min` inclusive, `above` and `below` exclusive bounds. */
-function number(name: string, { integer = false, min = -Infinity, above = -Infinity, below = Infinity } = {}) {
-  return (value: string) => {
-    const n = Number(value);
-    if (!Number.isFinite(n) || (integer && !Number.isInteger(n)) || n < min || n <= above || n >= below) {
-      const bounds = [min > -Infinity && `>= ${min}`, above > -Infinity && `> ${above}`, below < Infinity && `< ${below}`].filter(Boolean).join(' and ');
-      throw new InvalidArgumentError(`${name} must be ${integer ? 'an integer' : 'a number'}${bounds ? ` ${bounds}` : ''}, got "${value}"`);
-    }
-    return n;
-  };
-}
 
 /** A URL flag's value, refused with the flag's name. */
 function checkedUrl(flag: string, text: string): URL {
@@ -382,8 +372,9 @@ program.command('captures').description('Inspect, export, merge, verify, diff an
   .addCommand(capturesMerge)
   .addCommand(capturesPrune)
   .addCommand(capturesStats)
-  .addCommand(capturesVerifyCommand(number('--limit', { integer: true, min: 1 })))
-  .addCommand(capturesDiffCommand(number('--limit', { integer: true, min: 1 })));
+  .addCommand(capturesVerifyCommand())
+  .addCommand(capturesDiffCommand())
+  .addCommand(fitCommand());
 
 program.parseAsync().catch((err: unknown) => {
   console.error(`mocker: ${err instanceof Error ? err.message : String(err)}`);

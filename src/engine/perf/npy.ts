@@ -1,9 +1,9 @@
 /**
- * Minimal reader for NumPy `.npy` arrays and `.npz` archives (a zip of `.npy` files, stored or deflated), enough
+ * Minimal reader (and float64 writer) for NumPy `.npy` arrays and `.npz` archives (a zip of `.npy` files, stored or deflated), enough
  * for the performance-model tables: little-endian float64/float32/int64/int32, C order (or any order for ≤ 1-D).
  * Format: https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html
  */
-import { unzipSync } from 'fflate';
+import { unzipSync, zipSync } from 'fflate';
 
 export interface NpyArray {
   /** Dimensions; `[]` for a 0-d (scalar) array. */
@@ -196,4 +196,32 @@ function parsePythonLiteral(text: string): PyValue {
   skipSpace();
   if (at !== text.length) throw new Error(`trailing text at offset ${at}`);
   return value;
+}
+
+// ---- writer ----
+
+/** One `.npy` file (format 1.0) of `array` as little-endian float64 in C order, as `np.save` writes it. */
+export function npyBytes(array: NpyArray): Uint8Array {
+  const count = array.shape.reduce((a, b) => a * b, 1);
+  if (count !== array.data.length) throw new Error(`shape (${array.shape.join(', ')}) holds ${count} values, got ${array.data.length}`);
+  const shape = array.shape.length === 1 ? `(${array.shape[0]},)` : `(${array.shape.join(', ')})`;
+  const dict = `{'descr': '<f8', 'fortran_order': False, 'shape': ${shape}, }`;
+  // The header (magic, version, length, dict, padding, newline) ends on a 64-byte boundary.
+  const unpadded = MAGIC.length + 4 + dict.length + 1;
+  const header = dict + ' '.repeat((64 - (unpadded % 64)) % 64) + '\n';
+  const bytes = new Uint8Array(MAGIC.length + 4 + header.length + count * 8);
+  const view = new DataView(bytes.buffer);
+  bytes.set(MAGIC, 0);
+  bytes[6] = 1;
+  bytes[7] = 0;
+  view.setUint16(8, header.length, true);
+  bytes.set(new TextEncoder().encode(header), 10);
+  const dataStart = 10 + header.length;
+  for (let i = 0; i < count; i++) view.setFloat64(dataStart + i * 8, array.data[i], true);
+  return bytes;
+}
+
+/** An `.npz` archive: each array as `NAME.npy`, deflated (as `np.savez_compressed`). */
+export function npzBytes(arrays: Record<string, NpyArray>): Uint8Array {
+  return zipSync(Object.fromEntries(Object.entries(arrays).map(([name, array]) => [`${name}.npy`, npyBytes(array)])));
 }

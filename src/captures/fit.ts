@@ -1,0 +1,141 @@
+/**
+ * `mocker captures fit FILE -o profile.npz`: the perf model learnt from a capture's timings (perfFit.ts),
+ * written as the NPZ `serve --planner-profile-data` reads (engine-reference §4.2).
+ */
+import { writeFileSync } from 'node:fs';
+import { Command } from 'commander';
+import { number as numericFlag } from '../cli/flags.js';
+import { DEFAULT_ENGINE_ARGS } from '../cli/engineArgs.js';
+import { npzBytes } from '../engine/perf/npy.js';
+import { CaptureStore, type StoredExchange } from '../store/captureStore.js';
+import { fitPerfProfile, type CaptureTimeline, type PerfFit, type TermFit } from './perfFit.js';
+
+export interface FitCommandOptions {
+  output: string;
+  blockSize: number;
+  /** Only these capture runs (default: all). */
+  run?: number[];
+  /** Fitting points only from this model's requests (every request still occupies the engine). */
+  model?: string;
+}
+
+/** Cached prompt tokens from a usage object (vLLM's `prompt_tokens_details.cached_tokens`), else 0. */
+function cachedTokens(usage: unknown): number {
+  const details = (usage as { prompt_tokens_details?: { cached_tokens?: unknown } } | undefined)?.prompt_tokens_details;
+  return typeof details?.cached_tokens === 'number' ? details.cached_tokens : 0;
+}
+
+/** Per token of a generation: whether it came alone in its chunk. */
+function aloneInChunk(chunkTokens: number[]): boolean[] {
+  return chunkTokens.flatMap((count) => new Array<boolean>(count).fill(count === 1));
+}
+
+/**
+ * The capture's generation requests on one time line (send time + ms since sent). A streamed, complete one
+ * gives a sequence per choice; any other that reached the engine (not refused with a 4xx/5xx status before
+ * streaming) only says the engine was busy from its sending to its end.
+ */
+export function captureTimeline(store: CaptureStore, options: Pick<FitCommandOptions, 'run' | 'model'>): CaptureTimeline {
+  const runs = options.run && new Set(options.run);
+  const timeline: CaptureTimeline = { sequences: [], opaque: [] };
+  const add = (ex: StoredExchange) => {
+    if (ex.endpoint === null || (ex.status !== null && ex.status >= 400)) return;
+    const known =
+      ex.outcome === 'complete' &&
+      ex.stream &&
+      ex.promptIds !== null &&
+      ex.generations.length > 0 &&
+      ex.generations.every((g) => g.tokenTimes.length > 0 && g.chunkTokens.reduce((a, b) => a + b, 0) === g.tokenTimes.length);
+    if (!known) return void timeline.opaque.push({ sentMs: ex.startedAt, endMs: ex.startedAt + ex.totalMs });
+    for (const g of ex.generations) {
+      timeline.sequences.push({
+        label: ex.generations.length > 1 ? `exchange ${ex.id} choice ${g.choiceIndex}` : `exchange ${ex.id}`,
+        sentMs: ex.startedAt,
+        promptTokens: ex.promptIds!.length,
+        cachedTokens: cachedTokens(ex.usage),
+        tokenMs: g.tokenTimes.map((t) => ex.startedAt + t),
+        aloneInChunk: aloneInChunk(g.chunkTokens),
+        fitted: options.model === undefined || ex.model === options.model,
+      });
+    }
+  };
+  for (const id of store.exchangeIds()) {
+    const ex = store.getExchange(id);
+    if (ex && (!runs || runs.has(ex.runId))) add(ex);
+  }
+  return timeline;
+}
+
+/** Fits the capture file's timings and writes the NPZ; returns the fit for the report. */
+export function fitCaptureFile(file: string, options: FitCommandOptions): PerfFit {
+  const store = CaptureStore.open(file, { readonly: true });
+  let timeline: CaptureTimeline;
+  try {
+    for (const id of options.run ?? []) if (!store.getRun(id)) throw new Error(`${file} has no capture run ${id}`);
+    timeline = captureTimeline(store, options);
+  } finally {
+    store.close();
+  }
+  if (options.model !== undefined && !timeline.sequences.some((s) => s.fitted)) throw new Error(`${file} has no streamed, complete generation of model '${options.model}'`);
+  const fit = fitPerfProfile(timeline, { blockSize: options.blockSize });
+  const vector = (values: ArrayLike<number>) => ({ shape: [values.length], data: Float64Array.from(values) });
+  const { tables } = fit;
+  const itl = Array.from(tables.decode_itl, (row) => Array.from(row));
+  writeFileSync(
+    options.output,
+    npzBytes({
+      prefill_isl: vector(tables.prefill_isl),
+      prefill_ttft_ms: vector(tables.prefill_ttft_ms),
+      decode_active_kv_tokens: vector(tables.decode_active_kv_tokens),
+      decode_context_length: vector(tables.decode_context_length),
+      decode_itl: { shape: [itl.length, itl[0].length], data: Float64Array.from(itl.flat()) },
+    }),
+  );
+  return fit;
+}
+
+const number = (value: number, digits = 4) => Number(value.toPrecision(digits)).toLocaleString('en-US', { maximumSignificantDigits: digits });
+const span = ([low, high]: [number, number]) => (low === high ? number(low) : `${number(low)}–${number(high)}`);
+
+function formula(fit: TermFit, units: Record<string, string>): string {
+  const terms = Object.entries(fit.coefficients).map(([name, c]) => (name === 'base' ? number(c) : `${number(c)} × ${units[name]}`));
+  return `ms = ${terms.join(' + ').replaceAll('+ -', '− ')}   R² ${fit.r2.toFixed(3)}, median |residual| ${number(fit.medianAbsResidualMs, 3)} ms`;
+}
+
+/** The fit report printed on a terminal. */
+export function formatFitReport(fit: PerfFit, output: string): string {
+  const { decode, prefill, tables } = fit;
+  const last = (values: ArrayLike<number>) => values[values.length - 1];
+  const lines = [
+    `decode step: ${decode.points} output gaps (left out: ${decode.excluded.prefillInStep} with a prefill in the step, ${decode.excluded.unknownRequestInFlight} beside a request of unknown timing, ${decode.excluded.irregular} irregular); ` +
+      `batch ${span(decode.ranges.batch)}, active KV ${span(decode.ranges.active_kv_tokens)} tokens, context ${span(decode.ranges.context_length)}`,
+    `  ${formula(decode, { per_sequence: 'sequences', per_kv_token: 'active KV tokens' })}`,
+    prefill.source === 'prefill steps'
+      ? `prefill: ${prefill.points} steps under load that prefilled ${span(prefill.ranges.new_prompt_tokens)} new prompt tokens; ` +
+        (prefill.overheadMs === null ? 'no request met an idle engine' : `${prefill.idleRequests} requests that met an idle engine got their first token ${number(prefill.overheadMs, 3)} ms after the passes (left out)`)
+      : `prefill: ${prefill.points} requests that met an idle engine (no prefill steps under load); ${span(prefill.ranges.new_prompt_tokens)} new prompt tokens`,
+    `  ${formula(prefill, { per_token: 'tokens', per_token_squared: 'tokens²' })}`,
+    ...[...decode.notes, ...prefill.notes].map((note) => `note: ${note}`),
+    `wrote ${output}: prefill ${tables.prefill_isl.length} points up to ${number(last(tables.prefill_isl))} tokens; decode ${tables.decode_active_kv_tokens.length} × ${tables.decode_context_length.length} ` +
+      `up to ${number(last(tables.decode_active_kv_tokens))} active KV tokens, context ${number(tables.decode_context_length[0])}–${number(last(tables.decode_context_length))}`,
+  ];
+  return lines.join('\n');
+}
+
+export function fitCommand(): Command {
+  return new Command('fit')
+    .description("Learn the perf model from a capture's timings and write the NPZ that serve --planner-profile-data reads.")
+    .argument('<file>', 'capture file (SQLite), only read')
+    .requiredOption('-o, --output <file>', 'where the NPZ goes')
+    .option('--block-size <n>', 'block size the profile will be served with (active KV is counted in whole blocks)', numericFlag('--block-size', { integer: true, min: 2 }), DEFAULT_ENGINE_ARGS.blockSize)
+    .option('--run <id>', 'only this capture run (repeatable; default: all)', (v: string, previous: number[] = []) => [...previous, numericFlag('--run', { integer: true, min: 1 })(v)])
+    .option('--model <name>', "fitting points only from this model's requests (all requests still occupy the engine)")
+    .option('--json', 'the fit report as JSON')
+    .action((file: string, o: FitCommandOptions & { json?: boolean }) => {
+      const fit = fitCaptureFile(file, o);
+      if (o.json) {
+        const { tables: _tables, ...report } = fit;
+        console.log(JSON.stringify({ output: o.output, ...report }, null, 2));
+      } else console.log(formatFitReport(fit, o.output));
+    });
+}

@@ -19,6 +19,7 @@ import { fitCommand } from '../captures/fit.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 import { parseReasoningConfig } from '../generation/reasoning.js';
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
+import { DEFAULT_MIN_PREFIX_RATIO } from '../generation/resolver.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { DEFAULT_MIDSTREAM_AFTER_TOKENS, parseFaultTypes } from '../http/faults.js';
 
@@ -192,6 +193,10 @@ program
   .option('--midstream-after-tokens <n>', 'midstream and disconnect failures break the answer after this many tokens', number('--midstream-after-tokens', { integer: true, min: 0 }), DEFAULT_MIDSTREAM_AFTER_TOKENS)
   .option('--random-seed <n>', 'seed of which requests fail (default: --seed)', number('--random-seed', { integer: true }))
   .option('--startup-time <s>', '/health and the API answer 503 for this many seconds after start', number('--startup-time', { min: 0 }))
+  // Matching modes: which captures answer a request.
+  .addOption(new Option('--match <mode>', 'exact: a capture of the same prompt | prefix: else the longest captured prefix, or the capture sharing the longest prefix | sequence: captures of one prompt in capture order, one per request').choices(['exact', 'prefix', 'sequence']).default('exact'))
+  .option('--min-prefix-ratio <r>', '--match prefix: the least share of the request\'s prompt tokens a capture must share with it', number('--min-prefix-ratio', { above: 0, max: 1 }), DEFAULT_MIN_PREFIX_RATIO)
+  .option('--ignore-field <name>', 'request field left out of the comparison that decides whether a capture\'s bytes are served verbatim (repeatable)', collect, [])
   .action(async (o, command: Command) => {
     // Seed 004's CAPTURE_MODE=1: the engine's own process recorded; here, the capture proxy on serve's address.
     if (seed004Capture(process.env) && command.getOptionValueSource('mode') === 'default') {
@@ -271,6 +276,7 @@ program
       faults: given({ errorRate: o.errorRate as number | undefined, errorTypes: o.errorTypes as ReturnType<typeof errorTypes> | undefined, failFirst: o.failFirst as number | undefined, midstreamAfterTokens: o.midstreamAfterTokens as number }),
       faultSeed: o.randomSeed,
       startupTimeS: o.startupTime,
+      matching: { match: o.match, minPrefixRatio: o.minPrefixRatio, ignoreFields: o.ignoreField },
       forwardTimeMs: o.forwardTimeMs,
       onMiss: o.onMiss,
       upstream: o.upstream,

@@ -5,7 +5,7 @@ import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { Recorder } from '../capture/recorder.js';
 import { badLatencyKnob, DEFAULT_LATENCY_KNOBS, defaultHashSeed, fixedTiming, latencyTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type BlockHashAlgo, type EngineObserver, type LatencyKnobs, type PassTiming, type TimingMode } from '../engine/index.js';
 import { KvEventStreams, KvTraceLog, kvTraceEnabled, type KvEventsConfig } from '../events/index.js';
-import { OutputResolver, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
+import { DEFAULT_MIN_PREFIX_RATIO, OutputResolver, type MatchMode, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
 import { resolveReasoningSpan } from '../generation/reasoning.js';
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { randomUUID } from 'node:crypto';
@@ -124,6 +124,27 @@ export interface ServeOptions {
   faultSeed?: number;
   /** --startup-time: seconds during which `/health` and the API answer 503. Default 0. */
   startupTimeS?: number;
+  /** --match, --min-prefix-ratio, --ignore-field: which captures answer a request. Defaults: exact, DEFAULT_MIN_PREFIX_RATIO, none. */
+  matching?: { match?: MatchMode; minPrefixRatio?: number; ignoreFields?: string[] };
+}
+
+/** Fields --ignore-field refuses: the lookup key itself, and the one that decides which bytes (SSE or JSON) a capture holds. */
+const UNIGNORABLE_FIELDS: Record<string, string> = {
+  model: 'the served model is part of the lookup key',
+  prompt: 'the prompt is the lookup key (--match prefix matches prompts that only share a prefix)',
+  messages: 'the prompt is the lookup key (--match prefix matches prompts that only share a prefix)',
+  stream: 'a streamed and a non-streamed answer are different bytes (a capture of the other kind is rendered)',
+};
+
+/** The matching settings, checked. */
+function matchingOf(given: ServeOptions['matching']): Required<NonNullable<ServeOptions['matching']>> {
+  const matching = { match: 'exact' as MatchMode, minPrefixRatio: DEFAULT_MIN_PREFIX_RATIO, ignoreFields: [] as string[], ...given };
+  if (!['exact', 'prefix', 'sequence'].includes(matching.match)) throw new Error(`--match must be exact, prefix or sequence, got ${matching.match}`);
+  if (!(matching.minPrefixRatio > 0 && matching.minPrefixRatio <= 1)) throw new Error(`--min-prefix-ratio must be > 0 and <= 1, got ${matching.minPrefixRatio}`);
+  for (const name of matching.ignoreFields) {
+    if (Object.hasOwn(UNIGNORABLE_FIELDS, name)) throw new Error(`--ignore-field ${name}: ${UNIGNORABLE_FIELDS[name]}`);
+  }
+  return { ...matching, ignoreFields: [...new Set(matching.ignoreFields)] };
 }
 
 /** Seed 003's embedding and ranking settings (its defaults: 768 dimensions, 10 ms + 2 ms per input, 10 ms + 1 ms per passage). */
@@ -217,6 +238,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const faults: FaultSettings = { errorRate: 0, errorTypes: [...DEFAULT_FAULT_TYPES], failFirst: 0, midstreamAfterTokens: DEFAULT_MIDSTREAM_AFTER_TOKENS, ...opts.faults };
   const badFault = badFaultSetting(faults);
   if (badFault) throw new Error(`failure injection: ${badFault[1]}`);
+  const matching = matchingOf(opts.matching);
   let passTiming: (worker: number) => PassTiming;
   let timingDescription: string;
   let perfModel: string | null = null;
@@ -277,7 +299,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const toolCallRate = opts.toolCallRate ?? DEFAULT_TOOL_CALL_RATE;
   if (!(toolCallRate >= 0 && toolCallRate <= 1)) throw new Error(`--tool-call-rate must be between 0 and 1, got ${toolCallRate}`);
   const synthetic = { reasoning: args.reasoning ? resolveReasoningSpan(args.reasoning, tokenizer) : null, toolCallRate };
-  const resolver = new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer, role, synthetic });
+  const resolver = new OutputResolver({ outputs, onMiss, seed: opts.seed, store, tokenizer, role, synthetic, ...matching });
   const kvEvents = opts.kvEvents ?? [];
   if (kvEvents.length > 1 && kvEvents.length !== workers) throw new Error(`${kvEvents.length} KV event configs for ${workers} worker(s)`);
   const hashAlgo = opts.prefixCachingHashAlgo ?? 'sha256_cbor';
@@ -335,6 +357,9 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     seed: opts.seed,
     upstream: upstream?.url.href ?? null,
     upstream_timeout: opts.upstreamTimeoutMs,
+    match: matching.match,
+    min_prefix_ratio: matching.minPrefixRatio,
+    ignore_fields: matching.ignoreFields,
   };
   const pooling = { ...DEFAULT_POOLING, ...opts.pooling };
   // Their own latency, scaled like every simulated duration; none at all under --timing none.

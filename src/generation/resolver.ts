@@ -5,10 +5,15 @@ import { extendPlan, PartialHit, planFromCapture } from './captured.js';
 import type { ChoicePlan, OutputParams } from './plan.js';
 import { poolingInputs, poolingKey, routePath } from './poolingKey.js';
 import { planRandom } from './random.js';
+import { shapeWithout } from './shape.js';
 import type { SyntheticConfig } from './synthetic.js';
 
 export type OutputsMode = 'captured' | 'random';
 export type MissPolicy = 'error' | 'random' | 'passthrough' | 'record';
+/** `serve --match`: which captures answer a prompt (README "Matching modes"). */
+export type MatchMode = 'exact' | 'prefix' | 'sequence';
+/** `--min-prefix-ratio`'s default: a prefix hit shares at least 80 % of the request's prompt. */
+export const DEFAULT_MIN_PREFIX_RATIO = 0.8;
 
 /** The engine's part in a prefill/decode deployment (`--disaggregation-mode`). */
 export type PdRole = 'agg' | 'prefill' | 'decode';
@@ -24,10 +29,19 @@ export interface ResolverConfig {
   tokenizer: ModelTokenizer;
   /** Random answers as a reasoning model's with tools (`--reasoning`, `--tool-call-rate`); absent: plain tokens. */
   synthetic?: SyntheticConfig;
+  /** Default exact. */
+  match?: MatchMode;
+  /** `--match prefix`: the least share of the request's prompt a capture must share with it. Default DEFAULT_MIN_PREFIX_RATIO. */
+  minPrefixRatio?: number;
+  /** `--ignore-field`: request fields left out of the comparison that decides whether captured bytes are served verbatim. */
+  ignoreFields?: readonly string[];
 }
 
-/** What looking the prompt up in the captures found: a hit, or why it missed (null: no lookup, random outputs). */
-export type CaptureLookup = 'hit' | 'no_match' | 'too_short' | null;
+/**
+ * What looking the prompt up in the captures found: a hit (`prefix_hit`: a capture of another prompt sharing a
+ * long enough prefix, `--match prefix`), or why it missed (null: no lookup, random outputs).
+ */
+export type CaptureLookup = 'hit' | 'prefix_hit' | 'no_match' | 'too_short' | null;
 
 export type Resolution = (
   | { type: 'plans'; plans: ChoicePlan[]; verbatim: StoredExchange | null; source: 'captured' | 'random' }
@@ -106,23 +120,31 @@ function covering(matches: StoredExchange[], params: OutputParams): StoredExchan
 
 /** Decides where each request's output comes from: a capture, random tokens, or the upstream. */
 export class OutputResolver {
-  private readonly roundRobin = new Map<string, number>();
+  /** `--match sequence`: per endpoint and prompt, how many captures earlier requests took. */
+  private readonly sequence = new Map<string, number>();
 
   constructor(private readonly config: ResolverConfig) {}
 
   async resolve(params: OutputParams, model: string, promptIds: readonly number[], shape: string, budget?: OutputBudget): Promise<Resolution> {
     const { store, outputs } = this.config;
     if (outputs === 'random' || !store) return { ...(await this.random(params, promptIds, budget)), lookup: null };
-    const found = store.findByPrompt(model, promptIds).filter((ex) => ex.endpoint === params.kind);
+    const exact = store.findByPrompt(model, promptIds).filter((ex) => ex.endpoint === params.kind);
+    const byPrefix = exact.length === 0 && this.config.match === 'prefix';
+    const found = byPrefix ? this.prefixMatches(store, params.kind, model, promptIds) : exact;
     if (found.length === 0) return { ...(await this.miss(params, model, promptIds, budget)), lookup: 'no_match' };
-    const matches = covering(this.forRole(found), params);
+    // Capture order: the order the requests were sent (`captures list --exchanges`).
+    const matches = covering(this.forRole(found), params).sort((a, b) => a.startedAt - b.startedAt || a.id - b.id);
 
-    const first = this.pick(matches.length, model, promptIds, params.seed);
+    // Chosen before the first await: concurrent requests of a sequence each take their own captures.
+    const sequenceKey = this.config.match === 'sequence' ? `${params.kind}\0${promptKey(model, promptIds)}` : null;
+    const first = sequenceKey === null ? this.pick(matches.length, params.seed) : (this.sequence.get(sequenceKey) ?? 0) % matches.length;
     const chosen: { exchange: StoredExchange; choice: number }[] = [];
-    for (let k = 0; chosen.length < params.n && k < matches.length; k++) {
-      const exchange = matches[(first + k) % matches.length];
+    let taken = 0;
+    for (; chosen.length < params.n && taken < matches.length; taken++) {
+      const exchange = matches[(first + taken) % matches.length];
       for (let c = 0; c < exchange.generations.length && chosen.length < params.n; c++) chosen.push({ exchange, choice: c });
     }
+    if (sequenceKey !== null) this.sequence.set(sequenceKey, first + taken);
     for (let k = 0; chosen.length < params.n; k++) chosen.push(chosen[k % chosen.length]);
 
     const plans: ChoicePlan[] = [];
@@ -161,9 +183,36 @@ export class OutputResolver {
     }
     const single = chosen.every((c) => c.exchange === chosen[0].exchange);
     const exchange = chosen[0].exchange;
-    const verbatim = single && exchange.requestShape === shape && exchange.generations.length === params.n ? exchange : null;
+    // A capture of another prompt is rendered: its bytes would report that prompt's usage and token ids.
+    const verbatim = !byPrefix && single && this.sameShape(exchange.requestShape, shape) && exchange.generations.length === params.n ? exchange : null;
     // Extended with random tokens past a too-short capture: still a miss by that reason.
-    return { type: 'plans', plans, verbatim, source: 'captured', lookup: extended ? 'too_short' : 'hit' };
+    return { type: 'plans', plans, verbatim, source: 'captured', lookup: extended ? 'too_short' : byPrefix ? 'prefix_hit' : 'hit' };
+  }
+
+  /** Whether a capture's request shape is the request's, the `--ignore-field` fields aside. */
+  private sameShape(captured: string | null, shape: string): boolean {
+    const ignored = this.config.ignoreFields ?? [];
+    return captured !== null && (captured === shape || (ignored.length > 0 && shapeWithout(captured, ignored) === shapeWithout(shape, ignored)));
+  }
+
+  /** `--match prefix`: the fewest prompt tokens a capture must share with a prompt of `length` tokens. */
+  private leastShared(length: number): number {
+    // Less a rounding error: 0.7 × 10 is 7.000000000000001 in floating point.
+    return Math.max(1, Math.ceil((this.config.minPrefixRatio ?? DEFAULT_MIN_PREFIX_RATIO) * length - 1e-9));
+  }
+
+  /**
+   * `--match prefix`, no capture of the prompt itself: the captures of the longest captured prompt that is a
+   * prefix of it, else those of the captured prompt sharing the longest prefix with it; either only when the
+   * shared prefix holds at least `--min-prefix-ratio` of the request's prompt tokens.
+   */
+  private prefixMatches(store: CaptureStore, kind: 'chat' | 'completion', model: string, promptIds: readonly number[]): StoredExchange[] {
+    const least = this.leastShared(promptIds.length);
+    const prefix = store.findByLongestPrefix(model, kind, promptIds, least).filter((ex) => ex.endpoint === kind);
+    if (prefix.length > 0) return prefix;
+    const nearest = store.nearest(model, promptIds);
+    if (!nearest || nearest.commonPrefix < least) return [];
+    return store.findByPrompt(model, nearest.promptIds).filter((ex) => ex.endpoint === kind);
   }
 
   /**
@@ -206,13 +255,9 @@ export class OutputResolver {
     return fallback.length > 0 ? fallback : found;
   }
 
-  private pick(count: number, model: string, promptIds: readonly number[], seed: number | null): number {
-    if (count === 1) return 0;
-    if (seed !== null) return ((seed % count) + count) % count;
-    const key = promptKey(model, promptIds);
-    const next = this.roundRobin.get(key) ?? 0;
-    this.roundRobin.set(key, next + 1);
-    return next % count;
+  /** `--match exact` and `prefix`: the same request, the same capture (the request seed's, else the first captured). */
+  private pick(count: number, seed: number | null): number {
+    return seed === null ? 0 : ((seed % count) + count) % count;
   }
 
   private async random(params: OutputParams, promptIds: readonly number[], budget?: OutputBudget): Promise<Omit<Extract<Resolution, { type: 'plans' }>, 'lookup'>> {
@@ -240,7 +285,9 @@ export class OutputResolver {
 
   /** Names the nearest capture, the first diverging token and the text around it on both sides. */
   async missMessage(model: string, promptIds: readonly number[]): Promise<string> {
-    const head = `No capture matches this request: model \`${model}\`, ${promptIds.length} prompt tokens.`;
+    const ratio = this.config.minPrefixRatio ?? DEFAULT_MIN_PREFIX_RATIO;
+    const prefixRule = this.config.match === 'prefix' ? ` --match prefix needs a capture sharing at least ${this.leastShared(promptIds.length)} of them (--min-prefix-ratio ${ratio}).` : '';
+    const head = `No capture matches this request: model \`${model}\`, ${promptIds.length} prompt tokens.${prefixRule}`;
     const nearest = this.config.store?.nearest(model, promptIds);
     if (!nearest) return `${head} The capture file holds no complete capture for this model.`;
     const at = nearest.commonPrefix;

@@ -32,3 +32,15 @@ export function requestShape(kind: 'chat' | 'completion', request: Record<string
     throw err;
   }
 }
+
+/**
+ * A `requestShape` without the top-level request fields `ignored` (`serve --ignore-field`): two requests whose
+ * shapes are equal without them get the captured bytes verbatim.
+ */
+export function shapeWithout(shape: string, ignored: readonly string[]): string {
+  if (ignored.length === 0) return shape;
+  const fields = JSON.parse(shape) as Record<string, unknown>;
+  for (const name of ignored) delete fields[name];
+  // Still canonical: parsing keeps the sorted key order.
+  return JSON.stringify(fields);
+}

@@ -10,6 +10,7 @@ const PULL_FAILURES = ['incomplete_params', 'unknown_blocks', 'unreachable'] as 
 /** The mocker's own metrics, beside vLLM's on `/metrics` (prefix `mocker:`). */
 export class MockerMetrics {
   private readonly hits;
+  private readonly prefixHits;
   private readonly misses;
   private readonly written;
   private readonly upstreamErrors;
@@ -23,6 +24,12 @@ export class MockerMetrics {
     const registers = [registry];
     this.labels = { model_name: modelName };
     this.hits = new Counter({ name: 'mocker:capture_hits_total', help: 'Requests answered from a capture of the same prompt.', labelNames: ['model_name'], registers });
+    this.prefixHits = new Counter({
+      name: 'mocker:capture_prefix_hits_total',
+      help: 'Requests answered from a capture of another prompt sharing a long enough prefix with theirs (--match prefix).',
+      labelNames: ['model_name'],
+      registers,
+    });
     this.misses = new Counter({
       name: 'mocker:capture_misses_total',
       help: 'Requests no capture could answer, by reason: no_match (no capture of this prompt), too_short (the capture ended by length before max_tokens).',
@@ -53,6 +60,7 @@ export class MockerMetrics {
     this.kvPulls.labels(this.labels).inc(0);
     for (const reason of PULL_FAILURES) this.kvPullFailures.labels({ ...this.labels, reason }).inc(0);
     this.hits.labels(this.labels).inc(0);
+    this.prefixHits.labels(this.labels).inc(0);
     this.written.labels(this.labels).inc(0);
     for (const reason of MISS_REASONS) this.misses.labels({ ...this.labels, reason }).inc(0);
     for (const reason of FAILURES) this.upstreamErrors.labels({ ...this.labels, reason }).inc(0);
@@ -60,6 +68,7 @@ export class MockerMetrics {
 
   captureLookup(lookup: CaptureLookup): void {
     if (lookup === 'hit') this.hits.labels(this.labels).inc();
+    else if (lookup === 'prefix_hit') this.prefixHits.labels(this.labels).inc();
     else if (lookup !== null) this.misses.labels({ ...this.labels, reason: lookup }).inc();
   }
 

@@ -652,4 +652,39 @@ export class CaptureStore {
       })),
     };
   }
+
+  /**
+   * `serve --match prefix`: the complete `endpoint` exchanges of the longest proper prefix of `promptIds`, at
+   * least `minLength` tokens long, that `model` was captured with as a whole prompt (oldest first); empty if
+   * none was. Each candidate length's prompt key comes from one running hash (promptKey's bytes), and the keys
+   * are looked up in the prompt-key index, longest first, in batches.
+   */
+  findByLongestPrefix(model: string, endpoint: 'chat' | 'completion', promptIds: readonly number[], minLength: number): StoredExchange[] {
+    const first = Math.max(1, minLength);
+    const packed = packU32(promptIds);
+    const running = createHash('sha256').update(model).update('\0').update(packed.subarray(0, 4 * first));
+    // keys[i]: the key of the first `first + i` tokens.
+    const keys: string[] = [];
+    for (let length = first; length < promptIds.length; length++) {
+      keys.push(running.copy().digest('hex'));
+      running.update(packed.subarray(4 * length, 4 * length + 4));
+    }
+    const e = schema.exchanges;
+    for (let end = keys.length; end > 0; end -= PREFIX_KEYS_PER_QUERY) {
+      const start = Math.max(0, end - PREFIX_KEYS_PER_QUERY);
+      const batch = keys.slice(start, end);
+      const rows = this.db
+        .selectDistinct({ key: e.promptKey })
+        .from(e)
+        .where(and(inArray(e.promptKey, batch), eq(e.outcome, 'complete'), eq(e.endpoint, endpoint)))
+        .all();
+      if (rows.length === 0) continue;
+      const longest = Math.max(...rows.map((row) => batch.indexOf(row.key ?? '')));
+      return this.findByPrompt(model, promptIds.slice(0, first + start + longest));
+    }
+    return [];
+  }
 }
+
+/** Prompt keys per query of findByLongestPrefix (well under SQLite's 32,766 bound variables). */
+const PREFIX_KEYS_PER_QUERY = 512;

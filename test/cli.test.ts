@@ -143,6 +143,9 @@ const README_SERVE_DEFAULTS = {
   seed: 0,
   upstream: null,
   upstream_timeout: 600_000,
+  match: 'exact', // --match: exact
+  min_prefix_ratio: 0.8, // --min-prefix-ratio: 0.8
+  ignore_fields: [], // --ignore-field: none
 };
 
 describe('defaults: each command with no flag but the required ones', () => {

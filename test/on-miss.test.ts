@@ -52,6 +52,7 @@ describe('--on-miss', () => {
         // The first ask missed and was recorded; the second hit the new capture.
         expect(counters).toEqual({
           'mocker:capture_hits_total': 1,
+          'mocker:capture_prefix_hits_total': 0,
           'mocker:capture_misses_total{no_match}': 1,
           'mocker:capture_misses_total{too_short}': 0,
           'mocker:captures_written_total': 1,
@@ -65,6 +66,7 @@ describe('--on-miss', () => {
         // Both asks missed; the second found the upstream gone.
         expect(counters).toEqual({
           'mocker:capture_hits_total': 0,
+          'mocker:capture_prefix_hits_total': 0,
           'mocker:capture_misses_total{no_match}': 2,
           'mocker:capture_misses_total{too_short}': 0,
           'mocker:captures_written_total': 0,

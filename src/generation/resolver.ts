@@ -133,7 +133,7 @@ export class OutputResolver {
     const found = byPrefix ? this.prefixMatches(store, params.kind, model, promptIds) : exact;
     if (found.length === 0) return { ...(await this.miss(params, model, promptIds, budget)), lookup: 'no_match' };
     // Capture order: the order the requests were sent (`captures list --exchanges`).
-    const matches = covering(this.forRole(found), params).sort((a, b) => a.startedAt - b.startedAt || a.id - b.id);
+    const matches = this.sameShaped(covering(this.forRole(found), params), byPrefix, shape).sort((a, b) => a.startedAt - b.startedAt || a.id - b.id);
 
     // Chosen before the first await: concurrent requests of a sequence each take their own captures.
     const sequenceKey = this.config.match === 'sequence' ? `${params.kind}\0${promptKey(model, promptIds)}` : null;
@@ -187,6 +187,13 @@ export class OutputResolver {
     const verbatim = !byPrefix && single && this.sameShape(exchange.requestShape, shape) && exchange.generations.length === params.n ? exchange : null;
     // Extended with random tokens past a too-short capture: still a miss by that reason.
     return { type: 'plans', plans, verbatim, source: 'captured', lookup: extended ? 'too_short' : byPrefix ? 'prefix_hit' : 'hit' };
+  }
+
+  /** Of several captures of the prompt, those that can be served verbatim (the request's shape) when there are any. */
+  private sameShaped(matches: StoredExchange[], byPrefix: boolean, shape: string): StoredExchange[] {
+    if (byPrefix || matches.length < 2) return matches;
+    const same = matches.filter((ex) => this.sameShape(ex.requestShape, shape));
+    return same.length > 0 ? same : matches;
   }
 
   /** Whether a capture's request shape is the request's, the `--ignore-field` fields aside. */

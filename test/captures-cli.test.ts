@@ -174,7 +174,7 @@ describe('mocker captures list', () => {
     refused(['list', text], 'not a SQLite capture file');
     refused(['list', golden, '--outcome', 'maybe'], '--outcome');
     refused(['list', golden, '--since', 'last tuesday'], '--since');
-    refused(['list', golden, '--endpoint', 'embeddings'], '--endpoint');
+    refused(['list', golden, '--endpoint', 'images'], '--endpoint');
   });
 });
 

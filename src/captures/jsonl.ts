@@ -68,8 +68,8 @@ const exchangeLine = z.strictObject({
   method: z.string(),
   path: z.string(),
   endpoint: z.enum(['chat', 'completion', 'embeddings', 'rerank']).nullable(),
-  /** An embeddings or rerank exchange's replay key (null for generations, keyed by their prompt ids). */
-  poolingKey: z.string().nullable(),
+  /** An embeddings or rerank exchange's replay key (null, or left out, for generations: keyed by their prompt ids). */
+  poolingKey: z.string().nullable().default(null),
   outcome: z.enum(['complete', 'failed', 'aborted']),
   error: z.string().nullable(),
   status: z.number().int().nullable(),

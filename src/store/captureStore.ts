@@ -7,7 +7,23 @@ import { and, asc, desc, eq, inArray, sql } from 'drizzle-orm';
 import { drizzle, type BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
 import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { LruCache } from '../util/lruCache.js';
-import { packF64, packU32, unpackF64, unpackU32 } from './pack.js';
+import {
+  bodyDictionary,
+  packDeltas,
+  packTimes,
+  packTokenTimes,
+  packU32,
+  packVarints,
+  squeeze,
+  unpackDeltas,
+  unpackF64,
+  unpackTimes,
+  unpackTokenTimes,
+  unpackU32,
+  unpackVarints,
+  unsqueeze,
+} from './pack.js';
+import { PromptTree } from './promptTree.js';
 import * as schema from './schema.js';
 
 const MIGRATIONS = resolve(dirname(fileURLToPath(import.meta.url)), '../../migrations');
@@ -134,13 +150,21 @@ export function promptKey(model: string, promptIds: ArrayLike<number>): string {
   return createHash('sha256').update(model).update('\0').update(packU32(promptIds)).digest('hex');
 }
 
-/** A read-only file cannot be migrated: it must be at this version's schema already. */
-function checkMigrated(sqlite: Database.Database): void {
+/** The migrations a file needs for the layout before encoding 1 (0000_init, 0001_run_engine), which a read-only open still reads. */
+const LEGACY_MIGRATIONS = 2;
+
+/**
+ * A read-only file cannot be migrated: it must be at this version's schema already, or at the one before the
+ * compact layout (read as it is: the nearest-capture search then scans). Returns whether it is the latter.
+ */
+function checkMigrated(sqlite: Database.Database): boolean {
   const table = sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get();
   if (!table) throw new Error('not a mocker capture file (no capture tables)');
   const { n } = sqlite.prepare('select count(*) as n from __drizzle_migrations').get() as { n: number };
   const expected = migrationCount();
-  if (n < expected) throw new Error(`written by an older mocker (schema ${n} of ${expected}); open it once for writing (e.g. mocker serve --on-miss record) to upgrade it`);
+  if (n >= expected) return false;
+  if (n === LEGACY_MIGRATIONS) return true;
+  throw new Error(`written by an older mocker (schema ${n} of ${expected}); open it once for writing (e.g. mocker serve --on-miss record) to upgrade it`);
 }
 
 /** Why a capture file could not be opened, in words that say what to do. */
@@ -160,20 +184,106 @@ function sha256(data: Buffer): string {
 }
 
 type Db = BetterSQLite3Database<typeof schema>;
-const p = sql.placeholder;
+
+/** The columns of `exchanges` a lookup reads: none of the large ones. */
+interface ExchangeHead {
+  id: number;
+  runId: number;
+  startedAt: number;
+  requestId: string | null;
+  method: string;
+  path: string;
+  endpoint: string | null;
+  outcome: string;
+  error: string | null;
+  status: number | null;
+  model: string | null;
+  stream: number | null;
+  totalMs: number | null;
+  tokenSource: string | null;
+  requestShape: string | null;
+  injected: string | null;
+  usage: string | null;
+  requestHeaders: string | null;
+  responseHeaders: string | null;
+  promptNode: number | null;
+  encoding: number;
+}
+
+/** An exchange's large values as stored (encoding 0: in `exchanges`; 1: in `exchange_bodies`, `squeeze`d). */
+interface ExchangeBlobs {
+  requestBody: Buffer | null;
+  responseBody: Buffer | null;
+  eventEnds: Buffer | null;
+  eventTimes: Buffer | null;
+  eventTokens: Buffer | null;
+}
+
+interface GenerationRow {
+  choiceIndex: number;
+  outputIds: Buffer;
+  tokenTimes: Buffer;
+  chunkTokens: Buffer;
+  chunkDeltas: string | Buffer;
+  text: string | Buffer;
+  finishReason: string | null;
+  stopReason: string | null;
+}
+
+/** Defines `key` on `target` as computed on its first read, then a plain value (as if assigned; assigning works too). */
+function lazy<T extends object, K extends keyof T>(target: T, key: K, compute: () => T[K]): void {
+  const settle = (value: T[K]) => Object.defineProperty(target, key, { value, writable: true, configurable: true, enumerable: true });
+  Object.defineProperty(target, key, {
+    configurable: true,
+    enumerable: true,
+    get() {
+      const value = compute();
+      settle(value);
+      return value;
+    },
+    set: settle,
+  });
+}
+
+function once<T>(compute: () => T): () => T {
+  let done = false;
+  let value: T;
+  return () => {
+    if (!done) {
+      value = compute();
+      done = true;
+    }
+    return value;
+  };
+}
+
+/** The current format: see `exchanges.encoding` in schema.ts. */
+const ENCODING = 1;
 
 /**
  * The capture file: one SQLite database, in WAL mode while open for writing and migrated at open; closed
  * cleanly, everything is in the database file itself (see `close`).
+ *
+ * The hot paths (saving, lookup by prompt key, the nearest prompt) run on prepared better-sqlite3 statements of
+ * their own; an exchange found by a lookup reads its large values (bodies, event tables, generations, prompt ids)
+ * only when they are used.
  */
 export class CaptureStore {
   readonly path: string;
   readonly readonly: boolean;
   private readonly sqlite: Database.Database;
   private readonly db: Db;
+  /** A file at the schema before encoding 1, opened read-only: no `encoding`, `prompt_node` or prompt tree. */
+  private readonly legacy: boolean;
+  private readonly tree: PromptTree | null;
   private readonly insertExchange;
+  private readonly insertBodies;
   private readonly insertGeneration;
   private readonly selectByKey;
+  private readonly selectById;
+  private readonly selectBlobs;
+  private readonly selectLegacyBlobs;
+  private readonly selectPromptIds;
   private readonly selectGenerations;
   private readonly selectPrompts;
   private readonly recentLookups = new LruCache<string, StoredExchange[]>(256);
@@ -183,6 +293,7 @@ export class CaptureStore {
     this.readonly = readonly;
     if (readonly && !existsSync(path)) throw new CaptureFileError(path, 'no such file');
     let sqlite: Database.Database | undefined;
+    let legacy = false;
     try {
       if (!readonly && path !== ':memory:') mkdirSync(dirname(resolve(path)), { recursive: true });
       sqlite = new Database(path, { readonly, fileMustExist: readonly });
@@ -193,77 +304,56 @@ export class CaptureStore {
       sqlite.pragma('foreign_keys = ON');
       sqlite.pragma('busy_timeout = 5000');
       this.db = drizzle(sqlite, { schema });
-      if (readonly) checkMigrated(sqlite);
-      else migrate(this.db, { migrationsFolder: MIGRATIONS });
+      if (readonly) legacy = checkMigrated(sqlite);
+      else {
+        migrate(this.db, { migrationsFolder: MIGRATIONS });
+        indexOlderPrompts(sqlite);
+      }
     } catch (err) {
       sqlite?.close();
       throw new CaptureFileError(path, openFailure(err, readonly));
     }
     this.sqlite = sqlite;
+    this.legacy = legacy;
+    this.tree = legacy ? null : new PromptTree(sqlite);
 
-    const e = schema.exchanges;
-    this.insertExchange = this.db
-      .insert(e)
-      .values({
-        runId: p('runId'),
-        startedAt: p('startedAt'),
-        requestId: p('requestId'),
-        method: p('method'),
-        path: p('path'),
-        endpoint: p('endpoint'),
-        outcome: p('outcome'),
-        error: p('error'),
-        status: p('status'),
-        model: p('model'),
-        stream: p('stream'),
-        requestHeaders: p('requestHeaders'),
-        requestBody: p('requestBody'),
-        responseHeaders: p('responseHeaders'),
-        responseBody: p('responseBody'),
-        eventEnds: p('eventEnds'),
-        eventTimes: p('eventTimes'),
-        eventTokens: p('eventTokens'),
-        totalMs: p('totalMs'),
-        tokenSource: p('tokenSource'),
-        promptIds: p('promptIds'),
-        promptLen: p('promptLen'),
-        promptKey: p('promptKey'),
-        requestShape: p('requestShape'),
-        injected: p('injected'),
-        usage: p('usage'),
-      })
-      .returning({ id: e.id })
-      .prepare();
-    const g = schema.generations;
-    this.insertGeneration = this.db
-      .insert(g)
-      .values({
-        exchangeId: p('exchangeId'),
-        choiceIndex: p('choiceIndex'),
-        outputIds: p('outputIds'),
-        tokenTimes: p('tokenTimes'),
-        chunkTokens: p('chunkTokens'),
-        chunkDeltas: p('chunkDeltas'),
-        text: p('text'),
-        finishReason: p('finishReason'),
-        stopReason: p('stopReason'),
-      })
-      .prepare();
-    this.selectByKey = this.db
-      .select()
-      .from(e)
-      .where(and(eq(e.promptKey, p('key')), eq(e.outcome, 'complete')))
-      .orderBy(asc(e.id))
-      .prepare();
-    this.selectPrompts = this.sqlite.prepare(
+    this.insertExchange = sqlite.prepare(
+      `insert into exchanges (run_id, started_at, request_id, method, path, endpoint, outcome, error, status, model, stream, total_ms, token_source,
+         prompt_ids, prompt_len, prompt_key, request_shape, injected, usage, request_headers, response_headers, encoding, prompt_node)
+       values (@runId, @startedAt, @requestId, @method, @path, @endpoint, @outcome, @error, @status, @model, @stream, @totalMs, @tokenSource,
+         @promptIds, @promptLen, @promptKey, @requestShape, @injected, @usage, @requestHeaders, @responseHeaders, ${ENCODING}, @promptNode)`,
+    );
+    this.insertBodies = sqlite.prepare(
+      'insert into exchange_bodies (exchange_id, request_body, response_body, event_ends, event_times, event_tokens) values (?, ?, ?, ?, ?, ?)',
+    );
+    this.insertGeneration = sqlite.prepare(
+      `insert into generations (exchange_id, choice_index, output_ids, token_times, chunk_tokens, chunk_deltas, text, finish_reason, stop_reason)
+       values (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    const head = `id, run_id as runId, started_at as startedAt, request_id as requestId, method, path, endpoint, outcome, error, status, model, stream,
+      total_ms as totalMs, token_source as tokenSource, request_shape as requestShape, injected, usage, request_headers as requestHeaders,
+      response_headers as responseHeaders, ${legacy ? 'null as promptNode, 0 as encoding' : 'prompt_node as promptNode, encoding'}`;
+    this.selectByKey = sqlite.prepare<[string], ExchangeHead>(`select ${head} from exchanges where prompt_key = ? and outcome = 'complete' order by id`);
+    this.selectById = sqlite.prepare<[number], ExchangeHead>(`select ${head} from exchanges where id = ?`);
+    this.selectBlobs = legacy
+      ? null
+      : sqlite.prepare<[number], ExchangeBlobs>(
+          `select request_body as requestBody, response_body as responseBody, event_ends as eventEnds, event_times as eventTimes, event_tokens as eventTokens
+           from exchange_bodies where exchange_id = ?`,
+        );
+    this.selectLegacyBlobs = sqlite.prepare<[number], ExchangeBlobs>(
+      `select request_body as requestBody, response_body as responseBody, event_ends as eventEnds, event_times as eventTimes, event_tokens as eventTokens
+       from exchanges where id = ?`,
+    );
+    this.selectPromptIds = sqlite.prepare<[number], { promptIds: Buffer | null }>('select prompt_ids as promptIds from exchanges where id = ?');
+    this.selectGenerations = sqlite.prepare<[number], GenerationRow>(
+      `select choice_index as choiceIndex, output_ids as outputIds, token_times as tokenTimes, chunk_tokens as chunkTokens, chunk_deltas as chunkDeltas,
+         text, finish_reason as finishReason, stop_reason as stopReason
+       from generations where exchange_id = ? order by choice_index`,
+    );
+    this.selectPrompts = sqlite.prepare(
       `select id, prompt_ids as promptIds from exchanges where model = ? and outcome = 'complete' and prompt_ids is not null order by id desc`,
     );
-    this.selectGenerations = this.db
-      .select()
-      .from(g)
-      .where(eq(g.exchangeId, p('id')))
-      .orderBy(asc(g.choiceIndex))
-      .prepare();
   }
 
   static open(path: string, options: OpenOptions = {}): CaptureStore {
@@ -322,37 +412,65 @@ export class CaptureStore {
     return files;
   }
 
-  /** Writes one exchange and its generations atomically. */
+  /**
+   * Writes one exchange and its generations atomically (one transaction: the recorder calls this once an exchange
+   * is over, and answers its client only after it returns). Compression runs before the transaction starts.
+   */
   saveExchange(ex: Exchange): number {
+    if (!this.tree) throw new CaptureFileError(this.path, 'opened read-only');
+    const tree = this.tree;
     this.recentLookups.clear();
+    const dictionary = bodyDictionary(ex.promptIds);
+    const bodies = [
+      squeeze(ex.requestBody, dictionary),
+      squeeze(ex.responseBody, dictionary),
+      squeeze(packDeltas(ex.eventEnds)),
+      squeeze(packTimes(ex.eventTimes)),
+      squeeze(packDeltas(ex.eventTokens)),
+    ];
+    const generations = ex.generations.map((gen) => [
+      gen.choiceIndex,
+      squeeze(packVarints(gen.outputIds)),
+      packTokenTimes(gen.tokenTimes, ex.eventTimes),
+      squeeze(packVarints(gen.chunkTokens)),
+      squeeze(Buffer.from(JSON.stringify(gen.chunkDeltas))),
+      squeeze(Buffer.from(gen.text)),
+      gen.finishReason,
+      JSON.stringify(gen.stopReason),
+    ]);
+    const inTree = ex.promptIds !== null && ex.model !== null;
     return this.sqlite.transaction(() => {
-      const { id } = this.insertExchange.get({
-        ...ex,
-        stream: ex.stream ? 1 : 0,
-        requestHeaders: JSON.stringify(ex.requestHeaders),
-        responseHeaders: JSON.stringify(ex.responseHeaders),
-        eventEnds: packU32(ex.eventEnds),
-        eventTimes: packF64(ex.eventTimes),
-        eventTokens: packU32(ex.eventTokens),
-        promptIds: ex.promptIds ? packU32(ex.promptIds) : null,
-        promptLen: ex.promptIds?.length ?? null,
-        promptKey: ex.poolingKey ?? (ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null),
-        injected: JSON.stringify(ex.injected),
-        usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
-      }) as { id: number };
-      for (const gen of ex.generations) {
-        this.insertGeneration.run({
-          exchangeId: id,
-          choiceIndex: gen.choiceIndex,
-          outputIds: packU32(gen.outputIds),
-          tokenTimes: packF64(gen.tokenTimes),
-          chunkTokens: packU32(gen.chunkTokens),
-          chunkDeltas: JSON.stringify(gen.chunkDeltas),
-          text: gen.text,
-          finishReason: gen.finishReason,
-          stopReason: JSON.stringify(gen.stopReason),
-        });
-      }
+      const placed = inTree ? tree.place(ex.model as string, ex.promptIds as number[]) : null;
+      const id = Number(
+        this.insertExchange.run({
+          runId: ex.runId,
+          startedAt: ex.startedAt,
+          requestId: ex.requestId,
+          method: ex.method,
+          path: ex.path,
+          endpoint: ex.endpoint,
+          outcome: ex.outcome,
+          error: ex.error,
+          status: ex.status,
+          model: ex.model,
+          stream: ex.stream ? 1 : 0,
+          totalMs: ex.totalMs,
+          tokenSource: ex.tokenSource,
+          // Only an exchange without a model keeps its prompt here: the others' is in the prompt tree.
+          promptIds: ex.promptIds && !inTree ? squeeze(packVarints(ex.promptIds)) : null,
+          promptLen: ex.promptIds?.length ?? null,
+          promptKey: ex.poolingKey ?? (ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null),
+          requestShape: ex.requestShape,
+          injected: JSON.stringify(ex.injected),
+          usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
+          requestHeaders: JSON.stringify(ex.requestHeaders),
+          responseHeaders: JSON.stringify(ex.responseHeaders),
+          promptNode: placed?.node ?? null,
+        }).lastInsertRowid,
+      );
+      if (placed && ex.outcome === 'complete') tree.raise(placed.path, id);
+      this.insertBodies.run(id, ...bodies);
+      for (const gen of generations) this.insertGeneration.run(id, ...gen);
       return id;
     })();
   }
@@ -362,14 +480,17 @@ export class CaptureStore {
    * same prompts again and again); any write forgets.
    */
   findByPrompt(model: string, promptIds: ArrayLike<number>): StoredExchange[] {
-    return this.findByKey(promptKey(model, promptIds));
+    return this.findByKey(promptKey(model, promptIds), promptIds);
   }
 
-  /** Every complete exchange stored under `key` (a prompt key or a pooling key), oldest first; remembered likewise. */
-  findByKey(key: string): StoredExchange[] {
+  /**
+   * Every complete exchange stored under `key` (a prompt key or a pooling key), oldest first; remembered likewise.
+   * `promptIds`: the prompt the key was made of, when it is a prompt key (its captures' prompt, not read again).
+   */
+  findByKey(key: string, promptIds?: ArrayLike<number>): StoredExchange[] {
     let found = this.recentLookups.get(key);
     if (!found) {
-      found = this.selectByKey.all({ key }).map((row) => this.hydrate(row));
+      found = this.selectByKey.all(key).map((row) => this.hydrate(row, promptIds));
       this.recentLookups.set(key, found);
     }
     return found;
@@ -387,16 +508,28 @@ export class CaptureStore {
     return this.db.select({ id: e.id }).from(e).orderBy(asc(e.startedAt), asc(e.id)).all().map((r) => r.id);
   }
 
+  /** One exchange with all its values read (it stays usable after `close`). */
   getExchange(id: number): StoredExchange | undefined {
-    const row = this.db.select().from(schema.exchanges).where(eq(schema.exchanges.id, id)).get();
-    return row && this.hydrate(row);
+    const row = this.selectById.get(id);
+    if (!row) return undefined;
+    // Spread: reading every value settles each lazy one.
+    return { ...this.hydrate(row) };
   }
 
   /**
-   * The complete capture of `model` sharing the longest prompt-token prefix with `promptIds`
-   * (ties: the newest). A linear scan: it only runs on the miss path.
+   * The complete capture of `model` sharing the longest prompt-token prefix with `promptIds` (ties: the newest):
+   * a walk down the prompt tree. A legacy file opened read-only has none: its prompts are scanned.
    */
   nearest(model: string, promptIds: ArrayLike<number>): NearestCapture | null {
+    if (!this.tree) return this.scanNearest(model, promptIds);
+    const found = this.tree.nearest(model, promptIds);
+    if (!found) return null;
+    const row = this.selectById.get(found.exchangeId);
+    if (!row) throw new CaptureFileError(this.path, `the prompt index names exchange #${found.exchangeId}, which is not in the file`);
+    return { exchangeId: found.exchangeId, promptIds: this.readPrompt(row) ?? [], commonPrefix: found.commonPrefix };
+  }
+
+  private scanNearest(model: string, promptIds: ArrayLike<number>): NearestCapture | null {
     // Iterated: memory stays flat however many captures the file holds.
     const rows = this.selectPrompts.iterate(model) as IterableIterator<{ id: number; promptIds: Buffer }>;
     let best: { exchangeId: number; packed: Buffer; commonPrefix: number } | null = null;
@@ -490,9 +623,20 @@ export class CaptureStore {
     return out;
   }
 
-  private hydrate(row: typeof schema.exchanges.$inferSelect): StoredExchange {
-    const gens = this.selectGenerations.all({ id: row.id });
-    return {
+  /** The prompt's ids of an exchange: in the prompt tree, else in `prompt_ids` as its encoding packs them. */
+  private readPrompt(row: ExchangeHead): number[] | null {
+    if (row.promptNode !== null && this.tree) return this.tree.prompt(row.promptNode);
+    const packed = this.selectPromptIds.get(row.id)?.promptIds ?? null;
+    if (!packed) return null;
+    return row.encoding === 0 ? unpackU32(packed) : unpackVarints(unsqueeze(packed));
+  }
+
+  /**
+   * A stored exchange whose small values are read and whose large ones are read on first use (`prompt`: the
+   * prompt's ids when the caller knows them).
+   */
+  private hydrate(row: ExchangeHead, prompt?: ArrayLike<number>): StoredExchange {
+    const ex = {
       id: row.id,
       runId: row.runId,
       startedAt: row.startedAt,
@@ -505,29 +649,88 @@ export class CaptureStore {
       status: row.status,
       model: row.model,
       stream: Boolean(row.stream),
-      requestHeaders: JSON.parse(row.requestHeaders ?? '{}') as HeaderMap,
-      requestBody: row.requestBody ?? Buffer.alloc(0),
-      responseHeaders: JSON.parse(row.responseHeaders ?? '{}') as HeaderMap,
-      responseBody: row.responseBody ?? Buffer.alloc(0),
-      eventEnds: unpackU32(row.eventEnds),
-      eventTimes: unpackF64(row.eventTimes),
-      eventTokens: unpackU32(row.eventTokens),
       totalMs: row.totalMs ?? 0,
       tokenSource: row.tokenSource as TokenSource | null,
-      promptIds: row.promptIds ? unpackU32(row.promptIds) : null,
       requestShape: row.requestShape,
-      injected: JSON.parse(row.injected ?? '[]') as string[],
-      usage: row.usage === null ? undefined : (JSON.parse(row.usage) as unknown),
-      generations: gens.map((g) => ({
+    } as StoredExchange;
+    const promptIds = once(() => (prompt ? Array.from(prompt) : this.readPrompt(row)));
+    lazy(ex, 'promptIds', promptIds);
+    lazy(ex, 'requestHeaders', () => JSON.parse(row.requestHeaders ?? '{}') as HeaderMap);
+    lazy(ex, 'responseHeaders', () => JSON.parse(row.responseHeaders ?? '{}') as HeaderMap);
+    lazy(ex, 'injected', () => JSON.parse(row.injected ?? '[]') as string[]);
+    lazy(ex, 'usage', () => (row.usage === null ? undefined : (JSON.parse(row.usage) as unknown)));
+
+    const empty = Buffer.alloc(0);
+    if (row.encoding === 0) {
+      const blobs = once(() => this.selectLegacyBlobs.get(row.id));
+      lazy(ex, 'requestBody', () => blobs()?.requestBody ?? empty);
+      lazy(ex, 'responseBody', () => blobs()?.responseBody ?? empty);
+      lazy(ex, 'eventEnds', () => unpackU32(blobs()?.eventEnds));
+      lazy(ex, 'eventTimes', () => unpackF64(blobs()?.eventTimes));
+      lazy(ex, 'eventTokens', () => unpackU32(blobs()?.eventTokens));
+    } else {
+      const blobs = once(() => {
+        const found = this.selectBlobs?.get(row.id);
+        if (!found) throw new CaptureFileError(this.path, `exchange #${row.id} has no stored bodies`);
+        return found;
+      });
+      const dictionary = once(() => bodyDictionary(promptIds()));
+      const value = (blob: Buffer | null, withDictionary = false) => (blob ? unsqueeze(blob, withDictionary ? dictionary() : undefined) : empty);
+      lazy(ex, 'requestBody', () => value(blobs().requestBody, true));
+      lazy(ex, 'responseBody', () => value(blobs().responseBody, true));
+      lazy(ex, 'eventEnds', () => unpackDeltas(value(blobs().eventEnds)));
+      lazy(ex, 'eventTimes', () => unpackTimes(value(blobs().eventTimes)));
+      lazy(ex, 'eventTokens', () => unpackDeltas(value(blobs().eventTokens)));
+    }
+    lazy(ex, 'generations', () => this.selectGenerations.all(row.id).map((g) => this.generation(g, row.encoding, () => ex.eventTimes)));
+    return ex;
+  }
+
+  private generation(g: GenerationRow, encoding: number, eventTimes: () => number[]): Generation {
+    const stopReason = JSON.parse(g.stopReason ?? 'null') as string | number | null;
+    if (encoding === 0) {
+      return {
         choiceIndex: g.choiceIndex,
         outputIds: unpackU32(g.outputIds),
         tokenTimes: unpackF64(g.tokenTimes),
         chunkTokens: unpackU32(g.chunkTokens),
-        chunkDeltas: JSON.parse(g.chunkDeltas) as ChunkDelta[],
-        text: g.text,
+        chunkDeltas: JSON.parse(String(g.chunkDeltas)) as ChunkDelta[],
+        text: String(g.text),
         finishReason: g.finishReason,
-        stopReason: JSON.parse(g.stopReason ?? 'null') as string | number | null,
-      })),
+        stopReason,
+      };
+    }
+    const bytes = (value: string | Buffer) => unsqueeze(typeof value === 'string' ? Buffer.from(value) : value);
+    return {
+      choiceIndex: g.choiceIndex,
+      outputIds: unpackVarints(unsqueeze(g.outputIds)),
+      tokenTimes: unpackTokenTimes(g.tokenTimes, eventTimes),
+      chunkTokens: unpackVarints(unsqueeze(g.chunkTokens)),
+      chunkDeltas: JSON.parse(bytes(g.chunkDeltas).toString('utf8')) as ChunkDelta[],
+      text: bytes(g.text).toString('utf8'),
+      finishReason: g.finishReason,
+      stopReason,
     };
   }
+}
+
+/**
+ * After the migration that adds the prompt tree (0002_compact_store): the prompts of the exchanges written before
+ * it, added to the tree so the nearest-capture search finds them. Their rows stay as they are (encoding 0, prompt
+ * ids in `prompt_ids`): rewriting them would copy every body of the file. Runs once: while the tree is empty.
+ */
+function indexOlderPrompts(sqlite: Database.Database): void {
+  if (sqlite.prepare('select 1 from prompt_nodes limit 1').get()) return;
+  const tree = new PromptTree(sqlite);
+  // Only complete ones: the others are never a nearest capture, and their rows keep their own prompt ids.
+  const page = sqlite.prepare<[number], { id: number; model: string; promptIds: Buffer }>(
+    `select id, model, prompt_ids as promptIds from exchanges
+     where id > ? and encoding = 0 and outcome = 'complete' and model is not null and prompt_ids is not null order by id limit 1000`,
+  );
+  sqlite.transaction(() => {
+    // By pages: memory stays flat however many exchanges the file holds.
+    for (let rows = page.all(0); rows.length > 0; rows = page.all(rows[rows.length - 1].id)) {
+      for (const row of rows) tree.raise(tree.place(row.model, unpackU32(row.promptIds)).path, row.id);
+    }
+  })();
 }

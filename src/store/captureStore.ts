@@ -276,9 +276,8 @@ export class CaptureStore {
   /** A file at the schema before encoding 1, opened read-only: no `encoding`, `prompt_node` or prompt tree. */
   private readonly legacy: boolean;
   private readonly tree: PromptTree | null;
-  private readonly insertExchange;
-  private readonly insertBodies;
-  private readonly insertGeneration;
+  /** The statements that write exchanges (none for a legacy file: its tables lack their columns). */
+  private readonly writes;
   private readonly selectByKey;
   private readonly selectById;
   private readonly selectBlobs;
@@ -317,19 +316,23 @@ export class CaptureStore {
     this.legacy = legacy;
     this.tree = legacy ? null : new PromptTree(sqlite);
 
-    this.insertExchange = sqlite.prepare(
-      `insert into exchanges (run_id, started_at, request_id, method, path, endpoint, outcome, error, status, model, stream, total_ms, token_source,
-         prompt_ids, prompt_len, prompt_key, request_shape, injected, usage, request_headers, response_headers, encoding, prompt_node)
-       values (@runId, @startedAt, @requestId, @method, @path, @endpoint, @outcome, @error, @status, @model, @stream, @totalMs, @tokenSource,
-         @promptIds, @promptLen, @promptKey, @requestShape, @injected, @usage, @requestHeaders, @responseHeaders, ${ENCODING}, @promptNode)`,
-    );
-    this.insertBodies = sqlite.prepare(
-      'insert into exchange_bodies (exchange_id, request_body, response_body, event_ends, event_times, event_tokens) values (?, ?, ?, ?, ?, ?)',
-    );
-    this.insertGeneration = sqlite.prepare(
-      `insert into generations (exchange_id, choice_index, output_ids, token_times, chunk_tokens, chunk_deltas, text, finish_reason, stop_reason)
-       values (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    );
+    this.writes = legacy
+      ? null
+      : {
+          exchange: sqlite.prepare(
+            `insert into exchanges (run_id, started_at, request_id, method, path, endpoint, outcome, error, status, model, stream, total_ms,
+               token_source, prompt_ids, prompt_len, prompt_key, request_shape, injected, usage, request_headers, response_headers, encoding, prompt_node)
+             values (@runId, @startedAt, @requestId, @method, @path, @endpoint, @outcome, @error, @status, @model, @stream, @totalMs,
+               @tokenSource, @promptIds, @promptLen, @promptKey, @requestShape, @injected, @usage, @requestHeaders, @responseHeaders, ${ENCODING}, @promptNode)`,
+          ),
+          bodies: sqlite.prepare(
+            'insert into exchange_bodies (exchange_id, request_body, response_body, event_ends, event_times, event_tokens) values (?, ?, ?, ?, ?, ?)',
+          ),
+          generation: sqlite.prepare(
+            `insert into generations (exchange_id, choice_index, output_ids, token_times, chunk_tokens, chunk_deltas, text, finish_reason, stop_reason)
+             values (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          ),
+        };
     const head = `id, run_id as runId, started_at as startedAt, request_id as requestId, method, path, endpoint, outcome, error, status, model, stream,
       total_ms as totalMs, token_source as tokenSource, request_shape as requestShape, injected, usage, request_headers as requestHeaders,
       response_headers as responseHeaders, ${legacy ? 'null as promptNode, 0 as encoding' : 'prompt_node as promptNode, encoding'}`;
@@ -417,8 +420,8 @@ export class CaptureStore {
    * is over, and answers its client only after it returns). Compression runs before the transaction starts.
    */
   saveExchange(ex: Exchange): number {
-    if (!this.tree) throw new CaptureFileError(this.path, 'opened read-only');
-    const tree = this.tree;
+    if (!this.tree || !this.writes) throw new CaptureFileError(this.path, 'opened read-only, in the layout before encoding 1');
+    const { tree, writes } = this;
     this.recentLookups.clear();
     const dictionary = bodyDictionary(ex.promptIds);
     const bodies = [
@@ -442,7 +445,7 @@ export class CaptureStore {
     return this.sqlite.transaction(() => {
       const placed = inTree ? tree.place(ex.model as string, ex.promptIds as number[]) : null;
       const id = Number(
-        this.insertExchange.run({
+        writes.exchange.run({
           runId: ex.runId,
           startedAt: ex.startedAt,
           requestId: ex.requestId,
@@ -469,8 +472,8 @@ export class CaptureStore {
         }).lastInsertRowid,
       );
       if (placed && ex.outcome === 'complete') tree.raise(placed.path, id);
-      this.insertBodies.run(id, ...bodies);
-      for (const gen of generations) this.insertGeneration.run(id, ...gen);
+      writes.bodies.run(id, ...bodies);
+      for (const gen of generations) writes.generation.run(id, ...gen);
       return id;
     })();
   }

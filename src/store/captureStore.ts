@@ -230,31 +230,133 @@ interface GenerationRow {
   stopReason: string | null;
 }
 
-/** Defines `key` on `target` as computed on its first read, then a plain value (as if assigned; assigning works too). */
-function lazy<T extends object, K extends keyof T>(target: T, key: K, compute: () => T[K]): void {
-  const settle = (value: T[K]) => Object.defineProperty(target, key, { value, writable: true, configurable: true, enumerable: true });
-  Object.defineProperty(target, key, {
-    configurable: true,
-    enumerable: true,
-    get() {
-      const value = compute();
-      settle(value);
-      return value;
-    },
-    set: settle,
-  });
+/** The values of a stored exchange a lookup does not read until they are used. */
+type LazyKey = 'promptIds' | 'requestHeaders' | 'responseHeaders' | 'injected' | 'usage' | 'requestBody' | 'responseBody' | 'eventEnds' | 'eventTimes' | 'eventTokens' | 'generations';
+type LazyValues = Pick<StoredExchange, LazyKey>;
+const LAZY_KEYS: readonly LazyKey[] = ['promptIds', 'requestHeaders', 'responseHeaders', 'injected', 'usage', 'requestBody', 'responseBody', 'eventEnds', 'eventTimes', 'eventTokens', 'generations'];
+
+/** What a found exchange reads its large values with: the store's statements. */
+interface ExchangeReader {
+  prompt(row: ExchangeHead): number[] | null;
+  blobs(row: ExchangeHead): ExchangeBlobs;
+  generations(row: ExchangeHead, eventTimes: () => number[]): Generation[];
 }
 
-function once<T>(compute: () => T): () => T {
-  let done = false;
-  let value: T;
-  return () => {
-    if (!done) {
-      value = compute();
-      done = true;
+// The head's fields, assigned in the constructor: declared by merging, as a class cannot list a type's fields.
+interface FoundExchange extends Omit<StoredExchange, LazyKey> {}
+
+/**
+ * A stored exchange as a lookup returns it: its small values read, each large one read from the file on first
+ * use and kept. Getters on the prototype and no closure per exchange: a lookup costs a few µs over its query.
+ * Assigning a value works as on a plain object; `plain` (and `toJSON`) give every value.
+ */
+class FoundExchange implements StoredExchange {
+  readonly #reader: ExchangeReader;
+  readonly #row: ExchangeHead;
+  readonly #prompt: ArrayLike<number> | undefined;
+  readonly #read: Partial<LazyValues> = {};
+  #blobs: ExchangeBlobs | undefined;
+  #dictionary: Buffer | undefined;
+
+  constructor(reader: ExchangeReader, row: ExchangeHead, prompt: ArrayLike<number> | undefined) {
+    this.#reader = reader;
+    this.#row = row;
+    this.#prompt = prompt;
+    this.id = row.id;
+    this.runId = row.runId;
+    this.startedAt = row.startedAt;
+    this.requestId = row.requestId;
+    this.method = row.method;
+    this.path = row.path;
+    this.endpoint = row.endpoint as Exchange['endpoint'];
+    this.outcome = row.outcome as Outcome;
+    this.error = row.error;
+    this.status = row.status;
+    this.model = row.model;
+    this.stream = Boolean(row.stream);
+    this.totalMs = row.totalMs ?? 0;
+    this.tokenSource = row.tokenSource as TokenSource | null;
+    this.requestShape = row.requestShape;
+  }
+
+  #get<K extends LazyKey>(key: K): LazyValues[K] {
+    if (!(key in this.#read)) this.#read[key] = this.#load(key) as LazyValues[K];
+    return this.#read[key] as LazyValues[K];
+  }
+
+  #load(key: LazyKey): LazyValues[LazyKey] {
+    const row = this.#row;
+    switch (key) {
+      case 'promptIds':
+        return this.#prompt ? Array.from(this.#prompt) : this.#reader.prompt(row);
+      case 'requestHeaders':
+        return JSON.parse(row.requestHeaders ?? '{}') as HeaderMap;
+      case 'responseHeaders':
+        return JSON.parse(row.responseHeaders ?? '{}') as HeaderMap;
+      case 'injected':
+        return JSON.parse(row.injected ?? '[]') as string[];
+      case 'usage':
+        return row.usage === null ? undefined : (JSON.parse(row.usage) as unknown);
+      case 'requestBody':
+      case 'responseBody':
+        return this.#bytes(key, true);
+      case 'eventEnds':
+      case 'eventTokens':
+        return row.encoding === 0 ? unpackU32(this.#blob(key)) : unpackDeltas(this.#bytes(key, false));
+      case 'eventTimes':
+        return row.encoding === 0 ? unpackF64(this.#blob(key)) : unpackTimes(this.#bytes(key, false));
+      case 'generations':
+        return this.#reader.generations(row, () => this.eventTimes);
     }
-    return value;
-  };
+  }
+
+  #blob(key: keyof ExchangeBlobs): Buffer | null {
+    this.#blobs ??= this.#reader.blobs(this.#row);
+    return this.#blobs[key];
+  }
+
+  /** A blob as stored in encoding 0, unsqueezed in encoding 1 (bodies against the prompt's dictionary). */
+  #bytes(key: keyof ExchangeBlobs, withDictionary: boolean): Buffer {
+    const blob = this.#blob(key);
+    if (!blob) return Buffer.alloc(0);
+    if (this.#row.encoding === 0) return blob;
+    if (!withDictionary) return unsqueeze(blob);
+    this.#dictionary ??= bodyDictionary(this.promptIds);
+    return unsqueeze(blob, this.#dictionary);
+  }
+
+  get promptIds() { return this.#get('promptIds'); }
+  set promptIds(value) { this.#read.promptIds = value; }
+  get requestHeaders() { return this.#get('requestHeaders'); }
+  set requestHeaders(value) { this.#read.requestHeaders = value; }
+  get responseHeaders() { return this.#get('responseHeaders'); }
+  set responseHeaders(value) { this.#read.responseHeaders = value; }
+  get injected() { return this.#get('injected'); }
+  set injected(value) { this.#read.injected = value; }
+  get usage() { return this.#get('usage'); }
+  set usage(value) { this.#read.usage = value; }
+  get requestBody() { return this.#get('requestBody'); }
+  set requestBody(value) { this.#read.requestBody = value; }
+  get responseBody() { return this.#get('responseBody'); }
+  set responseBody(value) { this.#read.responseBody = value; }
+  get eventEnds() { return this.#get('eventEnds'); }
+  set eventEnds(value) { this.#read.eventEnds = value; }
+  get eventTimes() { return this.#get('eventTimes'); }
+  set eventTimes(value) { this.#read.eventTimes = value; }
+  get eventTokens() { return this.#get('eventTokens'); }
+  set eventTokens(value) { this.#read.eventTokens = value; }
+  get generations() { return this.#get('generations'); }
+  set generations(value) { this.#read.generations = value; }
+
+  /** Every value, read, as a plain object. */
+  plain(): StoredExchange {
+    const lazy = Object.fromEntries(LAZY_KEYS.map((key) => [key, this.#get(key)]));
+    return { ...this, ...lazy } as StoredExchange;
+  }
+
+  toJSON(): StoredExchange {
+    return this.plain();
+  }
 }
 
 /** The current format: see `exchanges.encoding` in schema.ts. */
@@ -515,8 +617,7 @@ export class CaptureStore {
   getExchange(id: number): StoredExchange | undefined {
     const row = this.selectById.get(id);
     if (!row) return undefined;
-    // Spread: reading every value settles each lazy one.
-    return { ...this.hydrate(row) };
+    return this.hydrate(row).plain();
   }
 
   /**
@@ -638,56 +739,20 @@ export class CaptureStore {
    * A stored exchange whose small values are read and whose large ones are read on first use (`prompt`: the
    * prompt's ids when the caller knows them).
    */
-  private hydrate(row: ExchangeHead, prompt?: ArrayLike<number>): StoredExchange {
-    const ex = {
-      id: row.id,
-      runId: row.runId,
-      startedAt: row.startedAt,
-      requestId: row.requestId,
-      method: row.method,
-      path: row.path,
-      endpoint: row.endpoint as Exchange['endpoint'],
-      outcome: row.outcome as Outcome,
-      error: row.error,
-      status: row.status,
-      model: row.model,
-      stream: Boolean(row.stream),
-      totalMs: row.totalMs ?? 0,
-      tokenSource: row.tokenSource as TokenSource | null,
-      requestShape: row.requestShape,
-    } as StoredExchange;
-    const promptIds = once(() => (prompt ? Array.from(prompt) : this.readPrompt(row)));
-    lazy(ex, 'promptIds', promptIds);
-    lazy(ex, 'requestHeaders', () => JSON.parse(row.requestHeaders ?? '{}') as HeaderMap);
-    lazy(ex, 'responseHeaders', () => JSON.parse(row.responseHeaders ?? '{}') as HeaderMap);
-    lazy(ex, 'injected', () => JSON.parse(row.injected ?? '[]') as string[]);
-    lazy(ex, 'usage', () => (row.usage === null ? undefined : (JSON.parse(row.usage) as unknown)));
-
-    const empty = Buffer.alloc(0);
-    if (row.encoding === 0) {
-      const blobs = once(() => this.selectLegacyBlobs.get(row.id));
-      lazy(ex, 'requestBody', () => blobs()?.requestBody ?? empty);
-      lazy(ex, 'responseBody', () => blobs()?.responseBody ?? empty);
-      lazy(ex, 'eventEnds', () => unpackU32(blobs()?.eventEnds));
-      lazy(ex, 'eventTimes', () => unpackF64(blobs()?.eventTimes));
-      lazy(ex, 'eventTokens', () => unpackU32(blobs()?.eventTokens));
-    } else {
-      const blobs = once(() => {
-        const found = this.selectBlobs?.get(row.id);
-        if (!found) throw new CaptureFileError(this.path, `exchange #${row.id} has no stored bodies`);
-        return found;
-      });
-      const dictionary = once(() => bodyDictionary(promptIds()));
-      const value = (blob: Buffer | null, withDictionary = false) => (blob ? unsqueeze(blob, withDictionary ? dictionary() : undefined) : empty);
-      lazy(ex, 'requestBody', () => value(blobs().requestBody, true));
-      lazy(ex, 'responseBody', () => value(blobs().responseBody, true));
-      lazy(ex, 'eventEnds', () => unpackDeltas(value(blobs().eventEnds)));
-      lazy(ex, 'eventTimes', () => unpackTimes(value(blobs().eventTimes)));
-      lazy(ex, 'eventTokens', () => unpackDeltas(value(blobs().eventTokens)));
-    }
-    lazy(ex, 'generations', () => this.selectGenerations.all(row.id).map((g) => this.generation(g, row.encoding, () => ex.eventTimes)));
-    return ex;
+  private hydrate(row: ExchangeHead, prompt?: ArrayLike<number>): FoundExchange {
+    return new FoundExchange(this.reader, row, prompt);
   }
+
+  /** How found exchanges read their large values. */
+  private readonly reader: ExchangeReader = {
+    prompt: (row) => this.readPrompt(row),
+    blobs: (row) => {
+      const found = row.encoding === 0 ? this.selectLegacyBlobs.get(row.id) : this.selectBlobs?.get(row.id);
+      if (!found) throw new CaptureFileError(this.path, `exchange #${row.id} has no stored bodies`);
+      return found;
+    },
+    generations: (row, eventTimes) => this.selectGenerations.all(row.id).map((g) => this.generation(g, row.encoding, eventTimes)),
+  };
 
   private generation(g: GenerationRow, encoding: number, eventTimes: () => number[]): Generation {
     const stopReason = JSON.parse(g.stopReason ?? 'null') as string | number | null;

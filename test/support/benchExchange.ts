@@ -19,7 +19,8 @@ export function promptIds(i: number): number[] {
     x ^= x >>> 17;
     x ^= x << 5;
     x >>>= 0;
-    ids[k] = x % 151_000;
+    // As small integers, as ids parsed from JSON are (x is a double here: the remainder would be one too).
+    ids[k] = (x % 151_000) | 0;
   }
   return ids;
 }

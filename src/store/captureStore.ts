@@ -210,6 +210,18 @@ interface ExchangeHead {
   encoding: number;
 }
 
+/** `ExchangeHead`'s columns in order, as a raw row holds them. */
+type HeadColumns = [number, number, number, string | null, string, string, string | null, string, string | null, number | null, string | null, number | null,
+  number | null, string | null, string | null, string | null, string | null, string | null, string | null, number | null, number];
+
+function exchangeHead(c: HeadColumns): ExchangeHead {
+  return {
+    id: c[0], runId: c[1], startedAt: c[2], requestId: c[3], method: c[4], path: c[5], endpoint: c[6], outcome: c[7], error: c[8], status: c[9],
+    model: c[10], stream: c[11], totalMs: c[12], tokenSource: c[13], requestShape: c[14], injected: c[15], usage: c[16], requestHeaders: c[17],
+    responseHeaders: c[18], promptNode: c[19], encoding: c[20],
+  };
+}
+
 /** An exchange's large values as stored (encoding 0: in `exchanges`; 1: in `exchange_bodies`, `squeeze`d). */
 interface ExchangeBlobs {
   requestBody: Buffer | null;
@@ -435,11 +447,11 @@ export class CaptureStore {
              values (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
           ),
         };
-    const head = `id, run_id as runId, started_at as startedAt, request_id as requestId, method, path, endpoint, outcome, error, status, model, stream,
-      total_ms as totalMs, token_source as tokenSource, request_shape as requestShape, injected, usage, request_headers as requestHeaders,
-      response_headers as responseHeaders, ${legacy ? 'null as promptNode, 0 as encoding' : 'prompt_node as promptNode, encoding'}`;
-    this.selectByKey = sqlite.prepare<[string], ExchangeHead>(`select ${head} from exchanges where prompt_key = ? and outcome = 'complete' order by id`);
-    this.selectById = sqlite.prepare<[number], ExchangeHead>(`select ${head} from exchanges where id = ?`);
+    // Raw rows made into objects here: better-sqlite3 builds an object a property at a time, slower than the query.
+    const head = `id, run_id, started_at, request_id, method, path, endpoint, outcome, error, status, model, stream, total_ms, token_source,
+      request_shape, injected, usage, request_headers, response_headers, ${legacy ? 'null, 0' : 'prompt_node, encoding'}`;
+    this.selectByKey = sqlite.prepare<[string], HeadColumns>(`select ${head} from exchanges where prompt_key = ? and outcome = 'complete' order by id`).raw();
+    this.selectById = sqlite.prepare<[number], HeadColumns>(`select ${head} from exchanges where id = ?`).raw();
     this.selectBlobs = legacy
       ? null
       : sqlite.prepare<[number], ExchangeBlobs>(
@@ -595,7 +607,7 @@ export class CaptureStore {
   findByKey(key: string, promptIds?: ArrayLike<number>): StoredExchange[] {
     let found = this.recentLookups.get(key);
     if (!found) {
-      found = this.selectByKey.all(key).map((row) => this.hydrate(row, promptIds));
+      found = this.selectByKey.all(key).map((row) => this.hydrate(exchangeHead(row), promptIds));
       this.recentLookups.set(key, found);
     }
     return found;
@@ -615,7 +627,8 @@ export class CaptureStore {
 
   /** One exchange with all its values read (it stays usable after `close`). */
   getExchange(id: number): StoredExchange | undefined {
-    const row = this.selectById.get(id);
+    const columns = this.selectById.get(id);
+    const row = columns && exchangeHead(columns);
     if (!row) return undefined;
     return this.hydrate(row).plain();
   }
@@ -628,7 +641,8 @@ export class CaptureStore {
     if (!this.tree) return this.scanNearest(model, promptIds);
     const found = this.tree.nearest(model, promptIds);
     if (!found) return null;
-    const row = this.selectById.get(found.exchangeId);
+    const columns = this.selectById.get(found.exchangeId);
+    const row = columns && exchangeHead(columns);
     if (!row) throw new CaptureFileError(this.path, `the prompt index names exchange #${found.exchangeId}, which is not in the file`);
     return { exchangeId: found.exchangeId, promptIds: this.readPrompt(row) ?? [], commonPrefix: found.commonPrefix };
   }

@@ -556,6 +556,8 @@ export class CaptureStore {
       JSON.stringify(gen.stopReason),
     ]);
     const inTree = ex.promptIds !== null && ex.model !== null;
+    // Immediate: the tree is read before anything is written, and a deferred transaction whose snapshot another
+    // writer (the recorder's worker beside `serve --on-miss record`) has moved past could not then write.
     return this.sqlite.transaction(() => {
       const placed = inTree ? tree.place(ex.model as string, ex.promptIds as number[]) : null;
       const id = Number(
@@ -589,7 +591,7 @@ export class CaptureStore {
       writes.bodies.run(id, ...bodies);
       for (const gen of generations) writes.generation.run(id, ...gen);
       return id;
-    })();
+    }).immediate();
   }
 
   /**
@@ -802,17 +804,18 @@ export class CaptureStore {
  * ids in `prompt_ids`): rewriting them would copy every body of the file. Runs once: while the tree is empty.
  */
 function indexOlderPrompts(sqlite: Database.Database): void {
-  if (sqlite.prepare('select 1 from prompt_nodes limit 1').get()) return;
   const tree = new PromptTree(sqlite);
   // Only complete ones: the others are never a nearest capture, and their rows keep their own prompt ids.
   const page = sqlite.prepare<[number], { id: number; model: string; promptIds: Buffer }>(
     `select id, model, prompt_ids as promptIds from exchanges
      where id > ? and encoding = 0 and outcome = 'complete' and model is not null and prompt_ids is not null order by id limit 1000`,
   );
+  // Immediate, the check inside: two connections opening the file at once build it once.
   sqlite.transaction(() => {
+    if (sqlite.prepare('select 1 from prompt_nodes limit 1').get()) return;
     // By pages: memory stays flat however many exchanges the file holds.
     for (let rows = page.all(0); rows.length > 0; rows = page.all(rows[rows.length - 1].id)) {
       for (const row of rows) tree.raise(tree.place(row.model, unpackU32(row.promptIds)).path, row.id);
     }
-  })();
+  }).immediate();
 }

@@ -147,7 +147,11 @@ export interface NearestCapture {
 }
 
 export function promptKey(model: string, promptIds: ArrayLike<number>): string {
-  return createHash('sha256').update(model).update('\0').update(packU32(promptIds)).digest('hex');
+  return packedPromptKey(model, packU32(promptIds));
+}
+
+function packedPromptKey(model: string, packed: Buffer): string {
+  return createHash('sha256').update(model).update('\0').update(packed).digest('hex');
 }
 
 /** The migrations a file needs for the layout before encoding 1 (0000_init, 0001_run_engine), which a read-only open still reads. */
@@ -265,15 +269,15 @@ interface FoundExchange extends Omit<StoredExchange, LazyKey> {}
 class FoundExchange implements StoredExchange {
   readonly #reader: ExchangeReader;
   readonly #row: ExchangeHead;
-  readonly #prompt: ArrayLike<number> | undefined;
+  readonly #packedPrompt: Buffer | undefined;
   readonly #read: Partial<LazyValues> = {};
   #blobs: ExchangeBlobs | undefined;
   #dictionary: Buffer | undefined;
 
-  constructor(reader: ExchangeReader, row: ExchangeHead, prompt: ArrayLike<number> | undefined) {
+  constructor(reader: ExchangeReader, row: ExchangeHead, packedPrompt: Buffer | undefined) {
     this.#reader = reader;
     this.#row = row;
-    this.#prompt = prompt;
+    this.#packedPrompt = packedPrompt;
     this.id = row.id;
     this.runId = row.runId;
     this.startedAt = row.startedAt;
@@ -300,7 +304,7 @@ class FoundExchange implements StoredExchange {
     const row = this.#row;
     switch (key) {
       case 'promptIds':
-        return this.#prompt ? Array.from(this.#prompt) : this.#reader.prompt(row);
+        return this.#packedPrompt ? unpackU32(this.#packedPrompt) : this.#reader.prompt(row);
       case 'requestHeaders':
         return JSON.parse(row.requestHeaders ?? '{}') as HeaderMap;
       case 'responseHeaders':
@@ -599,17 +603,19 @@ export class CaptureStore {
    * same prompts again and again); any write forgets.
    */
   findByPrompt(model: string, promptIds: ArrayLike<number>): StoredExchange[] {
-    return this.findByKey(promptKey(model, promptIds), promptIds);
+    const packed = packU32(promptIds);
+    return this.findByKey(packedPromptKey(model, packed), packed);
   }
 
   /**
    * Every complete exchange stored under `key` (a prompt key or a pooling key), oldest first; remembered likewise.
-   * `promptIds`: the prompt the key was made of, when it is a prompt key (its captures' prompt, not read again).
+   * `packedPrompt`: the prompt the key was made of (`packU32`), when it is a prompt key: its captures' prompt, not
+   * read again.
    */
-  findByKey(key: string, promptIds?: ArrayLike<number>): StoredExchange[] {
+  findByKey(key: string, packedPrompt?: Buffer): StoredExchange[] {
     let found = this.recentLookups.get(key);
     if (!found) {
-      found = this.selectByKey.all(key).map((row) => this.hydrate(exchangeHead(row), promptIds));
+      found = this.selectByKey.all(key).map((row) => this.hydrate(exchangeHead(row), packedPrompt));
       this.recentLookups.set(key, found);
     }
     return found;
@@ -752,11 +758,11 @@ export class CaptureStore {
   }
 
   /**
-   * A stored exchange whose small values are read and whose large ones are read on first use (`prompt`: the
-   * prompt's ids when the caller knows them).
+   * A stored exchange whose small values are read and whose large ones are read on first use (`packedPrompt`: the
+   * prompt's ids, `packU32`ed, when the caller knows them).
    */
-  private hydrate(row: ExchangeHead, prompt?: ArrayLike<number>): FoundExchange {
-    return new FoundExchange(this.reader, row, prompt);
+  private hydrate(row: ExchangeHead, packedPrompt?: Buffer): FoundExchange {
+    return new FoundExchange(this.reader, row, packedPrompt);
   }
 
   /** How found exchanges read their large values. */

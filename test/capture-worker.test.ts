@@ -99,12 +99,12 @@ describe('RecorderThread', () => {
     await recorder.sink(rawExchange(pooled, request));
     expect(pooled.toString()).toBe(events);
 
-    const db = new Database(path, { readonly: true });
-    const rows = db.prepare('select outcome, token_source as source, request_headers as headers, response_body as body from exchanges order by id').all() as { outcome: string; source: string; headers: string; body: Buffer }[];
-    db.close();
-    expect(rows.map((r) => [r.outcome, r.source])).toEqual([['complete', 'engine'], ['complete', 'engine']]);
-    expect(rows.every((r) => r.body.toString() === events)).toBe(true);
-    expect(rows[0].headers).not.toContain('sk-never-stored');
+    const stored = CaptureStore.open(path, { readonly: true });
+    const rows = stored.exchangeIds().map((id) => stored.getExchange(id)!);
+    stored.close();
+    expect(rows.map((r) => [r.outcome, r.tokenSource])).toEqual([['complete', 'engine'], ['complete', 'engine']]);
+    expect(rows.every((r) => r.responseBody.toString() === events)).toBe(true);
+    expect(JSON.stringify(rows[0].requestHeaders)).not.toContain('sk-never-stored');
     expect(await recorder.counts()).toEqual({ complete: 2, failed: 0, aborted: 0 });
   });
 

@@ -3,10 +3,10 @@
  * front of the vLLM, llama.cpp and transformers-serve doubles), run as a user runs them: `node dist/cli/main.js`.
  * Oracles: the Python tokenizer's ids (qwen3Oracle), the stored bytes read with plain SQLite.
  */
-import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CaptureStore } from '../src/store/captureStore.js';
 import { startEngineDouble, type EngineName } from './support/engineDoubles.js';
 import { runMockerToExit, startMockerProcess } from './support/mockerProcess.js';
 import { oracleIds } from './support/qwen3Oracle.js';
@@ -61,21 +61,45 @@ async function mocker(...args: string[]): Promise<{ code: number | null; stdout:
   return { ...out, json };
 }
 
-/** Rows as SQLite holds them (packed ids are little-endian u32). */
+/** The exchanges of a capture file as the store reads them back (bodies decompressed). */
 function storedRows(file: string): { id: number; path: string; outcome: string; body: Buffer; eventEnds: number[] }[] {
-  const db = new Database(file, { readonly: true });
+  const store = CaptureStore.open(file, { readonly: true });
   try {
-    const rows = db.prepare('SELECT id, path, outcome, response_body, event_ends FROM exchanges ORDER BY id').all() as { id: number; path: string; outcome: string; response_body: Buffer | null; event_ends: Buffer | null }[];
-    return rows.map((r) => ({
-      id: r.id,
-      path: r.path,
-      outcome: r.outcome,
-      body: r.response_body ?? Buffer.alloc(0),
-      eventEnds: r.event_ends ? Array.from({ length: r.event_ends.length / 4 }, (_, i) => r.event_ends!.readUInt32LE(i * 4)) : [],
-    }));
+    return store.exchangeIds().map((id) => {
+      const ex = store.getExchange(id)!;
+      return { id, path: ex.path, outcome: ex.outcome, body: ex.responseBody, eventEnds: ex.eventEnds };
+    });
   } finally {
-    db.close();
+    store.close();
   }
+}
+
+/**
+ * A copy of a capture file whose exchanges `change` names have other stored response bytes, written through the
+ * store as an import writes (the file's own layout compresses them); returns the copy's exchange ids by the source's.
+ */
+function alteredCopy(file: string, out: string, change: Map<number, (body: Buffer) => Buffer>): Map<number, number> {
+  const source = CaptureStore.open(file, { readonly: true });
+  const target = CaptureStore.open(out);
+  const runs = new Map<number, number>();
+  const ids = new Map<number, number>();
+  try {
+    for (const id of source.exchangeIds()) {
+      const ex = source.getExchange(id)!;
+      let runId = runs.get(ex.runId);
+      if (runId === undefined) {
+        const { id: _, startedAt, tokenizerFiles: __, ...info } = source.getRun(ex.runId)!;
+        runId = target.startRun(info, source.tokenizerFiles(source.getRun(ex.runId)!), startedAt);
+        runs.set(ex.runId, runId);
+      }
+      const mutate = change.get(id);
+      ids.set(id, target.saveExchange({ ...ex, runId, responseBody: mutate ? mutate(ex.responseBody) : ex.responseBody }));
+    }
+  } finally {
+    source.close();
+    target.close();
+  }
+  return ids;
 }
 
 /** Characters of several UTF-8 bytes that the tokenizer splits over byte tokens (👍 is 61804 + 235 in the oracle). */
@@ -120,16 +144,16 @@ describe('mocker captures verify', () => {
 
     it('reports a byte changed in the stored response with its position, event and JSON path; exit 1', async () => {
       const altered = tempFile('altered.db');
-      copyFileSync(file, altered);
-      const row = storedRows(altered)[1];
+      const source = storedRows(file)[1];
       const needle = '"content":"emoji"';
-      const offset = row.body.indexOf(needle) + '"content":"'.length;
-      expect(row.body[offset]).toBe('e'.charCodeAt(0));
-      const body = Buffer.from(row.body);
-      body[offset] = 'E'.charCodeAt(0);
-      const db = new Database(altered);
-      db.prepare('UPDATE exchanges SET response_body = ? WHERE id = ?').run(body, row.id);
-      db.close();
+      const offset = source.body.indexOf(needle) + '"content":"'.length;
+      expect(source.body[offset]).toBe('e'.charCodeAt(0));
+      const ids = alteredCopy(file, altered, new Map([[source.id, (body: Buffer) => {
+        const changed = Buffer.from(body);
+        changed[offset] = 'E'.charCodeAt(0);
+        return changed;
+      }]]));
+      const row = { ...source, id: ids.get(source.id)! };
       const event = row.eventEnds.findIndex((end) => end > offset);
 
       const { code, json } = await mocker('captures', 'verify', altered, '--json');
@@ -145,15 +169,12 @@ describe('mocker captures verify', () => {
 
     it('--limit bounds the examples, not the count', async () => {
       const altered = tempFile('altered-twice.db');
-      copyFileSync(file, altered);
-      const db = new Database(altered);
-      for (const row of storedRows(altered).slice(3, 5)) {
-        const body = Buffer.from(row.body);
-        const at = body.indexOf(Buffer.from('"finish_reason":"stop"')) + '"finish_reason":"'.length;
-        body.write('stoP', at);
-        db.prepare('UPDATE exchanges SET response_body = ? WHERE id = ?').run(body, row.id);
-      }
-      db.close();
+      const stoP = (body: Buffer) => {
+        const changed = Buffer.from(body);
+        changed.write('stoP', changed.indexOf(Buffer.from('"finish_reason":"stop"')) + '"finish_reason":"'.length);
+        return changed;
+      };
+      alteredCopy(file, altered, new Map(storedRows(file).slice(3, 5).map((row) => [row.id, stoP])));
       const { code, json } = await mocker('captures', 'verify', altered, '--json', '--limit', '1');
       expect(code).toBe(1);
       expect(json).toMatchObject({ mismatched: 2 });

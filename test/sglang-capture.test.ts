@@ -6,9 +6,9 @@
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CaptureStore } from '../src/store/captureStore.js';
 import { answerSummary } from './support/answerSummary.js';
 import { runEngines } from './support/captureRuns.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
@@ -107,20 +107,18 @@ interface Stored {
   stopReason: unknown;
 }
 
-const u32s = (b: Buffer | null) => (b ? Array.from({ length: b.length / 4 }, (_, i) => b.readUInt32LE(i * 4)) : null);
-
-/** The stored rows, read with plain SQLite (packed ids are little-endian u32). */
+/** The stored exchanges, one row a choice, as the capture store reads them back. */
 function stored(file: string): Stored[] {
-  const db = new Database(file, { readonly: true });
+  const store = CaptureStore.open(file, { readonly: true });
   try {
-    const rows = db
-      .prepare('SELECT e.path, e.outcome, e.prompt_ids, e.token_source, g.output_ids, g.text, g.finish_reason, g.stop_reason FROM exchanges e JOIN generations g ON g.exchange_id = e.id ORDER BY e.id, g.choice_index')
-      .all() as { path: string; outcome: string; prompt_ids: Buffer | null; token_source: string | null; output_ids: Buffer; text: string; finish_reason: string | null; stop_reason: string | null }[];
-    return rows.map((r) => ({
-      path: r.path, outcome: r.outcome, promptIds: u32s(r.prompt_ids), tokenSource: r.token_source, outputIds: u32s(r.output_ids)!, text: r.text, finishReason: r.finish_reason, stopReason: JSON.parse(r.stop_reason ?? 'null'),
-    }));
+    return store.exchangeIds().flatMap((id) => {
+      const e = store.getExchange(id)!;
+      return e.generations.map((g) => ({
+        path: e.path, outcome: e.outcome, promptIds: e.promptIds, tokenSource: e.tokenSource, outputIds: g.outputIds, text: g.text, finishReason: g.finishReason, stopReason: g.stopReason,
+      }));
+    });
   } finally {
-    db.close();
+    store.close();
   }
 }
 

@@ -7,7 +7,23 @@ import { and, asc, desc, eq, gte, inArray, lt, sql } from 'drizzle-orm';
 import { drizzle, type BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
 import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { LruCache } from '../util/lruCache.js';
-import { packF64, packU32, unpackF64, unpackU32 } from './pack.js';
+import {
+  bodyDictionary,
+  packDeltas,
+  packTimes,
+  packTokenTimes,
+  packU32,
+  packVarints,
+  squeeze,
+  unpackDeltas,
+  unpackF64,
+  unpackTimes,
+  unpackTokenTimes,
+  unpackU32,
+  unpackVarints,
+  unsqueeze,
+} from './pack.js';
+import { PromptTree } from './promptTree.js';
 import * as schema from './schema.js';
 
 const MIGRATIONS = resolve(dirname(fileURLToPath(import.meta.url)), '../../migrations');
@@ -148,7 +164,7 @@ export interface ExchangeSummary {
   startedAt: number;
   method: string;
   path: string;
-  endpoint: 'chat' | 'completion' | null;
+  endpoint: RecordedEndpoint | null;
   outcome: Outcome;
   error: string | null;
   status: number | null;
@@ -167,16 +183,28 @@ export interface NearestCapture {
 }
 
 export function promptKey(model: string, promptIds: ArrayLike<number>): string {
-  return createHash('sha256').update(model).update('\0').update(packU32(promptIds)).digest('hex');
+  return packedPromptKey(model, packU32(promptIds));
 }
 
-/** A read-only file cannot be migrated: it must be at this version's schema already. */
-function checkMigrated(sqlite: Database.Database): void {
+function packedPromptKey(model: string, packed: Buffer): string {
+  return createHash('sha256').update(model).update('\0').update(packed).digest('hex');
+}
+
+/** The migrations a file needs for the layout before encoding 1 (0000_init, 0001_run_engine), which a read-only open still reads. */
+const LEGACY_MIGRATIONS = 2;
+
+/**
+ * A read-only file cannot be migrated: it must be at this version's schema already, or at the one before the
+ * compact layout (read as it is: the nearest-capture search then scans). Returns whether it is the latter.
+ */
+function checkMigrated(sqlite: Database.Database): boolean {
   const table = sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get();
   if (!table) throw new Error('not a mocker capture file (no capture tables)');
   const { n } = sqlite.prepare('select count(*) as n from __drizzle_migrations').get() as { n: number };
   const expected = migrationCount();
-  if (n < expected) throw new Error(`written by an older mocker (schema ${n} of ${expected}); open it once for writing (e.g. mocker serve --on-miss record) to upgrade it`);
+  if (n >= expected) return false;
+  if (n === LEGACY_MIGRATIONS) return true;
+  throw new Error(`written by an older mocker (schema ${n} of ${expected}); open it once for writing (e.g. mocker serve --on-miss record) to upgrade it`);
 }
 
 /** Why a capture file could not be opened, in words that say what to do. */
@@ -196,20 +224,230 @@ function sha256(data: Buffer): string {
 }
 
 type Db = BetterSQLite3Database<typeof schema>;
-const p = sql.placeholder;
+
+/** The columns of `exchanges` a lookup reads: none of the large ones. */
+interface ExchangeHead {
+  id: number;
+  runId: number;
+  startedAt: number;
+  requestId: string | null;
+  method: string;
+  path: string;
+  endpoint: string | null;
+  outcome: string;
+  error: string | null;
+  status: number | null;
+  model: string | null;
+  stream: number | null;
+  totalMs: number | null;
+  tokenSource: string | null;
+  requestShape: string | null;
+  injected: string | null;
+  usage: string | null;
+  requestHeaders: string | null;
+  responseHeaders: string | null;
+  promptKey: string | null;
+  promptNode: number | null;
+  encoding: number;
+}
+
+/** `ExchangeHead`'s columns in order, as a raw row holds them. */
+type HeadColumns = [number, number, number, string | null, string, string, string | null, string, string | null, number | null, string | null, number | null,
+  number | null, string | null, string | null, string | null, string | null, string | null, string | null, string | null, number | null, number];
+
+function exchangeHead(c: HeadColumns): ExchangeHead {
+  return {
+    id: c[0], runId: c[1], startedAt: c[2], requestId: c[3], method: c[4], path: c[5], endpoint: c[6], outcome: c[7], error: c[8], status: c[9],
+    model: c[10], stream: c[11], totalMs: c[12], tokenSource: c[13], requestShape: c[14], injected: c[15], usage: c[16], requestHeaders: c[17],
+    responseHeaders: c[18], promptKey: c[19], promptNode: c[20], encoding: c[21],
+  };
+}
+
+/** An exchange's large values as stored (encoding 0: in `exchanges`; 1: in `exchange_bodies`, `squeeze`d). */
+interface ExchangeBlobs {
+  requestBody: Buffer | null;
+  responseBody: Buffer | null;
+  eventEnds: Buffer | null;
+  eventTimes: Buffer | null;
+  eventTokens: Buffer | null;
+}
+
+interface GenerationRow {
+  choiceIndex: number;
+  outputIds: Buffer;
+  tokenTimes: Buffer;
+  chunkTokens: Buffer;
+  chunkDeltas: string | Buffer;
+  text: string | Buffer;
+  finishReason: string | null;
+  stopReason: string | null;
+}
+
+/** The values of a stored exchange a lookup does not read until they are used. */
+type LazyKey =
+  | 'promptIds' | 'requestHeaders' | 'responseHeaders' | 'injected' | 'usage' | 'requestBody' | 'responseBody' | 'bodiesRedacted' | 'eventEnds' | 'eventTimes' | 'eventTokens' | 'generations';
+type LazyValues = Pick<StoredExchange, LazyKey>;
+const LAZY_KEYS: readonly LazyKey[] = ['promptIds', 'requestHeaders', 'responseHeaders', 'injected', 'usage', 'requestBody', 'responseBody', 'bodiesRedacted', 'eventEnds', 'eventTimes', 'eventTokens', 'generations'];
+
+/** What a found exchange reads its large values with: the store's statements. */
+interface ExchangeReader {
+  prompt(row: ExchangeHead): number[] | null;
+  blobs(row: ExchangeHead): ExchangeBlobs;
+  generations(row: ExchangeHead, eventTimes: () => number[]): Generation[];
+}
+
+// The head's fields, assigned in the constructor: declared by merging, as a class cannot list a type's fields.
+interface FoundExchange extends Omit<StoredExchange, LazyKey> {}
+
+/**
+ * A stored exchange as a lookup returns it: its small values read, each large one read from the file on first
+ * use and kept. Getters on the prototype and no closure per exchange: a lookup costs a few µs over its query.
+ * Assigning a value works as on a plain object; `plain` (and `toJSON`) give every value.
+ */
+class FoundExchange implements StoredExchange {
+  readonly #reader: ExchangeReader;
+  readonly #row: ExchangeHead;
+  readonly #packedPrompt: Buffer | undefined;
+  readonly #read: Partial<LazyValues> = {};
+  #blobs: ExchangeBlobs | undefined;
+  #dictionary: Buffer | undefined;
+
+  constructor(reader: ExchangeReader, row: ExchangeHead, packedPrompt: Buffer | undefined) {
+    this.#reader = reader;
+    this.#row = row;
+    this.#packedPrompt = packedPrompt;
+    this.id = row.id;
+    this.runId = row.runId;
+    this.startedAt = row.startedAt;
+    this.requestId = row.requestId;
+    this.method = row.method;
+    this.path = row.path;
+    this.endpoint = row.endpoint as Exchange['endpoint'];
+    this.outcome = row.outcome as Outcome;
+    this.error = row.error;
+    this.status = row.status;
+    this.model = row.model;
+    this.stream = Boolean(row.stream);
+    this.totalMs = row.totalMs ?? 0;
+    this.tokenSource = row.tokenSource as TokenSource | null;
+    this.requestShape = row.requestShape;
+    // The key column holds a pooling exchange's own key; a generation's is derived from its model and prompt.
+    this.poolingKey = this.endpoint === 'embeddings' || this.endpoint === 'rerank' ? row.promptKey : null;
+  }
+
+  #get<K extends LazyKey>(key: K): LazyValues[K] {
+    if (!(key in this.#read)) this.#read[key] = this.#load(key) as LazyValues[K];
+    return this.#read[key] as LazyValues[K];
+  }
+
+  #load(key: LazyKey): LazyValues[LazyKey] {
+    const row = this.#row;
+    switch (key) {
+      case 'promptIds':
+        return this.#packedPrompt ? unpackU32(this.#packedPrompt) : this.#reader.prompt(row);
+      case 'requestHeaders':
+        return JSON.parse(row.requestHeaders ?? '{}') as HeaderMap;
+      case 'responseHeaders':
+        return JSON.parse(row.responseHeaders ?? '{}') as HeaderMap;
+      case 'injected':
+        return JSON.parse(row.injected ?? '[]') as string[];
+      case 'usage':
+        return row.usage === null ? undefined : (JSON.parse(row.usage) as unknown);
+      case 'requestBody':
+      case 'responseBody':
+        return this.#bytes(key, true);
+      case 'bodiesRedacted':
+        return this.#blob('requestBody') === null && this.#blob('responseBody') === null;
+      case 'eventEnds':
+      case 'eventTokens':
+        return row.encoding === 0 ? unpackU32(this.#blob(key)) : unpackDeltas(this.#bytes(key, false));
+      case 'eventTimes':
+        return row.encoding === 0 ? unpackF64(this.#blob(key)) : unpackTimes(this.#bytes(key, false));
+      case 'generations':
+        return this.#reader.generations(row, () => this.eventTimes);
+    }
+  }
+
+  #blob(key: keyof ExchangeBlobs): Buffer | null {
+    this.#blobs ??= this.#reader.blobs(this.#row);
+    return this.#blobs[key];
+  }
+
+  /** A blob as stored in encoding 0, unsqueezed in encoding 1 (bodies against the prompt's dictionary). */
+  #bytes(key: keyof ExchangeBlobs, withDictionary: boolean): Buffer {
+    const blob = this.#blob(key);
+    if (!blob) return Buffer.alloc(0);
+    if (this.#row.encoding === 0) return blob;
+    if (!withDictionary) return unsqueeze(blob);
+    this.#dictionary ??= bodyDictionary(this.promptIds);
+    return unsqueeze(blob, this.#dictionary);
+  }
+
+  get promptIds() { return this.#get('promptIds'); }
+  set promptIds(value) { this.#read.promptIds = value; }
+  get requestHeaders() { return this.#get('requestHeaders'); }
+  set requestHeaders(value) { this.#read.requestHeaders = value; }
+  get responseHeaders() { return this.#get('responseHeaders'); }
+  set responseHeaders(value) { this.#read.responseHeaders = value; }
+  get injected() { return this.#get('injected'); }
+  set injected(value) { this.#read.injected = value; }
+  get usage() { return this.#get('usage'); }
+  set usage(value) { this.#read.usage = value; }
+  get requestBody() { return this.#get('requestBody'); }
+  set requestBody(value) { this.#read.requestBody = value; }
+  get responseBody() { return this.#get('responseBody'); }
+  set responseBody(value) { this.#read.responseBody = value; }
+  get bodiesRedacted() { return this.#get('bodiesRedacted'); }
+  set bodiesRedacted(value) { this.#read.bodiesRedacted = value; }
+  get eventEnds() { return this.#get('eventEnds'); }
+  set eventEnds(value) { this.#read.eventEnds = value; }
+  get eventTimes() { return this.#get('eventTimes'); }
+  set eventTimes(value) { this.#read.eventTimes = value; }
+  get eventTokens() { return this.#get('eventTokens'); }
+  set eventTokens(value) { this.#read.eventTokens = value; }
+  get generations() { return this.#get('generations'); }
+  set generations(value) { this.#read.generations = value; }
+
+  /** Every value, read, as a plain object. */
+  plain(): StoredExchange {
+    const lazy = Object.fromEntries(LAZY_KEYS.map((key) => [key, this.#get(key)]));
+    return { ...this, ...lazy } as StoredExchange;
+  }
+
+  toJSON(): StoredExchange {
+    return this.plain();
+  }
+}
+
+/** Prompt keys per query of findByLongestPrefix (well under SQLite's 32,766 bound variables). */
+const PREFIX_KEYS_PER_QUERY = 512;
+
+/** The current format: see `exchanges.encoding` in schema.ts. */
+const ENCODING = 1;
 
 /**
  * The capture file: one SQLite database, in WAL mode while open for writing and migrated at open; closed
  * cleanly, everything is in the database file itself (see `close`).
+ *
+ * The hot paths (saving, lookup by prompt key, the nearest prompt) run on prepared better-sqlite3 statements of
+ * their own; an exchange found by a lookup reads its large values (bodies, event tables, generations, prompt ids)
+ * only when they are used.
  */
 export class CaptureStore {
   readonly path: string;
   readonly readonly: boolean;
   private readonly sqlite: Database.Database;
   private readonly db: Db;
-  private readonly insertExchange;
-  private readonly insertGeneration;
+  /** A file at the schema before encoding 1, opened read-only: no `encoding`, `prompt_node` or prompt tree. */
+  private readonly legacy: boolean;
+  private readonly tree: PromptTree | null;
+  /** The statements that write exchanges (none for a legacy file: its tables lack their columns). */
+  private readonly writes;
   private readonly selectByKey;
+  private readonly selectById;
+  private readonly selectBlobs;
+  private readonly selectLegacyBlobs;
+  private readonly selectPromptIds;
   private readonly selectGenerations;
   private readonly selectPrompts;
   private readonly recentLookups = new LruCache<string, StoredExchange[]>(256);
@@ -219,6 +457,7 @@ export class CaptureStore {
     this.readonly = readonly;
     if (readonly && !existsSync(path)) throw new CaptureFileError(path, 'no such file');
     let sqlite: Database.Database | undefined;
+    let legacy = false;
     try {
       if (!readonly && path !== ':memory:') mkdirSync(dirname(resolve(path)), { recursive: true });
       sqlite = new Database(path, { readonly, fileMustExist: readonly });
@@ -229,77 +468,60 @@ export class CaptureStore {
       sqlite.pragma('foreign_keys = ON');
       sqlite.pragma('busy_timeout = 5000');
       this.db = drizzle(sqlite, { schema });
-      if (readonly) checkMigrated(sqlite);
-      else migrate(this.db, { migrationsFolder: MIGRATIONS });
+      if (readonly) legacy = checkMigrated(sqlite);
+      else {
+        migrate(this.db, { migrationsFolder: MIGRATIONS });
+        indexOlderPrompts(sqlite);
+      }
     } catch (err) {
       sqlite?.close();
       throw new CaptureFileError(path, openFailure(err, readonly));
     }
     this.sqlite = sqlite;
+    this.legacy = legacy;
+    this.tree = legacy ? null : new PromptTree(sqlite);
 
-    const e = schema.exchanges;
-    this.insertExchange = this.db
-      .insert(e)
-      .values({
-        runId: p('runId'),
-        startedAt: p('startedAt'),
-        requestId: p('requestId'),
-        method: p('method'),
-        path: p('path'),
-        endpoint: p('endpoint'),
-        outcome: p('outcome'),
-        error: p('error'),
-        status: p('status'),
-        model: p('model'),
-        stream: p('stream'),
-        requestHeaders: p('requestHeaders'),
-        requestBody: p('requestBody'),
-        responseHeaders: p('responseHeaders'),
-        responseBody: p('responseBody'),
-        eventEnds: p('eventEnds'),
-        eventTimes: p('eventTimes'),
-        eventTokens: p('eventTokens'),
-        totalMs: p('totalMs'),
-        tokenSource: p('tokenSource'),
-        promptIds: p('promptIds'),
-        promptLen: p('promptLen'),
-        promptKey: p('promptKey'),
-        requestShape: p('requestShape'),
-        injected: p('injected'),
-        usage: p('usage'),
-      })
-      .returning({ id: e.id })
-      .prepare();
-    const g = schema.generations;
-    this.insertGeneration = this.db
-      .insert(g)
-      .values({
-        exchangeId: p('exchangeId'),
-        choiceIndex: p('choiceIndex'),
-        outputIds: p('outputIds'),
-        tokenTimes: p('tokenTimes'),
-        chunkTokens: p('chunkTokens'),
-        chunkDeltas: p('chunkDeltas'),
-        text: p('text'),
-        finishReason: p('finishReason'),
-        stopReason: p('stopReason'),
-      })
-      .prepare();
-    this.selectByKey = this.db
-      .select()
-      .from(e)
-      .where(and(eq(e.promptKey, p('key')), eq(e.outcome, 'complete')))
-      .orderBy(asc(e.id))
-      .prepare();
-    this.selectPrompts = this.sqlite.prepare(
+    this.writes = legacy
+      ? null
+      : {
+          exchange: sqlite.prepare(
+            `insert into exchanges (run_id, started_at, request_id, method, path, endpoint, outcome, error, status, model, stream, total_ms,
+               token_source, prompt_ids, prompt_len, prompt_key, request_shape, injected, usage, request_headers, response_headers, encoding, prompt_node)
+             values (@runId, @startedAt, @requestId, @method, @path, @endpoint, @outcome, @error, @status, @model, @stream, @totalMs,
+               @tokenSource, @promptIds, @promptLen, @promptKey, @requestShape, @injected, @usage, @requestHeaders, @responseHeaders, ${ENCODING}, @promptNode)`,
+          ),
+          bodies: sqlite.prepare(
+            'insert into exchange_bodies (exchange_id, request_body, response_body, event_ends, event_times, event_tokens) values (?, ?, ?, ?, ?, ?)',
+          ),
+          generation: sqlite.prepare(
+            `insert into generations (exchange_id, choice_index, output_ids, token_times, chunk_tokens, chunk_deltas, text, finish_reason, stop_reason)
+             values (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          ),
+        };
+    // Raw rows made into objects here: better-sqlite3 builds an object a property at a time, slower than the query.
+    const head = `id, run_id, started_at, request_id, method, path, endpoint, outcome, error, status, model, stream, total_ms, token_source,
+      request_shape, injected, usage, request_headers, response_headers, prompt_key, ${legacy ? 'null, 0' : 'prompt_node, encoding'}`;
+    this.selectByKey = sqlite.prepare<[string], HeadColumns>(`select ${head} from exchanges where prompt_key = ? and outcome = 'complete' order by id`).raw();
+    this.selectById = sqlite.prepare<[number], HeadColumns>(`select ${head} from exchanges where id = ?`).raw();
+    this.selectBlobs = legacy
+      ? null
+      : sqlite.prepare<[number], ExchangeBlobs>(
+          `select request_body as requestBody, response_body as responseBody, event_ends as eventEnds, event_times as eventTimes, event_tokens as eventTokens
+           from exchange_bodies where exchange_id = ?`,
+        );
+    this.selectLegacyBlobs = sqlite.prepare<[number], ExchangeBlobs>(
+      `select request_body as requestBody, response_body as responseBody, event_ends as eventEnds, event_times as eventTimes, event_tokens as eventTokens
+       from exchanges where id = ?`,
+    );
+    this.selectPromptIds = sqlite.prepare<[number], { promptIds: Buffer | null }>('select prompt_ids as promptIds from exchanges where id = ?');
+    this.selectGenerations = sqlite.prepare<[number], GenerationRow>(
+      `select choice_index as choiceIndex, output_ids as outputIds, token_times as tokenTimes, chunk_tokens as chunkTokens, chunk_deltas as chunkDeltas,
+         text, finish_reason as finishReason, stop_reason as stopReason
+       from generations where exchange_id = ? order by choice_index`,
+    );
+    this.selectPrompts = sqlite.prepare(
       `select id, prompt_ids as promptIds from exchanges where model = ? and outcome = 'complete' and prompt_ids is not null order by id desc`,
     );
-    this.selectGenerations = this.db
-      .select()
-      .from(g)
-      .where(eq(g.exchangeId, p('id')))
-      .orderBy(asc(g.choiceIndex))
-      .prepare();
   }
 
   static open(path: string, options: OpenOptions = {}): CaptureStore {
@@ -361,41 +583,69 @@ export class CaptureStore {
     return files;
   }
 
-  /** Writes one exchange and its generations atomically. */
+  /**
+   * Writes one exchange and its generations atomically (one transaction: the recorder calls this once an exchange
+   * is over, and answers its client only after it returns). Compression runs before the transaction starts.
+   */
   saveExchange(ex: Exchange): number {
+    if (!this.tree || !this.writes) throw new CaptureFileError(this.path, 'opened read-only, in the layout before encoding 1');
+    const { tree, writes } = this;
     this.recentLookups.clear();
+    const dictionary = bodyDictionary(ex.promptIds);
+    const bodies = [
+      ex.bodiesRedacted ? null : squeeze(ex.requestBody, dictionary),
+      ex.bodiesRedacted ? null : squeeze(ex.responseBody, dictionary),
+      squeeze(packDeltas(ex.eventEnds)),
+      squeeze(packTimes(ex.eventTimes)),
+      squeeze(packDeltas(ex.eventTokens)),
+    ];
+    const generations = ex.generations.map((gen) => [
+      gen.choiceIndex,
+      squeeze(packVarints(gen.outputIds)),
+      packTokenTimes(gen.tokenTimes, ex.eventTimes),
+      squeeze(packVarints(gen.chunkTokens)),
+      squeeze(Buffer.from(JSON.stringify(gen.chunkDeltas))),
+      squeeze(Buffer.from(gen.text)),
+      gen.finishReason,
+      JSON.stringify(gen.stopReason),
+    ]);
+    const inTree = ex.promptIds !== null && ex.model !== null;
+    // Immediate: the tree is read before anything is written, and a deferred transaction whose snapshot another
+    // writer (the recorder's worker beside `serve --on-miss record`) has moved past could not then write.
     return this.sqlite.transaction(() => {
-      const { id } = this.insertExchange.get({
-        ...ex,
-        stream: ex.stream ? 1 : 0,
-        requestHeaders: JSON.stringify(ex.requestHeaders),
-        requestBody: ex.bodiesRedacted ? null : ex.requestBody,
-        responseHeaders: JSON.stringify(ex.responseHeaders),
-        responseBody: ex.bodiesRedacted ? null : ex.responseBody,
-        eventEnds: packU32(ex.eventEnds),
-        eventTimes: packF64(ex.eventTimes),
-        eventTokens: packU32(ex.eventTokens),
-        promptIds: ex.promptIds ? packU32(ex.promptIds) : null,
-        promptLen: ex.promptIds?.length ?? null,
-        promptKey: ex.poolingKey ?? (ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null),
-        injected: JSON.stringify(ex.injected),
-        usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
-      }) as { id: number };
-      for (const gen of ex.generations) {
-        this.insertGeneration.run({
-          exchangeId: id,
-          choiceIndex: gen.choiceIndex,
-          outputIds: packU32(gen.outputIds),
-          tokenTimes: packF64(gen.tokenTimes),
-          chunkTokens: packU32(gen.chunkTokens),
-          chunkDeltas: JSON.stringify(gen.chunkDeltas),
-          text: gen.text,
-          finishReason: gen.finishReason,
-          stopReason: JSON.stringify(gen.stopReason),
-        });
-      }
+      const placed = inTree ? tree.place(ex.model as string, ex.promptIds as number[]) : null;
+      const id = Number(
+        writes.exchange.run({
+          runId: ex.runId,
+          startedAt: ex.startedAt,
+          requestId: ex.requestId,
+          method: ex.method,
+          path: ex.path,
+          endpoint: ex.endpoint,
+          outcome: ex.outcome,
+          error: ex.error,
+          status: ex.status,
+          model: ex.model,
+          stream: ex.stream ? 1 : 0,
+          totalMs: ex.totalMs,
+          tokenSource: ex.tokenSource,
+          // Only an exchange without a model keeps its prompt here: the others' is in the prompt tree.
+          promptIds: ex.promptIds && !inTree ? squeeze(packVarints(ex.promptIds)) : null,
+          promptLen: ex.promptIds?.length ?? null,
+          promptKey: ex.poolingKey ?? (ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null),
+          requestShape: ex.requestShape,
+          injected: JSON.stringify(ex.injected),
+          usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
+          requestHeaders: JSON.stringify(ex.requestHeaders),
+          responseHeaders: JSON.stringify(ex.responseHeaders),
+          promptNode: placed?.node ?? null,
+        }).lastInsertRowid,
+      );
+      if (placed && ex.outcome === 'complete') tree.raise(placed.path, id);
+      writes.bodies.run(id, ...bodies);
+      for (const gen of generations) writes.generation.run(id, ...gen);
       return id;
-    })();
+    }).immediate();
   }
 
   /**
@@ -403,14 +653,19 @@ export class CaptureStore {
    * same prompts again and again); any write forgets.
    */
   findByPrompt(model: string, promptIds: ArrayLike<number>): StoredExchange[] {
-    return this.findByKey(promptKey(model, promptIds));
+    const packed = packU32(promptIds);
+    return this.findByKey(packedPromptKey(model, packed), packed);
   }
 
-  /** Every complete exchange stored under `key` (a prompt key or a pooling key), oldest first; remembered likewise. */
-  findByKey(key: string): StoredExchange[] {
+  /**
+   * Every complete exchange stored under `key` (a prompt key or a pooling key), oldest first; remembered likewise.
+   * `packedPrompt`: the prompt the key was made of (`packU32`), when it is a prompt key: its captures' prompt, not
+   * read again.
+   */
+  findByKey(key: string, packedPrompt?: Buffer): StoredExchange[] {
     let found = this.recentLookups.get(key);
     if (!found) {
-      found = this.selectByKey.all({ key }).map((row) => this.hydrate(row));
+      found = this.selectByKey.all(key).map((row) => this.hydrate(exchangeHead(row), packedPrompt));
       this.recentLookups.set(key, found);
     }
     return found;
@@ -428,16 +683,29 @@ export class CaptureStore {
     return this.db.select({ id: e.id }).from(e).orderBy(asc(e.startedAt), asc(e.id)).all().map((r) => r.id);
   }
 
+  /** One exchange with all its values read (it stays usable after `close`). */
   getExchange(id: number): StoredExchange | undefined {
-    const row = this.db.select().from(schema.exchanges).where(eq(schema.exchanges.id, id)).get();
-    return row && this.hydrate(row);
+    const columns = this.selectById.get(id);
+    const row = columns && exchangeHead(columns);
+    if (!row) return undefined;
+    return this.hydrate(row).plain();
   }
 
   /**
-   * The complete capture of `model` sharing the longest prompt-token prefix with `promptIds`
-   * (ties: the newest). A linear scan: it only runs on the miss path.
+   * The complete capture of `model` sharing the longest prompt-token prefix with `promptIds` (ties: the newest):
+   * a walk down the prompt tree. A legacy file opened read-only has none: its prompts are scanned.
    */
   nearest(model: string, promptIds: ArrayLike<number>): NearestCapture | null {
+    if (!this.tree) return this.scanNearest(model, promptIds);
+    const found = this.tree.nearest(model, promptIds);
+    if (!found) return null;
+    const columns = this.selectById.get(found.exchangeId);
+    const row = columns && exchangeHead(columns);
+    if (!row) throw new CaptureFileError(this.path, `the prompt index names exchange #${found.exchangeId}, which is not in the file`);
+    return { exchangeId: found.exchangeId, promptIds: this.readPrompt(row) ?? [], commonPrefix: found.commonPrefix };
+  }
+
+  private scanNearest(model: string, promptIds: ArrayLike<number>): NearestCapture | null {
     // Iterated: memory stays flat however many captures the file holds.
     const rows = this.selectPrompts.iterate(model) as IterableIterator<{ id: number; promptIds: Buffer }>;
     let best: { exchangeId: number; packed: Buffer; commonPrefix: number } | null = null;
@@ -549,6 +817,11 @@ export class CaptureStore {
       filter.since === undefined ? undefined : gte(e.startedAt, filter.since),
       filter.until === undefined ? undefined : lt(e.startedAt, filter.until),
     ];
+    // Redacted: NULL bodies, in `exchanges` (encoding 0) or in `exchange_bodies` (encoding 1).
+    const redacted = this.legacy
+      ? sql<number>`${e.requestBody} is null and ${e.responseBody} is null`
+      : sql<number>`case when ${e.encoding} = 0 then ${e.requestBody} is null and ${e.responseBody} is null
+          else (select b.request_body is null and b.response_body is null from exchange_bodies b where b.exchange_id = ${e.id}) end`;
     return this.db
       .select({
         id: e.id,
@@ -564,7 +837,7 @@ export class CaptureStore {
         stream: e.stream,
         totalMs: e.totalMs,
         promptLen: e.promptLen,
-        bodiesRedacted: sql<number>`${e.requestBody} is null and ${e.responseBody} is null`,
+        bodiesRedacted: redacted,
       })
       .from(e)
       .where(and(...conditions))
@@ -578,15 +851,30 @@ export class CaptureStore {
     return this.sqlite.transaction(work)();
   }
 
-  /** Removes exchanges with their generations. */
+  /**
+   * Removes exchanges with their bodies and generations; the prompt tree then names only captures that are left
+   * (its prompts stay: other exchanges' ids live there).
+   */
   deleteExchanges(ids: readonly number[]): void {
+    if (!this.tree) throw new CaptureFileError(this.path, 'opened read-only, in the layout before encoding 1');
+    const tree = this.tree;
     this.recentLookups.clear();
     this.sqlite.transaction(() => {
       // Chunked: SQLite limits the host parameters of one statement.
       for (let i = 0; i < ids.length; i += 500) {
         const chunk = ids.slice(i, i + 500);
         this.db.delete(schema.generations).where(inArray(schema.generations.exchangeId, chunk)).run();
+        this.db.delete(schema.exchangeBodies).where(inArray(schema.exchangeBodies.exchangeId, chunk)).run();
         this.db.delete(schema.exchanges).where(inArray(schema.exchanges.id, chunk)).run();
+      }
+      tree.clearNewest();
+      const left = this.sqlite.prepare<[], { id: number; model: string; promptNode: number | null; encoding: number; promptIds: Buffer | null }>(
+        `select id, model, prompt_node as promptNode, encoding, prompt_ids as promptIds from exchanges
+         where outcome = 'complete' and model is not null and (prompt_node is not null or prompt_ids is not null) order by id`,
+      );
+      for (const row of left.all()) {
+        const prompt = row.promptNode !== null ? tree.prompt(row.promptNode) : row.encoding === 0 ? unpackU32(row.promptIds!) : unpackVarints(unsqueeze(row.promptIds!));
+        tree.raise(tree.place(row.model, prompt).path, row.id);
       }
     })();
   }
@@ -608,49 +896,6 @@ export class CaptureStore {
   /** Rewrites the file without the free pages deleted rows left. */
   vacuum(): void {
     this.sqlite.exec('VACUUM');
-  }
-
-  private hydrate(row: typeof schema.exchanges.$inferSelect): StoredExchange {
-    const gens = this.selectGenerations.all({ id: row.id });
-    return {
-      id: row.id,
-      runId: row.runId,
-      startedAt: row.startedAt,
-      requestId: row.requestId,
-      method: row.method,
-      path: row.path,
-      endpoint: row.endpoint as Exchange['endpoint'],
-      outcome: row.outcome as Outcome,
-      error: row.error,
-      status: row.status,
-      model: row.model,
-      stream: Boolean(row.stream),
-      requestHeaders: JSON.parse(row.requestHeaders ?? '{}') as HeaderMap,
-      requestBody: row.requestBody ?? Buffer.alloc(0),
-      responseHeaders: JSON.parse(row.responseHeaders ?? '{}') as HeaderMap,
-      responseBody: row.responseBody ?? Buffer.alloc(0),
-      eventEnds: unpackU32(row.eventEnds),
-      eventTimes: unpackF64(row.eventTimes),
-      eventTokens: unpackU32(row.eventTokens),
-      totalMs: row.totalMs ?? 0,
-      tokenSource: row.tokenSource as TokenSource | null,
-      promptIds: row.promptIds ? unpackU32(row.promptIds) : null,
-      requestShape: row.requestShape,
-      injected: JSON.parse(row.injected ?? '[]') as string[],
-      usage: row.usage === null ? undefined : (JSON.parse(row.usage) as unknown),
-      bodiesRedacted: row.requestBody === null && row.responseBody === null,
-      poolingKey: isGeneration(row.endpoint as Exchange['endpoint']) ? null : row.promptKey,
-      generations: gens.map((g) => ({
-        choiceIndex: g.choiceIndex,
-        outputIds: unpackU32(g.outputIds),
-        tokenTimes: unpackF64(g.tokenTimes),
-        chunkTokens: unpackU32(g.chunkTokens),
-        chunkDeltas: JSON.parse(g.chunkDeltas) as ChunkDelta[],
-        text: g.text,
-        finishReason: g.finishReason,
-        stopReason: JSON.parse(g.stopReason ?? 'null') as string | number | null,
-      })),
-    };
   }
 
   /**
@@ -684,7 +929,80 @@ export class CaptureStore {
     }
     return [];
   }
+
+  /** The prompt's ids of an exchange: in the prompt tree, else in `prompt_ids` as its encoding packs them. */
+  private readPrompt(row: ExchangeHead): number[] | null {
+    if (row.promptNode !== null && this.tree) return this.tree.prompt(row.promptNode);
+    const packed = this.selectPromptIds.get(row.id)?.promptIds ?? null;
+    if (!packed) return null;
+    return row.encoding === 0 ? unpackU32(packed) : unpackVarints(unsqueeze(packed));
+  }
+
+  /**
+   * A stored exchange whose small values are read and whose large ones are read on first use (`packedPrompt`: the
+   * prompt's ids, `packU32`ed, when the caller knows them).
+   */
+  private hydrate(row: ExchangeHead, packedPrompt?: Buffer): FoundExchange {
+    return new FoundExchange(this.reader, row, packedPrompt);
+  }
+
+  /** How found exchanges read their large values. */
+  private readonly reader: ExchangeReader = {
+    prompt: (row) => this.readPrompt(row),
+    blobs: (row) => {
+      const found = row.encoding === 0 ? this.selectLegacyBlobs.get(row.id) : this.selectBlobs?.get(row.id);
+      if (!found) throw new CaptureFileError(this.path, `exchange #${row.id} has no stored bodies`);
+      return found;
+    },
+    generations: (row, eventTimes) => this.selectGenerations.all(row.id).map((g) => this.generation(g, row.encoding, eventTimes)),
+  };
+
+  private generation(g: GenerationRow, encoding: number, eventTimes: () => number[]): Generation {
+    const stopReason = JSON.parse(g.stopReason ?? 'null') as string | number | null;
+    if (encoding === 0) {
+      return {
+        choiceIndex: g.choiceIndex,
+        outputIds: unpackU32(g.outputIds),
+        tokenTimes: unpackF64(g.tokenTimes),
+        chunkTokens: unpackU32(g.chunkTokens),
+        chunkDeltas: JSON.parse(String(g.chunkDeltas)) as ChunkDelta[],
+        text: String(g.text),
+        finishReason: g.finishReason,
+        stopReason,
+      };
+    }
+    const bytes = (value: string | Buffer) => unsqueeze(typeof value === 'string' ? Buffer.from(value) : value);
+    return {
+      choiceIndex: g.choiceIndex,
+      outputIds: unpackVarints(unsqueeze(g.outputIds)),
+      tokenTimes: unpackTokenTimes(g.tokenTimes, eventTimes),
+      chunkTokens: unpackVarints(unsqueeze(g.chunkTokens)),
+      chunkDeltas: JSON.parse(bytes(g.chunkDeltas).toString('utf8')) as ChunkDelta[],
+      text: bytes(g.text).toString('utf8'),
+      finishReason: g.finishReason,
+      stopReason,
+    };
+  }
 }
 
-/** Prompt keys per query of findByLongestPrefix (well under SQLite's 32,766 bound variables). */
-const PREFIX_KEYS_PER_QUERY = 512;
+/**
+ * After the migration that adds the prompt tree (0002_compact_store): the prompts of the exchanges written before
+ * it, added to the tree so the nearest-capture search finds them. Their rows stay as they are (encoding 0, prompt
+ * ids in `prompt_ids`): rewriting them would copy every body of the file. Runs once: while the tree is empty.
+ */
+function indexOlderPrompts(sqlite: Database.Database): void {
+  const tree = new PromptTree(sqlite);
+  // Only complete ones: the others are never a nearest capture, and their rows keep their own prompt ids.
+  const page = sqlite.prepare<[number], { id: number; model: string; promptIds: Buffer }>(
+    `select id, model, prompt_ids as promptIds from exchanges
+     where id > ? and encoding = 0 and outcome = 'complete' and model is not null and prompt_ids is not null order by id limit 1000`,
+  );
+  // Immediate, the check inside: two connections opening the file at once build it once.
+  sqlite.transaction(() => {
+    if (sqlite.prepare('select 1 from prompt_nodes limit 1').get()) return;
+    // By pages: memory stays flat however many exchanges the file holds.
+    for (let rows = page.all(0); rows.length > 0; rows = page.all(rows[rows.length - 1].id)) {
+      for (const row of rows) tree.raise(tree.place(row.model, unpackU32(row.promptIds)).path, row.id);
+    }
+  }).immediate();
+}

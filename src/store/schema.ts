@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { blob, index, integer, primaryKey, real, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { blob, index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 
 /** Content-addressed files (tokenizer files of the capture), keyed by their SHA-256. */
 export const blobs = sqliteTable('blobs', {
@@ -74,6 +74,16 @@ export const exchanges = sqliteTable(
     eventTimes: blob('event_times', { mode: 'buffer' }),
     /** Packed u32: output tokens (all choices) received up to and including each SSE event. */
     eventTokens: blob('event_tokens', { mode: 'buffer' }),
+    /**
+     * How this row and its generations are laid out. 0: as the comments above say (files written before
+     * encoding 1; read as they are). 1: bodies and event tables in `exchange_bodies`, the prompt's ids in
+     * `prompt_nodes` (`prompt_ids` only for an exchange without a model), every blob in pack.ts's compact encodings.
+     * Added last (as ALTER TABLE adds columns): a row of encoding 1 holds no large value, so reading this never
+     * walks a blob's overflow pages.
+     */
+    encoding: integer('encoding').notNull().default(0),
+    /** The `prompt_nodes` node of the whole prompt (an exchange with a model and prompt ids). */
+    promptNode: integer('prompt_node'),
   },
   (t) => [
     index('exchanges_prompt_key').on(t.promptKey).where(sql`outcome = 'complete'`),
@@ -81,7 +91,50 @@ export const exchanges = sqliteTable(
   ],
 );
 
-/** One choice of a recorded generation, with its per-token data packed. */
+/**
+ * The large values of an exchange of encoding 1, read only when used (a lookup by prompt key reads none of them).
+ * Each is pack.ts's `squeeze`d: bodies deflated against `bodyDictionary` of the exchange's prompt ids, event ends
+ * and token counts as varint deltas, event times as byte planes.
+ */
+export const exchangeBodies = sqliteTable('exchange_bodies', {
+  exchangeId: integer('exchange_id')
+    .primaryKey()
+    .references(() => exchanges.id, { onDelete: 'cascade' }),
+  /** NULL (both): `capture --redact-bodies` stored no bodies. */
+  requestBody: blob('request_body', { mode: 'buffer' }),
+  responseBody: blob('response_body', { mode: 'buffer' }),
+  eventEnds: blob('event_ends', { mode: 'buffer' }).notNull(),
+  eventTimes: blob('event_times', { mode: 'buffer' }).notNull(),
+  eventTokens: blob('event_tokens', { mode: 'buffer' }).notNull(),
+});
+
+/**
+ * Captured prompts as a radix tree per model (store/promptTree.ts): a root per model (`model` set, no parent),
+ * and below it nodes whose `tokens` (varint-packed ids) continue their parent's prefix; siblings start with
+ * distinct tokens. `newest` is the newest complete exchange at or below the node (0: none), which the miss path's
+ * nearest-capture search reads instead of scanning every prompt.
+ */
+export const promptNodes = sqliteTable(
+  'prompt_nodes',
+  {
+    id: integer('id').primaryKey(),
+    parent: integer('parent'),
+    firstToken: integer('first_token'),
+    model: text('model'),
+    tokens: blob('tokens', { mode: 'buffer' }).notNull(),
+    newest: integer('newest').notNull(),
+  },
+  (t) => [
+    uniqueIndex('prompt_nodes_child').on(t.parent, t.firstToken).where(sql`parent is not null`),
+    uniqueIndex('prompt_nodes_root').on(t.model).where(sql`model is not null`),
+  ],
+);
+
+/**
+ * One choice of a recorded generation, with its per-token data packed. Encoding 1 (the exchange's): output ids and
+ * chunk token counts as varints, token times as `packTokenTimes`, chunk deltas and text deflated (blobs), all
+ * `squeeze`d.
+ */
 export const generations = sqliteTable(
   'generations',
   {

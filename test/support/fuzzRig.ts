@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import { CaptureStore } from '../../src/store/captureStore.js';
 import { classifyReply, describeCase, promptCount, send, type FuzzCase, type Json, type Reply, type Rng } from './fuzzRequests.js';
 import { startMockerProcess, type MockerProcess } from './mockerProcess.js';
 
@@ -236,9 +237,12 @@ export async function verifyCaptureFile(rig: FuzzRig, outcomes: FuzzOutcome[], d
   try {
     // Every exchange the file holds as complete is served, from the request as stored.
     const db = new Database(rig.captureFile, { readonly: true });
-    stored = db.prepare("select id, path, request_body as body from exchanges where outcome = 'complete' and endpoint is not null and prompt_key is not null").all() as typeof stored;
+    const file = CaptureStore.open(rig.captureFile, { readonly: true });
+    // Bodies read through the store (it keeps them compressed).
+    const withBodies = (rows: { id: number; path: string }[]) => rows.map((r) => ({ ...r, body: file.getExchange(r.id)!.requestBody }));
+    stored = withBodies(db.prepare("select id, path from exchanges where outcome = 'complete' and endpoint is not null and prompt_key is not null").all() as { id: number; path: string }[]);
     // Only a batch of prompts is stored without a lookup key.
-    const withoutKey = db.prepare("select id, path, request_body as body from exchanges where outcome = 'complete' and endpoint is not null and prompt_key is null").all() as typeof stored;
+    const withoutKey = withBodies(db.prepare("select id, path from exchanges where outcome = 'complete' and endpoint is not null and prompt_key is null").all() as { id: number; path: string }[]);
     for (const ex of withoutKey) {
       const c: FuzzCase = { kind: 'stored', method: 'POST', path: ex.path, headers: {}, body: ex.body, request: JSON.parse(ex.body.toString('utf8')) as Json };
       if (promptCount(c) === 1) problems.push(`complete exchange #${ex.id} stored without a lookup key: ${ex.body.toString('utf8').slice(0, 300)}`);
@@ -247,8 +251,8 @@ export async function verifyCaptureFile(rig: FuzzRig, outcomes: FuzzOutcome[], d
     // A client that left once the engine had answered in full (its exchange was stored before the response
     // could end): what the engine answered it counts as seen too (the body is stored byte for byte).
     const left = new Set(outcomes.filter((o) => o.door === 'capture' && o.kind === 'disconnected').map((o) => `${o.case.path} ${o.case.body.toString('latin1')}`));
-    const texts = db.prepare('select text from generations where exchange_id = ?');
-    for (const ex of stored.filter((e) => left.has(`${e.path} ${e.body.toString('latin1')}`))) seen.push(...(texts.all(ex.id) as { text: string }[]).map((g) => g.text));
+    for (const ex of stored.filter((e) => left.has(`${e.path} ${e.body.toString('latin1')}`))) seen.push(...file.getExchange(ex.id)!.generations.map((g) => g.text));
+    file.close();
     db.close();
     for (const ex of stored) {
       const res = await post(replay.port, ex.path, ex.body);

@@ -295,6 +295,11 @@ describe('the nearest capture through the prompt tree', () => {
       saved.push(stored);
       if (i % 50 === 49) checkProbes(40);
     }
+    // `captures prune`: a third deleted, the tree names only what is left.
+    const gone = new Set(saved.filter(() => rng.next() < 1 / 3).map((ex) => ex.id));
+    store.deleteExchanges([...gone]);
+    saved.splice(0, saved.length, ...saved.filter((ex) => !gone.has(ex.id)));
+    checkProbes(100);
     store.close();
     // Read back from the file, read-only: the same answers.
     const reopened = CaptureStore.open(path, { readonly: true });

@@ -16,11 +16,13 @@
  * is measured against the code before it in the same run; its ratio to vllm is old ÷ new.
  *
  *   npx tsx bench/engine-pass.ts [--prompt 1000] [--passes 500] [--runs 5] [--sizes 1,16,64,128,256,512]
- *                                [--baseline-root DIR]
+ *                                [--baseline-root DIR] [--flavours vllm,sglang,sglang-p1,vllm-baseline]
  */
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import * as currentArgs from '../src/cli/engineArgs.js';
 import { DEFAULT_ENGINE_ARGS, type EngineArgs } from '../src/cli/engineArgs.js';
 import * as currentEngine from '../src/engine/index.js';
@@ -47,15 +49,23 @@ const BASELINE: Code | null = BASELINE_ROOT
   : null;
 
 const vllm = (n: number): EngineArgs => ({ ...DEFAULT_ENGINE_ARGS, numGpuBlocks: KV_TOKENS / 64, blockSize: 64, maxNumSeqs: n });
-const FLAVOURS: { name: string; args: (n: number) => EngineArgs; code: Code }[] = [
+const ALL_FLAVOURS: { name: string; args: (n: number) => EngineArgs; code: Code }[] = [
   { name: 'vllm', args: vllm, code: CURRENT },
   { name: 'sglang', args: () => sglang(64), code: CURRENT },
   { name: 'sglang-p1', args: () => sglang(1), code: CURRENT },
   ...(BASELINE ? [{ name: 'vllm-baseline', args: vllm, code: BASELINE }] : []),
 ];
+const CHOSEN = stringArg('flavours', ALL_FLAVOURS.map((f) => f.name).join(',')).split(',');
+/** vllm always runs, first: the others' ratios are to it. */
+const FLAVOURS = ALL_FLAVOURS.filter((f) => f.name === 'vllm' || CHOSEN.includes(f.name));
+for (const name of CHOSEN) if (!ALL_FLAVOURS.some((f) => f.name === name)) throw new Error(`--flavours takes ${ALL_FLAVOURS.map((f) => f.name).join(', ')}; got ${name}`);
 function sglang(pageSize: number): EngineArgs {
   return { ...DEFAULT_ENGINE_ARGS, engineType: 'sglang', numGpuBlocks: KV_TOKENS / pageSize, blockSize: pageSize, sglang: { ...DEFAULT_ENGINE_ARGS.sglang, pageSize } };
 }
+
+setFlagsFromString('--expose-gc');
+/** A full collection before each timed loop, so no round pays for the garbage of the rounds before it. */
+const collectGarbage = runInNewContext('gc') as () => void;
 
 /** µs per decode pass with `n` requests running. */
 function measure(code: Code, args: EngineArgs, n: number, seed: number): number {
@@ -69,6 +79,7 @@ function measure(code: Code, args: EngineArgs, n: number, seed: number): number 
     now = pass.endMs;
     if (pass.tokens.length === n) break;
   }
+  collectGarbage();
   const t0 = performance.now();
   for (let p = 0; p < PASSES; p++) {
     const pass = core.executePass(now);

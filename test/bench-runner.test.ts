@@ -86,7 +86,7 @@ describe('bench runner', () => {
     const lines = formatTable(figuresOf('replay-16', REPLAY_STDOUT)).split('\n');
     expect(lines).toHaveLength(3);
     const cells = lines[2].split(/ {2,}/);
-    expect(cells).toEqual(['replay-16', 'replay --timing none tokens/s, 16 streams', '240,000 tokens/s', 'bare node:http SSE: 400,000 tokens/s', '0.6×', '0.55×–0.72×', '≥ 0.7×', 'NO']);
+    expect(cells).toEqual(['replay-16', 'replay --timing none tokens/s, 16 streams', '240,000 tokens/s', 'bare node:http SSE: 400,000 tokens/s', '0.6×', '0.55–0.72×', '≥ 0.7×', 'NO']);
     // Columns line up: every cell of the data row starts where the header's does.
     expect(lines[2].indexOf('240,000')).toBe(lines[0].indexOf('value'));
   });
@@ -112,7 +112,7 @@ describe('bench runner', () => {
       'Measured 2026-11-24 by `npm run bench` in 42 s (results: `bench/results/2026-11-24.jsonl`) on Test CPU, 2 cores, 23 GiB RAM, Node v20.0.0; ' +
         'load average (1, 5, 15 min) 1.50 1.25 1.00 at the start, 2.00 1.50 1.13 at the end.',
     );
-    expect(section).toContain('| replay-16 | replay --timing none tokens/s, 16 streams | 240,000 tokens/s | bare node:http SSE: 400,000 tokens/s | 0.6× | 0.55×–0.72× | ≥ 0.7× | NO |');
+    expect(section).toContain('| replay-16 | replay --timing none tokens/s, 16 streams | 240,000 tokens/s | bare node:http SSE: 400,000 tokens/s | 0.6× | 0.55–0.72× | ≥ 0.7× | NO |');
     const readme = `# Title\n\nbefore\n${README_BEGIN}\nold table\n${README_END}\n\nprose after\n`;
     const updated = replaceBetweenMarkers(readme, section);
     expect(updated.startsWith(`# Title\n\nbefore\n${README_BEGIN}\nMeasured 2026-11-24`)).toBe(true);

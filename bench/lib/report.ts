@@ -114,8 +114,11 @@ export function formatNumber(x: number): string {
 
 const withUnit = (x: number, unit: string) => (unit === '' ? formatNumber(x) : `${formatNumber(x)} ${unit}`);
 
-/** The judged quantity's unit: a ratio reads "0.7×". */
-const judgedText = (x: number, f: Figure) => (f.judged === 'ratio' ? `${formatNumber(x)}×` : withUnit(x, f.unit));
+/** The judged quantity with its unit ("0.7×", "2 ms"; a range "0.5–0.7×"): `upTo` is the range's end. */
+function judgedText(x: number, f: Figure, upTo = ''): string {
+  const unit = f.judged === 'ratio' ? '×' : f.unit === '' ? '' : ` ${f.unit}`;
+  return `${formatNumber(x)}${upTo}${unit}`;
+}
 
 const HEADER = ['benchmark', 'figure', 'value', 'baseline (same run)', 'ratio', 'spread (min–max)', 'target', 'met'];
 
@@ -128,7 +131,7 @@ export function figureCells(f: Figure): string[] {
     withUnit(f.value, f.unit),
     f.baseline === null ? '—' : f.baselineValue === null ? f.baseline : `${f.baseline}: ${withUnit(f.baselineValue, f.unit)}`,
     f.ratio === null ? '—' : `${formatNumber(f.ratio)}×`,
-    f.min === null || f.max === null ? '—' : `${judgedText(f.min, f)}–${judgedText(f.max, f)}`,
+    f.min === null || f.max === null ? '—' : judgedText(f.min, f, `–${formatNumber(f.max)}`),
     f.target ? `${f.target.op === '<=' ? '≤' : '≥'} ${judgedText(f.target.bound, f)}` : '—',
     isMet === null ? '' : isMet ? 'yes' : 'NO',
   ];

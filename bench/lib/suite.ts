@@ -100,7 +100,7 @@ const ENGINE_PASS: Benchmark = {
   name: 'engine-pass',
   group: 'engine-pass',
   script: 'bench/engine-pass.ts',
-  args: ['--sizes', '256,512', '--passes', '300', '--runs', '5'],
+  args: ['--sizes', '256,512', '--passes', '1000', '--runs', '7'],
   figures: (json) => [
     ...[256, 512].map(
       (n): FigureOf => ({

@@ -19,7 +19,7 @@ import { selectBenchmarks, type Benchmark } from './lib/suite.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
-export function machine(): Machine {
+function machine(): Machine {
   return { cpu: cpus()[0]?.model.trim() ?? 'unknown', cores: cpus().length, ramGiB: Math.round(totalmem() / 2 ** 30), node: process.version };
 }
 

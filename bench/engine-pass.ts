@@ -11,33 +11,66 @@
  * interleaved round by round (vllm, sglang, sglang-p1, vllm, …) so that drift in the machine's speed hits
  * them alike; per flavour the median and min–max of --runs rounds are reported, and each SGLang flavour's
  * ratio to vLLM (median of the per-round ratios, and their min–max).
+ * --baseline-root DIR adds a fourth flavour, vllm-baseline: the vLLM flavour built from another checkout's
+ * src/ (e.g. `git archive <commit> src | tar -x -C DIR`), interleaved with the others, so a change to the core
+ * is measured against the code before it in the same run; its ratio to vllm is old ÷ new.
  *
- *   npx tsx bench/engine-pass.ts [--prompt 1000] [--passes 500] [--runs 5]
+ *   npx tsx bench/engine-pass.ts [--prompt 1000] [--passes 500] [--runs 5] [--sizes 1,16,64,128,256,512]
+ *                                [--baseline-root DIR] [--flavours vllm,sglang,sglang-p1,vllm-baseline]
  */
 import { cpus, loadavg } from 'node:os';
-import { DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from '../src/cli/engineArgs.js';
-import { createSchedulerCore, modelTiming, polynomialPerfModel } from '../src/engine/index.js';
-import { median, numberArg, printTable, round } from './lib/stats.js';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import * as currentArgs from '../src/cli/engineArgs.js';
+import { DEFAULT_ENGINE_ARGS, type EngineArgs } from '../src/cli/engineArgs.js';
+import * as currentEngine from '../src/engine/index.js';
+import { median, numberArg, printTable, round, stringArg } from './lib/stats.js';
 
 const PROMPT = numberArg('prompt', 1000);
 const PASSES = numberArg('passes', 500);
 const RUNS = numberArg('runs', 5);
-const SIZES = [1, 16, 64, 128, 256, 512];
+const SIZES = stringArg('sizes', '1,16,64,128,256,512').split(',').map(Number);
+if (!SIZES.every((n) => Number.isInteger(n) && n >= 1)) throw new Error(`--sizes takes running counts ≥ 1, got ${stringArg('sizes', '')}`);
+const BASELINE_ROOT = stringArg('baseline-root', '');
 /** KV capacity in tokens, the same for every flavour: 65,536 blocks of 64. */
 const KV_TOKENS = 65536 * 64;
 
-const FLAVOURS: { name: string; args: (n: number) => EngineArgs }[] = [
-  { name: 'vllm', args: (n) => ({ ...DEFAULT_ENGINE_ARGS, numGpuBlocks: KV_TOKENS / 64, blockSize: 64, maxNumSeqs: n }) },
-  { name: 'sglang', args: () => sglang(64) },
-  { name: 'sglang-p1', args: () => sglang(1) },
+/** The code a flavour runs: this checkout's, or the baseline checkout's (same exports, older code). */
+interface Code {
+  args: typeof currentArgs;
+  engine: typeof currentEngine;
+}
+const CURRENT: Code = { args: currentArgs, engine: currentEngine };
+const load = async (file: string): Promise<unknown> => import(pathToFileURL(join(BASELINE_ROOT, file)).href);
+const BASELINE: Code | null = BASELINE_ROOT
+  ? { args: (await load('src/cli/engineArgs.ts')) as typeof currentArgs, engine: (await load('src/engine/index.ts')) as typeof currentEngine }
+  : null;
+
+const vllm = (n: number): EngineArgs => ({ ...DEFAULT_ENGINE_ARGS, numGpuBlocks: KV_TOKENS / 64, blockSize: 64, maxNumSeqs: n });
+const ALL_FLAVOURS: { name: string; args: (n: number) => EngineArgs; code: Code }[] = [
+  { name: 'vllm', args: vllm, code: CURRENT },
+  { name: 'sglang', args: () => sglang(64), code: CURRENT },
+  { name: 'sglang-p1', args: () => sglang(1), code: CURRENT },
+  ...(BASELINE ? [{ name: 'vllm-baseline', args: vllm, code: BASELINE }] : []),
 ];
+const CHOSEN = stringArg('flavours', ALL_FLAVOURS.map((f) => f.name).join(',')).split(',');
+/** vllm always runs, first: the others' ratios are to it. */
+const FLAVOURS = ALL_FLAVOURS.filter((f) => f.name === 'vllm' || CHOSEN.includes(f.name));
+for (const name of CHOSEN) if (!ALL_FLAVOURS.some((f) => f.name === name)) throw new Error(`--flavours takes ${ALL_FLAVOURS.map((f) => f.name).join(', ')}; got ${name}`);
 function sglang(pageSize: number): EngineArgs {
   return { ...DEFAULT_ENGINE_ARGS, engineType: 'sglang', numGpuBlocks: KV_TOKENS / pageSize, blockSize: pageSize, sglang: { ...DEFAULT_ENGINE_ARGS.sglang, pageSize } };
 }
 
+setFlagsFromString('--expose-gc');
+/** A full collection before each timed loop, so no round pays for the garbage of the rounds before it. */
+const collectGarbage = runInNewContext('gc') as () => void;
+
 /** µs per decode pass with `n` requests running. */
-function measure(args: EngineArgs, n: number, seed: number): number {
-  const core = createSchedulerCore(schedulerConfig(args, modelTiming(polynomialPerfModel, 1, 1), seed));
+function measure(code: Code, args: EngineArgs, n: number, seed: number): number {
+  const { createSchedulerCore, modelTiming, polynomialPerfModel } = code.engine;
+  const core = createSchedulerCore(code.args.schedulerConfig(args, modelTiming(polynomialPerfModel, 1, 1), seed));
   for (let i = 0; i < n; i++) core.add({ id: `r${i}`, promptTokenIds: Array.from({ length: PROMPT }, (_, t) => i * PROMPT + t + 1), maxOutputTokens: PASSES * 4 });
   let now = 0;
   // Until every request is past its prefill and decoding.
@@ -46,6 +79,7 @@ function measure(args: EngineArgs, n: number, seed: number): number {
     now = pass.endMs;
     if (pass.tokens.length === n) break;
   }
+  collectGarbage();
   const t0 = performance.now();
   for (let p = 0; p < PASSES; p++) {
     const pass = core.executePass(now);
@@ -55,19 +89,19 @@ function measure(args: EngineArgs, n: number, seed: number): number {
   return ((performance.now() - t0) * 1000) / PASSES;
 }
 
-const load = () => loadavg().map((l) => l.toFixed(2)).join(' ');
+const loadAverage = () => loadavg().map((l) => l.toFixed(2)).join(' ');
 const spread = (values: number[], digits: number) => `${round(Math.min(...values), digits)}–${round(Math.max(...values), digits)}`;
-console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model.trim()}, node ${process.version}; ${new Date().toISOString()}; load average ${load()}`);
+console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model.trim()}, node ${process.version}; ${new Date().toISOString()}; load average ${loadAverage()}`);
 console.log(`prompt ${PROMPT} tokens, ${PASSES} timed passes, ${RUNS} interleaved rounds per size`);
 const rows: (string | number)[][] = [];
 const results: Record<string, Record<number, { median: number; min: number; max: number }>> = {};
 const ratios: Record<string, Record<number, { median: number; min: number; max: number }>> = {};
 for (const f of FLAVOURS) results[f.name] = {};
 for (const f of FLAVOURS.slice(1)) ratios[f.name] = {};
-for (const f of FLAVOURS) measure(f.args(64), 64, 0);
+for (const f of FLAVOURS) measure(f.code, f.args(64), 64, 0);
 for (const n of SIZES) {
   const samples = FLAVOURS.map((): number[] => []);
-  for (let run = 0; run < RUNS; run++) FLAVOURS.forEach((f, i) => samples[i].push(measure(f.args(n), n, run)));
+  for (let run = 0; run < RUNS; run++) FLAVOURS.forEach((f, i) => samples[i].push(measure(f.code, f.args(n), n, run)));
   const row: (string | number)[] = [n];
   FLAVOURS.forEach((f, i) => {
     results[f.name][n] = { median: round(median(samples[i]), 2), min: round(Math.min(...samples[i]), 2), max: round(Math.max(...samples[i]), 2) };
@@ -84,5 +118,5 @@ printTable(
   ['running', ...FLAVOURS.flatMap((f, i) => [`${f.name} µs/pass`, 'min–max', ...(i === 0 ? [] : [`${f.name} ÷ vllm (min–max)`])])],
   rows,
 );
-console.log(`load average at the end: ${load()}`);
+console.log(`load average at the end: ${loadAverage()}`);
 console.log(JSON.stringify({ bench: 'engine-pass', prompt: PROMPT, passes: PASSES, runs: RUNS, kvTokens: KV_TOKENS, usPerPass: results, ratioToVllm: ratios }));

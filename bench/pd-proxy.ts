@@ -72,7 +72,7 @@ async function main(): Promise<void> {
   printTable(['path', 'requests', 'p50 ms', 'p99 ms'], [row('direct'), row('pd-proxy')]);
   const added = { p50: quantile(latencies['pd-proxy'], 0.5) - quantile(latencies.direct, 0.5), p99: quantile(latencies['pd-proxy'], 0.99) - quantile(latencies.direct, 0.99) };
   console.log(`added by pd-proxy (prefill hop + decode hop + pull): p50 ${round(added.p50)} ms, p99 ${round(added.p99)} ms`);
-  console.log(JSON.stringify({ benchmark: 'pd-proxy', requests: REQUESTS, concurrency: CONCURRENCY, promptTokens: PROMPT_TOKENS, maxTokens: MAX_TOKENS, addedP50Ms: round(added.p50), addedP99Ms: round(added.p99) }));
+  console.log(JSON.stringify({ benchmark: 'pd-proxy', requests: REQUESTS, concurrency: CONCURRENCY, promptTokens: PROMPT_TOKENS, maxTokens: MAX_TOKENS, addedP50Ms: round(added.p50), addedP99Ms: round(added.p99), directP50Ms: round(quantile(latencies.direct, 0.5)), directP99Ms: round(quantile(latencies.direct, 0.99)) }));
 }
 
 await main();

@@ -163,7 +163,8 @@ async function main(): Promise<void> {
   const metric = (mode: Mode, pick: (s: RunStats) => number[], q: number) => {
     const d = direct.map((s) => quantile(pick(s), q));
     const m = runs(mode).map((s) => quantile(pick(s), q));
-    return { value: median(m), added: median(m.map((x, i) => x - d[i])) };
+    const added = m.map((x, i) => x - d[i]);
+    return { value: median(m), added: median(added), addedMin: Math.min(...added), addedMax: Math.max(...added) };
   };
   const metrics: Record<string, [(s: RunStats) => number[], number]> = {
     ttftP50: [(s) => s.ttft, 0.5],
@@ -219,7 +220,20 @@ async function main(): Promise<void> {
       config: { concurrency: CONCURRENCY, tokens: TOKENS, gapMs: GAP_MS, rounds: ROUNDS, windowMs: WINDOW_MS },
       requests,
       ms: Object.fromEntries(
-        Object.entries(table).map(([k, v]) => [k, { direct: r3(v.direct), pipe: r3(v.pipe.value), pipeAdded: r3(v.pipe.added), capture: r3(v.capture.value), captureAdded: r3(v.capture.added) }]),
+        Object.entries(table).map(([k, v]) => [
+          k,
+          {
+            direct: r3(v.direct),
+            pipe: r3(v.pipe.value),
+            pipeAdded: r3(v.pipe.added),
+            pipeAddedMin: r3(v.pipe.addedMin),
+            pipeAddedMax: r3(v.pipe.addedMax),
+            capture: r3(v.capture.value),
+            captureAdded: r3(v.capture.added),
+            captureAddedMin: r3(v.capture.addedMin),
+            captureAddedMax: r3(v.capture.addedMax),
+          },
+        ]),
       ),
       loops,
       captured: counts,

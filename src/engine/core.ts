@@ -191,6 +191,11 @@ export class EngineCore implements SchedulerCore {
   private readonly kvEventLog?: VllmKvEventLog;
   private kvTrace: KvTraceEntry[] = [];
   private cacheEvents: CacheEvent[] = [];
+  /**
+   * The requests that emit a token this pass, a snapshot (emitting can preempt running requests) in an array
+   * kept across passes, so a pass allocates no list of its requests; emptied (null) after each pass.
+   */
+  private readonly ready: (RequestState | null)[] = [];
 
   constructor(readonly config: SchedulerConfig) {
     if (!Number.isInteger(config.blockSize) || config.blockSize < 2) throw new Error(`block size must be an integer >= 2, got ${config.blockSize}`);
@@ -499,6 +504,14 @@ export class EngineCore implements SchedulerCore {
   /** engine-reference §1.2 `schedule`: returns the tokens scheduled, or why nothing was. */
   private schedule(state: RequestState, fromWaiting: boolean, pass: PassBuilder): ScheduleOutcome {
     const { seq } = state;
+    // Steady decode, every running request every pass: one token whose block is already allocated. The general
+    // path below gives the same outcome; this one skips its lookups.
+    const computed = state.numComputed;
+    if (!fromWaiting && computed >= seq.promptLength && computed + 1 === seq.length && computed < seq.numAllocatedTokens && pass.budget >= 1) {
+      state.numComputed = computed + 1;
+      pass.schedule(state, 1, 0, seq.promptLength);
+      return 1;
+    }
     const blockSize = this.config.blockSize;
     // Fewer free blocks than the watermark: no admission can keep it, so skip the prefix lookup.
     if (fromWaiting && this.watermarkBlocks > 0 && this.kv.capacity - this.kv.numActive < this.watermarkBlocks) return 'blocked';
@@ -608,15 +621,18 @@ export class EngineCore implements SchedulerCore {
 
   /** §1.3: one token for every request whose sequence is fully computed, all out at the pass end. */
   private emitReadyTokens(decodeStart: number, prefillMs: number, pass: PassBuilder): { decodeMs: number; tokens: TokenOut[]; wakeAtMs: number | null } {
-    const ready: RequestState[] = [];
+    const ready = this.ready;
+    let readyCount = 0;
     let contextSum = 0;
-    for (const r of this.running) {
+    const running = this.running;
+    for (let i = 0; i < running.length; i++) {
+      const r = running[i];
       if (r.numComputed < r.seq.length || r.seq.generated >= r.seq.maxOutput) continue;
-      ready.push(r);
+      ready[readyCount++] = r;
       contextSum += r.seq.length;
     }
     const tokens: TokenOut[] = [];
-    if (ready.length === 0) return { decodeMs: 0, tokens, wakeAtMs: null };
+    if (readyCount === 0) return { decodeMs: 0, tokens, wakeAtMs: null };
     const blockSize = this.config.blockSize;
     const timing = this.config.timing;
     // A prefill worker's token comes out when its prefill ends; only a timing that charges the emitting pass
@@ -624,10 +640,12 @@ export class EngineCore implements SchedulerCore {
     const decodeMs =
       (this.config.workerType === 'prefill' || timing.prefillCoversPass) && prefillMs > 0
         ? 0
-        : timing.decodeMs(ready.length, this.kv.numActive * blockSize, Math.floor(contextSum / ready.length), this.config.numGpuBlocks * blockSize);
+        : timing.decodeMs(readyCount, this.kv.numActive * blockSize, Math.floor(contextSum / readyCount), this.config.numGpuBlocks * blockSize);
     const decodeEnd = decodeStart + decodeMs;
     let wakeAtMs: number | null = null;
-    for (const r of ready) {
+    let anyCompleted = false;
+    for (let k = 0; k < readyCount; k++) {
+      const r = ready[k]!;
       if (r.status !== 'running') continue;
       const notBefore = timing.honoursCapturedTimes ? r.request.notBeforeMs?.[r.seq.generated] : undefined;
       if (notBefore !== undefined && notBefore > decodeEnd) {
@@ -638,6 +656,7 @@ export class EngineCore implements SchedulerCore {
         const completed = r.seq.generated >= r.seq.maxOutput;
         tokens.push({ id: r.request.id, generated: r.seq.generated, completed });
         if (completed) {
+          anyCompleted = true;
           r.done = true;
           this.requests.delete(r.request.id);
           if (r.request.holdBlocksOnFinish) {
@@ -648,10 +667,17 @@ export class EngineCore implements SchedulerCore {
         }
       }
     }
-    // Finished and preempted requests leave the running set, compacted in place (this runs every pass).
-    let kept = 0;
-    for (const r of this.running) if (!r.done && r.status === 'running') this.running[kept++] = r;
-    this.running.length = kept;
+    // The snapshot lets go of its requests (finished ones may hold long prompts).
+    ready.fill(null, 0, readyCount);
+    // Finished requests leave the running set, compacted in place (preempted ones were taken out by `preempt`).
+    if (anyCompleted || pass.preemptedAny) {
+      let kept = 0;
+      for (let i = 0; i < running.length; i++) {
+        const r = running[i];
+        if (!r.done && r.status === 'running') running[kept++] = r;
+      }
+      running.length = kept;
+    }
     return { decodeMs, tokens, wakeAtMs };
   }
 
@@ -661,7 +687,8 @@ export class EngineCore implements SchedulerCore {
       const token = r.request.outputTokenIds?.[r.seq.generated] ?? this.random();
       const moves = r.seq.generate(token);
       let allocated = true;
-      for (const move of moves) {
+      for (let m = 0; m < moves.length; m++) {
+        const move = moves[m];
         const handled = this.kv.process(move);
         if (move.kind === 'use' && handled < move.blocks.length) {
           allocated = false;

@@ -12,7 +12,11 @@ const NO_MOVES: readonly MoveBlock[] = Object.freeze([]);
 export class ActiveSequence implements BlockTokens {
   /** The prompt as given (not copied: prompts can be tens of thousands of tokens). */
   private readonly prompt: TokenIds;
-  private readonly output: number[] = [];
+  /**
+   * The generated tokens, the first `generated` entries (a packed buffer grown by doubling: one store per
+   * token, no boxing of ids above 2^31). Float64 holds any id exactly.
+   */
+  private output = new Float64Array(0);
   readonly promptLength: number;
   generated = 0;
   numAllocatedTokens = 0;
@@ -46,7 +50,7 @@ export class ActiveSequence implements BlockTokens {
   }
 
   get length(): number {
-    return this.promptLength + this.output.length;
+    return this.promptLength + this.generated;
   }
 
   blockTokens(index: number): number[] {
@@ -54,6 +58,12 @@ export class ActiveSequence implements BlockTokens {
     const block = new Array<number>(this.blockSize);
     for (let i = start; i < start + this.blockSize; i++) block[i - start] = i < this.promptLength ? this.prompt[i] : this.output[i - this.promptLength];
     return block;
+  }
+
+  /** The content hash of full block `index`, read in place where the block holds output tokens only. */
+  private blockContentHash(index: number): number {
+    const start = index * this.blockSize - this.promptLength;
+    return start >= 0 ? contentHash(this.output, start, start + this.blockSize) : contentHash(this.blockTokens(index), 0, this.blockSize);
   }
 
   private addFullBlock(index: number, content: number): BlockId {
@@ -120,8 +130,12 @@ export class ActiveSequence implements BlockTokens {
    * full) and takes a new partial block; the last token also releases every block.
    */
   generate(token: number): readonly MoveBlock[] {
-    this.output.push(token);
-    this.generated++;
+    if (this.generated === this.output.length) {
+      const grown = new Float64Array(Math.max(this.generated + 1, Math.min(this.maxOutput, Math.max(16, this.output.length * 2))));
+      grown.set(this.output);
+      this.output = grown;
+    }
+    this.output[this.generated++] = token;
     const crossing = this.length % this.blockSize === 1;
     const last = this.generated >= this.maxOutput;
     if (!crossing && !last) return NO_MOVES;
@@ -130,8 +144,7 @@ export class ActiveSequence implements BlockTokens {
       const index = this.blocks.length - 1;
       if (this.lastIsPartial) {
         const partial = this.blocks[index];
-        // A block that fills while generating holds output tokens: its tokens are gathered to be hashed.
-        const full = this.addFullBlock(index, contentHash(this.blockTokens(index), 0, this.blockSize));
+        const full = this.addFullBlock(index, this.blockContentHash(index));
         moves.push(this.promotion(index, partial, full));
       }
       // A kept sequence's last token (a prefill's sampled token, its KV held for a remote decode) is never
@@ -149,7 +162,6 @@ export class ActiveSequence implements BlockTokens {
 
   /** Undoes the token just generated (its block could not be allocated). */
   pop(): void {
-    this.output.pop();
     this.generated--;
     if (this.lastIsPartial && this.length % this.blockSize === 0) {
       this.blocks.pop();

@@ -1,0 +1,305 @@
+/**
+ * The benchmarks `npm run bench` runs (bench/run.ts): each invocation's script, the short settings that keep
+ * the whole suite within 10 minutes on a 2-core machine, and how its final JSON line(s) map to the figures of
+ * the table (bench/lib/report.ts). Targets are issue #17's where it sets one, else the benchmark's own goal.
+ */
+import type { Figure, Target } from './report.js';
+
+export type FigureOf = Omit<Figure, 'bench'>;
+
+export interface Benchmark {
+  /** The invocation's name in the table and on the command line ("replay-16"). */
+  name: string;
+  /** The name that selects it with its siblings (`npm run bench -- replay` runs replay-16 and replay-256). */
+  group: string;
+  script: string;
+  args: string[];
+  figures(json: Record<string, unknown>[]): FigureOf[];
+}
+
+/** The number at `path` (dots) of the first JSON object that has it; a clear error when none has. */
+export function numberAt(json: Record<string, unknown>[], path: string): number {
+  for (const object of json) {
+    let at: unknown = object;
+    for (const key of path.split('.')) at = at !== null && typeof at === 'object' ? (at as Record<string, unknown>)[key] : undefined;
+    if (typeof at === 'number') return at;
+  }
+  throw new Error(`no number at ${path} in the benchmark's JSON output`);
+}
+
+/** The JSON line of an offline-trace setting. */
+function setting(json: Record<string, unknown>[], key: string): Record<string, unknown>[] {
+  return json.filter((j) => j.setting === key);
+}
+
+const le = (bound: number): Target => ({ op: '<=', bound });
+const ge = (bound: number): Target => ({ op: '>=', bound });
+const range = (values: number[]) => ({ min: Math.min(...values), max: Math.max(...values) });
+
+function arrayAt(json: Record<string, unknown>[], key: string): number[] {
+  const found = json.find((j) => Array.isArray(j[key]));
+  if (!found) throw new Error(`no array ${key} in the benchmark's JSON output`);
+  return found[key] as number[];
+}
+
+function replay(concurrency: number): Benchmark {
+  return {
+    name: `replay-${concurrency}`,
+    group: 'replay',
+    script: 'bench/replay-throughput.ts',
+    args: ['--concurrency', String(concurrency), '--duration-ms', '1500', '--rounds', '3'],
+    figures: (json) => [
+      {
+        figure: `replay --timing none tokens/s, ${concurrency} streams`,
+        value: numberAt(json, 'replay.tokensPerS'),
+        unit: 'tokens/s',
+        baseline: 'bare node:http SSE',
+        baselineValue: numberAt(json, 'bare.tokensPerS'),
+        ratio: numberAt(json, 'ratio'),
+        judged: 'ratio',
+        ...range(arrayAt(json, 'ratios')),
+        target: ge(0.7),
+      },
+    ],
+  };
+}
+
+/** Capture proxy figures: added = capture − direct in the same round (median over rounds, min–max of rounds). */
+function proxy(concurrency: number): Benchmark {
+  const added = (json: Record<string, unknown>[], metric: string, label: string, target: Target | null, mode = 'capture'): FigureOf => {
+    const direct = numberAt(json, `ms.${metric}.direct`);
+    const value = numberAt(json, `ms.${metric}.${mode}Added`);
+    return {
+      figure: `${label}, ${concurrency} streams`,
+      value,
+      unit: 'ms',
+      baseline: 'direct to the upstream',
+      baselineValue: direct,
+      ratio: (direct + value) / direct,
+      judged: 'value',
+      min: numberAt(json, `ms.${metric}.${mode}AddedMin`),
+      max: numberAt(json, `ms.${metric}.${mode}AddedMax`),
+      target,
+    };
+  };
+  return {
+    name: `proxy-${concurrency}`,
+    group: 'proxy',
+    script: 'bench/proxy-overhead.ts',
+    args: ['--concurrency', String(concurrency), '--rounds', '3', '--window-ms', '1000'],
+    figures: (json) => [
+      added(json, 'ttftP50', 'capture proxy added TTFT p50', le(0.5)),
+      added(json, 'ttftP99', 'capture proxy added TTFT p99', le(2)),
+      added(json, 'perTokenP99', 'capture proxy added per-token p99', le(2)),
+      added(json, 'ttftP99', 'bare Node pipe proxy added TTFT p99 (reference)', null, 'pipe'),
+    ],
+  };
+}
+
+const ENGINE_PASS: Benchmark = {
+  name: 'engine-pass',
+  group: 'engine-pass',
+  script: 'bench/engine-pass.ts',
+  args: ['--sizes', '256,512', '--passes', '1000', '--runs', '7'],
+  figures: (json) => [
+    ...[256, 512].map(
+      (n): FigureOf => ({
+        figure: `engine pass (vLLM flavour), ${n} running`,
+        value: numberAt(json, `usPerPass.vllm.${n}.median`),
+        unit: 'µs',
+        baseline: null,
+        baselineValue: null,
+        ratio: null,
+        judged: 'value',
+        min: numberAt(json, `usPerPass.vllm.${n}.min`),
+        max: numberAt(json, `usPerPass.vllm.${n}.max`),
+        target: le(n === 256 ? 50 : 100),
+      }),
+    ),
+    {
+      figure: 'engine pass (SGLang flavour, page 64), 256 running',
+      value: numberAt(json, 'usPerPass.sglang.256.median'),
+      unit: 'µs',
+      baseline: 'vLLM flavour',
+      baselineValue: numberAt(json, 'usPerPass.vllm.256.median'),
+      ratio: numberAt(json, 'ratioToVllm.sglang.256.median'),
+      judged: 'ratio',
+      min: numberAt(json, 'ratioToVllm.sglang.256.min'),
+      max: numberAt(json, 'ratioToVllm.sglang.256.max'),
+      target: null,
+    },
+  ],
+};
+
+const absolute = (figure: string, value: number, unit: string, target: Target | null = null): FigureOf => ({
+  figure,
+  value,
+  unit,
+  baseline: null,
+  baselineValue: null,
+  ratio: null,
+  judged: 'value',
+  min: null,
+  max: null,
+  target,
+});
+
+const STORE: Benchmark = {
+  name: 'store',
+  group: 'store',
+  script: 'bench/store.ts',
+  args: ['--n', '10000', '--lookups', '500', '--nearest', '3'],
+  figures: (json) => {
+    const n = numberAt(json, 'config.n');
+    return [
+      absolute(`capture store saveExchange, 0 → ${n.toLocaleString('en-US')} generations`, numberAt(json, 'writes.perS'), 'writes/s'),
+      absolute('capture store saveExchange p99', numberAt(json, 'writes.p99Ms'), 'ms'),
+      absolute(`capture store findByPrompt hit at ${n.toLocaleString('en-US')}`, numberAt(json, 'lookups.perS'), 'lookups/s'),
+      absolute(`capture store nearest() miss scan at ${n.toLocaleString('en-US')}`, numberAt(json, 'nearest.msMedian'), 'ms'),
+    ];
+  },
+};
+
+function offlineWall(json: Record<string, unknown>[], key: string, label: string): FigureOf[] {
+  const line = setting(json, key);
+  if (line.length === 0) return [];
+  const goal = line[0].goalMs;
+  return [
+    {
+      ...absolute(`mocker trace offline, setting ${key}: ${label}`, numberAt(line, 'wallMsMedian'), 'ms', typeof goal === 'number' ? le(goal) : null),
+      min: numberAt(line, 'wallMsMin'),
+      max: numberAt(line, 'wallMsMax'),
+    },
+  ];
+}
+
+const OFFLINE: Benchmark = {
+  name: 'offline',
+  group: 'offline',
+  script: 'bench/offline-trace.ts',
+  args: ['--only', 'a,b,d', '--rounds', '3'],
+  figures: (json) => {
+    const a = setting(json, 'a');
+    const d = setting(json, 'd');
+    return [
+      ...offlineWall(json, 'a', '1,000 trace rows, block 512, wall'),
+      ...(a.length === 0
+        ? []
+        : [absolute('mocker trace offline, setting a: simulated duration', numberAt(a, 'simulatedS'), 's'), absolute('mocker trace offline, setting a: prefix reuse', numberAt(a, 'prefixReuseRatio'), '')]),
+      ...offlineWall(json, 'b', '1,000 trace rows, block 64, wall'),
+      ...(d.length === 0
+        ? []
+        : [
+            {
+              figure: 'mocker trace offline, setting d: 10,000 synthetic requests, wall',
+              value: numberAt(d, 'wallMs10kMedian'),
+              unit: 'ms',
+              baseline: '1,000 requests',
+              baselineValue: numberAt(d, 'wallMs1kMedian'),
+              ratio: numberAt(d, 'ratio'),
+              judged: 'ratio' as const,
+              min: numberAt(d, 'ratioMin'),
+              max: numberAt(d, 'ratioMax'),
+              target: le(10),
+            },
+          ]),
+    ];
+  },
+};
+
+const PD_PROXY: Benchmark = {
+  name: 'pd-proxy',
+  group: 'pd-proxy',
+  script: 'bench/pd-proxy.ts',
+  args: ['--requests', '300'],
+  figures: (json) =>
+    (['P50', 'P99'] as const).map((q): FigureOf => {
+      const direct = numberAt(json, `direct${q}Ms`);
+      const value = numberAt(json, `added${q}Ms`);
+      return {
+        figure: `pd-proxy added latency ${q.toLowerCase()} (non-streamed, 1 client)`,
+        value,
+        unit: 'ms',
+        baseline: 'decode engine directly',
+        baselineValue: direct,
+        ratio: (direct + value) / direct,
+        judged: 'value',
+        min: null,
+        max: null,
+        target: null,
+      };
+    }),
+};
+
+const KV_EVENTS: Benchmark = {
+  name: 'kv-events',
+  group: 'kv-events',
+  script: 'bench/kv-events.ts',
+  args: ['--duration-ms', '3000', '--rounds', '3'],
+  figures: (json) => [
+    {
+      figure: `serve with KV events (zmq), ${numberAt(json, 'config.concurrency')} streams, requests/s`,
+      value: numberAt(json, 'events.requestsPerS'),
+      unit: 'req/s',
+      baseline: 'no KV events',
+      baselineValue: numberAt(json, 'off.requestsPerS'),
+      ratio: numberAt(json, 'ratio'),
+      judged: 'ratio',
+      ...range(arrayAt(json, 'ratios')),
+      target: null,
+    },
+  ],
+};
+
+const FIDELITY: Benchmark = {
+  name: 'replay-fidelity',
+  group: 'replay-fidelity',
+  script: 'bench/replay-fidelity.ts',
+  args: ['--requests', '60'],
+  figures: (json) =>
+    (
+      [
+        ['ttft', 'p50', '|TTFT error| p50'],
+        ['gap', 'p99', '|gap error| p99'],
+      ] as const
+    ).map(([what, q, label]) => ({
+      ...absolute(`replay --timing captured ${label} vs the capture`, numberAt(json, `replayVsCapture.${what}.${q}`), 'ms', le(1)),
+      baseline: 'replay vs replay again (noise)',
+      baselineValue: numberAt(json, `replayVsReplay.${what}.${q}`),
+    })),
+};
+
+/** The capture file's problems; a file left unchecked (a process died first) counts as one. */
+function capturedProblems(json: Record<string, unknown>[]): number {
+  const problems = json.find((j) => 'replayProblems' in j)?.replayProblems;
+  return typeof problems === 'number' ? problems : 1;
+}
+
+const FUZZ: Benchmark = {
+  name: 'fuzz',
+  group: 'fuzz',
+  script: 'bench/fuzz.ts',
+  args: ['--requests', '2000'],
+  figures: (json) => [
+    absolute(
+      `fuzz: ${numberAt(json, 'requests')} hostile requests, violations + dead processes + busy engines + capture problems`,
+      numberAt(json, 'violations') + numberAt(json, 'dead') + numberAt(json, 'enginesBusy') + capturedProblems(json),
+      '',
+      le(0),
+    ),
+    absolute('fuzz: /health p99 under fuzzing', numberAt(json, 'healthP99Ms'), 'ms', le(100)),
+  ],
+};
+
+export const BENCHMARKS: Benchmark[] = [replay(16), replay(256), proxy(64), proxy(256), ENGINE_PASS, OFFLINE, STORE, KV_EVENTS, PD_PROXY, FIDELITY, FUZZ];
+
+/** The invocations `names` select (by name or group), in suite order; all of them when `names` is empty. */
+export function selectBenchmarks(names: string[]): Benchmark[] {
+  if (names.length === 0) return BENCHMARKS;
+  const unknown = names.filter((n) => !BENCHMARKS.some((b) => b.name === n || b.group === n));
+  if (unknown.length > 0) {
+    const known = [...new Set(BENCHMARKS.flatMap((b) => [b.group, b.name]))].join(', ');
+    throw new Error(`unknown benchmark ${unknown.join(', ')}; known: ${known}`);
+  }
+  return BENCHMARKS.filter((b) => names.includes(b.name) || names.includes(b.group));
+}

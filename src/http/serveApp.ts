@@ -423,20 +423,28 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       return;
     }
     res.writeHead(ex.status ?? 200, headers);
-    res.flushHeaders();
+    // The headers go at once: with the first events when the engine releases them within this turn (one write).
+    const flushHeaders = setImmediate(() => res.flushHeaders());
     const stream = renderCapturedStream(ex, hide, ctx.id, ctx.created);
     let emitted = 0;
     let next = 0;
     const perSequence = plans.map(() => 0);
-    for await (const batch of events) {
-      for (const { sequence, emitted: n } of batch) {
-        emitted += n - perSequence[sequence];
-        perSequence[sequence] = n;
+    try {
+      for await (const batch of events) {
+        for (const { sequence, emitted: n } of batch) {
+          emitted += n - perSequence[sequence];
+          perSequence[sequence] = n;
+        }
+        // The stream's last events (usage, [DONE]) follow the last token, as captured.
+        const from = next;
+        while (next < stream.events && ex.eventTokens[next] <= emitted && emitted > 0) next++;
+        if (next > from && !signal.aborted) {
+          clearImmediate(flushHeaders);
+          res.write(stream.slice(from, next));
+        }
       }
-      // The stream's last events (usage, [DONE]) follow the last token, as captured.
-      const from = next;
-      while (next < stream.events && ex.eventTokens[next] <= emitted && emitted > 0) next++;
-      if (next > from && !signal.aborted) res.write(stream.slice(from, next));
+    } finally {
+      clearImmediate(flushHeaders);
     }
     if (signal.aborted) return;
     res.end(stream.slice(next, stream.events));

@@ -1,7 +1,8 @@
 /**
  * Benchmark 2: replay throughput. `mocker serve --mode replay --timing none` answering a captured
  * --tokens-token chat stream, against a bare node:http SSE server emitting exactly the same bytes (the same
- * events, one write per event). Issue #2 target: replay streams ≥ 0.5× the bare server's tokens/s.
+ * events, one write per event). Issue #17 goal: replay streams ≥ 0.7× the bare server's tokens/s, at 16 and at 256
+ * concurrent streams (`--concurrency`).
  * A second bare server ("bare/turn") writes each event in its own event-loop turn, as a server that streams
  * tokens as they are produced must (the plain bare server's writes all happen in one turn, and Node's http
  * layer corks them into a few syscalls): the ratio against it shows what per-token streaming itself costs.
@@ -37,6 +38,8 @@ const ROUNDS = numberArg('rounds', 5);
 const RENDERED = flag('rendered');
 const PROFILE = flag('cpu-prof');
 const VERBOSE = flag('verbose');
+/** Issue #17's goal for replay / bare tokens/s. */
+const TARGET_RATIO = 0.7;
 
 const WORDS = ['alpha', 'river', 'stone', 'quietly', 'beneath', 'the', 'silver', 'moon', 'a', 'traveler', 'counts', 'seven', 'lanterns', 'and', 'sings', 'of', 'harbors', 'far', 'away.'];
 const text = (n: number, shift: number) => Array.from({ length: n }, (_, i) => WORDS[(i * 7 + shift) % WORDS.length]).join(' ');
@@ -166,7 +169,7 @@ async function main(): Promise<void> {
     ['server', 'tokens/s', 'responses/s', 'latency p50 ms', 'latency p99 ms', 'server CPU ms/response'],
     ([['bare', result.bare], ['bare/turn', result.bareTurn], ['replay', result.replay]] as const).map(([k, v]) => [k, v.tokensPerS, v.responsesPerS, v.latencyP50Ms, v.latencyP99Ms, v.serverCpuMsPerResponse]),
   );
-  console.log(`replay / bare tokens/s: ${ratio} (per round: ${ratios.map((x) => round(x, 2)).join(', ')}); target ≥ 0.5: ${ratio >= 0.5 ? 'MET' : 'NOT MET'}`);
+  console.log(`replay / bare tokens/s: ${ratio} (per round: ${ratios.map((x) => round(x, 2)).join(', ')}); target ≥ ${TARGET_RATIO}: ${ratio >= TARGET_RATIO ? 'MET' : 'NOT MET'}`);
   console.log(`replay / bare/turn tokens/s: ${ratioTurn} (per round: ${ratiosTurn.map((x) => round(x, 2)).join(', ')})`);
 
   if (PROFILE) {
@@ -182,7 +185,7 @@ async function main(): Promise<void> {
       ratio,
       ratios: ratios.map((x) => round(x, 3)),
       ratioToPerTurn: ratioTurn,
-      target: { ratio: 0.5, met: ratio >= 0.5 },
+      target: { ratio: TARGET_RATIO, met: ratio >= TARGET_RATIO },
     }),
   );
 }

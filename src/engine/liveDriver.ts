@@ -87,6 +87,9 @@ export class LiveDriver {
   private lastPassEndMs = -Infinity;
 
   private lastStats: EngineStats;
+  /** A pass's latencies, refilled for every pass (observers read them during onPass only). */
+  private readonly timesToFirstTokenS: number[] = [];
+  private readonly interTokenLatenciesS: number[] = [];
 
   constructor(
     readonly core: SchedulerCore,
@@ -273,8 +276,10 @@ export class LiveDriver {
   /** Hands the pass to the observer as vLLM's loggers see a step; tokens count at the pass end. */
   private observe(tokens: readonly TokenOut[], endMs: number): void {
     const stats = this.core.engineStats();
-    const timesToFirstTokenS: number[] = [];
-    const interTokenLatenciesS: number[] = [];
+    const timesToFirstTokenS = this.timesToFirstTokenS;
+    const interTokenLatenciesS = this.interTokenLatenciesS;
+    timesToFirstTokenS.length = 0;
+    interTokenLatenciesS.length = 0;
     // vLLM's IterationStats: a request's whole prompt counts once, with its first token (cached tokens included).
     let promptTokens = 0;
     for (const t of tokens) {

@@ -96,8 +96,9 @@ export interface PassStats {
   preemptions: number;
   promptTokens: number;
   generationTokens: number;
-  timesToFirstTokenS: number[];
-  interTokenLatenciesS: number[];
+  /** These two lists are the driver's, refilled every pass: read them during `onPass`, keep no reference. */
+  timesToFirstTokenS: readonly number[];
+  interTokenLatenciesS: readonly number[];
   /** With LoRA enabled: the adapters of the running and the waiting requests (vLLM's scheduler LoRA stats). */
   runningLoraAdapters?: string[];
   waitingLoraAdapters?: string[];

@@ -127,13 +127,24 @@ export function fullResponse(ctx: RenderContext, choices: RenderedChoice[], prom
 
 const ID_PREFIX = /^(data: )?\{"id":"[^"]*"(?:,"object":"([^"]*)","created":\d+)?/;
 
+/** `{"id":…` with the `object` and `created` that follow it (none for `object` null: a rerank answer has only its id). */
+export function stampedPrefix(id: string, object: string | null, created: number): string {
+  const stamp = object === null ? '' : `,"object":"${object}","created":${created}`;
+  return `{"id":${JSON.stringify(id)}${stamp}`;
+}
+
+/** A captured event or body around its stamp (`object` undefined: it has none, `lead` is the whole text). */
+export function splitStamp(text: string): { lead: string; object: string | null | undefined; tail: string } {
+  const match = ID_PREFIX.exec(text);
+  if (!match) return { lead: text, object: undefined, tail: '' };
+  return { lead: match[1] ?? '', object: match[2] ?? null, tail: text.slice(match[0].length) };
+}
+
 /**
  * Regenerates `id` and `created` in a captured event or body, as vLLM does per request (a rerank answer has no
  * `object`/`created`: only its id).
  */
 export function restamp(text: string, id: string, created: number): string {
-  return text.replace(ID_PREFIX, (_m, data: string | undefined, object: string | undefined) => {
-    const stamp = object === undefined ? '' : `,"object":"${object}","created":${created}`;
-    return `${data ?? ''}{"id":${JSON.stringify(id)}${stamp}`;
-  });
+  const { lead, object, tail } = splitStamp(text);
+  return object === undefined ? text : `${lead}${stampedPrefix(id, object, created)}${tail}`;
 }

@@ -3,7 +3,6 @@ import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:
 import type { HttpBindings } from '@hono/node-server';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono, type Context } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
 import { forwardExchange, generationEndpoint, hideTokenIds, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
 import { EngineRejection, type Engine, type EngineStream, type LoraAdapter, type TokenEvent } from '../engine/index.js';
 import type { ChoicePlan, EndpointKind, OutputParams } from '../generation/plan.js';
@@ -14,12 +13,14 @@ import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type 
 import { requestShape } from '../generation/shape.js';
 import { toolOffer } from '../generation/toolCalls.js';
 import { arrivalOf } from './drain.js';
+import { declaredBodyLimit } from './bodyLimit.js';
 import type { PoolingKind, StoredExchange } from '../store/captureStore.js';
 import { TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
 import { loadLoraRequest, unloadLoraRequest, type LoraAdapters } from './loraAdapters.js';
 import { DONE_EVENT, includesUsage, restamp, type RenderContext } from './render.js';
 import { PlanRenderer } from './planRenderer.js';
+import { renderCapturedStream } from './verbatimStream.js';
 import { poolingEndpoints, type PoolingLatency } from './poolingEndpoints.js';
 import { answerPooled } from './pooledReplay.js';
 import { tgiEndpoints, type RunCompletion } from './tgi.js';
@@ -406,20 +407,6 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     else jsonResponse(res, 200, renderer.body(cachedTokens));
   }
 
-  /** A capture's SSE events as text, split once (and with the injected token ids hidden once). */
-  const eventCache = new WeakMap<StoredExchange, Map<boolean, string[]>>();
-  const capturedEvents = (ex: StoredExchange, hide: boolean): string[] => {
-    const variants = eventCache.get(ex) ?? new Map<boolean, string[]>();
-    eventCache.set(ex, variants);
-    let events = variants.get(hide);
-    if (!events) {
-      events = ex.eventEnds.map((end, i) => ex.responseBody.toString('utf8', i === 0 ? 0 : ex.eventEnds[i - 1], end));
-      if (hide) events = events.map(hideTokenIds);
-      variants.set(hide, events);
-    }
-    return events;
-  };
-
   /** Serves a capture's own bytes (same request shape), released as the engine emits their tokens. */
   async function serveVerbatim(
     res: ServerResponse, ctx: RenderContext, p: Prepared, ex: StoredExchange, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill: boolean,
@@ -436,27 +423,31 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       return;
     }
     res.writeHead(ex.status ?? 200, headers);
-    res.flushHeaders();
-    const texts = capturedEvents(ex, hide);
+    // The headers go at once: with the first events when the engine releases them within this turn (one write).
+    const flushHeaders = setImmediate(() => res.flushHeaders());
+    const stream = renderCapturedStream(ex, hide, ctx.id, ctx.created);
     let emitted = 0;
     let next = 0;
-    const release = (final: boolean) => {
-      let out = '';
-      while (next < texts.length && (final || (ex.eventTokens[next] <= emitted && emitted > 0))) out += restamp(texts[next++], ctx.id, ctx.created);
-      return out;
-    };
     const perSequence = plans.map(() => 0);
-    for await (const batch of events) {
-      for (const { sequence, emitted: n } of batch) {
-        emitted += n - perSequence[sequence];
-        perSequence[sequence] = n;
+    try {
+      for await (const batch of events) {
+        for (const { sequence, emitted: n } of batch) {
+          emitted += n - perSequence[sequence];
+          perSequence[sequence] = n;
+        }
+        // The stream's last events (usage, [DONE]) follow the last token, as captured.
+        const from = next;
+        while (next < stream.events && ex.eventTokens[next] <= emitted && emitted > 0) next++;
+        if (next > from && !signal.aborted) {
+          clearImmediate(flushHeaders);
+          res.write(stream.slice(from, next));
+        }
       }
-      // The stream's last events (usage, [DONE]) follow the last token, as captured.
-      const out = release(false);
-      if (out && !signal.aborted) res.write(out);
+    } finally {
+      clearImmediate(flushHeaders);
     }
     if (signal.aborted) return;
-    res.end(release(true));
+    res.end(stream.slice(next, stream.events));
   }
 
   const readJson = async (c: Context<Env>): Promise<{ bytes: Buffer; body: Json }> => {
@@ -585,7 +576,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
 
   app.use(
     '*',
-    bodyLimit({
+    declaredBodyLimit({
       maxSize: config.maxBodyBytes,
       onError: (c) => c.body(errorJson(413, `Request body is larger than ${config.maxBodyBytes} bytes.`, 'Request Entity Too Large'), 413, { 'content-type': 'application/json' }),
     }),

@@ -58,7 +58,9 @@ const MEMORY_UTILIZATION = 0.9;
  * largest throughput seen (at least `minThroughput`), the load their ratio.
  */
 class ThroughputLoad {
+  /** Recorded passes, oldest first from `head` (a queue: shifting an array thousands of entries long per pass costs more than the pass). */
   private readonly events: { atMs: number; tokens: number }[] = [];
+  private head = 0;
   private tokens = 0;
   private peak: number;
 
@@ -80,7 +82,12 @@ class ThroughputLoad {
   }
 
   private throughput(nowMs: number): number {
-    while (this.events.length > 0 && this.events[0].atMs <= nowMs - this.windowMs) this.tokens -= this.events.shift()!.tokens;
+    const events = this.events;
+    while (this.head < events.length && events[this.head].atMs <= nowMs - this.windowMs) this.tokens -= events[this.head++].tokens;
+    if (this.head > 1024 && this.head * 2 > events.length) {
+      events.splice(0, this.head);
+      this.head = 0;
+    }
     return this.tokens / (this.windowMs / 1000);
   }
 }

@@ -1,5 +1,6 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Registry } from 'prom-client';
 import type { EngineObserver, FinishedRequest, PassStats } from '../engine/index.js';
+import { passCounter, passGauge, PassHistogram, type CounterSeries, type GaugeSeries, type HistogramSeries } from './passSeries.js';
 
 /** Dynamo's `round_to_sig_figs`. */
 function roundToSigFigs(value: number, sigFigs: number): number {
@@ -69,73 +70,72 @@ export class DynamoFrontendMetrics implements EngineObserver {
   private readonly wait = new FirstTokenWait();
   private inflight = 0;
   private readonly requests;
-  private readonly inflightGauge;
-  private readonly queued;
+  private readonly inflightGauge: GaugeSeries;
+  private readonly queued: GaugeSeries;
   private readonly disconnected;
   private disconnects = 0;
   private readonly duration;
   private readonly inputTokens;
   private readonly outputTokens;
-  private readonly outputTokensTotal;
-  private readonly ttft;
-  private readonly itl;
+  private readonly outputTokensTotal: CounterSeries;
+  private readonly ttft: HistogramSeries;
+  private readonly itl: HistogramSeries;
 
   constructor(config: DynamoFrontendConfig) {
     const registers = [this.registry];
     this.labels = { model: config.modelName };
     const labelNames = ['model'];
     const name = (suffix: string) => `dynamo_frontend_${suffix}`;
-    const histogram = (suffix: string, help: string, buckets: number[]) => new Histogram({ name: name(suffix), help, buckets, labelNames, registers });
-    const gauge = (suffix: string, help: string) => new Gauge({ name: name(suffix), help, labelNames, registers });
+    const histogram = (suffix: string, help: string, buckets: number[]) => new PassHistogram({ name: name(suffix), help, buckets, labelNames, registers });
+    const gauge = (suffix: string, help: string) => passGauge({ name: name(suffix), help, labelNames, registers });
 
     this.requests = new Counter({ name: name('requests_total'), help: 'Total number of LLM requests processed', labelNames: ['error_type', 'model', 'status'], registers });
-    this.inflightGauge = gauge('inflight_requests', 'Number of inflight requests');
-    this.queued = gauge('queued_requests', 'Number of requests in HTTP processing queue');
+    this.inflightGauge = gauge('inflight_requests', 'Number of inflight requests').series(this.labels);
+    this.queued = gauge('queued_requests', 'Number of requests in HTTP processing queue').series(this.labels);
     this.disconnected = new Gauge({ name: name('disconnected_clients'), help: 'Number of disconnected clients', registers });
     this.duration = histogram('request_duration_seconds', 'Duration of LLM requests', dynamoLogBuckets(1, 512, 10));
     this.inputTokens = histogram('input_sequence_tokens', 'Input sequence length in tokens', dynamoLogBuckets(50, 128000, 12));
     this.outputTokens = histogram('output_sequence_tokens', 'Output sequence length in tokens', dynamoLogBuckets(50, 32000, 10));
-    this.outputTokensTotal = new Counter({ name: name('output_tokens_total'), help: 'Total number of output tokens generated (updates in real-time)', labelNames, registers });
-    this.ttft = histogram('time_to_first_token_seconds', 'Time to first token in seconds', dynamoLogBuckets(0.001, 480, 18));
-    this.itl = histogram('inter_token_latency_seconds', 'Inter-token latency in seconds', dynamoLogBuckets(0.001, 2, 13));
+    this.outputTokensTotal = passCounter({ name: name('output_tokens_total'), help: 'Total number of output tokens generated (updates in real-time)', labelNames, registers }).series(this.labels);
+    this.ttft = histogram('time_to_first_token_seconds', 'Time to first token in seconds', dynamoLogBuckets(0.001, 480, 18)).series(this.labels);
+    this.itl = histogram('inter_token_latency_seconds', 'Inter-token latency in seconds', dynamoLogBuckets(0.001, 2, 13)).series(this.labels);
     // The worker's runtime config and model card, as the frontend learns them when the worker registers.
     const model = this.labels;
-    gauge('model_total_kv_blocks', 'Total KV cache blocks available for a worker serving the model').labels(model).set(config.totalKvBlocks);
+    gauge('model_total_kv_blocks', 'Total KV cache blocks available for a worker serving the model').series(model).set(config.totalKvBlocks);
     const maxNumSeqs = gauge('model_max_num_seqs', 'Maximum number of sequences for a worker serving the model');
-    if (config.maxNumSeqs !== null) maxNumSeqs.labels(model).set(config.maxNumSeqs);
+    if (config.maxNumSeqs !== null) maxNumSeqs.series(model).set(config.maxNumSeqs);
     const maxNumBatchedTokens = gauge('model_max_num_batched_tokens', 'Maximum number of batched tokens for a worker serving the model');
-    if (config.maxNumBatchedTokens !== null) maxNumBatchedTokens.labels(model).set(config.maxNumBatchedTokens);
-    gauge('model_context_length', 'Maximum context length in tokens for a worker serving the model').labels(model).set(config.maxModelLen);
-    gauge('model_kv_cache_block_size', 'KV cache block size in tokens for a worker serving the model').labels(model).set(config.blockSize);
+    if (config.maxNumBatchedTokens !== null) maxNumBatchedTokens.series(model).set(config.maxNumBatchedTokens);
+    gauge('model_context_length', 'Maximum context length in tokens for a worker serving the model').series(model).set(config.maxModelLen);
+    gauge('model_kv_cache_block_size', 'KV cache block size in tokens for a worker serving the model').series(model).set(config.blockSize);
   }
 
   onRequest(_rank: number, n: number): void {
     this.inflight += n;
     this.wait.arrived(n);
-    this.inflightGauge.labels(this.labels).set(this.inflight);
-    this.queued.labels(this.labels).set(this.wait.waiting);
+    this.inflightGauge.set(this.inflight);
+    this.queued.set(this.wait.waiting);
   }
 
   onPass(_rank: number, stats: PassStats): void {
-    const l = this.labels;
-    if (this.wait.passed(stats) > 0) this.queued.labels(l).set(this.wait.waiting);
-    for (const s of stats.timesToFirstTokenS) this.ttft.labels(l).observe(s);
-    for (const s of stats.interTokenLatenciesS) this.itl.labels(l).observe(s);
-    if (stats.generationTokens > 0) this.outputTokensTotal.labels(l).inc(stats.generationTokens);
+    if (this.wait.passed(stats) > 0) this.queued.set(this.wait.waiting);
+    for (const s of stats.timesToFirstTokenS) this.ttft.observe(s);
+    for (const s of stats.interTokenLatenciesS) this.itl.observe(s);
+    if (stats.generationTokens > 0) this.outputTokensTotal.inc(stats.generationTokens);
   }
 
   onFinished(_rank: number, r: FinishedRequest): void {
     const l = this.labels;
     this.inflight--;
-    if (this.wait.finishedBeforeFirstToken(r)) this.queued.labels(l).set(this.wait.waiting);
-    this.inflightGauge.labels(l).set(this.inflight);
+    if (this.wait.finishedBeforeFirstToken(r)) this.queued.set(this.wait.waiting);
+    this.inflightGauge.set(this.inflight);
     const aborted = r.finishReason === 'abort';
     if (aborted) this.disconnected.set(++this.disconnects);
     // Labels in the Rust crate's (alphabetical) order.
     this.requests.labels({ error_type: aborted ? 'cancelled' : '', ...l, status: aborted ? 'error' : 'success' }).inc();
-    this.duration.labels(l).observe(r.e2eS);
-    this.inputTokens.labels(l).observe(r.promptTokens);
-    this.outputTokens.labels(l).observe(r.generationTokens);
+    this.duration.series(l).observe(r.e2eS);
+    this.inputTokens.series(l).observe(r.promptTokens);
+    this.outputTokens.series(l).observe(r.generationTokens);
   }
 
   async text(): Promise<string> {
@@ -176,11 +176,11 @@ export class DynamoComponentMetrics implements EngineObserver {
   private readonly blocks: { active: number; total: number }[];
   private readonly requests;
   private readonly inflightGauge;
-  private readonly duration;
-  private readonly activeBlocks;
-  private readonly totalBlocks;
-  private readonly usage;
-  private readonly hitRate;
+  private readonly duration: HistogramSeries;
+  private readonly activeBlocks: GaugeSeries;
+  private readonly totalBlocks: GaugeSeries;
+  private readonly usage: GaugeSeries;
+  private readonly hitRate: GaugeSeries;
 
   constructor(config: DynamoComponentConfig) {
     const registers = [this.registry];
@@ -193,14 +193,15 @@ export class DynamoComponentMetrics implements EngineObserver {
     // Dynamo creates these with the labels as constant labels: each series exists from the start.
     this.requests = new Counter({ name: 'dynamo_component_requests_total', help: 'Total number of requests processed by work handler', labelNames: endpointLabelNames, registers });
     this.inflightGauge = new Gauge({ name: 'dynamo_component_inflight_requests', help: 'Number of requests currently being processed by work handler', labelNames: endpointLabelNames, registers });
-    this.duration = new Histogram({ name: 'dynamo_component_request_duration_seconds', help: 'Time spent processing requests by work handler', buckets: RUST_DEFAULT_BUCKETS, labelNames: endpointLabelNames, registers });
+    const duration = new PassHistogram({ name: 'dynamo_component_request_duration_seconds', help: 'Time spent processing requests by work handler', buckets: RUST_DEFAULT_BUCKETS, labelNames: endpointLabelNames, registers });
     this.requests.labels(this.endpointLabels).inc(0);
     this.inflightGauge.labels(this.endpointLabels).set(0);
-    this.duration.zero(this.endpointLabels);
+    duration.zero(this.endpointLabels);
+    this.duration = duration.series(this.endpointLabels);
     const kvGauge = (suffix: string, help: string) => {
-      const g = new Gauge({ name: `dynamo_component_kvstats_${suffix}`, help, labelNames: Object.keys(componentLabels), registers });
-      g.labels(componentLabels).set(0);
-      return g.labels(componentLabels);
+      const series = passGauge({ name: `dynamo_component_kvstats_${suffix}`, help, labelNames: Object.keys(componentLabels), registers }).series(componentLabels);
+      series.set(0);
+      return series;
     };
     this.activeBlocks = kvGauge('active_blocks', 'Number of active KV cache blocks currently in use');
     this.totalBlocks = kvGauge('total_blocks', 'Total number of KV cache blocks available');
@@ -225,7 +226,7 @@ export class DynamoComponentMetrics implements EngineObserver {
     if (stats.prefixCacheQueries > 0) this.hitRate.set(stats.prefixCacheHits / stats.prefixCacheQueries);
     const prefilled = this.wait.passed(stats);
     if (this.span === 'prefill' && prefilled > 0) {
-      for (const s of stats.timesToFirstTokenS) this.duration.labels(this.endpointLabels).observe(s);
+      for (const s of stats.timesToFirstTokenS) this.duration.observe(s);
       this.done(prefilled);
     }
   }
@@ -233,7 +234,7 @@ export class DynamoComponentMetrics implements EngineObserver {
   onFinished(_rank: number, r: FinishedRequest): void {
     const beforeFirstToken = this.wait.finishedBeforeFirstToken(r);
     if (this.span === 'request' || beforeFirstToken) {
-      this.duration.labels(this.endpointLabels).observe(r.e2eS);
+      this.duration.observe(r.e2eS);
       this.done(1);
     }
   }

@@ -1,6 +1,7 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Registry } from 'prom-client';
 import type { EngineObserver, FinishedRequest, PassStats } from '../engine/index.js';
 import { toPrometheusClientText } from './exposition.js';
+import { passGauge, PassHistogram, type GaugeSeries, type HistogramSeries } from './passSeries.js';
 
 // SGLang's default buckets (test/fixtures/prometheus/sglang-metrics.md §3, §4).
 const QUEUE_TIME_BUCKETS = [0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000];
@@ -15,6 +16,17 @@ export interface SglangMetricsConfig {
   ranks: number;
   /** Tokens per KV page (the block size): token counts of the pool are whole pages. */
   pageSize: number;
+}
+
+/** A rank's scheduler gauges, written by every pass. */
+interface RankGauges {
+  running: GaugeSeries;
+  queue: GaugeSeries;
+  usedTokens: GaugeSeries;
+  tokenUsage: GaugeSeries;
+  genThroughput: GaugeSeries;
+  cacheHitRate: GaugeSeries;
+  retracted: GaugeSeries;
 }
 
 /** Per rank, what SGLang's scheduler keeps between its stats logs. */
@@ -56,21 +68,15 @@ export class SglangMetrics implements EngineObserver {
   private readonly pid = String(process.pid);
   private readonly pageSize: number;
   private readonly logs: RankLog[];
-  private readonly runningReqs;
-  private readonly usedTokens;
-  private readonly tokenUsage;
-  private readonly genThroughput;
-  private readonly queueReqs;
-  private readonly cacheHitRate;
-  private readonly retractedReqs;
+  private readonly gauges: RankGauges[];
   private readonly queueTime;
   private readonly promptTokens;
   private readonly generationTokens;
   private readonly cachedTokens;
   private readonly requests;
   private readonly abortedRequests;
-  private readonly ttft;
-  private readonly interTokenLatency;
+  private readonly ttft: HistogramSeries;
+  private readonly interTokenLatency: HistogramSeries;
   private readonly e2e;
 
   constructor(config: SglangMetricsConfig) {
@@ -90,31 +96,42 @@ export class SglangMetrics implements EngineObserver {
     this.logs = Array.from({ length: config.ranks }, () => ({ cacheHitRate: 0, genThroughput: 0, decodeBatches: 0, decodeTokensSinceLog: 0, lastDecodeLogMs: now }));
 
     const schedulerLabelNames = Object.keys(this.schedulerLabels(0));
-    const gauge = (name: string, help: string) => new Gauge({ name, help, labelNames: schedulerLabelNames, registers });
+    const gauge = (name: string, help: string, labelNames = schedulerLabelNames) => passGauge({ name, help, labelNames, registers });
     const counter = (name: string, help: string) => new Counter({ name, help, labelNames: ['model_name'], registers });
-    const histogram = (name: string, help: string, buckets: number[], labelNames: string[]) => new Histogram({ name, help, buckets, labelNames, registers });
+    const histogram = (name: string, help: string, buckets: number[], labelNames: string[]) => new PassHistogram({ name, help, buckets, labelNames, registers });
 
-    this.runningReqs = gauge('sglang:num_running_reqs', 'The number of running requests.');
-    this.usedTokens = gauge('sglang:num_used_tokens', 'The number of used tokens.');
-    this.tokenUsage = gauge('sglang:token_usage', 'The token usage.');
-    this.genThroughput = gauge('sglang:gen_throughput', 'The generation throughput (token/s).');
-    this.queueReqs = gauge('sglang:num_queue_reqs', 'The number of requests in the waiting queue.');
-    this.cacheHitRate = gauge('sglang:cache_hit_rate', 'The prefix cache hit rate.');
+    const running = gauge('sglang:num_running_reqs', 'The number of running requests.');
+    const usedTokens = gauge('sglang:num_used_tokens', 'The number of used tokens.');
+    const tokenUsage = gauge('sglang:token_usage', 'The token usage.');
+    const genThroughput = gauge('sglang:gen_throughput', 'The generation throughput (token/s).');
+    const queue = gauge('sglang:num_queue_reqs', 'The number of requests in the waiting queue.');
+    const cacheHitRate = gauge('sglang:cache_hit_rate', 'The prefix cache hit rate.');
     // Created without a multiprocess mode in SGLang: one series per process, labelled with its pid.
-    this.retractedReqs = new Gauge({ name: 'sglang:num_retracted_reqs', help: 'The number of retracted requests.', labelNames: [...schedulerLabelNames, 'pid'], registers });
+    const retracted = gauge('sglang:num_retracted_reqs', 'The number of retracted requests.', [...schedulerLabelNames, 'pid']);
+    this.gauges = Array.from({ length: config.ranks }, (_, rank) => {
+      const l = this.schedulerLabels(rank);
+      return {
+        running: running.series(l),
+        queue: queue.series(l),
+        usedTokens: usedTokens.series(l),
+        tokenUsage: tokenUsage.series(l),
+        genThroughput: genThroughput.series(l),
+        cacheHitRate: cacheHitRate.series(l),
+        retracted: retracted.series({ ...l, pid: this.pid }),
+      };
+    });
     this.queueTime = histogram('sglang:queue_time_seconds', 'Histogram of queueing time in seconds.', QUEUE_TIME_BUCKETS, schedulerLabelNames);
     this.promptTokens = counter('sglang:prompt_tokens_total', 'Number of prefill tokens processed.');
     this.generationTokens = counter('sglang:generation_tokens_total', 'Number of generation tokens processed.');
     this.cachedTokens = counter('sglang:cached_tokens_total', 'Number of cached prompt tokens.');
     this.requests = counter('sglang:num_requests_total', 'Number of requests processed.');
     this.abortedRequests = counter('sglang:num_aborted_requests_total', 'Number of requests aborted.');
-    this.ttft = histogram('sglang:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', TTFT_BUCKETS, ['model_name']);
-    this.interTokenLatency = histogram('sglang:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', ITL_BUCKETS, ['model_name']);
+    this.ttft = histogram('sglang:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', TTFT_BUCKETS, ['model_name']).series(this.tokenizerLabels);
+    this.interTokenLatency = histogram('sglang:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', ITL_BUCKETS, ['model_name']).series(this.tokenizerLabels);
     this.e2e = histogram('sglang:e2e_request_latency_seconds', 'Histogram of End-to-end request latency in seconds', E2E_BUCKETS, ['model_name']);
   }
 
   onPass(rank: number, stats: PassStats): void {
-    const l = this.schedulerLabels(rank);
     const log = this.logs[rank];
     if (stats.prefixCacheQueries > 0) {
       const newTokens = Math.ceil((stats.prefixCacheQueries - stats.prefixCacheHits) / this.pageSize) * this.pageSize;
@@ -134,16 +151,17 @@ export class SglangMetrics implements EngineObserver {
       }
     }
     if (stats.running === 0 && stats.waiting === 0) log.genThroughput = 0;
-    this.runningReqs.labels(l).set(stats.running);
-    this.queueReqs.labels(l).set(stats.waiting);
-    this.usedTokens.labels(l).set(stats.activeBlocks * this.pageSize);
-    this.tokenUsage.labels(l).set(stats.totalBlocks > 0 ? stats.activeBlocks / stats.totalBlocks : 0);
-    this.genThroughput.labels(l).set(log.genThroughput);
-    this.cacheHitRate.labels(l).set(log.cacheHitRate);
-    this.retractedReqs.labels({ ...l, pid: this.pid }).set(stats.preemptions);
+    const g = this.gauges[rank];
+    g.running.set(stats.running);
+    g.queue.set(stats.waiting);
+    g.usedTokens.set(stats.activeBlocks * this.pageSize);
+    g.tokenUsage.set(stats.totalBlocks > 0 ? stats.activeBlocks / stats.totalBlocks : 0);
+    g.genThroughput.set(log.genThroughput);
+    g.cacheHitRate.set(log.cacheHitRate);
+    g.retracted.set(stats.preemptions);
     if (stats.prefixCacheHits > 0) this.cachedTokens.labels(this.tokenizerLabels).inc(stats.prefixCacheHits);
-    for (const s of stats.timesToFirstTokenS) this.ttft.labels(this.tokenizerLabels).observe(s);
-    for (const s of stats.interTokenLatenciesS) this.interTokenLatency.labels(this.tokenizerLabels).observe(s);
+    for (const s of stats.timesToFirstTokenS) this.ttft.observe(s);
+    for (const s of stats.interTokenLatenciesS) this.interTokenLatency.observe(s);
   }
 
   onFinished(rank: number, r: FinishedRequest): void {
@@ -152,8 +170,8 @@ export class SglangMetrics implements EngineObserver {
     this.promptTokens.labels(l).inc(r.promptTokens);
     this.generationTokens.labels(l).inc(r.generationTokens);
     this.requests.labels(l).inc();
-    this.e2e.labels(l).observe(r.e2eS);
-    this.queueTime.labels(this.schedulerLabels(rank)).observe(r.queueS);
+    this.e2e.series(l).observe(r.e2eS);
+    this.queueTime.series(this.schedulerLabels(rank)).observe(r.queueS);
   }
 
   /** The exposition as SGLang's multiprocess prometheus_client prints it. */

@@ -1,6 +1,7 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Histogram, Registry } from 'prom-client';
 import type { EngineObserver, FinishedRequest, PassStats } from '../engine/index.js';
 import { toPrometheusClientText } from './exposition.js';
+import { passGauge } from './passSeries.js';
 
 // TensorRT-LLM's default buckets (test/fixtures/prometheus/backend-metrics.md §1).
 const LATENCY_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0];
@@ -66,7 +67,8 @@ export class TrtllmMetrics implements EngineObserver {
     this.iterations = Array.from({ length: config.ranks }, () => ({ running: 0, waiting: 0, activeBlocks: 0, totalBlocks: 0 }));
     const labelNames = Object.keys(this.labels);
     const histogram = (name: string, help: string, buckets: number[]) => new Histogram({ name: `trtllm_${name}`, help, buckets, labelNames, registers });
-    const gauge = (name: string, help: string) => new Gauge({ name: `trtllm_${name}`, help, labelNames, registers });
+    // One series each, written by every pass.
+    const gauge = (name: string, help: string) => passGauge({ name: `trtllm_${name}`, help, labelNames, registers }).series(this.labels);
     const counter = (name: string, help: string) => new Counter({ name: `trtllm_${name}`, help, labelNames, registers });
 
     this.success = new Counter({ name: 'trtllm_request_success_total', help: 'Count of successfully processed requests.', labelNames: [...labelNames, 'finished_reason'], registers });
@@ -95,7 +97,7 @@ export class TrtllmMetrics implements EngineObserver {
     this.usedBlocks = gauge('kv_cache_used_blocks', 'Number of used KV cache blocks');
     this.reusedBlocks = counter('kv_cache_reused_blocks_total', 'Cumulative number of KV cache blocks reused (cache hits)');
     this.missedBlocks = counter('kv_cache_missed_blocks_total', 'Cumulative number of KV cache blocks missed (cache misses)');
-    gauge('kv_cache_tokens_per_block', 'Number of tokens per KV cache block').labels(this.labels).set(config.blockSize);
+    gauge('kv_cache_tokens_per_block', 'Number of tokens per KV cache block').set(config.blockSize);
   }
 
   onPass(rank: number, stats: PassStats): void {
@@ -104,17 +106,17 @@ export class TrtllmMetrics implements EngineObserver {
     const sum = (key: keyof RankIteration) => this.iterations.reduce((n, it) => n + it[key], 0);
     const used = sum('activeBlocks');
     const max = sum('totalBlocks');
-    this.running.labels(l).set(sum('running'));
-    this.waiting.labels(l).set(sum('waiting'));
-    this.maxBlocks.labels(l).set(max);
-    this.usedBlocks.labels(l).set(used);
-    this.freeBlocks.labels(l).set(max - used);
-    if (max > 0) this.utilization.labels(l).set(used / max);
+    this.running.set(sum('running'));
+    this.waiting.set(sum('waiting'));
+    this.maxBlocks.set(max);
+    this.usedBlocks.set(used);
+    this.freeBlocks.set(max - used);
+    if (max > 0) this.utilization.set(used / max);
     if (stats.prefixCacheQueries > 0) {
       // The executor counts whole blocks; the pass's tokens rounded to blocks.
       const reused = Math.floor(stats.prefixCacheHits / this.blockSize);
       const missed = Math.ceil((stats.prefixCacheQueries - stats.prefixCacheHits) / this.blockSize);
-      this.hitRate.labels(l).set(reused + missed > 0 ? reused / (reused + missed) : 0);
+      this.hitRate.set(reused + missed > 0 ? reused / (reused + missed) : 0);
       if (reused > 0) this.reusedBlocks.labels(l).inc(reused);
       if (missed > 0) this.missedBlocks.labels(l).inc(missed);
     }

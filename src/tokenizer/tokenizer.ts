@@ -135,7 +135,8 @@ export class ModelTokenizer {
   private readonly specialTokens: Record<string, string>;
   private readonly defaultTemplate: string | undefined;
   private readonly toolTemplate: string | undefined;
-  private readonly templates = new Map<string, Template>();
+  /** Compiled templates by source, numbered for the renderings' keys. */
+  private readonly templates = new Map<string, { template: Template; id: number }>();
   private readonly specialIds: Set<number>;
   private ordinaryIds: Uint32Array | undefined;
 
@@ -192,6 +193,8 @@ export class ModelTokenizer {
 
   /** Replayed workloads repeat their prompts: recent encodings are remembered (copies go out). */
   private readonly encodings = new LruCache<string, number[]>(512);
+  /** And their chats: recent renderings by the model's templates are remembered (a rendering costs more than its tokenizing). */
+  private readonly renderings = new LruCache<string, string>(512);
 
   async encode(text: string, addSpecialTokens: boolean): Promise<number[]> {
     const key = `${addSpecialTokens ? 1 : 0}${text}`;
@@ -259,12 +262,19 @@ export class ModelTokenizer {
   /** Renders a chat request the way vLLM does (transformers' apply_chat_template semantics). */
   renderChat(req: ChatTemplateRequest): string {
     const { source, context } = this.chatTemplateInput(req);
-    let template = this.templates.get(source);
-    if (!template) {
-      template = new Template(source);
-      this.templates.set(source, template);
+    let compiled = this.templates.get(source);
+    if (!compiled) {
+      compiled = { template: new Template(source), id: this.templates.size };
+      this.templates.set(source, compiled);
     }
-    return this.finishChat(req, template.render(context));
+    // A template reading the clock (Llama's date line) renders every time; the rest render the same chat alike.
+    const key = source.includes('strftime_now') ? null : `${compiled.id}:${JSON.stringify(context)}`;
+    let rendered = key === null ? undefined : this.renderings.get(key);
+    if (rendered === undefined) {
+      rendered = compiled.template.render(context);
+      if (key !== null && key.length <= this.maxModelLen * BOUNDED_CHARS_PER_TOKEN) this.renderings.set(key, rendered);
+    }
+    return this.finishChat(req, rendered);
   }
 
   /**

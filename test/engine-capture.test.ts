@@ -10,6 +10,7 @@ import { dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CaptureStore } from '../src/store/captureStore.js';
 import { startEngineDouble, type EngineDouble, type EngineName } from './support/engineDoubles.js';
 import { answerSummary } from './support/answerSummary.js';
 import { runEngines } from './support/captureRuns.js';
@@ -32,23 +33,16 @@ function tempFile(name: string): string {
 }
 afterAll(() => tempDirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
-/** The stored rows, read with plain SQLite (packed ids are little-endian u32). */
+/** The stored exchanges, read back through the capture store (bodies and ids are stored compressed). */
 function storedExchanges(file: string): { path: string; outcome: string; model: string | null; promptIds: number[] | null; tokenSource: string | null; requestBody: string }[] {
-  const db = new Database(file, { readonly: true });
+  const store = CaptureStore.open(file, { readonly: true });
   try {
-    const rows = db.prepare('SELECT path, outcome, model, prompt_ids, token_source, request_body FROM exchanges ORDER BY id').all() as {
-      path: string; outcome: string; model: string | null; prompt_ids: Buffer | null; token_source: string | null; request_body: Buffer;
-    }[];
-    return rows.map((r) => ({
-      path: r.path,
-      outcome: r.outcome,
-      model: r.model,
-      tokenSource: r.token_source,
-      requestBody: r.request_body.toString('utf8'),
-      promptIds: r.prompt_ids ? Array.from({ length: r.prompt_ids.length / 4 }, (_, i) => r.prompt_ids!.readUInt32LE(i * 4)) : null,
-    }));
+    return store.exchangeIds().map((id) => {
+      const ex = store.getExchange(id)!;
+      return { path: ex.path, outcome: ex.outcome, model: ex.model, tokenSource: ex.tokenSource, requestBody: ex.requestBody.toString('utf8'), promptIds: ex.promptIds };
+    });
   } finally {
-    db.close();
+    store.close();
   }
 }
 

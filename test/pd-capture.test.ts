@@ -68,7 +68,8 @@ describe('PD-split capture, then replay', () => {
     await decode.close();
 
     const store = CaptureStore.open(dbPath);
-    const hops = store.findByPrompt(MODEL, await encode(BODY.prompt, true));
+    // Read whole before the store closes (a lookup's exchanges read their bodies on first use).
+    const hops = store.findByPrompt(MODEL, await encode(BODY.prompt, true)).map((found) => store.getExchange(found.id)!);
     store.close();
     const hopOf = (ex: (typeof hops)[number]) => (JSON.parse(ex.requestBody.toString('utf8')) as { kv_transfer_params?: Record<string, unknown> }).kv_transfer_params;
     const p = hops.find((ex) => hopOf(ex)?.do_remote_decode === true)!;

@@ -31,7 +31,8 @@ describe('captured timing', () => {
     await capture.close();
     // The captured values: each event's arrival at the proxy, as the capture file recorded it.
     const store = CaptureStore.open(dbPath);
-    const [ex] = store.findByPrompt(MODEL, await encode(BODY.prompt, true));
+    // Read whole before the store closes (a lookup's exchanges read their bodies on first use).
+    const [ex] = store.findByPrompt(MODEL, await encode(BODY.prompt, true)).map((found) => store.getExchange(found.id)!);
     store.close();
     captured = ex.eventTimes.slice(0, 24);
     await upstream.close();

@@ -650,7 +650,8 @@ export class CaptureStore {
 
   /**
    * Every complete capture of exactly this model and prompt, oldest first. Remembered (replay asks for the
-   * same prompts again and again); any write forgets.
+   * same prompts again and again); any write forgets. Their large values are read on first use, so only while
+   * the store is open (`getExchange` gives one whole).
    */
   findByPrompt(model: string, promptIds: ArrayLike<number>): StoredExchange[] {
     const packed = packU32(promptIds);

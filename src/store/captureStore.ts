@@ -158,22 +158,10 @@ export interface ExchangeFilter {
 }
 
 /** An exchange's small columns: what a listing shows without reading bodies or token ids. */
-export interface ExchangeSummary {
-  id: number;
-  runId: number;
-  startedAt: number;
-  method: string;
-  path: string;
-  endpoint: RecordedEndpoint | null;
-  outcome: Outcome;
-  error: string | null;
-  status: number | null;
-  model: string | null;
-  stream: boolean;
+export type ExchangeSummary = Pick<StoredExchange, 'id' | 'runId' | 'startedAt' | 'method' | 'path' | 'endpoint' | 'outcome' | 'error' | 'status' | 'model' | 'stream' | 'bodiesRedacted'> & {
   totalMs: number | null;
   promptLen: number | null;
-  bodiesRedacted: boolean;
-}
+};
 
 export interface NearestCapture {
   exchangeId: number;

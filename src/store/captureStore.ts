@@ -419,6 +419,32 @@ class FoundExchange implements StoredExchange {
   }
 }
 
+/** An exchange's blobs in encoding 1, as `saveExchanges` inserts them. */
+function packExchange(ex: Exchange) {
+  const dictionary = bodyDictionary(ex.promptIds);
+  const bodies = [
+    ex.bodiesRedacted ? null : squeeze(ex.requestBody, dictionary),
+    ex.bodiesRedacted ? null : squeeze(ex.responseBody, dictionary),
+    squeeze(packDeltas(ex.eventEnds)),
+    squeeze(packTimes(ex.eventTimes)),
+    squeeze(packDeltas(ex.eventTokens)),
+  ] as const;
+  const generations = ex.generations.map(
+    (gen) =>
+      [
+        gen.choiceIndex,
+        squeeze(packVarints(gen.outputIds)),
+        packTokenTimes(gen.tokenTimes, ex.eventTimes),
+        squeeze(packVarints(gen.chunkTokens)),
+        squeeze(Buffer.from(JSON.stringify(gen.chunkDeltas))),
+        squeeze(Buffer.from(gen.text)),
+        gen.finishReason,
+        JSON.stringify(gen.stopReason),
+      ] as const,
+  );
+  return { ex, bodies, generations };
+}
+
 /** Prompt keys per query of findByLongestPrefix (well under SQLite's 32,766 bound variables). */
 const PREFIX_KEYS_PER_QUERY = 512;
 
@@ -588,64 +614,57 @@ export class CaptureStore {
    * is over, and answers its client only after it returns). Compression runs before the transaction starts.
    */
   saveExchange(ex: Exchange): number {
+    return this.saveExchanges([ex])[0];
+  }
+
+  /**
+   * Writes exchanges in one transaction, all or none (group commit: the recorder saves the exchanges that ended
+   * while it was busy together); returns their ids in order. Compression runs before the transaction starts.
+   */
+  saveExchanges(list: readonly Exchange[]): number[] {
     if (!this.tree || !this.writes) throw new CaptureFileError(this.path, 'opened read-only, in the layout before encoding 1');
     const { tree, writes } = this;
     this.recentLookups.clear();
-    const dictionary = bodyDictionary(ex.promptIds);
-    const bodies = [
-      ex.bodiesRedacted ? null : squeeze(ex.requestBody, dictionary),
-      ex.bodiesRedacted ? null : squeeze(ex.responseBody, dictionary),
-      squeeze(packDeltas(ex.eventEnds)),
-      squeeze(packTimes(ex.eventTimes)),
-      squeeze(packDeltas(ex.eventTokens)),
-    ];
-    const generations = ex.generations.map((gen) => [
-      gen.choiceIndex,
-      squeeze(packVarints(gen.outputIds)),
-      packTokenTimes(gen.tokenTimes, ex.eventTimes),
-      squeeze(packVarints(gen.chunkTokens)),
-      squeeze(Buffer.from(JSON.stringify(gen.chunkDeltas))),
-      squeeze(Buffer.from(gen.text)),
-      gen.finishReason,
-      JSON.stringify(gen.stopReason),
-    ]);
-    const inTree = ex.promptIds !== null && ex.model !== null;
+    const packed = list.map((ex) => packExchange(ex));
     // Immediate: the tree is read before anything is written, and a deferred transaction whose snapshot another
     // writer (the recorder's worker beside `serve --on-miss record`) has moved past could not then write.
-    return this.sqlite.transaction(() => {
-      const placed = inTree ? tree.place(ex.model as string, ex.promptIds as number[]) : null;
-      const id = Number(
-        writes.exchange.run({
-          runId: ex.runId,
-          startedAt: ex.startedAt,
-          requestId: ex.requestId,
-          method: ex.method,
-          path: ex.path,
-          endpoint: ex.endpoint,
-          outcome: ex.outcome,
-          error: ex.error,
-          status: ex.status,
-          model: ex.model,
-          stream: ex.stream ? 1 : 0,
-          totalMs: ex.totalMs,
-          tokenSource: ex.tokenSource,
-          // Only an exchange without a model keeps its prompt here: the others' is in the prompt tree.
-          promptIds: ex.promptIds && !inTree ? squeeze(packVarints(ex.promptIds)) : null,
-          promptLen: ex.promptIds?.length ?? null,
-          promptKey: ex.poolingKey ?? (ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null),
-          requestShape: ex.requestShape,
-          injected: JSON.stringify(ex.injected),
-          usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
-          requestHeaders: JSON.stringify(ex.requestHeaders),
-          responseHeaders: JSON.stringify(ex.responseHeaders),
-          promptNode: placed?.node ?? null,
-        }).lastInsertRowid,
-      );
-      if (placed && ex.outcome === 'complete') tree.raise(placed.path, id);
-      writes.bodies.run(id, ...bodies);
-      for (const gen of generations) writes.generation.run(id, ...gen);
-      return id;
-    }).immediate();
+    return this.sqlite.transaction(() =>
+      packed.map(({ ex, bodies, generations }) => {
+        const inTree = ex.promptIds !== null && ex.model !== null;
+        const placed = inTree ? tree.place(ex.model as string, ex.promptIds as number[]) : null;
+        const id = Number(
+          writes.exchange.run({
+            runId: ex.runId,
+            startedAt: ex.startedAt,
+            requestId: ex.requestId,
+            method: ex.method,
+            path: ex.path,
+            endpoint: ex.endpoint,
+            outcome: ex.outcome,
+            error: ex.error,
+            status: ex.status,
+            model: ex.model,
+            stream: ex.stream ? 1 : 0,
+            totalMs: ex.totalMs,
+            tokenSource: ex.tokenSource,
+            // Only an exchange without a model keeps its prompt here: the others' is in the prompt tree.
+            promptIds: ex.promptIds && !inTree ? squeeze(packVarints(ex.promptIds)) : null,
+            promptLen: ex.promptIds?.length ?? null,
+            promptKey: ex.poolingKey ?? (ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null),
+            requestShape: ex.requestShape,
+            injected: JSON.stringify(ex.injected),
+            usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
+            requestHeaders: JSON.stringify(ex.requestHeaders),
+            responseHeaders: JSON.stringify(ex.responseHeaders),
+            promptNode: placed?.node ?? null,
+          }).lastInsertRowid,
+        );
+        if (placed && ex.outcome === 'complete') tree.raise(placed.path, id);
+        writes.bodies.run(id, ...bodies);
+        for (const gen of generations) writes.generation.run(id, ...gen);
+        return id;
+      }),
+    ).immediate();
   }
 
   /**

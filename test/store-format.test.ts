@@ -14,12 +14,12 @@ import {
   bodyDictionary,
   packDeltas,
   packTimes,
-  packTokenTimes,
+  packTables,
   packVarints,
   squeeze,
   unpackDeltas,
   unpackTimes,
-  unpackTokenTimes,
+  unpackTables,
   unpackVarints,
   unsqueeze,
 } from '../src/store/pack.js';
@@ -219,7 +219,8 @@ describe('the compact encodings round-trip', () => {
       // Each token at an event's time, in order; or, for some, at a time no event has.
       const tokens = events.flatMap((t) => Array.from({ length: rng.int(0, 2) }, () => t));
       if (rng.next() < 0.3 && tokens.length > 0) tokens[rng.int(0, tokens.length - 1)] = 1234.5678;
-      const decoded = unpackTokenTimes(packTokenTimes(tokens, events), () => events);
+      const generation = { choiceIndex: 0, outputIds: tokens.map((_, k) => k), tokenTimes: tokens, chunkTokens: [], chunkDeltas: [], text: '', finishReason: null, stopReason: null };
+      const decoded = unpackTables(packTables({ eventEnds: [], eventTimes: events, eventTokens: [], generations: [generation] })).generations[0].tokenTimes;
       expect(decoded.map((t) => Object.is(t, -0) ? 'minus zero' : t)).toEqual(tokens.map((t) => Object.is(t, -0) ? 'minus zero' : t));
     }
   });

@@ -9,14 +9,14 @@ import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { LruCache } from '../util/lruCache.js';
 import {
   bodyDictionary,
-  packDeltas,
-  packTimes,
-  packTokenTimes,
+  packTables,
   packU32,
   packVarints,
   squeeze,
   unpackDeltas,
+  type ExchangeTables,
   unpackF64,
+  unpackTables,
   unpackTimes,
   unpackTokenTimes,
   unpackU32,
@@ -311,6 +311,7 @@ class FoundExchange implements StoredExchange {
   readonly #read: Partial<LazyValues> = {};
   #blobs: ExchangeBlobs | undefined;
   #dictionary: Buffer | undefined;
+  #decodedTables: ExchangeTables | undefined;
 
   constructor(reader: ExchangeReader, row: ExchangeHead, packedPrompt: Buffer | undefined) {
     this.#reader = reader;
@@ -360,12 +361,21 @@ class FoundExchange implements StoredExchange {
         return this.#blob('requestBody') === null && this.#blob('responseBody') === null;
       case 'eventEnds':
       case 'eventTokens':
+        if (row.encoding === ENCODING) return this.#tables()[key];
         return row.encoding === 0 ? unpackU32(this.#blob(key)) : unpackDeltas(this.#bytes(key, false));
       case 'eventTimes':
+        if (row.encoding === ENCODING) return this.#tables().eventTimes;
         return row.encoding === 0 ? unpackF64(this.#blob(key)) : unpackTimes(this.#bytes(key, false));
       case 'generations':
+        if (row.encoding === ENCODING) return this.#tables().generations;
         return this.#reader.generations(row, () => this.eventTimes);
     }
+  }
+
+  /** Encoding 2's record of event tables and generations (in `event_ends`), decoded once. */
+  #tables(): ExchangeTables {
+    this.#decodedTables ??= unpackTables(this.#blob('eventEnds') ?? NO_BYTES);
+    return this.#decodedTables;
   }
 
   #blob(key: keyof ExchangeBlobs): Buffer | null {
@@ -419,37 +429,28 @@ class FoundExchange implements StoredExchange {
   }
 }
 
-/** An exchange's blobs in encoding 1, as `saveExchanges` inserts them. */
+const NO_BYTES = Buffer.alloc(0);
+
+/** An exchange's `exchange_bodies` values in the current encoding, as `saveExchanges` inserts them. */
 function packExchange(ex: Exchange) {
   const dictionary = bodyDictionary(ex.promptIds);
-  const bodies = [
-    ex.bodiesRedacted ? null : squeeze(ex.requestBody, dictionary),
-    ex.bodiesRedacted ? null : squeeze(ex.responseBody, dictionary),
-    squeeze(packDeltas(ex.eventEnds)),
-    squeeze(packTimes(ex.eventTimes)),
-    squeeze(packDeltas(ex.eventTokens)),
-  ] as const;
-  const generations = ex.generations.map(
-    (gen) =>
-      [
-        gen.choiceIndex,
-        squeeze(packVarints(gen.outputIds)),
-        packTokenTimes(gen.tokenTimes, ex.eventTimes),
-        squeeze(packVarints(gen.chunkTokens)),
-        squeeze(Buffer.from(JSON.stringify(gen.chunkDeltas))),
-        squeeze(Buffer.from(gen.text)),
-        gen.finishReason,
-        JSON.stringify(gen.stopReason),
-      ] as const,
-  );
-  return { ex, bodies, generations };
+  return {
+    ex,
+    bodies: [
+      ex.bodiesRedacted ? null : squeeze(ex.requestBody, dictionary),
+      ex.bodiesRedacted ? null : squeeze(ex.responseBody, dictionary),
+      packTables(ex),
+      NO_BYTES,
+      NO_BYTES,
+    ] as const,
+  };
 }
 
 /** Prompt keys per query of findByLongestPrefix (well under SQLite's 32,766 bound variables). */
 const PREFIX_KEYS_PER_QUERY = 512;
 
 /** The current format: see `exchanges.encoding` in schema.ts. */
-const ENCODING = 1;
+const ENCODING = 2;
 
 /**
  * The capture file: one SQLite database, in WAL mode while open for writing and migrated at open; closed
@@ -518,10 +519,6 @@ export class CaptureStore {
           ),
           bodies: sqlite.prepare(
             'insert into exchange_bodies (exchange_id, request_body, response_body, event_ends, event_times, event_tokens) values (?, ?, ?, ?, ?, ?)',
-          ),
-          generation: sqlite.prepare(
-            `insert into generations (exchange_id, choice_index, output_ids, token_times, chunk_tokens, chunk_deltas, text, finish_reason, stop_reason)
-             values (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
           ),
         };
     // Raw rows made into objects here: better-sqlite3 builds an object a property at a time, slower than the query.
@@ -629,7 +626,7 @@ export class CaptureStore {
     // Immediate: the tree is read before anything is written, and a deferred transaction whose snapshot another
     // writer (the recorder's worker beside `serve --on-miss record`) has moved past could not then write.
     return this.sqlite.transaction(() =>
-      packed.map(({ ex, bodies, generations }) => {
+      packed.map(({ ex, bodies }) => {
         const inTree = ex.promptIds !== null && ex.model !== null;
         const placed = inTree ? tree.place(ex.model as string, ex.promptIds as number[]) : null;
         const id = Number(
@@ -661,7 +658,6 @@ export class CaptureStore {
         );
         if (placed && ex.outcome === 'complete') tree.raise(placed.path, id);
         writes.bodies.run(id, ...bodies);
-        for (const gen of generations) writes.generation.run(id, ...gen);
         return id;
       }),
     ).immediate();

@@ -313,6 +313,24 @@ describe('the nearest capture through the prompt tree', () => {
   });
 });
 
+describe('group commit', () => {
+  it('saveExchanges stores a batch whole, or (one exchange cannot be stored) none of it', () => {
+    const store = CaptureStore.open(join(dir, 'batch.db'));
+    const runId = store.startRun({ kind: 'capture' }, new Map());
+    const batch = [0, 1, 2].map((i) => benchExchange(runId, i));
+    const ids = store.saveExchanges(batch);
+    expect(ids).toEqual([1, 2, 3]);
+    const found = store.getExchange(2)!;
+    expect(found.responseBody.equals(batch[1].responseBody)).toBe(true);
+    expect(found.generations).toEqual(batch[1].generations);
+    // The second names a run the file does not have: the foreign key fails, and the first is not kept either.
+    expect(() => store.saveExchanges([benchExchange(runId, 3), benchExchange(runId + 1, 4)])).toThrow(/FOREIGN KEY/);
+    expect(store.counts().complete).toBe(3);
+    expect(store.findByPrompt(benchExchange(runId, 3).model!, benchExchange(runId, 3).promptIds!)).toEqual([]);
+    store.close();
+  });
+});
+
 describe('the file size', () => {
   it('is under 20 KB an exchange for bench/store.ts\'s exchange (it was 104 KB before encoding 1)', () => {
     const N = 300;

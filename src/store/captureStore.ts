@@ -263,7 +263,7 @@ function exchangeHead(c: HeadColumns): ExchangeHead {
   };
 }
 
-/** An exchange's large values as stored (encoding 0: in `exchanges`; 1: in `exchange_bodies`, `squeeze`d). */
+/** An exchange's large values as stored (encoding 0: in `exchanges`; 1 and 2: in `exchange_bodies`, `squeeze`d, see schema.ts). */
 interface ExchangeBlobs {
   requestBody: Buffer | null;
   responseBody: Buffer | null;
@@ -383,7 +383,7 @@ class FoundExchange implements StoredExchange {
     return this.#blobs[key];
   }
 
-  /** A blob as stored in encoding 0, unsqueezed in encoding 1 (bodies against the prompt's dictionary). */
+  /** A blob as stored in encoding 0, unsqueezed in encodings 1 and 2 (bodies against the prompt's dictionary). */
   #bytes(key: keyof ExchangeBlobs, withDictionary: boolean): Buffer {
     const blob = this.#blob(key);
     if (!blob) return Buffer.alloc(0);
@@ -832,7 +832,7 @@ export class CaptureStore {
       filter.since === undefined ? undefined : gte(e.startedAt, filter.since),
       filter.until === undefined ? undefined : lt(e.startedAt, filter.until),
     ];
-    // Redacted: NULL bodies, in `exchanges` (encoding 0) or in `exchange_bodies` (encoding 1).
+    // Redacted: NULL bodies, in `exchanges` (encoding 0) or in `exchange_bodies` (encodings 1 and 2).
     const redacted = this.legacy
       ? sql<number>`${e.requestBody} is null and ${e.responseBody} is null`
       : sql<number>`case when ${e.encoding} = 0 then ${e.requestBody} is null and ${e.responseBody} is null

@@ -2,12 +2,14 @@
  * Benchmark 3: the capture store (src/store/captureStore.ts) on disk, WAL mode, as `mocker capture` uses it.
  * 1. saveExchange of realistic exchanges until --n stored generations: ~1000 prompt ids, 256 output ids with
  *    token times, 257 SSE events of vLLM's completion format with return_token_ids (~78 KB body,
- *    test/support/benchExchange.ts); only the saveExchange calls are timed (building the exchanges is not);
+ *    test/support/benchExchange.ts); only the saveExchange calls are timed (building the exchanges is not).
+ *    --batch K: saveExchanges of K at a time instead, one transaction each (the recorder's group commit when K
+ *    exchanges end together); per-write times are then a batch's time / K;
  * 2. findByPrompt at that size: random stored prompts (hits). The exchange it returns reads its large values on
  *    first use, so the same lookups are timed again reading what replay reads (generations, response body);
  * 3. nearest(), the miss path: a stored prompt with its last 10 tokens changed.
  *
- *   npx tsx bench/store.ts [--n 100000] [--lookups 2000] [--nearest 5] [--dir /tmp] [--keep]
+ *   npx tsx bench/store.ts [--n 100000] [--batch 1] [--lookups 2000] [--nearest 5] [--dir /tmp] [--keep]
  */
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
@@ -17,6 +19,7 @@ import { benchExchange as exchange, MODEL, OUTPUT_LEN, PROMPT_LEN, promptIds, ss
 import { flag, median, nowMs, numberArg, printTable, quantile, round, stringArg } from './lib/stats.js';
 
 const N = numberArg('n', 100_000);
+const BATCH = Math.max(1, numberArg('batch', 1));
 const LOOKUPS = numberArg('lookups', 2000);
 const NEAREST = numberArg('nearest', 5);
 const fileSize = (path: string) => {
@@ -41,10 +44,17 @@ function main(): void {
   const wall0 = nowMs();
   const every = Math.max(1, Math.round(N / 10));
   for (let i = 0; i < N; i++) {
-    const ex = exchange(runId, i);
-    const t = nowMs();
-    store.saveExchange(ex);
-    writeMs[i] = nowMs() - t;
+    if (BATCH === 1) {
+      const ex = exchange(runId, i);
+      const t = nowMs();
+      store.saveExchange(ex);
+      writeMs[i] = nowMs() - t;
+    } else if (i % BATCH === 0) {
+      const batch = Array.from({ length: Math.min(BATCH, N - i) }, (_, k) => exchange(runId, i + k));
+      const t = nowMs();
+      store.saveExchanges(batch);
+      writeMs.fill((nowMs() - t) / batch.length, i, i + batch.length);
+    }
     timed += writeMs[i];
     if ((i + 1) % every === 0 || i + 1 === N) {
       const last = writeMs.subarray(i + 1 - every, i + 1).reduce((a, b) => a + b, 0);
@@ -103,7 +113,7 @@ function main(): void {
   printTable(
     ['operation', 'per second', 'p50 ms', 'p99 ms'],
     [
-      [`saveExchange (0 → ${N})`, writes.perS, writes.p50Ms, writes.p99Ms],
+      [BATCH === 1 ? `saveExchange (0 → ${N})` : `saveExchanges by ${BATCH} (0 → ${N})`, writes.perS, writes.p50Ms, writes.p99Ms],
       [`findByPrompt hit @ ${N}`, lookups.perS, lookups.p50Ms, lookups.p99Ms],
       [`  + generations, SSE body, event times read`, reads.perS, reads.p50Ms, reads.p99Ms],
       [`nearest() miss @ ${N}`, round(1000 / median(nearestMs), 2), round(median(nearestMs), 1), round(quantile(nearestMs, 0.99), 1)],
@@ -114,7 +124,7 @@ function main(): void {
   console.log(
     JSON.stringify({
       bench: 'store',
-      config: { n: N, promptLen: PROMPT_LEN, outputLen: OUTPUT_LEN, lookups: LOOKUPS, nearest: NEAREST },
+      config: { n: N, batch: BATCH, promptLen: PROMPT_LEN, outputLen: OUTPUT_LEN, lookups: LOOKUPS, nearest: NEAREST },
       writes,
       lookups,
       lookupsReadInFull: reads,

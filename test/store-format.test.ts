@@ -14,12 +14,12 @@ import {
   bodyDictionary,
   packDeltas,
   packTimes,
-  packTokenTimes,
+  packTables,
   packVarints,
   squeeze,
   unpackDeltas,
   unpackTimes,
-  unpackTokenTimes,
+  unpackTables,
   unpackVarints,
   unsqueeze,
 } from '../src/store/pack.js';
@@ -219,7 +219,8 @@ describe('the compact encodings round-trip', () => {
       // Each token at an event's time, in order; or, for some, at a time no event has.
       const tokens = events.flatMap((t) => Array.from({ length: rng.int(0, 2) }, () => t));
       if (rng.next() < 0.3 && tokens.length > 0) tokens[rng.int(0, tokens.length - 1)] = 1234.5678;
-      const decoded = unpackTokenTimes(packTokenTimes(tokens, events), () => events);
+      const generation = { choiceIndex: 0, outputIds: tokens.map((_, k) => k), tokenTimes: tokens, chunkTokens: [], chunkDeltas: [], text: '', finishReason: null, stopReason: null };
+      const decoded = unpackTables(packTables({ eventEnds: [], eventTimes: events, eventTokens: [], generations: [generation] })).generations[0].tokenTimes;
       expect(decoded.map((t) => Object.is(t, -0) ? 'minus zero' : t)).toEqual(tokens.map((t) => Object.is(t, -0) ? 'minus zero' : t));
     }
   });
@@ -309,6 +310,24 @@ describe('the nearest capture through the prompt tree', () => {
       expect(reopened.nearest(model, probe)).toEqual(bruteNearest(saved, model, probe));
     }
     reopened.close();
+  });
+});
+
+describe('group commit', () => {
+  it('saveExchanges stores a batch whole, or (one exchange cannot be stored) none of it', () => {
+    const store = CaptureStore.open(join(dir, 'batch.db'));
+    const runId = store.startRun({ kind: 'capture' }, new Map());
+    const batch = [0, 1, 2].map((i) => benchExchange(runId, i));
+    const ids = store.saveExchanges(batch);
+    expect(ids).toEqual([1, 2, 3]);
+    const found = store.getExchange(2)!;
+    expect(found.responseBody.equals(batch[1].responseBody)).toBe(true);
+    expect(found.generations).toEqual(batch[1].generations);
+    // The second names a run the file does not have: the foreign key fails, and the first is not kept either.
+    expect(() => store.saveExchanges([benchExchange(runId, 3), benchExchange(runId + 1, 4)])).toThrow(/FOREIGN KEY/);
+    expect(store.counts().complete).toBe(3);
+    expect(store.findByPrompt(benchExchange(runId, 3).model!, benchExchange(runId, 3).promptIds!)).toEqual([]);
+    store.close();
   });
 });
 

@@ -122,8 +122,42 @@ export class Recorder {
   readonly sink: ExchangeSink = async (raw) => {
     if (!raw.endpoint) return;
     const ex = await this.build(raw);
-    this.store.saveExchange(this.redactBodies ? withoutBodies(ex) : ex);
+    await this.commit(this.redactBodies ? withoutBodies(ex) : ex);
   };
+
+  /** Built exchanges waiting for the next group commit, each with what settles its sink. */
+  private queued: { ex: Exchange; resolve(): void; reject(err: unknown): void }[] = [];
+
+  /**
+   * Group commit: the exchanges built in one turn of the event loop (several ended while the recorder was busy)
+   * are saved in one transaction; each sink still resolves only once its own exchange is committed.
+   */
+  private commit(ex: Exchange): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.queued.push({ ex, resolve, reject });
+      if (this.queued.length === 1) setImmediate(() => this.flush());
+    });
+  }
+
+  private flush(): void {
+    const batch = this.queued;
+    this.queued = [];
+    try {
+      this.store.saveExchanges(batch.map((q) => q.ex));
+      for (const q of batch) q.resolve();
+    } catch (err) {
+      if (batch.length === 1) return batch[0].reject(err);
+      // The batch was rolled back: saved one by one, only the exchange at fault fails.
+      for (const q of batch) {
+        try {
+          this.store.saveExchange(q.ex);
+          q.resolve();
+        } catch (one) {
+          q.reject(one);
+        }
+      }
+    }
+  }
 
   private async promptIds(kind: 'chat' | 'completion', request: Json, raw: RawExchange): Promise<{ ids: number[]; source: TokenSource } | null> {
     const headers = raw.requestHeaders;

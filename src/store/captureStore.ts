@@ -9,14 +9,14 @@ import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { LruCache } from '../util/lruCache.js';
 import {
   bodyDictionary,
-  packDeltas,
-  packTimes,
-  packTokenTimes,
+  packTables,
   packU32,
   packVarints,
   squeeze,
   unpackDeltas,
+  type ExchangeTables,
   unpackF64,
+  unpackTables,
   unpackTimes,
   unpackTokenTimes,
   unpackU32,
@@ -251,7 +251,7 @@ function exchangeHead(c: HeadColumns): ExchangeHead {
   };
 }
 
-/** An exchange's large values as stored (encoding 0: in `exchanges`; 1: in `exchange_bodies`, `squeeze`d). */
+/** An exchange's large values as stored (encoding 0: in `exchanges`; 1 and 2: in `exchange_bodies`, `squeeze`d, see schema.ts). */
 interface ExchangeBlobs {
   requestBody: Buffer | null;
   responseBody: Buffer | null;
@@ -299,6 +299,7 @@ class FoundExchange implements StoredExchange {
   readonly #read: Partial<LazyValues> = {};
   #blobs: ExchangeBlobs | undefined;
   #dictionary: Buffer | undefined;
+  #decodedTables: ExchangeTables | undefined;
 
   constructor(reader: ExchangeReader, row: ExchangeHead, packedPrompt: Buffer | undefined) {
     this.#reader = reader;
@@ -348,12 +349,21 @@ class FoundExchange implements StoredExchange {
         return this.#blob('requestBody') === null && this.#blob('responseBody') === null;
       case 'eventEnds':
       case 'eventTokens':
+        if (row.encoding === ENCODING) return this.#tables()[key];
         return row.encoding === 0 ? unpackU32(this.#blob(key)) : unpackDeltas(this.#bytes(key, false));
       case 'eventTimes':
+        if (row.encoding === ENCODING) return this.#tables().eventTimes;
         return row.encoding === 0 ? unpackF64(this.#blob(key)) : unpackTimes(this.#bytes(key, false));
       case 'generations':
+        if (row.encoding === ENCODING) return this.#tables().generations;
         return this.#reader.generations(row, () => this.eventTimes);
     }
+  }
+
+  /** Encoding 2's record of event tables and generations (in `event_ends`), decoded once. */
+  #tables(): ExchangeTables {
+    this.#decodedTables ??= unpackTables(this.#blob('eventEnds') ?? NO_BYTES);
+    return this.#decodedTables;
   }
 
   #blob(key: keyof ExchangeBlobs): Buffer | null {
@@ -361,7 +371,7 @@ class FoundExchange implements StoredExchange {
     return this.#blobs[key];
   }
 
-  /** A blob as stored in encoding 0, unsqueezed in encoding 1 (bodies against the prompt's dictionary). */
+  /** A blob as stored in encoding 0, unsqueezed in encodings 1 and 2 (bodies against the prompt's dictionary). */
   #bytes(key: keyof ExchangeBlobs, withDictionary: boolean): Buffer {
     const blob = this.#blob(key);
     if (!blob) return Buffer.alloc(0);
@@ -407,11 +417,28 @@ class FoundExchange implements StoredExchange {
   }
 }
 
+const NO_BYTES = Buffer.alloc(0);
+
+/** An exchange's `exchange_bodies` values in the current encoding, as `saveExchanges` inserts them. */
+function packExchange(ex: Exchange) {
+  const dictionary = bodyDictionary(ex.promptIds);
+  return {
+    ex,
+    bodies: [
+      ex.bodiesRedacted ? null : squeeze(ex.requestBody, dictionary),
+      ex.bodiesRedacted ? null : squeeze(ex.responseBody, dictionary),
+      packTables(ex),
+      NO_BYTES,
+      NO_BYTES,
+    ] as const,
+  };
+}
+
 /** Prompt keys per query of findByLongestPrefix (well under SQLite's 32,766 bound variables). */
 const PREFIX_KEYS_PER_QUERY = 512;
 
 /** The current format: see `exchanges.encoding` in schema.ts. */
-const ENCODING = 1;
+const ENCODING = 2;
 
 /**
  * The capture file: one SQLite database, in WAL mode while open for writing and migrated at open; closed
@@ -480,10 +507,6 @@ export class CaptureStore {
           ),
           bodies: sqlite.prepare(
             'insert into exchange_bodies (exchange_id, request_body, response_body, event_ends, event_times, event_tokens) values (?, ?, ?, ?, ?, ?)',
-          ),
-          generation: sqlite.prepare(
-            `insert into generations (exchange_id, choice_index, output_ids, token_times, chunk_tokens, chunk_deltas, text, finish_reason, stop_reason)
-             values (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
           ),
         };
     // Raw rows made into objects here: better-sqlite3 builds an object a property at a time, slower than the query.
@@ -576,64 +599,56 @@ export class CaptureStore {
    * is over, and answers its client only after it returns). Compression runs before the transaction starts.
    */
   saveExchange(ex: Exchange): number {
+    return this.saveExchanges([ex])[0];
+  }
+
+  /**
+   * Writes exchanges in one transaction, all or none (group commit: the recorder saves the exchanges that ended
+   * while it was busy together); returns their ids in order. Compression runs before the transaction starts.
+   */
+  saveExchanges(list: readonly Exchange[]): number[] {
     if (!this.tree || !this.writes) throw new CaptureFileError(this.path, 'opened read-only, in the layout before encoding 1');
     const { tree, writes } = this;
     this.recentLookups.clear();
-    const dictionary = bodyDictionary(ex.promptIds);
-    const bodies = [
-      ex.bodiesRedacted ? null : squeeze(ex.requestBody, dictionary),
-      ex.bodiesRedacted ? null : squeeze(ex.responseBody, dictionary),
-      squeeze(packDeltas(ex.eventEnds)),
-      squeeze(packTimes(ex.eventTimes)),
-      squeeze(packDeltas(ex.eventTokens)),
-    ];
-    const generations = ex.generations.map((gen) => [
-      gen.choiceIndex,
-      squeeze(packVarints(gen.outputIds)),
-      packTokenTimes(gen.tokenTimes, ex.eventTimes),
-      squeeze(packVarints(gen.chunkTokens)),
-      squeeze(Buffer.from(JSON.stringify(gen.chunkDeltas))),
-      squeeze(Buffer.from(gen.text)),
-      gen.finishReason,
-      JSON.stringify(gen.stopReason),
-    ]);
-    const inTree = ex.promptIds !== null && ex.model !== null;
+    const packed = list.map((ex) => packExchange(ex));
     // Immediate: the tree is read before anything is written, and a deferred transaction whose snapshot another
     // writer (the recorder's worker beside `serve --on-miss record`) has moved past could not then write.
-    return this.sqlite.transaction(() => {
-      const placed = inTree ? tree.place(ex.model as string, ex.promptIds as number[]) : null;
-      const id = Number(
-        writes.exchange.run({
-          runId: ex.runId,
-          startedAt: ex.startedAt,
-          requestId: ex.requestId,
-          method: ex.method,
-          path: ex.path,
-          endpoint: ex.endpoint,
-          outcome: ex.outcome,
-          error: ex.error,
-          status: ex.status,
-          model: ex.model,
-          stream: ex.stream ? 1 : 0,
-          totalMs: ex.totalMs,
-          tokenSource: ex.tokenSource,
-          // Only an exchange without a model keeps its prompt here: the others' is in the prompt tree.
-          promptIds: ex.promptIds && !inTree ? squeeze(packVarints(ex.promptIds)) : null,
-          promptLen: ex.promptIds?.length ?? null,
-          promptKey: ex.poolingKey ?? (ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null),
-          requestShape: ex.requestShape,
-          injected: JSON.stringify(ex.injected),
-          usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
-          requestHeaders: JSON.stringify(ex.requestHeaders),
-          responseHeaders: JSON.stringify(ex.responseHeaders),
-          promptNode: placed?.node ?? null,
-        }).lastInsertRowid,
-      );
-      if (placed && ex.outcome === 'complete') tree.raise(placed.path, id);
-      writes.bodies.run(id, ...bodies);
-      for (const gen of generations) writes.generation.run(id, ...gen);
-      return id;
-    }).immediate();
+    return this.sqlite.transaction(() =>
+      packed.map(({ ex, bodies }) => {
+        const inTree = ex.promptIds !== null && ex.model !== null;
+        const placed = inTree ? tree.place(ex.model as string, ex.promptIds as number[]) : null;
+        const id = Number(
+          writes.exchange.run({
+            runId: ex.runId,
+            startedAt: ex.startedAt,
+            requestId: ex.requestId,
+            method: ex.method,
+            path: ex.path,
+            endpoint: ex.endpoint,
+            outcome: ex.outcome,
+            error: ex.error,
+            status: ex.status,
+            model: ex.model,
+            stream: ex.stream ? 1 : 0,
+            totalMs: ex.totalMs,
+            tokenSource: ex.tokenSource,
+            // Only an exchange without a model keeps its prompt here: the others' is in the prompt tree.
+            promptIds: ex.promptIds && !inTree ? squeeze(packVarints(ex.promptIds)) : null,
+            promptLen: ex.promptIds?.length ?? null,
+            promptKey: ex.poolingKey ?? (ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null),
+            requestShape: ex.requestShape,
+            injected: JSON.stringify(ex.injected),
+            usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
+            requestHeaders: JSON.stringify(ex.requestHeaders),
+            responseHeaders: JSON.stringify(ex.responseHeaders),
+            promptNode: placed?.node ?? null,
+          }).lastInsertRowid,
+        );
+        if (placed && ex.outcome === 'complete') tree.raise(placed.path, id);
+        writes.bodies.run(id, ...bodies);
+        return id;
+      }),
+    ).immediate();
   }
 
   /**
@@ -806,7 +821,7 @@ export class CaptureStore {
       filter.since === undefined ? undefined : gte(e.startedAt, filter.since),
       filter.until === undefined ? undefined : lt(e.startedAt, filter.until),
     ];
-    // Redacted: NULL bodies, in `exchanges` (encoding 0) or in `exchange_bodies` (encoding 1).
+    // Redacted: NULL bodies, in `exchanges` (encoding 0) or in `exchange_bodies` (encodings 1 and 2).
     const redacted = this.legacy
       ? sql<number>`${e.requestBody} is null and ${e.responseBody} is null`
       : sql<number>`case when ${e.encoding} = 0 then ${e.requestBody} is null and ${e.responseBody} is null

@@ -1,5 +1,6 @@
 /** Packed binary encodings for token ids and timings: format 0's raw little-endian arrays, format 1's compact ones. */
 import { deflateRawSync, inflateRawSync } from 'node:zlib';
+import type { ChunkDelta, Generation } from './captureStore.js';
 
 export function packU32(values: ArrayLike<number>): Buffer {
   // The constructor, not Uint32Array.from: from() walks a JS array through the iterator protocol (5 µs for 1,000 ids).
@@ -202,7 +203,7 @@ const TIMES_AS_EVENTS = 1;
  * indices into `eventTimes` (non-decreasing: varint deltas, mostly 0 and 1) when every one of them is found there,
  * else as `packTimes`. Tagged by the first byte.
  */
-export function packTokenTimes(tokenTimes: ArrayLike<number>, eventTimes: ArrayLike<number>): Buffer {
+function tokenTimesRecord(tokenTimes: ArrayLike<number>, eventTimes: ArrayLike<number>): Buffer {
   const indices: number[] = [];
   let event = 0;
   for (let i = 0; i < tokenTimes.length && indices.length === i; i++) {
@@ -214,12 +215,11 @@ export function packTokenTimes(tokenTimes: ArrayLike<number>, eventTimes: ArrayL
       }
     }
   }
-  if (indices.length === tokenTimes.length) return squeeze(Buffer.concat([Buffer.from([TIMES_AS_EVENTS]), packDeltas(indices)]));
-  return squeeze(Buffer.concat([Buffer.from([TIMES_AS_PLANES]), packTimes(tokenTimes)]));
+  if (indices.length === tokenTimes.length) return Buffer.concat([Buffer.from([TIMES_AS_EVENTS]), packDeltas(indices)]);
+  return Buffer.concat([Buffer.from([TIMES_AS_PLANES]), packTimes(tokenTimes)]);
 }
 
-export function unpackTokenTimes(blob: Uint8Array, eventTimes: () => number[]): number[] {
-  const data = unsqueeze(blob);
+function readTokenTimes(data: Buffer, eventTimes: () => number[]): number[] {
   const rest = data.subarray(1);
   if (data[0] === TIMES_AS_PLANES) return unpackTimes(rest);
   if (data[0] !== TIMES_AS_EVENTS) throw new Error(`unknown token-time encoding ${data[0]}`);
@@ -228,4 +228,77 @@ export function unpackTokenTimes(blob: Uint8Array, eventTimes: () => number[]): 
     if (e >= events.length) throw new Error('token time refers to a missing event');
     return events[e];
   });
+}
+
+/** Encoding 1's token times (a column of their own). */
+export function unpackTokenTimes(blob: Uint8Array, eventTimes: () => number[]): number[] {
+  return readTokenTimes(unsqueeze(blob), eventTimes);
+}
+
+/** What encoding 2 keeps in one record: an exchange's event tables and its generations. */
+export interface ExchangeTables {
+  eventEnds: number[];
+  eventTimes: number[];
+  eventTokens: number[];
+  generations: Generation[];
+}
+
+/**
+ * Encoding 2: the event tables and generations of an exchange as one record, `squeeze`d once — each deflate call
+ * costs ~10 µs whatever its size, and encoding 1 made eight of them. Fields in order, each byte string prefixed by
+ * its length (varint): event ends (packDeltas), event times (packTimes), event token counts (packDeltas), the
+ * number of generations, then per generation its choice index (varint), output ids (packVarints), token times
+ * (as encoding 1 tags them), chunk token counts (packVarints) and `[chunkDeltas, text, finishReason, stopReason]`
+ * as JSON.
+ */
+export function packTables(tables: ExchangeTables): Buffer {
+  const parts: Buffer[] = [];
+  const add = (data: Buffer) => parts.push(packVarints([data.length]), data);
+  add(packDeltas(tables.eventEnds));
+  add(packTimes(tables.eventTimes));
+  add(packDeltas(tables.eventTokens));
+  parts.push(packVarints([tables.generations.length]));
+  for (const gen of tables.generations) {
+    parts.push(packVarints([gen.choiceIndex]));
+    add(packVarints(gen.outputIds));
+    add(tokenTimesRecord(gen.tokenTimes, tables.eventTimes));
+    add(packVarints(gen.chunkTokens));
+    add(Buffer.from(JSON.stringify([gen.chunkDeltas, gen.text, gen.finishReason, gen.stopReason])));
+  }
+  return squeeze(Buffer.concat(parts));
+}
+
+export function unpackTables(blob: Uint8Array): ExchangeTables {
+  const data = unsqueeze(blob);
+  let at = 0;
+  const varint = () => {
+    let value = 0;
+    let scale = 1;
+    for (;;) {
+      if (at >= data.length) throw new Error('truncated exchange record');
+      const byte = data[at++];
+      value += (byte & 0x7f) * scale;
+      if (byte < 0x80) return value;
+      scale *= 0x80;
+    }
+  };
+  const bytes = () => {
+    const length = varint();
+    if (at + length > data.length) throw new Error('truncated exchange record');
+    return data.subarray(at, (at += length));
+  };
+  const eventEnds = unpackDeltas(bytes());
+  const eventTimes = unpackTimes(bytes());
+  const eventTokens = unpackDeltas(bytes());
+  const generations: Generation[] = [];
+  for (let n = varint(); n > 0; n--) {
+    const choiceIndex = varint();
+    const outputIds = unpackVarints(bytes());
+    const tokenTimes = readTokenTimes(bytes(), () => eventTimes);
+    const chunkTokens = unpackVarints(bytes());
+    const [chunkDeltas, text, finishReason, stopReason] = JSON.parse(bytes().toString('utf8')) as [ChunkDelta[], string, string | null, string | number | null];
+    generations.push({ choiceIndex, outputIds, tokenTimes, chunkTokens, chunkDeltas, text, finishReason, stopReason });
+  }
+  if (at !== data.length) throw new Error('exchange record has trailing bytes');
+  return { eventEnds, eventTimes, eventTokens, generations };
 }

@@ -78,6 +78,8 @@ export const exchanges = sqliteTable(
      * How this row and its generations are laid out. 0: as the comments above say (files written before
      * encoding 1; read as they are). 1: bodies and event tables in `exchange_bodies`, the prompt's ids in
      * `prompt_nodes` (`prompt_ids` only for an exchange without a model), every blob in pack.ts's compact encodings.
+     * 2: as 1, but the event tables and generations are one record in `exchange_bodies.event_ends` (pack.ts's
+     * `packTables`; `event_times` and `event_tokens` empty) and the exchange has no `generations` rows.
      * Added last (as ALTER TABLE adds columns): a row of encoding 1 holds no large value, so reading this never
      * walks a blob's overflow pages.
      */
@@ -94,7 +96,8 @@ export const exchanges = sqliteTable(
 /**
  * The large values of an exchange of encoding 1, read only when used (a lookup by prompt key reads none of them).
  * Each is pack.ts's `squeeze`d: bodies deflated against `bodyDictionary` of the exchange's prompt ids, event ends
- * and token counts as varint deltas, event times as byte planes.
+ * and token counts as varint deltas, event times as byte planes. Encoding 2 keeps all event tables and the
+ * generations in `event_ends`, as one record (one deflate call instead of eight), the other two columns empty.
  */
 export const exchangeBodies = sqliteTable('exchange_bodies', {
   exchangeId: integer('exchange_id')
@@ -131,7 +134,8 @@ export const promptNodes = sqliteTable(
 );
 
 /**
- * One choice of a recorded generation, with its per-token data packed. Encoding 1 (the exchange's): output ids and
+ * One choice of a recorded generation, with its per-token data packed (encodings 0 and 1; encoding 2 keeps
+ * generations in `exchange_bodies`). Encoding 1 (the exchange's): output ids and
  * chunk token counts as varints, token times as `packTokenTimes`, chunk deltas and text deflated (blobs), all
  * `squeeze`d.
  */

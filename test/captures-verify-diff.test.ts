@@ -88,8 +88,9 @@ function alteredCopy(file: string, out: string, change: Map<number, (body: Buffe
       const ex = source.getExchange(id)!;
       let runId = runs.get(ex.runId);
       if (runId === undefined) {
-        const { id: _, startedAt, tokenizerFiles: __, ...info } = source.getRun(ex.runId)!;
-        runId = target.startRun(info, source.tokenizerFiles(source.getRun(ex.runId)!), startedAt);
+        const run = source.getRun(ex.runId)!;
+        const { id: _, startedAt, tokenizerFiles: __, ...info } = run;
+        runId = target.startRun(info, source.tokenizerFiles(run), startedAt);
         runs.set(ex.runId, runId);
       }
       const mutate = change.get(id);

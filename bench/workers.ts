@@ -11,7 +11,8 @@
  * response is checked for max_tokens + 1 events ([DONE] included). On a 2-core machine the client competes
  * with the server's threads for the same cores, so the measured ratio is below what two free cores would give;
  * the client's and the server's CPU use are printed per run to show it, and so are the cores two busy threads
- * get before and after the runs (on a shared machine, what the other tenants leave).
+ * get before and after the runs, and the machine's other busy time during each run (/proc/stat): on a shared
+ * machine, what the other tenants take.
  * The configurations alternate after an unmeasured warm-up round, their order rotating each round (A B, B A, …);
  * tokens/s = completed responses × max_tokens / elapsed (lanes stop sending at --duration-ms, elapsed ends with
  * the last response). The ratio threads 2 / threads 1 is taken per round: its median and min–max are reported.
@@ -59,6 +60,13 @@ async function coresAvailable(): Promise<number> {
   return (cpu.user + cpu.system) / 1000 / (nowMs() - t0);
 }
 
+/** CPU time (ms) the whole machine has been busy, all cores and tenants: /proc/stat's first line, but idle and iowait. */
+function machineBusyMs(): number {
+  const [, ...ticks] = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).map(Number);
+  const [user, nice, system, , , irq, softirq, steal] = ticks;
+  return ((user + nice + system + irq + softirq + steal) * 1000) / TICKS_PER_S;
+}
+
 interface Fleet {
   threads: number;
   process: MockerProcess;
@@ -82,6 +90,8 @@ interface RunStats {
   serverCores: number;
   /** This process's (the clients') CPU time over elapsed. */
   clientCores: number;
+  /** The rest of the machine's busy time over elapsed: other tenants of a shared machine. */
+  otherCores: number;
 }
 
 async function run(fleet: Fleet, roundNo: number): Promise<RunStats> {
@@ -89,6 +99,7 @@ async function run(fleet: Fleet, roundNo: number): Promise<RunStats> {
   const pid = fleet.process.child.pid!;
   const server0 = processCpuMs(pid);
   const client0 = process.cpuUsage();
+  const machine0 = machineBusyMs();
   let responses = 0;
   const start = nowMs();
   const end = start + DURATION_MS;
@@ -104,6 +115,9 @@ async function run(fleet: Fleet, roundNo: number): Promise<RunStats> {
   await Promise.all(fleet.ports.flatMap((port, e) => Array.from({ length: STREAMS_PER_ENGINE }, (_, s) => lane(port, e * STREAMS_PER_ENGINE + s))));
   const elapsedMs = nowMs() - start;
   const client = process.cpuUsage(client0);
+  const serverMs = processCpuMs(pid) - server0;
+  const clientMs = (client.user + client.system) / 1000;
+  const machineMs = machineBusyMs() - machine0;
   agent.destroy();
   return {
     threads: fleet.threads,
@@ -111,8 +125,9 @@ async function run(fleet: Fleet, roundNo: number): Promise<RunStats> {
     responses,
     elapsedMs,
     tokensPerS: (responses * MAX_TOKENS * 1000) / elapsedMs,
-    serverCores: (processCpuMs(pid) - server0) / elapsedMs,
-    clientCores: (client.user + client.system) / 1000 / elapsedMs,
+    serverCores: serverMs / elapsedMs,
+    clientCores: clientMs / elapsedMs,
+    otherCores: Math.max(0, machineMs - serverMs - clientMs) / elapsedMs,
   };
 }
 
@@ -132,7 +147,7 @@ async function main(): Promise<void> {
         const s = await run(fleet, r);
         console.log(
           `  ${r === 0 ? 'warm-up  ' : `round ${r}/${ROUNDS}`} --threads ${s.threads}: ${s.responses} responses, ${Math.round(s.tokensPerS)} tokens/s; ` +
-            `server CPU ${round(s.serverCores, 2)} cores, client CPU ${round(s.clientCores, 2)} cores`,
+            `server CPU ${round(s.serverCores, 2)} cores, client CPU ${round(s.clientCores, 2)} cores, other tenants ${round(s.otherCores, 2)} cores`,
         );
         if (r > 0) all.push(s);
       }
@@ -149,6 +164,7 @@ async function main(): Promise<void> {
     tokensPerS: Math.round(median(rs.map((s) => s.tokensPerS))),
     serverCores: round(median(rs.map((s) => s.serverCores)), 2),
     clientCores: round(median(rs.map((s) => s.clientCores)), 2),
+    otherCores: round(median(rs.map((s) => s.otherCores)), 2),
   });
   const result = { threads1: summary(one), threadsN: summary(many) };
   const ratio = round(median(ratios), 3);
@@ -156,10 +172,10 @@ async function main(): Promise<void> {
 
   console.log(`\nmedian over ${ROUNDS} rounds`);
   printTable(
-    ['config', 'tokens/s', 'server CPU (cores)', 'client CPU (cores)'],
+    ['config', 'tokens/s', 'server CPU (cores)', 'client CPU (cores)', 'other tenants (cores)'],
     [
-      ['--threads 1', result.threads1.tokensPerS, result.threads1.serverCores, result.threads1.clientCores],
-      [`--threads ${THREADS}`, result.threadsN.tokensPerS, result.threadsN.serverCores, result.threadsN.clientCores],
+      ['--threads 1', result.threads1.tokensPerS, result.threads1.serverCores, result.threads1.clientCores, result.threads1.otherCores],
+      [`--threads ${THREADS}`, result.threadsN.tokensPerS, result.threadsN.serverCores, result.threadsN.clientCores, result.threadsN.otherCores],
     ],
   );
   console.log(`--threads ${THREADS} / --threads 1 tokens/s: ${ratio} (per round: ${ratios.map((x) => round(x, 3)).join(', ')})`);

@@ -186,11 +186,12 @@ export interface Running {
 
 export interface StartupLine {
   head: string;
+  host: string;
   tail: string;
 }
 
 /** The startup line: the settings, then every engine's URL (tests and scripts wait for "on http://…"). */
-export const startupLineText = (line: StartupLine, host: string, ports: number[]) => `${line.head}${ports.map((p) => `http://${host}:${p}`).join(', ')}${line.tail}`;
+export const startupLineText = (line: StartupLine, ports: number[]) => `${line.head}${ports.map((p) => `http://${line.host}:${p}`).join(', ')}${line.tail}`;
 
 /** A capture file's contents in one line. */
 function describeContents(c: CaptureContents): string {
@@ -496,9 +497,10 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       `mocker serve: ${opts.mode} mode (outputs ${outputs}, on miss ${onMiss}, timing ${timingDescription}, speedup ${args.speedupRatio}, ` +
       `${args.engineType === 'sglang' ? `SGLang scheduler (${args.sglang.schedulePolicy}, radix cache), ` : ''}${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
       `serving ${servedModels.join(', ')} on `,
+    host: opts.host,
     tail: store && store.path !== ':memory:' ? ` from ${opts.captures}` : '',
   };
-  if (!opts.share) console.log(startupLineText(startupLine, opts.host, ports));
+  if (!opts.share) console.log(startupLineText(startupLine, ports));
   return {
     port: ports[0],
     ports,

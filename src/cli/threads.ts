@@ -105,7 +105,7 @@ export async function startServeThreads(options: ServeOptions, threads: number):
   }
   const listening = outcomes.map((o) => (o as PromiseFulfilledResult<{ ports: number[]; startupLine: StartupLine }>).value);
   const ports = Array.from({ length: numWorkers }, (_, e) => listening[e % threads].ports[Math.floor(e / threads)]);
-  console.log(startupLineText(listening[0].startupLine, options.host ?? '127.0.0.1', ports));
+  console.log(startupLineText(listening[0].startupLine, ports));
   return {
     port: ports[0],
     ports,

@@ -37,7 +37,6 @@ export function threadShare(numWorkers: number, threads: number, thread: number)
 }
 
 interface ServeThread {
-  engines: number[];
   listening: Promise<{ ports: number[]; startupLine: StartupLine }>;
   stop(graceMs: number): Promise<StopReport>;
 }
@@ -74,7 +73,6 @@ function startThread(options: ServeOptions, engines: number[], first: boolean): 
     });
   });
   return {
-    engines,
     listening,
     stop: async (graceMs) => {
       stopping = true;

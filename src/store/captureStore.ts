@@ -9,13 +9,15 @@ import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { LruCache } from '../util/lruCache.js';
 import {
   bodyDictionary,
-  packTables,
+  packRecord,
   packU32,
   packVarints,
   squeeze,
   unpackDeltas,
+  type ExchangeRecord,
   type ExchangeTables,
   unpackF64,
+  unpackRecord,
   unpackTables,
   unpackTimes,
   unpackTokenTimes,
@@ -299,7 +301,7 @@ class FoundExchange implements StoredExchange {
   readonly #read: Partial<LazyValues> = {};
   #blobs: ExchangeBlobs | undefined;
   #dictionary: Buffer | undefined;
-  #decodedTables: ExchangeTables | undefined;
+  #decodedTables: ExchangeTables | ExchangeRecord | undefined;
 
   constructor(reader: ExchangeReader, row: ExchangeHead, packedPrompt: Buffer | undefined) {
     this.#reader = reader;
@@ -349,21 +351,27 @@ class FoundExchange implements StoredExchange {
         return this.#blob('requestBody') === null && this.#blob('responseBody') === null;
       case 'eventEnds':
       case 'eventTokens':
-        if (row.encoding === ENCODING) return this.#tables()[key];
+        if (row.encoding >= 2) return this.#tables()[key];
         return row.encoding === 0 ? unpackU32(this.#blob(key)) : unpackDeltas(this.#bytes(key, false));
       case 'eventTimes':
-        if (row.encoding === ENCODING) return this.#tables().eventTimes;
+        if (row.encoding >= 2) return this.#tables().eventTimes;
         return row.encoding === 0 ? unpackF64(this.#blob(key)) : unpackTimes(this.#bytes(key, false));
       case 'generations':
-        if (row.encoding === ENCODING) return this.#tables().generations;
+        if (row.encoding >= 2) return this.#tables().generations;
         return this.#reader.generations(row, () => this.eventTimes);
     }
   }
 
-  /** Encoding 2's record of event tables and generations (in `event_ends`), decoded once. */
-  #tables(): ExchangeTables {
-    this.#decodedTables ??= unpackTables(this.#blob('eventEnds') ?? NO_BYTES);
+  /** The record of encodings 2 (event tables and generations) and 3 (bodies too) in `event_ends`, decoded once. */
+  #tables(): ExchangeTables | ExchangeRecord {
+    this.#decodedTables ??=
+      this.#row.encoding === 2 ? unpackTables(this.#blob('eventEnds') ?? NO_BYTES) : unpackRecord(this.#blob('eventEnds') ?? NO_BYTES, this.#bodyDictionary());
     return this.#decodedTables;
+  }
+
+  #bodyDictionary(): Buffer {
+    this.#dictionary ??= bodyDictionary(this.promptIds);
+    return this.#dictionary;
   }
 
   #blob(key: keyof ExchangeBlobs): Buffer | null {
@@ -371,14 +379,16 @@ class FoundExchange implements StoredExchange {
     return this.#blobs[key];
   }
 
-  /** A blob as stored in encoding 0, unsqueezed in encodings 1 and 2 (bodies against the prompt's dictionary). */
+  /**
+   * A blob as stored in encoding 0, unsqueezed in encodings 1 and 2 (bodies against the prompt's dictionary); an
+   * encoding-3 body from its record.
+   */
   #bytes(key: keyof ExchangeBlobs, withDictionary: boolean): Buffer {
     const blob = this.#blob(key);
     if (!blob) return Buffer.alloc(0);
     if (this.#row.encoding === 0) return blob;
-    if (!withDictionary) return unsqueeze(blob);
-    this.#dictionary ??= bodyDictionary(this.promptIds);
-    return unsqueeze(blob, this.#dictionary);
+    if (this.#row.encoding === 3 && (key === 'requestBody' || key === 'responseBody')) return (this.#tables() as ExchangeRecord)[key] ?? Buffer.alloc(0);
+    return withDictionary ? unsqueeze(blob, this.#bodyDictionary()) : unsqueeze(blob);
   }
 
   get promptIds() { return this.#get('promptIds'); }
@@ -419,26 +429,29 @@ class FoundExchange implements StoredExchange {
 
 const NO_BYTES = Buffer.alloc(0);
 
-/** An exchange's `exchange_bodies` values in the current encoding, as `saveExchanges` inserts them. */
+/**
+ * An exchange's `exchange_bodies` values in the current encoding, as `saveExchanges` inserts them: its record in
+ * `event_ends`; the body columns empty, or NULL when the capture was redacted (what listings test).
+ */
 function packExchange(ex: Exchange) {
-  const dictionary = bodyDictionary(ex.promptIds);
-  return {
-    ex,
-    bodies: [
-      ex.bodiesRedacted ? null : squeeze(ex.requestBody, dictionary),
-      ex.bodiesRedacted ? null : squeeze(ex.responseBody, dictionary),
-      packTables(ex),
-      NO_BYTES,
-      NO_BYTES,
-    ] as const,
+  const redacted = ex.bodiesRedacted === true;
+  const record: ExchangeRecord = {
+    requestBody: redacted ? null : ex.requestBody,
+    responseBody: redacted ? null : ex.responseBody,
+    eventEnds: ex.eventEnds,
+    eventTimes: ex.eventTimes,
+    eventTokens: ex.eventTokens,
+    generations: ex.generations,
   };
+  const body = redacted ? null : NO_BYTES;
+  return { ex, bodies: [body, body, packRecord(record, bodyDictionary(ex.promptIds)), NO_BYTES, NO_BYTES] as const };
 }
 
 /** Prompt keys per query of findByLongestPrefix (well under SQLite's 32,766 bound variables). */
 const PREFIX_KEYS_PER_QUERY = 512;
 
 /** The current format: see `exchanges.encoding` in schema.ts. */
-const ENCODING = 2;
+const ENCODING = 3;
 
 /**
  * The capture file: one SQLite database, in WAL mode while open for writing and migrated at open; closed

@@ -215,42 +215,44 @@ function sha256(data: Buffer): string {
 
 type Db = BetterSQLite3Database<typeof schema>;
 
-/** The columns of `exchanges` a lookup reads: none of the large ones. */
+/** The columns of `exchanges` a lookup reads: those a replay chooses among captures by, none of the large ones. */
 interface ExchangeHead {
   id: number;
   runId: number;
   startedAt: number;
-  requestId: string | null;
-  method: string;
-  path: string;
   endpoint: string | null;
   outcome: string;
-  error: string | null;
   status: number | null;
   model: string | null;
   stream: number | null;
   totalMs: number | null;
-  tokenSource: string | null;
   requestShape: string | null;
-  injected: string | null;
-  usage: string | null;
-  requestHeaders: string | null;
-  responseHeaders: string | null;
   promptKey: string | null;
   promptNode: number | null;
   encoding: number;
 }
 
 /** `ExchangeHead`'s columns in order, as a raw row holds them. */
-type HeadColumns = [number, number, number, string | null, string, string, string | null, string, string | null, number | null, string | null, number | null,
-  number | null, string | null, string | null, string | null, string | null, string | null, string | null, string | null, number | null, number];
+type HeadColumns = [number, number, number, string | null, string, number | null, string | null, number | null, number | null, string | null, string | null, number | null, number];
 
 function exchangeHead(c: HeadColumns): ExchangeHead {
   return {
-    id: c[0], runId: c[1], startedAt: c[2], requestId: c[3], method: c[4], path: c[5], endpoint: c[6], outcome: c[7], error: c[8], status: c[9],
-    model: c[10], stream: c[11], totalMs: c[12], tokenSource: c[13], requestShape: c[14], injected: c[15], usage: c[16], requestHeaders: c[17],
-    responseHeaders: c[18], promptKey: c[19], promptNode: c[20], encoding: c[21],
+    id: c[0], runId: c[1], startedAt: c[2], endpoint: c[3], outcome: c[4], status: c[5], model: c[6], stream: c[7], totalMs: c[8], requestShape: c[9],
+    promptKey: c[10], promptNode: c[11], encoding: c[12],
   };
+}
+
+/** The other small columns of `exchanges`, read together on first use of any of them. */
+interface ExchangeDetails {
+  requestId: string | null;
+  method: string;
+  path: string;
+  error: string | null;
+  tokenSource: string | null;
+  injected: string | null;
+  usage: string | null;
+  requestHeaders: string | null;
+  responseHeaders: string | null;
 }
 
 /** An exchange's large values as stored (encoding 0: in `exchanges`; 1 and 2: in `exchange_bodies`, `squeeze`d, see schema.ts). */
@@ -275,12 +277,17 @@ interface GenerationRow {
 
 /** The values of a stored exchange a lookup does not read until they are used. */
 type LazyKey =
-  | 'promptIds' | 'requestHeaders' | 'responseHeaders' | 'injected' | 'usage' | 'requestBody' | 'responseBody' | 'bodiesRedacted' | 'eventEnds' | 'eventTimes' | 'eventTokens' | 'generations';
+  | 'requestId' | 'method' | 'path' | 'error' | 'tokenSource' | 'promptIds' | 'requestHeaders' | 'responseHeaders' | 'injected' | 'usage' | 'requestBody'
+  | 'responseBody' | 'bodiesRedacted' | 'eventEnds' | 'eventTimes' | 'eventTokens' | 'generations';
 type LazyValues = Pick<StoredExchange, LazyKey>;
-const LAZY_KEYS: readonly LazyKey[] = ['promptIds', 'requestHeaders', 'responseHeaders', 'injected', 'usage', 'requestBody', 'responseBody', 'bodiesRedacted', 'eventEnds', 'eventTimes', 'eventTokens', 'generations'];
+const LAZY_KEYS: readonly LazyKey[] = [
+  'requestId', 'method', 'path', 'error', 'tokenSource', 'promptIds', 'requestHeaders', 'responseHeaders', 'injected', 'usage', 'requestBody', 'responseBody',
+  'bodiesRedacted', 'eventEnds', 'eventTimes', 'eventTokens', 'generations',
+];
 
 /** What a found exchange reads its large values with: the store's statements. */
 interface ExchangeReader {
+  details(row: ExchangeHead): ExchangeDetails;
   prompt(row: ExchangeHead): number[] | null;
   blobs(row: ExchangeHead): ExchangeBlobs;
   generations(row: ExchangeHead, eventTimes: () => number[]): Generation[];
@@ -300,6 +307,7 @@ class FoundExchange implements StoredExchange {
   readonly #packedPrompt: Buffer | undefined;
   readonly #read: Partial<LazyValues> = {};
   #blobs: ExchangeBlobs | undefined;
+  #details: ExchangeDetails | undefined;
   #dictionary: Buffer | undefined;
   #decodedTables: ExchangeTables | ExchangeRecord | undefined;
 
@@ -310,17 +318,12 @@ class FoundExchange implements StoredExchange {
     this.id = row.id;
     this.runId = row.runId;
     this.startedAt = row.startedAt;
-    this.requestId = row.requestId;
-    this.method = row.method;
-    this.path = row.path;
     this.endpoint = row.endpoint as Exchange['endpoint'];
     this.outcome = row.outcome as Outcome;
-    this.error = row.error;
     this.status = row.status;
     this.model = row.model;
     this.stream = Boolean(row.stream);
     this.totalMs = row.totalMs ?? 0;
-    this.tokenSource = row.tokenSource as TokenSource | null;
     this.requestShape = row.requestShape;
     // The key column holds a pooling exchange's own key; a generation's is derived from its model and prompt.
     this.poolingKey = this.endpoint === 'embeddings' || this.endpoint === 'rerank' ? row.promptKey : null;
@@ -334,16 +337,25 @@ class FoundExchange implements StoredExchange {
   #load(key: LazyKey): LazyValues[LazyKey] {
     const row = this.#row;
     switch (key) {
+      case 'requestId':
+      case 'method':
+      case 'path':
+      case 'error':
+        return this.#detail()[key];
+      case 'tokenSource':
+        return this.#detail().tokenSource as TokenSource | null;
       case 'promptIds':
         return this.#packedPrompt ? unpackU32(this.#packedPrompt) : this.#reader.prompt(row);
       case 'requestHeaders':
-        return JSON.parse(row.requestHeaders ?? '{}') as HeaderMap;
+        return JSON.parse(this.#detail().requestHeaders ?? '{}') as HeaderMap;
       case 'responseHeaders':
-        return JSON.parse(row.responseHeaders ?? '{}') as HeaderMap;
+        return JSON.parse(this.#detail().responseHeaders ?? '{}') as HeaderMap;
       case 'injected':
-        return JSON.parse(row.injected ?? '[]') as string[];
-      case 'usage':
-        return row.usage === null ? undefined : (JSON.parse(row.usage) as unknown);
+        return JSON.parse(this.#detail().injected ?? '[]') as string[];
+      case 'usage': {
+        const { usage } = this.#detail();
+        return usage === null ? undefined : (JSON.parse(usage) as unknown);
+      }
       case 'requestBody':
       case 'responseBody':
         return this.#bytes(key, true);
@@ -374,6 +386,11 @@ class FoundExchange implements StoredExchange {
     return this.#dictionary;
   }
 
+  #detail(): ExchangeDetails {
+    this.#details ??= this.#reader.details(this.#row);
+    return this.#details;
+  }
+
   #blob(key: keyof ExchangeBlobs): Buffer | null {
     this.#blobs ??= this.#reader.blobs(this.#row);
     return this.#blobs[key];
@@ -391,6 +408,16 @@ class FoundExchange implements StoredExchange {
     return withDictionary ? unsqueeze(blob, this.#bodyDictionary()) : unsqueeze(blob);
   }
 
+  get requestId() { return this.#get('requestId'); }
+  set requestId(value) { this.#read.requestId = value; }
+  get method() { return this.#get('method'); }
+  set method(value) { this.#read.method = value; }
+  get path() { return this.#get('path'); }
+  set path(value) { this.#read.path = value; }
+  get error() { return this.#get('error'); }
+  set error(value) { this.#read.error = value; }
+  get tokenSource() { return this.#get('tokenSource'); }
+  set tokenSource(value) { this.#read.tokenSource = value; }
   get promptIds() { return this.#get('promptIds'); }
   set promptIds(value) { this.#read.promptIds = value; }
   get requestHeaders() { return this.#get('requestHeaders'); }
@@ -473,6 +500,7 @@ export class CaptureStore {
   private readonly writes;
   private readonly selectByKey;
   private readonly selectById;
+  private readonly selectDetails;
   private readonly selectBlobs;
   private readonly selectLegacyBlobs;
   private readonly selectPromptIds;
@@ -495,6 +523,10 @@ export class CaptureStore {
       }
       sqlite.pragma('foreign_keys = ON');
       sqlite.pragma('busy_timeout = 5000');
+      // At 100,000 exchanges a lookup's index and row pages outgrow SQLite's 2 MB default cache; mapped, a page
+      // missing from the cache costs a memory read instead of a read system call.
+      sqlite.pragma('cache_size = -65536');
+      sqlite.pragma('mmap_size = 1073741824');
       this.db = drizzle(sqlite, { schema });
       if (readonly) legacy = checkMigrated(sqlite);
       else {
@@ -523,10 +555,13 @@ export class CaptureStore {
           ),
         };
     // Raw rows made into objects here: better-sqlite3 builds an object a property at a time, slower than the query.
-    const head = `id, run_id, started_at, request_id, method, path, endpoint, outcome, error, status, model, stream, total_ms, token_source,
-      request_shape, injected, usage, request_headers, response_headers, prompt_key, ${legacy ? 'null, 0' : 'prompt_node, encoding'}`;
+    const head = `id, run_id, started_at, endpoint, outcome, status, model, stream, total_ms, request_shape, prompt_key, ${legacy ? 'null, 0' : 'prompt_node, encoding'}`;
     this.selectByKey = sqlite.prepare<[string], HeadColumns>(`select ${head} from exchanges where prompt_key = ? and outcome = 'complete' order by id`).raw();
     this.selectById = sqlite.prepare<[number], HeadColumns>(`select ${head} from exchanges where id = ?`).raw();
+    this.selectDetails = sqlite.prepare<[number], ExchangeDetails>(
+      `select request_id as requestId, method, path, error, token_source as tokenSource, injected, usage, request_headers as requestHeaders,
+         response_headers as responseHeaders from exchanges where id = ?`,
+    );
     this.selectBlobs = legacy
       ? null
       : sqlite.prepare<[number], ExchangeBlobs>(
@@ -965,6 +1000,11 @@ export class CaptureStore {
 
   /** How found exchanges read their large values. */
   private readonly reader: ExchangeReader = {
+    details: (row) => {
+      const found = this.selectDetails.get(row.id);
+      if (!found) throw new CaptureFileError(this.path, `exchange #${row.id} is no longer in the file`);
+      return found;
+    },
     prompt: (row) => this.readPrompt(row),
     blobs: (row) => {
       const found = row.encoding === 0 ? this.selectLegacyBlobs.get(row.id) : this.selectBlobs?.get(row.id);

@@ -5,7 +5,7 @@
  * exchange takes a fraction of the 104 KB it took.
  */
 import { createHash } from 'node:crypto';
-import { copyFileSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -395,6 +395,30 @@ describe('group commit', () => {
     expect(store.counts().complete).toBe(3);
     expect(store.findByPrompt(benchExchange(runId, 3).model!, benchExchange(runId, 3).promptIds!)).toEqual([]);
     store.close();
+  });
+});
+
+describe('background checkpoints (the recorder\'s writer)', () => {
+  it('fold the log into the database file while the writer saves, and close still leaves one self-contained file', async () => {
+    const path = join(dir, 'checkpointed.db');
+    const store = CaptureStore.open(path, { backgroundCheckpoints: true });
+    const runId = store.startRun({ kind: 'capture' }, new Map());
+    const sizeAtStart = statSync(path).size;
+    for (let i = 0; i < 200; i += 10) store.saveExchanges(Array.from({ length: 10 }, (_, k) => benchExchange(runId, i + k)));
+    // ~2,400 pages of log: far below the writer's own threshold, so only the worker can have copied them.
+    expect(statSync(`${path}-wal`).size).toBeGreaterThan(200 * 8_000);
+    let size = statSync(path).size;
+    for (let waited = 0; size < sizeAtStart + 200 * 8_000 && waited < 5_000; waited += 50) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      size = statSync(path).size;
+    }
+    expect(size).toBeGreaterThan(sizeAtStart + 200 * 8_000);
+    store.close();
+    expect(existsSync(`${path}-wal`)).toBe(false);
+    const file = new Database(path, { readonly: true });
+    expect(file.pragma('journal_mode', { simple: true })).toBe('delete');
+    expect((file.prepare('select count(*) as n from exchanges').get() as { n: number }).n).toBe(200);
+    file.close();
   });
 });
 

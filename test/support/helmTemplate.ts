@@ -212,8 +212,7 @@ function parseTree(segs: Segment[], defines: Map<string, Node[]>, name: string):
       const elseToks = tokens(seg.body, seg.at);
       if (elseToks.length > 1 && elseToks[1].text === 'if' && keyword === 'if') {
         // `else if`: the rest of the chain is an `if` inside the else, sharing its end.
-        otherwise = [control('if', elseToks.slice(2), seg.at)];
-        return keyword === 'range' ? { kind: 'range', pipeline, body: then.nodes, otherwise } : { kind: keyword, pipeline, then: then.nodes, otherwise };
+        return { kind: 'if', pipeline, then: then.nodes, otherwise: [control('if', elseToks.slice(2), seg.at)] };
       }
       if (elseToks.length > 1) throw new TemplateError(`${seg.at}: "else ${elseToks[1].text}" is not supported`);
       const rest2 = block(keyword);
@@ -362,7 +361,7 @@ class Renderer {
       else if (node.kind === 'action') {
         const v = this.pipeline(node.pipeline, dot, scope);
         if (!node.pipeline.declare) out += printValue(v, node.pipeline.at);
-      } else if (node.kind === 'if' || node.kind === 'with') {
+      } else if (node.kind !== 'range') {
         scope.push();
         const v = this.pipeline(node.pipeline, dot, scope);
         if (truthy(v)) out += this.render(node.then, node.kind === 'with' ? v : dot, scope);

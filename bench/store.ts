@@ -35,7 +35,7 @@ function main(): void {
   const dbPath = join(dir, 'store.db');
   console.log(`capture store: ${N} exchanges (${PROMPT_LEN} prompt ids, ${OUTPUT_LEN} output ids, ${sseBody(promptIds(0)).body.length} bytes SSE body), file ${dbPath}`);
   console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model ?? '?'}, node ${process.version}`);
-  const store = CaptureStore.open(dbPath);
+  const store = CaptureStore.open(dbPath, { backgroundCheckpoints: !flag('writer-checkpoints') });
   const runId = store.startRun({ kind: 'capture', label: 'bench', tokenizerName: MODEL }, new Map());
 
   // 1. writes

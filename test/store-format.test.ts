@@ -5,7 +5,7 @@
  * exchange takes a fraction of the 104 KB it took.
  */
 import { createHash } from 'node:crypto';
-import { copyFileSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,16 +14,17 @@ import {
   bodyDictionary,
   packDeltas,
   packTimes,
-  packTables,
+  packRecord,
   packVarints,
   squeeze,
   unpackDeltas,
   unpackTimes,
-  unpackTables,
+  unpackRecord,
   unpackVarints,
   unsqueeze,
 } from '../src/store/pack.js';
 import { benchExchange } from './support/benchExchange.js';
+import { formatExchanges } from './support/formatExchanges.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { prng } from './support/prng.js';
 import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
@@ -220,8 +221,26 @@ describe('the compact encodings round-trip', () => {
       const tokens = events.flatMap((t) => Array.from({ length: rng.int(0, 2) }, () => t));
       if (rng.next() < 0.3 && tokens.length > 0) tokens[rng.int(0, tokens.length - 1)] = 1234.5678;
       const generation = { choiceIndex: 0, outputIds: tokens.map((_, k) => k), tokenTimes: tokens, chunkTokens: [], chunkDeltas: [], text: '', finishReason: null, stopReason: null };
-      const decoded = unpackTables(packTables({ eventEnds: [], eventTimes: events, eventTokens: [], generations: [generation] })).generations[0].tokenTimes;
+      const record = { requestBody: null, responseBody: null, eventEnds: [], eventTimes: events, eventTokens: [], generations: [generation] };
+      const decoded = unpackRecord(packRecord(record, bodyDictionary([])), bodyDictionary([])).generations[0].tokenTimes;
       expect(decoded.map((t) => Object.is(t, -0) ? 'minus zero' : t)).toEqual(tokens.map((t) => Object.is(t, -0) ? 'minus zero' : t));
+    }
+  });
+
+  it('chunk deltas by column or as JSON: any strings (lone surrogates, emoji, empty), empty deltas, values that are not strings', () => {
+    const PIECES = ['', 'a', 'é', '🚀', '\uD83D', '\uDE80', 'naïve text', '\u0000', '"quoted"\n'];
+    const KEYS = ['text', 'content', 'reasoning_content', 'x'];
+    for (let i = 0; i < 300; i++) {
+      const deltas = Array.from({ length: rng.int(0, 40) }, () => {
+        const delta: Record<string, unknown> = {};
+        for (const key of KEYS) if (rng.next() < 0.4) delta[key] = Array.from({ length: rng.int(0, 3) }, () => rng.pick(PIECES)).join('');
+        if (rng.next() < 0.03) delta.tool_calls = [{ index: 0, function: { arguments: rng.pick(PIECES) } }];
+        return delta;
+      });
+      const generation = { choiceIndex: 0, outputIds: [], tokenTimes: [], chunkTokens: [], chunkDeltas: deltas, text: rng.pick(PIECES), finishReason: null, stopReason: null };
+      const record = { requestBody: randomBytes(rng.int(0, 100)), responseBody: randomBytes(rng.int(0, 100)), eventEnds: [], eventTimes: [], eventTokens: [], generations: [generation] };
+      const dictionary = bodyDictionary(randomIds(rng.int(0, 30)));
+      expect(unpackRecord(packRecord(record, dictionary), dictionary)).toEqual(record);
     }
   });
 
@@ -253,6 +272,54 @@ describe('the compact encodings round-trip', () => {
     const stored = allExchanges(join(dir, 'roundtrip.db'));
     expect(stored).toEqual(saved.map((ex, i) => ({ ...ex, id: i + 1, bodiesRedacted: false, poolingKey: null })));
   });
+});
+
+describe('files written by earlier versions (encodings 1 and 2)', () => {
+  const fixtures = join(import.meta.dirname, 'fixtures', 'captures');
+  /** The values those versions were given (test/support/formatExchanges.ts), as a store gives them back. */
+  const expected = () =>
+    formatExchanges(1).map((ex, i): StoredExchange => ({
+      ...ex, id: i + 1, poolingKey: null, bodiesRedacted: ex.bodiesRedacted === true,
+      ...(ex.bodiesRedacted ? { requestBody: Buffer.alloc(0), responseBody: Buffer.alloc(0) } : {}),
+    }));
+
+  for (const encoding of [1, 2]) {
+    it(`encoding ${encoding}: every exchange reads back as it was written, read-only and after a writer opened it (and new exchanges beside them)`, () => {
+      const original = join(fixtures, `encoding-${encoding}.db`);
+      const digest = sha256(readFileSync(original));
+      expect(allExchanges(original)).toEqual(expected());
+      expect(sha256(readFileSync(original))).toBe(digest);
+
+      const copy = join(dir, `encoding-${encoding}.db`);
+      copyFileSync(original, copy);
+      const store = CaptureStore.open(copy);
+      const added = formatExchanges(1).map((ex) => ({ ...ex, startedAt: ex.startedAt + 10_000 }));
+      store.saveExchanges(added);
+      const [bench] = expected();
+      expect(store.findByPrompt(bench.model!, bench.promptIds!).map((ex) => ex.id)).toEqual([1, 6]);
+      store.close();
+      const all = allExchanges(copy);
+      expect(all.slice(0, 5)).toEqual(expected());
+      expect(all.slice(5)).toEqual(expected().map((ex, i) => ({ ...ex, id: i + 6, startedAt: ex.startedAt + 10_000 })));
+    });
+  }
+
+  it('encoding 2 replays through the CLI: the streamed completion byte for byte', async () => {
+    const [bench] = formatExchanges(1);
+    const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', join(fixtures, 'encoding-2.db'), '--timing', 'none']);
+    try {
+      const res = await fetch(`http://127.0.0.1:${replay.port}/v1/completions`, {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: bench.requestBody,
+      });
+      expect(res.status).toBe(200);
+      const normalize = (text: string) => text.replace(/"id":"[^"]*"/g, '"id":"X"').replace(/"created":\d+/g, '"created":0');
+      // The proxy asked for the token ids (return_token_ids), this client did not: vLLM then sends them as null.
+      const asVllmWithoutIds = bench.responseBody.toString('utf8').replace(/"(prompt_token_ids|token_ids)":\[[\d,]*\]/g, '"$1":null');
+      expect(normalize(await res.text())).toBe(normalize(asVllmWithoutIds));
+    } finally {
+      await replay.stop();
+    }
+  }, 30_000);
 });
 
 describe('the nearest capture through the prompt tree', () => {
@@ -328,6 +395,30 @@ describe('group commit', () => {
     expect(store.counts().complete).toBe(3);
     expect(store.findByPrompt(benchExchange(runId, 3).model!, benchExchange(runId, 3).promptIds!)).toEqual([]);
     store.close();
+  });
+});
+
+describe('background checkpoints (the recorder\'s writer)', () => {
+  it('fold the log into the database file while the writer saves, and close still leaves one self-contained file', async () => {
+    const path = join(dir, 'checkpointed.db');
+    const store = CaptureStore.open(path, { backgroundCheckpoints: true });
+    const runId = store.startRun({ kind: 'capture' }, new Map());
+    const sizeAtStart = statSync(path).size;
+    for (let i = 0; i < 200; i += 10) store.saveExchanges(Array.from({ length: 10 }, (_, k) => benchExchange(runId, i + k)));
+    // ~2,400 pages of log: far below the writer's own threshold, so only the worker can have copied them.
+    expect(statSync(`${path}-wal`).size).toBeGreaterThan(200 * 8_000);
+    let size = statSync(path).size;
+    for (let waited = 0; size < sizeAtStart + 200 * 8_000 && waited < 5_000; waited += 50) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      size = statSync(path).size;
+    }
+    expect(size).toBeGreaterThan(sizeAtStart + 200 * 8_000);
+    store.close();
+    expect(existsSync(`${path}-wal`)).toBe(false);
+    const file = new Database(path, { readonly: true });
+    expect(file.pragma('journal_mode', { simple: true })).toBe('delete');
+    expect((file.prepare('select count(*) as n from exchanges').get() as { n: number }).n).toBe(200);
+    file.close();
   });
 });
 

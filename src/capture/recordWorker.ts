@@ -13,7 +13,7 @@ import type { FromWorker, RecordWorkerInit, ToWorker, WireExchange } from './rec
 if (!parentPort) throw new Error('recordWorker.ts runs as a worker thread');
 const port = parentPort;
 const init = workerData as RecordWorkerInit;
-const store = CaptureStore.open(init.captures);
+const store = CaptureStore.open(init.captures, { backgroundCheckpoints: true });
 
 /**
  * The run's own tokenizer, read back from the capture file and built on first use: only engines that send no

@@ -526,7 +526,8 @@ function openCaptures(path: string, outputs: OutputsMode, onMiss: MissPolicy, sa
     say(`mocker serve: no capture file at ${path}: every request is a miss (--on-miss ${onMiss})`);
     return CaptureStore.open(':memory:');
   }
-  const store = CaptureStore.open(path, { readonly: onMiss !== 'record' });
+  // Recording, it is a long-lived writer on the serving thread: its checkpoints must not stall that loop.
+  const store = CaptureStore.open(path, { readonly: onMiss !== 'record', backgroundCheckpoints: onMiss === 'record' });
   say(`mocker serve: ${path} holds ${describeContents(store.contents())}`);
   return store;
 }

@@ -9,13 +9,15 @@ import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { LruCache } from '../util/lruCache.js';
 import {
   bodyDictionary,
-  packTables,
+  packRecord,
   packU32,
   packVarints,
   squeeze,
   unpackDeltas,
+  type ExchangeRecord,
   type ExchangeTables,
   unpackF64,
+  unpackRecord,
   unpackTables,
   unpackTimes,
   unpackTokenTimes,
@@ -23,6 +25,7 @@ import {
   unpackVarints,
   unsqueeze,
 } from './pack.js';
+import { BackgroundCheckpointer } from './checkpointer.js';
 import { PromptTree } from './promptTree.js';
 import * as schema from './schema.js';
 
@@ -49,7 +52,17 @@ export interface OpenOptions {
    * storage), and it is not migrated.
    */
   readonly?: boolean;
+  /**
+   * A long-lived writer (the recorder): the write-ahead log is checkpointed by a worker thread (checkpointer.ts),
+   * so that no save waits for a checkpoint's copying and syncing.
+   */
+  backgroundCheckpoints?: boolean;
 }
+
+/** How often the background checkpointer folds the log into the database file. */
+const CHECKPOINT_INTERVAL_MS = 200;
+/** The writer's own checkpoints with a background checkpointer: only the bound on the log (256 MB of 4 KB pages) while writes never pause. */
+const WRITER_CHECKPOINT_PAGES = 65_536;
 
 /** What a capture file holds, as `serve` reports it at start. */
 export interface CaptureContents {
@@ -180,17 +193,23 @@ function packedPromptKey(model: string, packed: Buffer): string {
 
 /** The migrations a file needs for the layout before encoding 1 (0000_init, 0001_run_engine), which a read-only open still reads. */
 const LEGACY_MIGRATIONS = 2;
+/**
+ * The migrations of the compact layout's tables (0002_compact_store). Later ones only add indexes, which make
+ * lookups faster but which a file opened read-only does without: a new migration that changes tables or columns
+ * must raise this.
+ */
+const COMPACT_MIGRATIONS = 3;
 
 /**
- * A read-only file cannot be migrated: it must be at this version's schema already, or at the one before the
- * compact layout (read as it is: the nearest-capture search then scans). Returns whether it is the latter.
+ * A read-only file cannot be migrated: it must have the compact layout's tables already, or the ones before it
+ * (read as they are: the nearest-capture search then scans). Returns whether it is the latter.
  */
 function checkMigrated(sqlite: Database.Database): boolean {
   const table = sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get();
   if (!table) throw new Error('not a mocker capture file (no capture tables)');
   const { n } = sqlite.prepare('select count(*) as n from __drizzle_migrations').get() as { n: number };
   const expected = migrationCount();
-  if (n >= expected) return false;
+  if (n >= COMPACT_MIGRATIONS) return false;
   if (n === LEGACY_MIGRATIONS) return true;
   throw new Error(`written by an older mocker (schema ${n} of ${expected}); open it once for writing (e.g. mocker serve --on-miss record) to upgrade it`);
 }
@@ -213,42 +232,44 @@ function sha256(data: Buffer): string {
 
 type Db = BetterSQLite3Database<typeof schema>;
 
-/** The columns of `exchanges` a lookup reads: none of the large ones. */
+/** The columns of `exchanges` a lookup reads: those a replay chooses among captures by, none of the large ones. */
 interface ExchangeHead {
   id: number;
   runId: number;
   startedAt: number;
-  requestId: string | null;
-  method: string;
-  path: string;
   endpoint: string | null;
   outcome: string;
-  error: string | null;
   status: number | null;
   model: string | null;
   stream: number | null;
   totalMs: number | null;
-  tokenSource: string | null;
   requestShape: string | null;
-  injected: string | null;
-  usage: string | null;
-  requestHeaders: string | null;
-  responseHeaders: string | null;
   promptKey: string | null;
   promptNode: number | null;
   encoding: number;
 }
 
 /** `ExchangeHead`'s columns in order, as a raw row holds them. */
-type HeadColumns = [number, number, number, string | null, string, string, string | null, string, string | null, number | null, string | null, number | null,
-  number | null, string | null, string | null, string | null, string | null, string | null, string | null, string | null, number | null, number];
+type HeadColumns = [number, number, number, string | null, string, number | null, string | null, number | null, number | null, string | null, string | null, number | null, number];
 
 function exchangeHead(c: HeadColumns): ExchangeHead {
   return {
-    id: c[0], runId: c[1], startedAt: c[2], requestId: c[3], method: c[4], path: c[5], endpoint: c[6], outcome: c[7], error: c[8], status: c[9],
-    model: c[10], stream: c[11], totalMs: c[12], tokenSource: c[13], requestShape: c[14], injected: c[15], usage: c[16], requestHeaders: c[17],
-    responseHeaders: c[18], promptKey: c[19], promptNode: c[20], encoding: c[21],
+    id: c[0], runId: c[1], startedAt: c[2], endpoint: c[3], outcome: c[4], status: c[5], model: c[6], stream: c[7], totalMs: c[8], requestShape: c[9],
+    promptKey: c[10], promptNode: c[11], encoding: c[12],
   };
+}
+
+/** The other small columns of `exchanges`, read together on first use of any of them. */
+interface ExchangeDetails {
+  requestId: string | null;
+  method: string;
+  path: string;
+  error: string | null;
+  tokenSource: string | null;
+  injected: string | null;
+  usage: string | null;
+  requestHeaders: string | null;
+  responseHeaders: string | null;
 }
 
 /** An exchange's large values as stored (encoding 0: in `exchanges`; 1 and 2: in `exchange_bodies`, `squeeze`d, see schema.ts). */
@@ -273,12 +294,17 @@ interface GenerationRow {
 
 /** The values of a stored exchange a lookup does not read until they are used. */
 type LazyKey =
-  | 'promptIds' | 'requestHeaders' | 'responseHeaders' | 'injected' | 'usage' | 'requestBody' | 'responseBody' | 'bodiesRedacted' | 'eventEnds' | 'eventTimes' | 'eventTokens' | 'generations';
+  | 'requestId' | 'method' | 'path' | 'error' | 'tokenSource' | 'promptIds' | 'requestHeaders' | 'responseHeaders' | 'injected' | 'usage' | 'requestBody'
+  | 'responseBody' | 'bodiesRedacted' | 'eventEnds' | 'eventTimes' | 'eventTokens' | 'generations';
 type LazyValues = Pick<StoredExchange, LazyKey>;
-const LAZY_KEYS: readonly LazyKey[] = ['promptIds', 'requestHeaders', 'responseHeaders', 'injected', 'usage', 'requestBody', 'responseBody', 'bodiesRedacted', 'eventEnds', 'eventTimes', 'eventTokens', 'generations'];
+const LAZY_KEYS: readonly LazyKey[] = [
+  'requestId', 'method', 'path', 'error', 'tokenSource', 'promptIds', 'requestHeaders', 'responseHeaders', 'injected', 'usage', 'requestBody', 'responseBody',
+  'bodiesRedacted', 'eventEnds', 'eventTimes', 'eventTokens', 'generations',
+];
 
 /** What a found exchange reads its large values with: the store's statements. */
 interface ExchangeReader {
+  details(row: ExchangeHead): ExchangeDetails;
   prompt(row: ExchangeHead): number[] | null;
   blobs(row: ExchangeHead): ExchangeBlobs;
   generations(row: ExchangeHead, eventTimes: () => number[]): Generation[];
@@ -298,8 +324,9 @@ class FoundExchange implements StoredExchange {
   readonly #packedPrompt: Buffer | undefined;
   readonly #read: Partial<LazyValues> = {};
   #blobs: ExchangeBlobs | undefined;
+  #details: ExchangeDetails | undefined;
   #dictionary: Buffer | undefined;
-  #decodedTables: ExchangeTables | undefined;
+  #decodedTables: ExchangeTables | ExchangeRecord | undefined;
 
   constructor(reader: ExchangeReader, row: ExchangeHead, packedPrompt: Buffer | undefined) {
     this.#reader = reader;
@@ -308,17 +335,12 @@ class FoundExchange implements StoredExchange {
     this.id = row.id;
     this.runId = row.runId;
     this.startedAt = row.startedAt;
-    this.requestId = row.requestId;
-    this.method = row.method;
-    this.path = row.path;
     this.endpoint = row.endpoint as Exchange['endpoint'];
     this.outcome = row.outcome as Outcome;
-    this.error = row.error;
     this.status = row.status;
     this.model = row.model;
     this.stream = Boolean(row.stream);
     this.totalMs = row.totalMs ?? 0;
-    this.tokenSource = row.tokenSource as TokenSource | null;
     this.requestShape = row.requestShape;
     // The key column holds a pooling exchange's own key; a generation's is derived from its model and prompt.
     this.poolingKey = this.endpoint === 'embeddings' || this.endpoint === 'rerank' ? row.promptKey : null;
@@ -332,16 +354,25 @@ class FoundExchange implements StoredExchange {
   #load(key: LazyKey): LazyValues[LazyKey] {
     const row = this.#row;
     switch (key) {
+      case 'requestId':
+      case 'method':
+      case 'path':
+      case 'error':
+        return this.#detail()[key];
+      case 'tokenSource':
+        return this.#detail().tokenSource as TokenSource | null;
       case 'promptIds':
         return this.#packedPrompt ? unpackU32(this.#packedPrompt) : this.#reader.prompt(row);
       case 'requestHeaders':
-        return JSON.parse(row.requestHeaders ?? '{}') as HeaderMap;
+        return JSON.parse(this.#detail().requestHeaders ?? '{}') as HeaderMap;
       case 'responseHeaders':
-        return JSON.parse(row.responseHeaders ?? '{}') as HeaderMap;
+        return JSON.parse(this.#detail().responseHeaders ?? '{}') as HeaderMap;
       case 'injected':
-        return JSON.parse(row.injected ?? '[]') as string[];
-      case 'usage':
-        return row.usage === null ? undefined : (JSON.parse(row.usage) as unknown);
+        return JSON.parse(this.#detail().injected ?? '[]') as string[];
+      case 'usage': {
+        const { usage } = this.#detail();
+        return usage === null ? undefined : (JSON.parse(usage) as unknown);
+      }
       case 'requestBody':
       case 'responseBody':
         return this.#bytes(key, true);
@@ -349,21 +380,32 @@ class FoundExchange implements StoredExchange {
         return this.#blob('requestBody') === null && this.#blob('responseBody') === null;
       case 'eventEnds':
       case 'eventTokens':
-        if (row.encoding === ENCODING) return this.#tables()[key];
+        if (row.encoding >= 2) return this.#tables()[key];
         return row.encoding === 0 ? unpackU32(this.#blob(key)) : unpackDeltas(this.#bytes(key, false));
       case 'eventTimes':
-        if (row.encoding === ENCODING) return this.#tables().eventTimes;
+        if (row.encoding >= 2) return this.#tables().eventTimes;
         return row.encoding === 0 ? unpackF64(this.#blob(key)) : unpackTimes(this.#bytes(key, false));
       case 'generations':
-        if (row.encoding === ENCODING) return this.#tables().generations;
+        if (row.encoding >= 2) return this.#tables().generations;
         return this.#reader.generations(row, () => this.eventTimes);
     }
   }
 
-  /** Encoding 2's record of event tables and generations (in `event_ends`), decoded once. */
-  #tables(): ExchangeTables {
-    this.#decodedTables ??= unpackTables(this.#blob('eventEnds') ?? NO_BYTES);
+  /** The record of encodings 2 (event tables and generations) and 3 (bodies too) in `event_ends`, decoded once. */
+  #tables(): ExchangeTables | ExchangeRecord {
+    this.#decodedTables ??=
+      this.#row.encoding === 2 ? unpackTables(this.#blob('eventEnds') ?? NO_BYTES) : unpackRecord(this.#blob('eventEnds') ?? NO_BYTES, this.#bodyDictionary());
     return this.#decodedTables;
+  }
+
+  #bodyDictionary(): Buffer {
+    this.#dictionary ??= bodyDictionary(this.promptIds);
+    return this.#dictionary;
+  }
+
+  #detail(): ExchangeDetails {
+    this.#details ??= this.#reader.details(this.#row);
+    return this.#details;
   }
 
   #blob(key: keyof ExchangeBlobs): Buffer | null {
@@ -371,16 +413,28 @@ class FoundExchange implements StoredExchange {
     return this.#blobs[key];
   }
 
-  /** A blob as stored in encoding 0, unsqueezed in encodings 1 and 2 (bodies against the prompt's dictionary). */
+  /**
+   * A blob as stored in encoding 0, unsqueezed in encodings 1 and 2 (bodies against the prompt's dictionary); an
+   * encoding-3 body from its record.
+   */
   #bytes(key: keyof ExchangeBlobs, withDictionary: boolean): Buffer {
     const blob = this.#blob(key);
     if (!blob) return Buffer.alloc(0);
     if (this.#row.encoding === 0) return blob;
-    if (!withDictionary) return unsqueeze(blob);
-    this.#dictionary ??= bodyDictionary(this.promptIds);
-    return unsqueeze(blob, this.#dictionary);
+    if (this.#row.encoding === 3 && (key === 'requestBody' || key === 'responseBody')) return (this.#tables() as ExchangeRecord)[key] ?? Buffer.alloc(0);
+    return withDictionary ? unsqueeze(blob, this.#bodyDictionary()) : unsqueeze(blob);
   }
 
+  get requestId() { return this.#get('requestId'); }
+  set requestId(value) { this.#read.requestId = value; }
+  get method() { return this.#get('method'); }
+  set method(value) { this.#read.method = value; }
+  get path() { return this.#get('path'); }
+  set path(value) { this.#read.path = value; }
+  get error() { return this.#get('error'); }
+  set error(value) { this.#read.error = value; }
+  get tokenSource() { return this.#get('tokenSource'); }
+  set tokenSource(value) { this.#read.tokenSource = value; }
   get promptIds() { return this.#get('promptIds'); }
   set promptIds(value) { this.#read.promptIds = value; }
   get requestHeaders() { return this.#get('requestHeaders'); }
@@ -419,26 +473,29 @@ class FoundExchange implements StoredExchange {
 
 const NO_BYTES = Buffer.alloc(0);
 
-/** An exchange's `exchange_bodies` values in the current encoding, as `saveExchanges` inserts them. */
+/**
+ * An exchange's `exchange_bodies` values in the current encoding, as `saveExchanges` inserts them: its record in
+ * `event_ends`; the body columns empty, or NULL when the capture was redacted (what listings test).
+ */
 function packExchange(ex: Exchange) {
-  const dictionary = bodyDictionary(ex.promptIds);
-  return {
-    ex,
-    bodies: [
-      ex.bodiesRedacted ? null : squeeze(ex.requestBody, dictionary),
-      ex.bodiesRedacted ? null : squeeze(ex.responseBody, dictionary),
-      packTables(ex),
-      NO_BYTES,
-      NO_BYTES,
-    ] as const,
+  const redacted = ex.bodiesRedacted === true;
+  const record: ExchangeRecord = {
+    requestBody: redacted ? null : ex.requestBody,
+    responseBody: redacted ? null : ex.responseBody,
+    eventEnds: ex.eventEnds,
+    eventTimes: ex.eventTimes,
+    eventTokens: ex.eventTokens,
+    generations: ex.generations,
   };
+  const body = redacted ? null : NO_BYTES;
+  return { ex, bodies: [body, body, packRecord(record, bodyDictionary(ex.promptIds)), NO_BYTES, NO_BYTES] as const };
 }
 
 /** Prompt keys per query of findByLongestPrefix (well under SQLite's 32,766 bound variables). */
 const PREFIX_KEYS_PER_QUERY = 512;
 
 /** The current format: see `exchanges.encoding` in schema.ts. */
-const ENCODING = 2;
+const ENCODING = 3;
 
 /**
  * The capture file: one SQLite database, in WAL mode while open for writing and migrated at open; closed
@@ -460,14 +517,16 @@ export class CaptureStore {
   private readonly writes;
   private readonly selectByKey;
   private readonly selectById;
+  private readonly selectDetails;
   private readonly selectBlobs;
   private readonly selectLegacyBlobs;
   private readonly selectPromptIds;
   private readonly selectGenerations;
   private readonly selectPrompts;
   private readonly recentLookups = new LruCache<string, StoredExchange[]>(256);
+  private readonly checkpointer: BackgroundCheckpointer | null = null;
 
-  private constructor(path: string, { readonly = false }: OpenOptions) {
+  private constructor(path: string, { readonly = false, backgroundCheckpoints = false }: OpenOptions) {
     this.path = path;
     this.readonly = readonly;
     if (readonly && !existsSync(path)) throw new CaptureFileError(path, 'no such file');
@@ -482,6 +541,10 @@ export class CaptureStore {
       }
       sqlite.pragma('foreign_keys = ON');
       sqlite.pragma('busy_timeout = 5000');
+      // At 100,000 exchanges a lookup's index and row pages outgrow SQLite's 2 MB default cache; mapped, a page
+      // missing from the cache costs a memory read instead of a read system call.
+      sqlite.pragma('cache_size = -65536');
+      sqlite.pragma('mmap_size = 1073741824');
       this.db = drizzle(sqlite, { schema });
       if (readonly) legacy = checkMigrated(sqlite);
       else {
@@ -510,10 +573,13 @@ export class CaptureStore {
           ),
         };
     // Raw rows made into objects here: better-sqlite3 builds an object a property at a time, slower than the query.
-    const head = `id, run_id, started_at, request_id, method, path, endpoint, outcome, error, status, model, stream, total_ms, token_source,
-      request_shape, injected, usage, request_headers, response_headers, prompt_key, ${legacy ? 'null, 0' : 'prompt_node, encoding'}`;
+    const head = `id, run_id, started_at, endpoint, outcome, status, model, stream, total_ms, request_shape, prompt_key, ${legacy ? 'null, 0' : 'prompt_node, encoding'}`;
     this.selectByKey = sqlite.prepare<[string], HeadColumns>(`select ${head} from exchanges where prompt_key = ? and outcome = 'complete' order by id`).raw();
     this.selectById = sqlite.prepare<[number], HeadColumns>(`select ${head} from exchanges where id = ?`).raw();
+    this.selectDetails = sqlite.prepare<[number], ExchangeDetails>(
+      `select request_id as requestId, method, path, error, token_source as tokenSource, injected, usage, request_headers as requestHeaders,
+         response_headers as responseHeaders from exchanges where id = ?`,
+    );
     this.selectBlobs = legacy
       ? null
       : sqlite.prepare<[number], ExchangeBlobs>(
@@ -533,6 +599,11 @@ export class CaptureStore {
     this.selectPrompts = sqlite.prepare(
       `select id, prompt_ids as promptIds from exchanges where model = ? and outcome = 'complete' and prompt_ids is not null order by id desc`,
     );
+    // Last: nothing after it can fail and leave the worker running.
+    if (!readonly && backgroundCheckpoints && path !== ':memory:') {
+      sqlite.pragma(`wal_autocheckpoint = ${WRITER_CHECKPOINT_PAGES}`);
+      this.checkpointer = new BackgroundCheckpointer(path, CHECKPOINT_INTERVAL_MS);
+    }
   }
 
   static open(path: string, options: OpenOptions = {}): CaptureStore {
@@ -547,6 +618,7 @@ export class CaptureStore {
    */
   close(): void {
     if (!this.sqlite.open) return;
+    this.checkpointer?.stop();
     if (!this.readonly) {
       try {
         // Another connection (a reader, another writer) makes these fail at once instead of waiting.
@@ -952,6 +1024,11 @@ export class CaptureStore {
 
   /** How found exchanges read their large values. */
   private readonly reader: ExchangeReader = {
+    details: (row) => {
+      const found = this.selectDetails.get(row.id);
+      if (!found) throw new CaptureFileError(this.path, `exchange #${row.id} is no longer in the file`);
+      return found;
+    },
     prompt: (row) => this.readPrompt(row),
     blobs: (row) => {
       const found = row.encoding === 0 ? this.selectLegacyBlobs.get(row.id) : this.selectBlobs?.get(row.id);

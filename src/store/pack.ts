@@ -235,7 +235,7 @@ export function unpackTokenTimes(blob: Uint8Array, eventTimes: () => number[]): 
   return readTokenTimes(unsqueeze(blob), eventTimes);
 }
 
-/** What encoding 2 keeps in one record: an exchange's event tables and its generations. */
+/** An exchange's event tables and generations, as encodings 2 and 3 keep them in one record. */
 export interface ExchangeTables {
   eventEnds: number[];
   eventTimes: number[];
@@ -243,62 +243,197 @@ export interface ExchangeTables {
   generations: Generation[];
 }
 
-/**
- * Encoding 2: the event tables and generations of an exchange as one record, `squeeze`d once — each deflate call
- * costs ~10 µs whatever its size, and encoding 1 made eight of them. Fields in order, each byte string prefixed by
- * its length (varint): event ends (packDeltas), event times (packTimes), event token counts (packDeltas), the
- * number of generations, then per generation its choice index (varint), output ids (packVarints), token times
- * (as encoding 1 tags them), chunk token counts (packVarints) and `[chunkDeltas, text, finishReason, stopReason]`
- * as JSON.
- */
-export function packTables(tables: ExchangeTables): Buffer {
-  const parts: Buffer[] = [];
-  const add = (data: Buffer) => parts.push(packVarints([data.length]), data);
-  add(packDeltas(tables.eventEnds));
-  add(packTimes(tables.eventTimes));
-  add(packDeltas(tables.eventTokens));
-  parts.push(packVarints([tables.generations.length]));
-  for (const gen of tables.generations) {
-    parts.push(packVarints([gen.choiceIndex]));
-    add(packVarints(gen.outputIds));
-    add(tokenTimesRecord(gen.tokenTimes, tables.eventTimes));
-    add(packVarints(gen.chunkTokens));
-    add(Buffer.from(JSON.stringify([gen.chunkDeltas, gen.text, gen.finishReason, gen.stopReason])));
-  }
-  return squeeze(Buffer.concat(parts));
+/** Encoding 3's record: the tables and, unless the capture was redacted, the request and response bodies. */
+export interface ExchangeRecord extends ExchangeTables {
+  requestBody: Buffer | null;
+  responseBody: Buffer | null;
 }
 
-export function unpackTables(blob: Uint8Array): ExchangeTables {
-  const data = unsqueeze(blob);
-  let at = 0;
-  const varint = () => {
+/** Byte strings and varints appended in order, concatenated once. */
+class RecordWriter {
+  private readonly parts: Buffer[] = [];
+
+  varint(value: number): void {
+    this.parts.push(packVarints([value]));
+  }
+
+  /** `data` prefixed by its length. */
+  bytes(data: Uint8Array): void {
+    this.varint(data.length);
+    this.parts.push(Buffer.from(data.buffer, data.byteOffset, data.byteLength));
+  }
+
+  concat(): Buffer {
+    return Buffer.concat(this.parts);
+  }
+}
+
+/** Reads what a RecordWriter wrote, failing on anything truncated or left over. */
+class RecordReader {
+  private at = 0;
+
+  constructor(private readonly data: Buffer) {}
+
+  varint(): number {
     let value = 0;
     let scale = 1;
     for (;;) {
-      if (at >= data.length) throw new Error('truncated exchange record');
-      const byte = data[at++];
+      if (this.at >= this.data.length) throw new Error('truncated exchange record');
+      const byte = this.data[this.at++];
       value += (byte & 0x7f) * scale;
       if (byte < 0x80) return value;
       scale *= 0x80;
     }
-  };
-  const bytes = () => {
-    const length = varint();
-    if (at + length > data.length) throw new Error('truncated exchange record');
-    return data.subarray(at, (at += length));
-  };
-  const eventEnds = unpackDeltas(bytes());
-  const eventTimes = unpackTimes(bytes());
-  const eventTokens = unpackDeltas(bytes());
+  }
+
+  bytes(): Buffer {
+    const length = this.varint();
+    if (this.at + length > this.data.length) throw new Error('truncated exchange record');
+    return this.data.subarray(this.at, (this.at += length));
+  }
+
+  end(): void {
+    if (this.at !== this.data.length) throw new Error('exchange record has trailing bytes');
+  }
+}
+
+/** How a record keeps a generation's chunk deltas: JSON (encoding 2, and any delta with a value that is not a string), or by column. */
+const DELTAS_AS_JSON = 0;
+const DELTAS_BY_COLUMN = 1;
+
+/** A lone UTF-16 surrogate, which UTF-8 cannot carry (JSON can, escaped). */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * Chunk deltas whose values are all strings (nearly all: `{text}`, `{content}`, `{reasoning_content}`), by column:
+ * the distinct key lists, then per delta its key list's index and each value's length, then every value's text
+ * in one string. JSON.stringify of 256 small objects costs more than deflating the whole exchange's SSE bytes.
+ */
+function deltasRecord(deltas: readonly ChunkDelta[]): Buffer {
+  const shapes: string[] = [];
+  const shapeIndex = new Map<string, number>();
+  const codes: number[] = [];
+  let values = '';
+  let previousKeys: string[] = [];
+  let previousShape = -1;
+  for (const delta of deltas) {
+    const keys = Object.keys(delta);
+    let shape = previousShape;
+    if (shape < 0 || keys.length !== previousKeys.length || keys.some((k, i) => k !== previousKeys[i])) {
+      const key = JSON.stringify(keys);
+      shape = shapeIndex.get(key) ?? shapes.push(key) - 1;
+      shapeIndex.set(key, shape);
+    }
+    codes.push(shape);
+    for (const key of keys) {
+      const value = delta[key];
+      if (typeof value !== 'string') return Buffer.concat([Buffer.from([DELTAS_AS_JSON]), Buffer.from(JSON.stringify(deltas))]);
+      codes.push(value.length);
+      values += value;
+    }
+    previousKeys = keys;
+    previousShape = shape;
+  }
+  if (LONE_SURROGATE.test(values)) return Buffer.concat([Buffer.from([DELTAS_AS_JSON]), Buffer.from(JSON.stringify(deltas))]);
+  const out = new RecordWriter();
+  out.bytes(Buffer.from(`[${shapes.join(',')}]`));
+  out.bytes(packVarints(codes));
+  out.bytes(Buffer.from(values));
+  return Buffer.concat([Buffer.from([DELTAS_BY_COLUMN]), out.concat()]);
+}
+
+function readDeltas(data: Buffer): ChunkDelta[] {
+  if (data[0] === DELTAS_AS_JSON) return JSON.parse(data.toString('utf8', 1)) as ChunkDelta[];
+  if (data[0] !== DELTAS_BY_COLUMN) throw new Error(`unknown chunk-delta encoding ${data[0]}`);
+  const record = new RecordReader(data.subarray(1));
+  const shapes = JSON.parse(record.bytes().toString('utf8')) as string[][];
+  const codes = unpackVarints(record.bytes());
+  const values = record.bytes().toString('utf8');
+  record.end();
+  const deltas: ChunkDelta[] = [];
+  let at = 0;
+  for (let c = 0; c < codes.length; ) {
+    const keys = shapes[codes[c++]];
+    if (!keys) throw new Error('chunk delta names a missing key list');
+    const delta: ChunkDelta = {};
+    for (const key of keys) delta[key] = values.slice(at, (at += codes[c++]));
+    deltas.push(delta);
+  }
+  if (at !== values.length) throw new Error('chunk delta values do not add up');
+  return deltas;
+}
+
+/** Bit 0 of an encoding-3 record's flags: the bodies are in it. */
+const HAS_BODIES = 1;
+
+/**
+ * Encoding 3: an exchange's bodies, event tables and generations as one record, deflated once against the
+ * prompt's `bodyDictionary` (each deflate call costs 10–20 µs whatever its size; encoding 2 made three). Fields in
+ * order: flags (varint), then, with HAS_BODIES, request and response bodies; event ends (packDeltas), event times
+ * (packTimes), event token counts (packDeltas), the number of generations, then per generation its choice index
+ * (varint), output ids (packVarints), token times (tokenTimesRecord), chunk token counts (packVarints), chunk
+ * deltas (deltasRecord) and `[text, finishReason, stopReason]` as JSON. Byte strings are prefixed by their length.
+ */
+export function packRecord(record: ExchangeRecord, dictionary: Buffer): Buffer {
+  const out = new RecordWriter();
+  const hasBodies = record.requestBody !== null && record.responseBody !== null;
+  out.varint(hasBodies ? HAS_BODIES : 0);
+  if (hasBodies) {
+    out.bytes(record.requestBody as Buffer);
+    out.bytes(record.responseBody as Buffer);
+  }
+  out.bytes(packDeltas(record.eventEnds));
+  out.bytes(packTimes(record.eventTimes));
+  out.bytes(packDeltas(record.eventTokens));
+  out.varint(record.generations.length);
+  for (const gen of record.generations) {
+    out.varint(gen.choiceIndex);
+    out.bytes(packVarints(gen.outputIds));
+    out.bytes(tokenTimesRecord(gen.tokenTimes, record.eventTimes));
+    out.bytes(packVarints(gen.chunkTokens));
+    out.bytes(deltasRecord(gen.chunkDeltas));
+    out.bytes(Buffer.from(JSON.stringify([gen.text, gen.finishReason, gen.stopReason])));
+  }
+  return squeeze(out.concat(), dictionary);
+}
+
+export function unpackRecord(blob: Uint8Array, dictionary: Buffer): ExchangeRecord {
+  const record = new RecordReader(unsqueeze(blob, dictionary));
+  const hasBodies = (record.varint() & HAS_BODIES) !== 0;
+  const requestBody = hasBodies ? Buffer.from(record.bytes()) : null;
+  const responseBody = hasBodies ? Buffer.from(record.bytes()) : null;
+  return { requestBody, responseBody, ...readTables(record, 3) };
+}
+
+/** Encoding 2's record of event tables and generations (written by earlier versions; read as they wrote it). */
+export function unpackTables(blob: Uint8Array): ExchangeTables {
+  return readTables(new RecordReader(unsqueeze(blob)), 2);
+}
+
+/** The tables of an encoding-2 or -3 record, to its end: the two differ only in how chunk deltas are kept. */
+function readTables(record: RecordReader, encoding: 2 | 3): ExchangeTables {
+  const eventEnds = unpackDeltas(record.bytes());
+  const eventTimes = unpackTimes(record.bytes());
+  const eventTokens = unpackDeltas(record.bytes());
   const generations: Generation[] = [];
-  for (let n = varint(); n > 0; n--) {
-    const choiceIndex = varint();
-    const outputIds = unpackVarints(bytes());
-    const tokenTimes = readTokenTimes(bytes(), () => eventTimes);
-    const chunkTokens = unpackVarints(bytes());
-    const [chunkDeltas, text, finishReason, stopReason] = JSON.parse(bytes().toString('utf8')) as [ChunkDelta[], string, string | null, string | number | null];
+  for (let n = record.varint(); n > 0; n--) {
+    const choiceIndex = record.varint();
+    const outputIds = unpackVarints(record.bytes());
+    const tokenTimes = readTokenTimes(record.bytes(), () => eventTimes);
+    const chunkTokens = unpackVarints(record.bytes());
+    let chunkDeltas: ChunkDelta[];
+    let rest: [string, string | null, string | number | null];
+    if (encoding === 2) {
+      const [deltas, ...others] = JSON.parse(record.bytes().toString('utf8')) as [ChunkDelta[], string, string | null, string | number | null];
+      chunkDeltas = deltas;
+      rest = others;
+    } else {
+      chunkDeltas = readDeltas(record.bytes());
+      rest = JSON.parse(record.bytes().toString('utf8')) as typeof rest;
+    }
+    const [text, finishReason, stopReason] = rest;
     generations.push({ choiceIndex, outputIds, tokenTimes, chunkTokens, chunkDeltas, text, finishReason, stopReason });
   }
-  if (at !== data.length) throw new Error('exchange record has trailing bytes');
+  record.end();
   return { eventEnds, eventTimes, eventTokens, generations };
 }

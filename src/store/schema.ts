@@ -79,7 +79,10 @@ export const exchanges = sqliteTable(
      * encoding 1; read as they are). 1: bodies and event tables in `exchange_bodies`, the prompt's ids in
      * `prompt_nodes` (`prompt_ids` only for an exchange without a model), every blob in pack.ts's compact encodings.
      * 2: as 1, but the event tables and generations are one record in `exchange_bodies.event_ends` (pack.ts's
-     * `packTables`; `event_times` and `event_tokens` empty) and the exchange has no `generations` rows.
+     * `packTables`, which earlier versions wrote; `event_times` and `event_tokens` empty) and the exchange has no `generations` rows.
+     * 3: as 2, but the record holds the request and response bodies too (pack.ts's `packRecord`, one deflate call
+     * against the prompt's dictionary) and chunk deltas by column; `request_body` and `response_body` are empty,
+     * or NULL when the capture was redacted.
      * Added last (as ALTER TABLE adds columns): a row of encoding 1 holds no large value, so reading this never
      * walks a blob's overflow pages.
      */
@@ -88,7 +91,11 @@ export const exchanges = sqliteTable(
     promptNode: integer('prompt_node'),
   },
   (t) => [
-    index('exchanges_prompt_key').on(t.promptKey).where(sql`outcome = 'complete'`),
+    // Covering: a lookup by prompt key reads its answer from the index alone (CaptureStore's head columns), not
+    // the table's pages, which at 100,000 exchanges are mostly outside the cache (12 µs a lookup instead of 27).
+    index('exchanges_prompt_key_head')
+      .on(t.promptKey, t.id, t.runId, t.startedAt, t.endpoint, t.outcome, t.status, t.model, t.stream, t.totalMs, t.requestShape, t.promptNode, t.encoding)
+      .where(sql`outcome = 'complete'`),
     index('exchanges_model').on(t.model),
   ],
 );
@@ -97,7 +104,8 @@ export const exchanges = sqliteTable(
  * The large values of an exchange of encoding 1, read only when used (a lookup by prompt key reads none of them).
  * Each is pack.ts's `squeeze`d: bodies deflated against `bodyDictionary` of the exchange's prompt ids, event ends
  * and token counts as varint deltas, event times as byte planes. Encoding 2 keeps all event tables and the
- * generations in `event_ends`, as one record (one deflate call instead of eight), the other two columns empty.
+ * generations in `event_ends`, as one record (one deflate call instead of eight), the other two columns empty;
+ * encoding 3 adds the bodies to that record (their columns empty, NULL when redacted).
  */
 export const exchangeBodies = sqliteTable('exchange_bodies', {
   exchangeId: integer('exchange_id')

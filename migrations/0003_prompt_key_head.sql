@@ -1,0 +1,2 @@
+DROP INDEX `exchanges_prompt_key`;--> statement-breakpoint
+CREATE INDEX `exchanges_prompt_key_head` ON `exchanges` (`prompt_key`,`id`,`run_id`,`started_at`,`endpoint`,`outcome`,`status`,`model`,`stream`,`total_ms`,`request_shape`,`prompt_node`,`encoding`) WHERE outcome = 'complete';

@@ -42,7 +42,8 @@ async function main(argv: string[]): Promise<number> {
   const traceAt = argv.indexOf('--trace');
   const trace = traceAt >= 0 ? argv[traceAt + 1] : undefined;
   if (traceAt >= 0 && !trace) throw new Error('--trace needs a path');
-  const names = argv.filter((_, i) => i !== traceAt && i !== traceAt + 1);
+  // Without --trace (traceAt -1) every argument is a name, the first one too.
+  const names = traceAt < 0 ? argv : argv.filter((_, i) => i !== traceAt && i !== traceAt + 1);
   const selected = selectBenchmarks(names);
 
   const started = new Date();

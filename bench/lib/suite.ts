@@ -293,7 +293,27 @@ const FUZZ: Benchmark = {
   ],
 };
 
-export const BENCHMARKS: Benchmark[] = [replay(16), replay(256), proxy(64), proxy(256), ENGINE_PASS, OFFLINE, STORE, KV_EVENTS, PD_PROXY, FIDELITY, FUZZ];
+const WORKERS: Benchmark = {
+  name: 'workers',
+  group: 'workers',
+  script: 'bench/workers.ts',
+  args: ['--duration-ms', '2000', '--rounds', '3'],
+  figures: (json) => [
+    {
+      figure: `serve --num-workers ${numberAt(json, 'config.engines')} --timing none tokens/s, --threads ${numberAt(json, 'config.threads')}`,
+      value: numberAt(json, 'threadsN.tokensPerS'),
+      unit: 'tokens/s',
+      baseline: '--threads 1',
+      baselineValue: numberAt(json, 'threads1.tokensPerS'),
+      ratio: numberAt(json, 'ratio'),
+      judged: 'ratio',
+      ...range(arrayAt(json, 'ratios')),
+      target: null,
+    },
+  ],
+};
+
+export const BENCHMARKS: Benchmark[] = [replay(16), replay(256), proxy(64), proxy(256), ENGINE_PASS, OFFLINE, STORE, KV_EVENTS, PD_PROXY, FIDELITY, FUZZ, WORKERS];
 
 /** The invocations `names` select (by name or group), in suite order; all of them when `names` is empty. */
 export function selectBenchmarks(names: string[]): Benchmark[] {

@@ -14,6 +14,7 @@ import { parsePdLayout, startPdDeployment } from './pd.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
+import { defaultThreads, startServeThreads } from './threads.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
 import { fitCommand } from '../captures/fit.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
@@ -135,6 +136,7 @@ program
   .addOption(new Option('--preemption-mode <mode>', 'which running request is preempted on KV pressure').choices(['lifo', 'fifo']).default(DEFAULT_ENGINE_ARGS.preemptionMode))
   .option('--watermark <fraction>', 'fraction of KV blocks kept free when admitting', number('--watermark', { min: 0, below: 1 }), DEFAULT_ENGINE_ARGS.watermark)
   .option('--num-workers <n>', 'independent engines, each on its own port: --port, --port + 1, …', number('--num-workers', { integer: true, min: 1 }), 1)
+  .option('--threads <n>', 'worker threads the --num-workers engines are spread over, round-robin (default: the cores, at most --num-workers; 1: all in the main thread)', number('--threads', { integer: true, min: 1 }))
   .option('--data-parallel-size <n>', 'ranks, each with its own scheduler and KV cache', number('--data-parallel-size', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.dataParallelSize)
   .option('--extra-engine-args <json>', "Dynamo mocker engine args (JSON file or inline object), applied over the flags")
   .option('--api-key <key>', 'require Authorization: Bearer <key> on /v1/* (default: $VLLM_API_KEY)')
@@ -295,10 +297,13 @@ program
       toolCallRate: o.toolCallRate,
       dcgm: { gpuName: o.dcgmGpuName, numGpus: o.dcgmNumGpus, autoLoad: o.dcgmAutoLoad, minThroughput: o.dcgmMinThroughput, windowSec: o.dcgmWindowSec, hostname: o.dcgmHostname, seed: o.dcgmSeed },
     };
+    // More threads than engines would idle.
+    const threads = Math.min(o.threads ?? defaultThreads(o.numWorkers), o.numWorkers);
     if (o.pd) {
       if (role !== 'agg') throw new Error('--pd starts its own prefill and decode engines: drop --disaggregation-mode');
+      if (o.threads > 1) throw new Error('--threads spreads --num-workers engines; --pd runs its engines in the main thread: drop --threads');
       stopOnSignal('serve', await startPdDeployment(options, parsePdLayout(o.pd)), o.shutdownTimeout);
-    } else stopOnSignal('serve', await startServe(options), o.shutdownTimeout);
+    } else stopOnSignal('serve', threads > 1 ? await startServeThreads(options, threads) : await startServe(options), o.shutdownTimeout);
   });
 
 program

@@ -1,7 +1,7 @@
 import { listeningServer } from '../http/drain.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { DEFAULT_MAX_BODY_BYTES, startServe, type Running, type ServeOptions } from './serve.js';
-import type { RecordedTally } from './shutdown.js';
+import { totalRecorded } from './shutdown.js';
 
 /** `--pd xPyD`: how many prefill and decode engines. */
 export function parsePdLayout(text: string): { prefill: number; decode: number } {
@@ -38,13 +38,7 @@ export async function startPdDeployment(options: ServeOptions, layout: { prefill
         // Clients talk to the proxy: its drain is the deployment's; the engines then only had its requests.
         const drained = await proxy.close(graceMs);
         const stopped = await Promise.all(engines.map((e) => e.close()));
-        const tallies = stopped.flatMap((s) => (s.recorded ? [s.recorded] : []));
-        const recorded: RecordedTally | undefined = tallies[0] && {
-          exchanges: tallies.reduce((sum, t) => sum + t.exchanges, 0),
-          aborted: tallies.reduce((sum, t) => sum + t.aborted, 0),
-          file: tallies[0].file,
-        };
-        return { ...drained, recorded };
+        return { ...drained, recorded: totalRecorded(stopped) };
       },
     };
   } catch (err) {

@@ -77,6 +77,12 @@ export interface ServeOptions {
   /** --num-workers: independent engines, each on its own port (port, port + 1, …). Default 1. */
   numWorkers?: number;
   /**
+   * `--threads`: this call runs only these of the `numWorkers` engines (the others run in other threads, see
+   * threads.ts), prints no startup line (`Running.startupLine` is its caller's to print with every thread's
+   * ports), and only the `first` thread says what the capture file holds. Default: all engines, in this thread.
+   */
+  share?: { engines: number[]; first: boolean };
+  /**
    * Engines started before this server's first one under the same KV events config (`serve --pd`): its event
    * ports come after theirs, as several workers' do. Default 0.
    */
@@ -169,12 +175,23 @@ export interface Running {
   port: number;
   /** Every port, one per `--num-workers` engine. */
   ports?: number[];
+  /** What the startup line says before and after the URLs served (printed unless `share` was given). */
+  startupLine?: StartupLine;
   /**
    * Stops taking requests, lets those in flight finish for up to `graceMs` (default 0: cut them off), then
    * closes everything (a capture file last, self-contained).
    */
   close(graceMs?: number): Promise<StopReport>;
 }
+
+export interface StartupLine {
+  head: string;
+  host: string;
+  tail: string;
+}
+
+/** The startup line: the settings, then every engine's URL (tests and scripts wait for "on http://…"). */
+export const startupLineText = (line: StartupLine, ports: number[]) => `${line.head}${ports.map((p) => `http://${line.host}:${p}`).join(', ')}${line.tail}`;
 
 /** A capture file's contents in one line. */
 function describeContents(c: CaptureContents): string {
@@ -213,9 +230,13 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   };
   const workers = opts.numWorkers ?? 1;
   if (!Number.isInteger(workers) || workers < 1) throw new Error(`--num-workers must be a positive integer, got ${workers}`);
+  const engineIndices = opts.share?.engines ?? Array.from({ length: workers }, (_, w) => w);
+  // Under --threads, what the capture file holds is said once, by the first thread.
+  const quiet = opts.share !== undefined && !opts.share.first;
+  const say = quiet ? () => undefined : console.log;
   // One server per worker, on consecutive ports.
   const servers: Server[] = [];
-  for (let w = 0; w < workers; w++) {
+  for (const w of engineIndices) {
     const server = drain.server();
     servers.push(server);
     await listen(server, opts.host, opts.port === 0 ? 0 : opts.port + w);
@@ -264,7 +285,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     timingDescription = timing;
   }
 
-  const store = openCaptures(opts.captures, outputs, onMiss);
+  const store = openCaptures(opts.captures, outputs, onMiss, say);
   if (store) closers.push(() => store.close());
   const run = store?.latestRun();
   // A capture carries its tokenizer: replay needs no --model.
@@ -305,7 +326,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const hashAlgo = opts.prefixCachingHashAlgo ?? 'sha256_cbor';
   // As Dynamo: a config without the KV geometry means no transfer delay (said when it matters).
   const bytesPerToken = opts.kvBytesPerToken ?? kvBytesPerToken(tokenizer.modelConfig, opts.kvCacheDtype ?? 'auto');
-  if (bytesPerToken === null && role !== 'agg') console.warn(`mocker serve: ${tokenizer.name}'s config.json gives no KV geometry: KV transfers take no time (give --kv-bytes-per-token)`);
+  if (bytesPerToken === null && role !== 'agg' && !quiet) console.warn(`mocker serve: ${tokenizer.name}'s config.json gives no KV geometry: KV transfers take no time (give --kv-bytes-per-token)`);
   const bandwidthGBps = opts.kvTransferBandwidthGBps ?? DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS;
   if (!(bandwidthGBps >= 0)) throw new Error(`--kv-transfer-bandwidth must be >= 0, got ${bandwidthGBps}`);
   const kvHoldTimeoutMs = opts.kvHoldTimeoutMs ?? 1000 * Number(process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT ?? 480);
@@ -376,7 +397,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   // --startup-time counts from here: the model (tokenizer, captures) is loaded.
   const readyAtMs = opts.startupTimeS ? performance.now() + 1000 * opts.startupTimeS : undefined;
   // One engine (own scheduler and KV cache per rank) per worker, each behind its own server.
-  for (let w = 0; w < workers; w++) {
+  for (const [i, w] of engineIndices.entries()) {
     // Each worker is its own vLLM or SGLang instance: its own metrics, in its engine's names.
     const vllmConfig: MetricsConfig = {
       modelName: servedModels[0],
@@ -454,7 +475,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
       requestIdHeaders: opts.requestIdHeaders,
       serverLoadTracking: opts.serverLoadTracking,
-      pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[w].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
+      pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[i].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
       settings,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
       pooling: {
@@ -468,17 +489,22 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       runtime: { faults: new FaultInjector({ ...faults, errorTypes: [...faults.errorTypes] }, opts.faultSeed ?? opts.seed), latency: latencyKnobs[w] ?? null, timing },
       readyAtMs,
     });
-    drain.handle(servers[w], getRequestListener(app.fetch, { hostname: opts.host }));
+    drain.handle(servers[i], getRequestListener(app.fetch, { hostname: opts.host }));
   }
   const ports = servers.map((s) => (s.address() as AddressInfo).port);
-  console.log(
-    `mocker serve: ${opts.mode} mode (outputs ${outputs}, on miss ${onMiss}, timing ${timingDescription}, speedup ${args.speedupRatio}, ` +
+  const startupLine: StartupLine = {
+    head:
+      `mocker serve: ${opts.mode} mode (outputs ${outputs}, on miss ${onMiss}, timing ${timingDescription}, speedup ${args.speedupRatio}, ` +
       `${args.engineType === 'sglang' ? `SGLang scheduler (${args.sglang.schedulePolicy}, radix cache), ` : ''}${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
-      `serving ${servedModels.join(', ')} on ${ports.map((p) => `http://${opts.host}:${p}`).join(', ')}${store && store.path !== ':memory:' ? ` from ${opts.captures}` : ''}`,
-  );
+      `serving ${servedModels.join(', ')} on `,
+    host: opts.host,
+    tail: store && store.path !== ':memory:' ? ` from ${opts.captures}` : '',
+  };
+  if (!opts.share) console.log(startupLineText(startupLine, ports));
   return {
     port: ports[0],
     ports,
+    startupLine,
     close: async (graceMs = 0) => {
       const drained = await drain.drain(graceMs);
       // Exchanges being recorded (those the drain cut off: as aborted) are stored before the file closes.
@@ -494,15 +520,15 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
  * that is not there is an error when answers can only come from it (`--on-miss error`); otherwise every request
  * is a miss (an empty store in memory: nothing is created on disk), also said once.
  */
-function openCaptures(path: string, outputs: OutputsMode, onMiss: MissPolicy): CaptureStore | undefined {
+function openCaptures(path: string, outputs: OutputsMode, onMiss: MissPolicy, say: (line: string) => void): CaptureStore | undefined {
   if (outputs !== 'captured' && onMiss !== 'record') return undefined;
   if (onMiss !== 'record' && onMiss !== 'error' && !existsSync(path)) {
-    console.log(`mocker serve: no capture file at ${path}: every request is a miss (--on-miss ${onMiss})`);
+    say(`mocker serve: no capture file at ${path}: every request is a miss (--on-miss ${onMiss})`);
     return CaptureStore.open(':memory:');
   }
   // Recording, it is a long-lived writer on the serving thread: its checkpoints must not stall that loop.
   const store = CaptureStore.open(path, { readonly: onMiss !== 'record', backgroundCheckpoints: onMiss === 'record' });
-  console.log(`mocker serve: ${path} holds ${describeContents(store.contents())}`);
+  say(`mocker serve: ${path} holds ${describeContents(store.contents())}`);
   return store;
 }
 

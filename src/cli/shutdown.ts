@@ -65,6 +65,18 @@ export class RecordingSink {
   }
 }
 
+/** What several engines recording into one file stored, as one tally (undefined when none recorded). */
+export function totalRecorded(reports: StopReport[]): RecordedTally | undefined {
+  const tallies = reports.flatMap((r) => (r.recorded ? [r.recorded] : []));
+  return (
+    tallies[0] && {
+      exchanges: tallies.reduce((sum, t) => sum + t.exchanges, 0),
+      aborted: tallies.reduce((sum, t) => sum + t.aborted, 0),
+      file: tallies[0].file,
+    }
+  );
+}
+
 /** The summary line a command prints when it has stopped. */
 export function stopSummary(report: StopReport): string {
   const drained = `${report.finished} request(s) in flight finished, ${report.aborted} cut off at the shutdown timeout`;

@@ -17,7 +17,7 @@
  * tokens/s = completed responses × max_tokens / elapsed (lanes stop sending at --duration-ms, elapsed ends with
  * the last response). The ratio threads 2 / threads 1 is taken per round: its median and min–max are reported.
  *
- *   npm run build && npm run bench:workers [-- --engines 16] [--threads 2] [--streams-per-engine 4]
+ *   npm run build && npm run bench:workers [-- --engines 16] [--threads 2] [--streams-per-engine 16]
  *                                            [--max-tokens 128] [--duration-ms 5000] [--rounds 5]
  */
 import { readFileSync } from 'node:fs';
@@ -31,7 +31,7 @@ import { median, nowMs, numberArg, printTable, round } from './lib/stats.js';
 
 const ENGINES = numberArg('engines', 16);
 const THREADS = numberArg('threads', 2);
-const STREAMS_PER_ENGINE = numberArg('streams-per-engine', 4);
+const STREAMS_PER_ENGINE = numberArg('streams-per-engine', 16);
 const MAX_TOKENS = numberArg('max-tokens', 128);
 const DURATION_MS = numberArg('duration-ms', 5000);
 const ROUNDS = numberArg('rounds', 5);

@@ -1,5 +1,6 @@
 /**
- * Benchmark 3: the capture store (src/store/captureStore.ts) on disk, WAL mode, as `mocker capture` uses it.
+ * Benchmark 3: the capture store (src/store/captureStore.ts) on disk, WAL mode, as `mocker capture` uses it: its
+ * log checkpointed by a worker thread (--writer-checkpoints: by the writer itself, SQLite's default, instead).
  * 1. saveExchange of realistic exchanges until --n stored generations: ~1000 prompt ids, 256 output ids with
  *    token times, 257 SSE events of vLLM's completion format with return_token_ids (~78 KB body,
  *    test/support/benchExchange.ts); only the saveExchange calls are timed (building the exchanges is not).
@@ -9,7 +10,7 @@
  *    first use, so the same lookups are timed again reading what replay reads (generations, response body);
  * 3. nearest(), the miss path: a stored prompt with its last 10 tokens changed.
  *
- *   npx tsx bench/store.ts [--n 100000] [--batch 1] [--lookups 2000] [--nearest 5] [--dir /tmp] [--keep]
+ *   npx tsx bench/store.ts [--n 100000] [--batch 1] [--lookups 2000] [--nearest 5] [--dir /tmp] [--keep] [--writer-checkpoints]
  */
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';

@@ -326,7 +326,8 @@ class FoundExchange implements StoredExchange {
   #blobs: ExchangeBlobs | undefined;
   #details: ExchangeDetails | undefined;
   #dictionary: Buffer | undefined;
-  #decodedTables: ExchangeTables | ExchangeRecord | undefined;
+  #decodedTables: ExchangeTables | undefined;
+  #decodedRecord: ExchangeRecord | undefined;
 
   constructor(reader: ExchangeReader, row: ExchangeHead, packedPrompt: Buffer | undefined) {
     this.#reader = reader;
@@ -375,6 +376,7 @@ class FoundExchange implements StoredExchange {
       }
       case 'requestBody':
       case 'responseBody':
+        if (row.encoding === 3) return this.#record()[key] ?? Buffer.alloc(0);
         return this.#bytes(key, true);
       case 'bodiesRedacted':
         return this.#blob('requestBody') === null && this.#blob('responseBody') === null;
@@ -391,11 +393,17 @@ class FoundExchange implements StoredExchange {
     }
   }
 
-  /** The record of encodings 2 (event tables and generations) and 3 (bodies too) in `event_ends`, decoded once. */
-  #tables(): ExchangeTables | ExchangeRecord {
-    this.#decodedTables ??=
-      this.#row.encoding === 2 ? unpackTables(this.#blob('eventEnds') ?? NO_BYTES) : unpackRecord(this.#blob('eventEnds') ?? NO_BYTES, this.#bodyDictionary());
+  /** The record in `event_ends` of encodings 2 (event tables and generations) and 3 (`#record`), decoded once. */
+  #tables(): ExchangeTables {
+    if (this.#row.encoding === 3) return this.#record();
+    this.#decodedTables ??= unpackTables(this.#blob('eventEnds') ?? NO_BYTES);
     return this.#decodedTables;
+  }
+
+  /** Encoding 3's record: the tables and the bodies, deflated against the prompt's dictionary; decoded once. */
+  #record(): ExchangeRecord {
+    this.#decodedRecord ??= unpackRecord(this.#blob('eventEnds') ?? NO_BYTES, this.#bodyDictionary());
+    return this.#decodedRecord;
   }
 
   #bodyDictionary(): Buffer {
@@ -413,15 +421,11 @@ class FoundExchange implements StoredExchange {
     return this.#blobs[key];
   }
 
-  /**
-   * A blob as stored in encoding 0, unsqueezed in encodings 1 and 2 (bodies against the prompt's dictionary); an
-   * encoding-3 body from its record.
-   */
+  /** A blob as stored in encoding 0, unsqueezed in encodings 1 and 2 (bodies against the prompt's dictionary). */
   #bytes(key: keyof ExchangeBlobs, withDictionary: boolean): Buffer {
     const blob = this.#blob(key);
     if (!blob) return Buffer.alloc(0);
     if (this.#row.encoding === 0) return blob;
-    if (this.#row.encoding === 3 && (key === 'requestBody' || key === 'responseBody')) return (this.#tables() as ExchangeRecord)[key] ?? Buffer.alloc(0);
     return withDictionary ? unsqueeze(blob, this.#bodyDictionary()) : unsqueeze(blob);
   }
 

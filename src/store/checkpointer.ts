@@ -9,9 +9,13 @@
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 
+/** The shared flags: the writer sets flags[STOP] to stop the worker, which sets flags[STOPPED] once its connection is closed. */
+const STOP = 0;
+const STOPPED = 1;
+
 /**
  * The worker: plain JavaScript (it runs the same from the TypeScript sources and from dist/), blocked in
- * Atomics.wait between checkpoints; flags[0] asks it to stop, it sets flags[1] once its connection is closed.
+ * Atomics.wait between checkpoints.
  */
 const WORKER_SOURCE = `
 const { workerData } = require('node:worker_threads');
@@ -19,7 +23,7 @@ const flags = new Int32Array(workerData.flags);
 let db;
 try {
   db = new (require(workerData.sqliteModule))(workerData.path, { fileMustExist: true });
-  while (Atomics.wait(flags, 0, 0, workerData.intervalMs) === 'timed-out') {
+  while (Atomics.wait(flags, ${STOP}, 0, workerData.intervalMs) === 'timed-out') {
     try {
       db.pragma('wal_checkpoint(PASSIVE)');
     } catch {
@@ -30,14 +34,12 @@ try {
   try {
     db?.close();
   } finally {
-    Atomics.store(flags, 1, 1);
-    Atomics.notify(flags, 1);
+    Atomics.store(flags, ${STOPPED}, 1);
+    Atomics.notify(flags, ${STOPPED});
   }
 }
 `;
 
-const STOP = 0;
-const STOPPED = 1;
 /** How long `stop` waits for the worker's connection to close (it is between checkpoints almost always). */
 const STOP_WAIT_MS = 5000;
 

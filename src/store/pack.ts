@@ -321,25 +321,32 @@ function deltasRecord(deltas: readonly ChunkDelta[]): Buffer {
     let shape = previousShape;
     if (shape < 0 || keys.length !== previousKeys.length || keys.some((k, i) => k !== previousKeys[i])) {
       const key = JSON.stringify(keys);
-      shape = shapeIndex.get(key) ?? shapes.push(key) - 1;
-      shapeIndex.set(key, shape);
+      shape = shapeIndex.get(key) ?? -1;
+      if (shape < 0) {
+        shape = shapes.push(key) - 1;
+        shapeIndex.set(key, shape);
+      }
     }
     codes.push(shape);
     for (const key of keys) {
       const value = delta[key];
-      if (typeof value !== 'string') return Buffer.concat([Buffer.from([DELTAS_AS_JSON]), Buffer.from(JSON.stringify(deltas))]);
+      if (typeof value !== 'string') return deltasAsJson(deltas);
       codes.push(value.length);
       values += value;
     }
     previousKeys = keys;
     previousShape = shape;
   }
-  if (LONE_SURROGATE.test(values)) return Buffer.concat([Buffer.from([DELTAS_AS_JSON]), Buffer.from(JSON.stringify(deltas))]);
+  if (LONE_SURROGATE.test(values)) return deltasAsJson(deltas);
   const out = new RecordWriter();
   out.bytes(Buffer.from(`[${shapes.join(',')}]`));
   out.bytes(packVarints(codes));
   out.bytes(Buffer.from(values));
   return Buffer.concat([Buffer.from([DELTAS_BY_COLUMN]), out.concat()]);
+}
+
+function deltasAsJson(deltas: readonly ChunkDelta[]): Buffer {
+  return Buffer.concat([Buffer.from([DELTAS_AS_JSON]), Buffer.from(JSON.stringify(deltas))]);
 }
 
 function readDeltas(data: Buffer): ChunkDelta[] {

@@ -25,6 +25,7 @@ import http from 'node:http';
 import { cpus } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { startMockerProcess, type MockerProcess } from '../test/support/mockerProcess.js';
+import { cpuTicks, TICKS_PER_S } from '../test/support/procStat.js';
 import { MODEL } from '../test/support/vllmUpstream.js';
 import { postStream } from './lib/sseClient.js';
 import { median, nowMs, numberArg, printTable, round } from './lib/stats.js';
@@ -37,14 +38,9 @@ const DURATION_MS = numberArg('duration-ms', 5000);
 const ROUNDS = numberArg('rounds', 5);
 
 const PROMPT_TOKENS = 32;
-/** Clock ticks per second of /proc/<pid>/stat (USER_HZ, 100 on Linux). */
-const TICKS_PER_S = 100;
-
-/** CPU time (ms, user + system) process `pid` has used: proc(5) fields 14 and 15. */
+/** CPU time (ms, user + system) process `pid` has used. */
 function processCpuMs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / TICKS_PER_S;
+  return (cpuTicks(`/proc/${pid}/stat`) * 1000) / TICKS_PER_S;
 }
 
 /**

@@ -5,7 +5,7 @@
  * worker thread, misses recorded by two threads land in one self-contained file, and a thread that cannot
  * start takes the process down.
  */
-import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -14,6 +14,7 @@ import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, describe, expect, it } from 'vitest';
 import { EventSubscriber, freePorts } from './support/kvEventsClient.js';
 import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { cpuTicks } from './support/procStat.js';
 import { testTmpdir } from './support/tempRoot.js';
 import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 
@@ -41,15 +42,12 @@ async function requestSuccessTotal(port: number): Promise<number> {
   return (families.find((f) => f.name === 'vllm:request_success_total')?.metrics ?? []).reduce((sum, m) => sum + Number(m.value), 0);
 }
 
-/** CPU time (clock ticks, user + system) each thread of process `pid` has used: proc(5), /proc/<pid>/task/<tid>/stat fields 14 and 15. */
+/** CPU time (clock ticks, user + system) each thread of process `pid` has used. */
 function threadTicks(pid: number): Map<number, number> {
   const ticks = new Map<number, number>();
   for (const tid of readdirSync(`/proc/${pid}/task`)) {
     try {
-      // The command name (field 2) is in parentheses and may hold spaces: count fields after its ')'.
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      ticks.set(Number(tid), Number(fields[11]) + Number(fields[12]));
+      ticks.set(Number(tid), cpuTicks(`/proc/${pid}/task/${tid}/stat`));
     } catch {
       // A thread that ended meanwhile.
     }

@@ -11,7 +11,7 @@ import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore, type Exchange, type Outcome, type StoredExchange } from '../src/store/captureStore.js';
 import {
-  bodyDictionary,
+  elideIdLists,
   packDeltas,
   packTimes,
   packRecord,
@@ -204,11 +204,48 @@ describe('the compact encodings round-trip', () => {
     }
   });
 
-  it('bytes deflated or stored, with and without a dictionary', () => {
+  it('bytes compressed or stored', () => {
     for (let i = 0; i < 300; i++) {
       const data = randomBytes(rng.pick([0, 1, 16, 17, rng.int(0, 20_000)]));
-      const dictionary = rng.next() < 0.5 ? bodyDictionary(randomIds(rng.int(0, 300))) : undefined;
-      expect(unsqueeze(squeeze(data, dictionary), dictionary).equals(data)).toBe(true);
+      expect(unsqueeze(squeeze(data)).equals(data)).toBe(true);
+    }
+  });
+
+  it('the prompt\'s id lists cut out of bodies and put back byte for byte: both separators, several lists, near misses left in place', () => {
+    for (let i = 0; i < 300; i++) {
+      const prompt = randomIds(rng.pick([0, 1, 7, 8, 9, rng.int(8, 1500)]));
+      const listed = (ids: number[], separator: string) => `[${ids.join(separator)}]`;
+      // Lists that are the prompt (counted), and ones that only look like it: another id, a leading zero, the
+      // prompt cut short or run on, other spacing, no closing bracket.
+      const near = (): string => {
+        if (prompt.length === 0) return '[]';
+        const ids = [...prompt];
+        switch (rng.int(0, 5)) {
+          case 0: ids[rng.int(0, ids.length - 1)] += 1; return listed(ids, ',');
+          case 1: return `[0${prompt.join(',')}]`;
+          case 2: return listed(ids.slice(0, -1), ',');
+          case 3: return listed([...ids, 7], ',');
+          case 4: return listed(ids, ' ,');
+          default: return `[${prompt.join(',')}`;
+        }
+      };
+      let expected = 0;
+      const body = () => {
+        const pieces: string[] = [];
+        for (let k = rng.int(0, 4); k > 0; k--) {
+          const roll = rng.next();
+          if (roll < 0.4 && prompt.length >= 8) {
+            expected++;
+            pieces.push(listed(prompt, rng.pick([',', ', '])));
+          } else pieces.push(roll < 0.7 ? near() : randomBytes(rng.int(0, 50)).toString('latin1'));
+          pieces.push(rng.pick(['{"prompt":', ',"prompt_token_ids":', 'data: ', '"x":[1,2],']));
+        }
+        return Buffer.from(pieces.join(''), 'latin1');
+      };
+      const record = { requestBody: body(), responseBody: body(), eventEnds: [], eventTimes: [], eventTokens: [], generations: [] };
+      const cuts = [record.requestBody, record.responseBody].reduce((n, b) => n + elideIdLists(b, prompt).cuts.length / 2, 0);
+      expect(cuts).toBe(expected);
+      expect(unpackRecord(packRecord(record, prompt), 4, () => prompt)).toEqual(record);
     }
   });
 
@@ -222,7 +259,7 @@ describe('the compact encodings round-trip', () => {
       if (rng.next() < 0.3 && tokens.length > 0) tokens[rng.int(0, tokens.length - 1)] = 1234.5678;
       const generation = { choiceIndex: 0, outputIds: tokens.map((_, k) => k), tokenTimes: tokens, chunkTokens: [], chunkDeltas: [], text: '', finishReason: null, stopReason: null };
       const record = { requestBody: null, responseBody: null, eventEnds: [], eventTimes: events, eventTokens: [], generations: [generation] };
-      const decoded = unpackRecord(packRecord(record, bodyDictionary([])), bodyDictionary([])).generations[0].tokenTimes;
+      const decoded = unpackRecord(packRecord(record, null), 4, () => null).generations[0].tokenTimes;
       expect(decoded.map((t) => Object.is(t, -0) ? 'minus zero' : t)).toEqual(tokens.map((t) => Object.is(t, -0) ? 'minus zero' : t));
     }
   });
@@ -239,8 +276,8 @@ describe('the compact encodings round-trip', () => {
       });
       const generation = { choiceIndex: 0, outputIds: [], tokenTimes: [], chunkTokens: [], chunkDeltas: deltas, text: rng.pick(PIECES), finishReason: null, stopReason: null };
       const record = { requestBody: randomBytes(rng.int(0, 100)), responseBody: randomBytes(rng.int(0, 100)), eventEnds: [], eventTimes: [], eventTokens: [], generations: [generation] };
-      const dictionary = bodyDictionary(randomIds(rng.int(0, 30)));
-      expect(unpackRecord(packRecord(record, dictionary), dictionary)).toEqual(record);
+      const prompt = randomIds(rng.int(0, 30));
+      expect(unpackRecord(packRecord(record, prompt), 4, () => prompt)).toEqual(record);
     }
   });
 
@@ -274,7 +311,7 @@ describe('the compact encodings round-trip', () => {
   });
 });
 
-describe('files written by earlier versions (encodings 1 and 2)', () => {
+describe('files written by earlier versions (encodings 1, 2 and 3)', () => {
   const fixtures = join(import.meta.dirname, 'fixtures', 'captures');
   /** The values those versions were given (test/support/formatExchanges.ts), as a store gives them back. */
   const expected = () =>
@@ -283,7 +320,7 @@ describe('files written by earlier versions (encodings 1 and 2)', () => {
       ...(ex.bodiesRedacted ? { requestBody: Buffer.alloc(0), responseBody: Buffer.alloc(0) } : {}),
     }));
 
-  for (const encoding of [1, 2]) {
+  for (const encoding of [1, 2, 3]) {
     it(`encoding ${encoding}: every exchange reads back as it was written, read-only and after a writer opened it (and new exchanges beside them)`, () => {
       const original = join(fixtures, `encoding-${encoding}.db`);
       const digest = sha256(readFileSync(original));
@@ -304,9 +341,9 @@ describe('files written by earlier versions (encodings 1 and 2)', () => {
     });
   }
 
-  it('encoding 2 replays through the CLI: the streamed completion byte for byte', async () => {
+  it.each([2, 3])('encoding %i replays through the CLI: the streamed completion byte for byte', async (encoding) => {
     const [bench] = formatExchanges(1);
-    const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', join(fixtures, 'encoding-2.db'), '--timing', 'none']);
+    const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', join(fixtures, `encoding-${encoding}.db`), '--timing', 'none']);
     try {
       const res = await fetch(`http://127.0.0.1:${replay.port}/v1/completions`, {
         method: 'POST', headers: { 'content-type': 'application/json' }, body: bench.requestBody,

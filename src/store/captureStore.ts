@@ -376,7 +376,7 @@ class FoundExchange implements StoredExchange {
       }
       case 'requestBody':
       case 'responseBody':
-        if (row.encoding === 3) return this.#record()[key] ?? Buffer.alloc(0);
+        if (row.encoding >= 3) return this.#record()[key] ?? Buffer.alloc(0);
         return this.#bytes(key, true);
       case 'bodiesRedacted':
         return this.#blob('requestBody') === null && this.#blob('responseBody') === null;
@@ -393,16 +393,16 @@ class FoundExchange implements StoredExchange {
     }
   }
 
-  /** The record in `event_ends` of encodings 2 (event tables and generations) and 3 (`#record`), decoded once. */
+  /** The record in `event_ends` of encodings 2 (event tables and generations), 3 and 4 (`#record`), decoded once. */
   #tables(): ExchangeTables {
-    if (this.#row.encoding === 3) return this.#record();
+    if (this.#row.encoding >= 3) return this.#record();
     this.#decodedTables ??= unpackTables(this.#blob('eventEnds') ?? NO_BYTES);
     return this.#decodedTables;
   }
 
-  /** Encoding 3's record: the tables and the bodies, deflated against the prompt's dictionary; decoded once. */
+  /** The record of encodings 3 and 4: the tables and the bodies (see `packRecord`); decoded once. */
   #record(): ExchangeRecord {
-    this.#decodedRecord ??= unpackRecord(this.#blob('eventEnds') ?? NO_BYTES, this.#bodyDictionary());
+    this.#decodedRecord ??= unpackRecord(this.#blob('eventEnds') ?? NO_BYTES, this.#row.encoding as 3 | 4, () => this.promptIds);
     return this.#decodedRecord;
   }
 
@@ -492,14 +492,14 @@ function packExchange(ex: Exchange) {
     generations: ex.generations,
   };
   const body = redacted ? null : NO_BYTES;
-  return { ex, bodies: [body, body, packRecord(record, bodyDictionary(ex.promptIds)), NO_BYTES, NO_BYTES] as const };
+  return { ex, bodies: [body, body, packRecord(record, ex.promptIds), NO_BYTES, NO_BYTES] as const };
 }
 
 /** Prompt keys per query of findByLongestPrefix (well under SQLite's 32,766 bound variables). */
 const PREFIX_KEYS_PER_QUERY = 512;
 
 /** The current format: see `exchanges.encoding` in schema.ts. */
-const ENCODING = 3;
+const ENCODING = 4;
 
 /**
  * The capture file: one SQLite database, in WAL mode while open for writing and migrated at open; closed

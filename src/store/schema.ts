@@ -83,6 +83,8 @@ export const exchanges = sqliteTable(
      * 3: as 2, but the record holds the request and response bodies too (pack.ts's `packRecord`, one deflate call
      * against the prompt's dictionary) and chunk deltas by column; `request_body` and `response_body` are empty,
      * or NULL when the capture was redacted.
+     * 4: as 3, but the bodies in the record have the prompt's id lists cut out (re-rendered from the prompt tree)
+     * and the record is brotli-compressed, with no dictionary (pack.ts's `packRecord`).
      * Added last (as ALTER TABLE adds columns): a row of encoding 1 holds no large value, so reading this never
      * walks a blob's overflow pages.
      */
@@ -105,7 +107,7 @@ export const exchanges = sqliteTable(
  * Each is pack.ts's `squeeze`d: bodies deflated against `bodyDictionary` of the exchange's prompt ids, event ends
  * and token counts as varint deltas, event times as byte planes. Encoding 2 keeps all event tables and the
  * generations in `event_ends`, as one record (one deflate call instead of eight), the other two columns empty;
- * encoding 3 adds the bodies to that record (their columns empty, NULL when redacted).
+ * encodings 3 and 4 add the bodies to that record (their columns empty, NULL when redacted).
  */
 export const exchangeBodies = sqliteTable('exchange_bodies', {
   exchangeId: integer('exchange_id')

@@ -155,6 +155,7 @@ const STORE: Benchmark = {
     return [
       absolute(`capture store saveExchanges by 8, 0 → ${n} exchanges`, numberAt(json, 'writes.perS'), 'writes/s', ge(5000)),
       absolute('capture store save p99 (a batch of 8 ÷ 8)', numberAt(json, 'writes.p99Ms'), 'ms'),
+      absolute('capture store CPU per save (its thread and the checkpointer\'s)', numberAt(json, 'writes.cpuUsPerWrite'), 'µs'),
       absolute(`capture store findByPrompt hit at ${n}`, numberAt(json, 'lookups.perS'), 'lookups/s', ge(40_000)),
       absolute(`capture store nearest() miss at ${n}`, numberAt(json, 'nearest.msMedian'), 'ms', le(5)),
       absolute('capture store bytes per exchange', numberAt(json, 'bytesPerExchange'), 'bytes', le(15_000)),

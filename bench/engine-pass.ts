@@ -1,7 +1,8 @@
 /**
  * Benchmark (issues #3 and #13): the cost of one engine pass in steady decode, and how it grows with the
  * number of running requests, for each engine flavour. N requests of --prompt distinct tokens (no shared
- * prefixes) are admitted and prefilled (untimed); then --passes decode passes are timed, each emitting one
+ * prefixes) are admitted and prefilled (untimed), the heap collected and 200 decode passes run (untimed: the
+ * passes right after a full collection are slower); then --passes decode passes are timed, each emitting one
  * token per request. Flavours, all with room for every request (4,194,304 KV tokens) so that exactly N run:
  *   vllm        vLLM defaults (block 64), max_num_seqs N.
  *   sglang      SGLang defaults at page size 64 (mocker's default block size): the radix tree takes each
@@ -31,6 +32,8 @@ import { median, numberArg, printTable, round, stringArg } from './lib/stats.js'
 const PROMPT = numberArg('prompt', 1000);
 const PASSES = numberArg('passes', 500);
 const RUNS = numberArg('runs', 5);
+/** Untimed passes after the collection that precedes each timed loop (see measure). */
+const SETTLE_PASSES = 200;
 const SIZES = stringArg('sizes', '1,16,64,128,256,512').split(',').map(Number);
 if (!SIZES.every((n) => Number.isInteger(n) && n >= 1)) throw new Error(`--sizes takes running counts ≥ 1, got ${stringArg('sizes', '')}`);
 const BASELINE_ROOT = stringArg('baseline-root', '');
@@ -71,7 +74,7 @@ const collectGarbage = runInNewContext('gc') as () => void;
 function measure(code: Code, args: EngineArgs, n: number, seed: number): number {
   const { createSchedulerCore, modelTiming, polynomialPerfModel } = code.engine;
   const core = createSchedulerCore(code.args.schedulerConfig(args, modelTiming(polynomialPerfModel, 1, 1), seed));
-  for (let i = 0; i < n; i++) core.add({ id: `r${i}`, promptTokenIds: Array.from({ length: PROMPT }, (_, t) => i * PROMPT + t + 1), maxOutputTokens: PASSES * 4 });
+  for (let i = 0; i < n; i++) core.add({ id: `r${i}`, promptTokenIds: Array.from({ length: PROMPT }, (_, t) => i * PROMPT + t + 1), maxOutputTokens: (SETTLE_PASSES + PASSES) * 4 });
   let now = 0;
   // Until every request is past its prefill and decoding.
   for (;;) {
@@ -80,6 +83,9 @@ function measure(code: Code, args: EngineArgs, n: number, seed: number): number 
     if (pass.tokens.length === n) break;
   }
   collectGarbage();
+  // The passes right after a full collection run 3–10× slower than the steady state (measured per 100 passes at
+  // 256 running: 74–219 µs, then 15–25): they settle untimed.
+  for (let p = 0; p < SETTLE_PASSES; p++) now = core.executePass(now).endMs;
   const t0 = performance.now();
   for (let p = 0; p < PASSES; p++) {
     const pass = core.executePass(now);

@@ -165,8 +165,8 @@ export function unsqueeze(blob: Uint8Array, dictionary?: Buffer): Buffer {
 }
 
 /**
- * What encodings 1 to 3 deflated the HTTP bodies of one exchange against: the JSON vLLM streams around every chunk, then the
- * prompt's ids as JSON lists them (`"prompt_token_ids":[…]` of a response with return_token_ids, or a prompt sent
+ * What encodings 1 to 3 deflated the HTTP bodies of one exchange against: the JSON vLLM streams around every
+ * chunk, then the prompt's ids as JSON lists them (`"prompt_token_ids":[…]` of a response with return_token_ids, or a prompt sent
  * as ids), last, where deflate's back-references to it are shortest. Rebuilt from the stored prompt ids to read.
  */
 export function bodyDictionary(promptIds: ArrayLike<number> | null): Buffer {
@@ -217,9 +217,9 @@ const ELIDED_MIN_IDS = 8;
 /**
  * `body` without the JSON lists of exactly `ids` it holds (a completion's `"prompt":[…]`, vLLM's
  * `"prompt_token_ids":[…]`: the prompt is stored once, in the prompt tree), as the parts left between them (views
- * of `body`), and where each was cut: its position in what is left and its separator. Only a list that is the prompt as `writeIdList` writes it is cut
- * (no leading zeros, no other spacing), so `restoreIdLists` gives back the same bytes. `lists` caches the
- * rendered lists across the bodies of one exchange.
+ * of `body`), and where each was cut: its position in what is left and its separator. Only a list that is the
+ * prompt as `writeIdList` writes it is cut (no leading zeros, no other spacing), so `restoreIdLists` gives back the
+ * same bytes. `lists` caches the rendered lists across the bodies of one exchange.
  */
 export function elideIdLists(body: Buffer, ids: ArrayLike<number> | null, lists = new IdLists(ids)): { parts: Buffer[]; cuts: number[] } {
   if (!ids || ids.length < ELIDED_MIN_IDS) return { parts: [body], cuts: [] };
@@ -262,9 +262,8 @@ export class IdLists {
   }
 }
 
-/** `elideIdLists`'s body again: the prompt's lists back where they were cut. */
+/** `elideIdLists`'s body again, in a buffer of its own: the prompt's lists back where they were cut. */
 export function restoreIdLists(rest: Buffer, cuts: readonly number[], lists: IdLists): Buffer {
-  if (cuts.length === 0) return rest;
   const parts: Buffer[] = [];
   let copied = 0;
   for (let c = 0; c < cuts.length; c += 2) {
@@ -543,8 +542,9 @@ export function unpackRecord(blob: Uint8Array, encoding: 3 | 4, promptIds: () =>
     if (encoding === 3) return Buffer.from(record.bytes());
     const cuts: number[] = [];
     for (let n = record.varint(); n > 0; n--) cuts.push(record.varint(), record.varint());
-    const rest = Buffer.from(record.bytes());
-    if (cuts.length === 0) return rest;
+    // A view of the decompressed record: copied once, as it is or with the lists put back.
+    const rest = record.bytes();
+    if (cuts.length === 0) return Buffer.from(rest);
     if (!lists) {
       const ids = promptIds();
       if (!ids) throw new Error('a body refers to the prompt of an exchange that has none');

@@ -5,7 +5,8 @@
  * Separate processes, as in production: a fast vLLM-like upstream (bench/lib/fastUpstream.ts: an engine step
  * every --gap-ms writes the next token of every running stream; a stream's first token goes out on arrival),
  * `mocker capture` in front of it (writing a real capture file), a bare node:http pass-through proxy as a
- * reference (what any Node hop costs), and this client (plain node:http, keep-alive agents). The client keeps
+ * reference (what any Node hop costs), a raw TCP relay as the floor (no HTTP at all: one read and one write
+ * per token), and this client (plain node:http, keep-alive agents). The client keeps
  * --concurrency streams of --tokens tokens running (closed loop, lane starts staggered so arrivals are spread
  * evenly) and measures the requests that started once every lane was running (all of them run to the end
  * with every lane busy). Modes run one after another, their order rotating each round; the added latency is
@@ -48,7 +49,7 @@ const VERBOSE = flag('verbose');
 const PROMPT = 'Summarize the following text in one paragraph. '.repeat(85);
 const BODY = JSON.stringify({ model: MODEL, prompt: PROMPT, max_tokens: TOKENS, stream: true });
 
-const MODES = ['direct', 'pipe', 'capture'] as const;
+const MODES = ['direct', 'relay', 'pipe', 'capture'] as const;
 type Mode = (typeof MODES)[number];
 
 interface RunStats {
@@ -129,8 +130,10 @@ async function main(): Promise<void> {
     VERBOSE,
   );
   const pipe = await spawnServer('pipe', { upstream: upstream.url }, VERBOSE);
+  const relay = await spawnServer('relay', { upstream: upstream.url }, VERBOSE);
   const servers: Record<Mode, { url: string; proxy: ServerProcess | null; agent: http.Agent }> = {
     direct: { url: upstream.url, proxy: null, agent: new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY }) },
+    relay: { url: relay.url, proxy: relay, agent: new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY }) },
     pipe: { url: pipe.url, proxy: pipe, agent: new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY }) },
     capture: { url: capture.url, proxy: capture, agent: new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY }) },
   };
@@ -155,7 +158,7 @@ async function main(): Promise<void> {
     }
   }
   for (const s of Object.values(servers)) s.agent.destroy();
-  await Promise.all([capture.stop(), pipe.stop()]);
+  await Promise.all([capture.stop(), pipe.stop(), relay.stop()]);
   await upstream.stop();
 
   const runs = (mode: Mode) => all.filter((s) => s.mode === mode).sort((a, b) => a.round - b.round);
@@ -175,7 +178,7 @@ async function main(): Promise<void> {
     gapP99: [(s) => s.gaps, 0.99],
   };
   const table = Object.fromEntries(
-    Object.entries(metrics).map(([name, [pick, q]]) => [name, { direct: metric('direct', pick, q).value, pipe: metric('pipe', pick, q), capture: metric('capture', pick, q) }]),
+    Object.entries(metrics).map(([name, [pick, q]]) => [name, { direct: metric('direct', pick, q).value, relay: metric('relay', pick, q), pipe: metric('pipe', pick, q), capture: metric('capture', pick, q) }]),
   );
   const loop = (mode: Mode) => {
     const rs = runs(mode);
@@ -186,7 +189,7 @@ async function main(): Promise<void> {
       delayMaxMs: round(median(rs.map((s) => s.proxy?.delayMaxMs ?? 0)), 1),
     };
   };
-  const loops = { pipe: loop('pipe'), capture: loop('capture') };
+  const loops = { relay: loop('relay'), pipe: loop('pipe'), capture: loop('capture') };
 
   const store = CaptureStore.open(dbPath);
   const counts = store.counts();
@@ -195,12 +198,12 @@ async function main(): Promise<void> {
 
   console.log(`\nms; median over ${ROUNDS} rounds of each round's value; "+" = that mode − direct in the same round`);
   printTable(
-    ['metric', 'direct', 'pipe proxy', '+pipe', 'mocker capture', '+capture'],
-    Object.entries(table).map(([k, v]) => [k, v.direct, v.pipe.value, v.pipe.added, v.capture.value, v.capture.added]),
+    ['metric', 'direct', 'TCP relay', '+relay', 'pipe proxy', '+pipe', 'mocker capture', '+capture'],
+    Object.entries(table).map(([k, v]) => [k, v.direct, v.relay.value, v.relay.added, v.pipe.value, v.pipe.added, v.capture.value, v.capture.added]),
   );
   const requests = Object.fromEntries(MODES.map((m) => [m, runs(m).reduce((n, s) => n + s.requests, 0)]));
   console.log(`measured requests: ${MODES.map((m) => `${requests[m]} ${m}`).join(', ')}; capture file: ${counts.complete} complete, ${counts.failed} failed, ${counts.aborted} aborted, ${fileMb.toFixed(1)} MB`);
-  for (const m of ['pipe', 'capture'] as const) {
+  for (const m of ['relay', 'pipe', 'capture'] as const) {
     const l = loops[m];
     console.log(`${m} process: ${l.cpuUsPerToken} µs CPU per streamed token, event loop busy ${pct(l.elu)}, loop delay p99 ${l.delayP99Ms} ms, max ${l.delayMaxMs} ms`);
   }
@@ -224,6 +227,10 @@ async function main(): Promise<void> {
           k,
           {
             direct: r3(v.direct),
+            relay: r3(v.relay.value),
+            relayAdded: r3(v.relay.added),
+            relayAddedMin: r3(v.relay.addedMin),
+            relayAddedMax: r3(v.relay.addedMax),
             pipe: r3(v.pipe.value),
             pipeAdded: r3(v.pipe.added),
             pipeAddedMin: r3(v.pipe.addedMin),

@@ -26,6 +26,10 @@ const REPLAY_STDOUT = [
 
 const proxyMetric = (direct: number, added: number, min: number, max: number) => ({
   direct,
+  relay: direct + 0.05,
+  relayAdded: 0.05,
+  relayAddedMin: 0.02,
+  relayAddedMax: 0.08,
   pipe: direct + 0.1,
   pipeAdded: 0.1,
   pipeAddedMin: 0.05,
@@ -73,6 +77,9 @@ describe('bench runner', () => {
       [2.5, 10, 1.5, 4, 2, false],
       [1, 8, 0.5, 3, 2, true],
       [0.1, 10, 0.05, 0.2, null, null],
+      [0.05, 4, 0.02, 0.08, null, null],
+      [0.05, 10, 0.02, 0.08, null, null],
+      [0.05, 8, 0.02, 0.08, null, null],
     ]);
     // capture ÷ direct: (4 + 0.4) / 4
     expect(figures[0].ratio).toBeCloseTo(1.1, 12);
@@ -97,9 +104,9 @@ describe('bench runner', () => {
     const earlier = toJsonl({ ...RUN, run: '2026-11-24T08:00:00.000Z' }, figuresOf('proxy-64', PROXY_STDOUT), []);
     const text = earlier + toJsonl(RUN, figures, raw);
     const lines = text.trimEnd().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(lines.map((l) => l.kind)).toEqual(['run', 'figure', 'figure', 'figure', 'figure', 'run', 'raw', 'figure']);
-    expect(lines[6]).toMatchObject({ run: RUN.run, bench: 'replay-16', json: { ratio: 0.6 } });
-    expect(lines[7]).toMatchObject({ run: RUN.run, bench: 'replay-16', value: 240000, ratio: 0.6, met: false });
+    expect(lines.map((l) => l.kind)).toEqual(['run', ...Array(7).fill('figure'), 'run', 'raw', 'figure']);
+    expect(lines[9]).toMatchObject({ run: RUN.run, bench: 'replay-16', json: { ratio: 0.6 } });
+    expect(lines[10]).toMatchObject({ run: RUN.run, bench: 'replay-16', value: 240000, ratio: 0.6, met: false });
     const back = lastRun(text);
     expect(back.run.run).toBe(RUN.run);
     expect(back.figures.map((f) => f.figure)).toEqual(['replay --timing none tokens/s, 16 streams']);

@@ -12,7 +12,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { Session } from 'node:inspector';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import type { CaptureOptions } from '../../src/cli/capture.js';
@@ -20,7 +20,7 @@ import type { ServeOptions } from '../../src/cli/serve.js';
 import type { PdProxyOptions } from '../../src/pd/proxy.js';
 import type { FastUpstreamOptions } from './fastUpstream.js';
 
-export type Role = 'upstream' | 'capture' | 'pipe' | 'serve' | 'bare' | 'pd-proxy';
+export type Role = 'upstream' | 'capture' | 'pipe' | 'relay' | 'serve' | 'bare' | 'pd-proxy';
 
 /** A bare node:http SSE server: answers every POST with these headers and events, one write per event. */
 export interface BareOptions {
@@ -95,6 +95,42 @@ function startPipe(opts: PipeOptions): Promise<Running> {
   );
 }
 
+/**
+ * A raw TCP relay to the upstream (net sockets piped both ways, no HTTP at all): the least any userspace hop
+ * written in Node can do per token, one read and one write system call.
+ */
+function startRelay(opts: PipeOptions): Promise<Running> {
+  const upstream = new URL(opts.upstream);
+  const open = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const up = net.connect(Number(upstream.port), upstream.hostname);
+    open.add(client).add(up);
+    client.setNoDelay(true);
+    up.setNoDelay(true);
+    client.pipe(up).pipe(client);
+    const close = () => {
+      client.destroy();
+      up.destroy();
+      open.delete(client);
+      open.delete(up);
+    };
+    client.on('error', close).on('close', close);
+    up.on('error', close).on('close', close);
+  });
+  return new Promise((resolve) =>
+    server.listen(0, '127.0.0.1', () =>
+      resolve({
+        port: (server.address() as AddressInfo).port,
+        close: () =>
+          new Promise<void>((done) => {
+            for (const socket of open) socket.destroy();
+            server.close(() => done());
+          }),
+      }),
+    ),
+  );
+}
+
 /** What a server process did between two `stats()` calls. */
 export interface ProcessStats {
   cpuMs: number;
@@ -119,7 +155,7 @@ export interface ServerProcess {
 /** Starts `role` in a child process; its stdout logs are dropped unless `verbose`. */
 export function spawnServer(role: 'upstream', options: FastUpstreamOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: 'capture', options: CaptureOptions, verbose?: boolean): Promise<ServerProcess>;
-export function spawnServer(role: 'pipe', options: PipeOptions, verbose?: boolean): Promise<ServerProcess>;
+export function spawnServer(role: 'pipe' | 'relay', options: PipeOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: 'serve', options: ServeOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: 'bare', options: BareOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: 'pd-proxy', options: PdProxyOptions, verbose?: boolean): Promise<ServerProcess>;
@@ -182,6 +218,8 @@ async function main(role: Role, options: string): Promise<void> {
           ? await (await import('../../src/cli/serve.js')).startServe(opts as ServeOptions)
           : role === 'pipe'
             ? await startPipe(opts as PipeOptions)
+            : role === 'relay'
+              ? await startRelay(opts as PipeOptions)
             : role === 'pd-proxy'
               ? await (await import('../../src/pd/proxy.js')).startPdProxy(revivePdProxyOptions(opts as PdProxyOptions))
               : await startBare(opts as BareOptions);

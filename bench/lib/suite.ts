@@ -92,6 +92,10 @@ function proxy(concurrency: number): Benchmark {
       added(json, 'ttftP99', 'capture proxy added TTFT p99', le(2)),
       added(json, 'perTokenP99', 'capture proxy added per-token p99', le(2)),
       added(json, 'ttftP99', 'bare Node pipe proxy added TTFT p99 (reference)', null, 'pipe'),
+      // The floor of any hop written in Node: where it misses a target, no proxy here can meet it.
+      added(json, 'ttftP50', 'raw TCP relay added TTFT p50 (floor)', null, 'relay'),
+      added(json, 'ttftP99', 'raw TCP relay added TTFT p99 (floor)', null, 'relay'),
+      added(json, 'perTokenP99', 'raw TCP relay added per-token p99 (floor)', null, 'relay'),
     ],
   };
 }

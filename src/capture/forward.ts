@@ -1,9 +1,9 @@
-import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
-import https from 'node:https';
+import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { errorJson } from '../http/errors.js';
 import { poolingEndpoint } from '../generation/poolingKey.js';
 import type { HeaderMap, RecordedEndpoint } from '../store/captureStore.js';
 import type { TokenizeDialect, UpstreamEngine } from './upstreamEngine.js';
+import type { UpstreamPool, UpstreamRequest } from './upstreamHttp.js';
 
 /** Headers never forwarded hop to hop (RFC 9110 §7.6.1) or recomputed by the proxy. */
 const HOP_BY_HOP = new Set([
@@ -36,8 +36,11 @@ export function generationEndpoint(method: string, url: string): 'chat' | 'compl
 export interface ForwardConfig {
   /** The engine, and what the proxy has learnt of its dialect. */
   upstream: UpstreamEngine;
-  /** No response headers, or no bytes for this long: the exchange fails (504 if nothing was sent yet). */
-  timeoutMs: number;
+  /**
+   * Connections to it. Its timeout: no response headers, or no bytes for that long, and the exchange fails
+   * (504 if nothing was sent yet).
+   */
+  connections: UpstreamPool;
 }
 
 /** Everything observed about one proxied exchange; the recorder turns it into a stored exchange. */
@@ -84,8 +87,6 @@ export function upstreamFailure(raw: RawExchange): UpstreamFailure | null {
   if (raw.status === null) return raw.error?.includes('timed out') ? 'timeout' : 'unreachable';
   return raw.status >= 400 ? 'error_status' : 'broken_stream';
 }
-
-const agents = { http: new http.Agent({ keepAlive: true, maxSockets: Infinity }), https: new https.Agent({ keepAlive: true, maxSockets: Infinity }) };
 
 const TOKEN_ID_FIELDS = /"(prompt_token_ids|token_ids)":\[[0-9,\s]*\]/g;
 
@@ -152,8 +153,8 @@ export function redactHeaders(headers: IncomingHttpHeaders, redacted: ReadonlySe
   return out;
 }
 
-function upstreamHeaders(headers: IncomingHttpHeaders, bodyLength: number, endpoint: string | null): http.OutgoingHttpHeaders {
-  const out: http.OutgoingHttpHeaders = {};
+function upstreamHeaders(headers: IncomingHttpHeaders, bodyLength: number, endpoint: string | null): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
   for (const [k, v] of Object.entries(headers)) {
     if (v === undefined || HOP_BY_HOP.has(k)) continue;
     // Recorded endpoints are fetched uncompressed so the proxy can read the events it records.
@@ -164,8 +165,8 @@ function upstreamHeaders(headers: IncomingHttpHeaders, bodyLength: number, endpo
   return out;
 }
 
-function clientHeaders(headers: IncomingHttpHeaders, dropLength: boolean): http.OutgoingHttpHeaders {
-  const out: http.OutgoingHttpHeaders = {};
+function clientHeaders(headers: IncomingHttpHeaders, dropLength: boolean): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
   for (const [k, v] of Object.entries(headers)) {
     if (v === undefined) continue;
     if (k === 'transfer-encoding' || k === 'connection' || k === 'keep-alive') continue;
@@ -317,7 +318,13 @@ export async function forwardExchange(
 
   await new Promise<void>((resolve) => {
     let settled = false;
-    let upstreamReq: http.ClientRequest;
+    let upstreamReq: UpstreamRequest;
+    // What the upstream's head decided for the attempt being answered.
+    let statusMessage = '';
+    let transform = false;
+    let mayResend = false;
+    let deferHead = false;
+    let holdBody = false;
     const done = async (outcome: RawExchange['outcome'], error: string | null, endClient: () => void) => {
       if (settled) return;
       settled = true;
@@ -337,66 +344,33 @@ export async function forwardExchange(
 
     res.on('close', () => {
       if (!res.writableFinished && !settled) {
-        upstreamReq.destroy();
+        upstreamReq.abort();
         void done('aborted', 'client disconnected', () => undefined);
       }
     });
 
     const send = () => {
-      const lib = target.protocol === 'https:' ? https : http;
-      const attempt = lib.request(target, {
-        method,
-        headers: upstreamHeaders(req.headers, sentBody.length, endpoint),
-        agent: target.protocol === 'https:' ? agents.https : agents.http,
-        timeout: config.timeoutMs,
-      });
-      upstreamReq = attempt;
-      // Events of an attempt given up for a resend are not this exchange's any more.
-      const current = () => upstreamReq === attempt;
-
-      const fail = (err: Error) => {
-        if (!current()) return;
-        const message = `upstream ${base.origin}: ${err.message}`;
-        if (raw.status === null) {
-          const timedOut = err.message.includes('timed out');
-          const status = timedOut ? 504 : 502;
-          void done('failed', message, () => {
-            if (res.headersSent || res.destroyed) return void res.destroy();
-            const json = errorJson(status, message, timedOut ? 'GatewayTimeout' : 'BadGateway');
-            res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) }).end(json);
-          });
-        } else {
-          // The upstream broke mid-response: the client sees the same break.
-          void done('failed', message, () => res.destroy());
-        }
-      };
-      attempt.on('error', fail);
-      attempt.on('timeout', () => {
-        const err = new Error(`upstream timed out after ${config.timeoutMs} ms`);
-        fail(err);
-        attempt.destroy(err);
-      });
-
-      attempt.on('response', (up) => {
-        engine.answered();
-        raw.status = up.statusCode ?? 0;
-        raw.responseHeaders = up.headers;
-        const contentType = String(up.headers['content-type'] ?? '');
-        raw.stream = contentType.startsWith('text/event-stream');
-        const hide = injected.includes('return_token_ids');
-        const transform = hide && raw.status < 400;
-        // An error answer to a request the proxy added fields to waits whole: it may be a refusal to resend.
-        const mayResend = injected.length > 0 && (raw.status === 400 || raw.status === 422);
-        // A non-streamed body is rewritten whole, so its head waits for it (to keep a correct content-length).
-        const deferHead = mayResend || (transform && !raw.stream);
-        // A body the client knows the length of is complete for it at its last byte, before the proxy ends the
-        // response: a recorded one goes out only once stored (a non-streamed answer is one piece anyway).
-        const holdBody = deferHead || (endpoint !== null && !transform && (!raw.stream || up.headers['content-length'] !== undefined));
-        if (!deferHead) {
-          res.writeHead(raw.status, up.statusMessage, clientHeaders(up.headers, transform));
-          if (raw.stream) res.flushHeaders();
-        }
-        up.on('data', (chunk: Buffer) => {
+      const attempt = config.connections.request(method, target.pathname + target.search, upstreamHeaders(req.headers, sentBody.length, endpoint), sentBody, {
+        head: (status, message, headers) => {
+          engine.answered();
+          raw.status = status;
+          statusMessage = message;
+          raw.responseHeaders = headers;
+          raw.stream = String(headers['content-type'] ?? '').startsWith('text/event-stream');
+          transform = injected.includes('return_token_ids') && status < 400;
+          // An error answer to a request the proxy added fields to waits whole: it may be a refusal to resend.
+          mayResend = injected.length > 0 && (status === 400 || status === 422);
+          // A non-streamed body is rewritten whole, so its head waits for it (to keep a correct content-length).
+          deferHead = mayResend || (transform && !raw.stream);
+          // A body the client knows the length of is complete for it at its last byte, before the proxy ends the
+          // response: a recorded one goes out only once stored (a non-streamed answer is one piece anyway).
+          holdBody = deferHead || (endpoint !== null && !transform && (!raw.stream || headers['content-length'] !== undefined));
+          if (!deferHead) {
+            res.writeHead(status, statusMessage, clientHeaders(headers, transform));
+            if (raw.stream) res.flushHeaders();
+          }
+        },
+        data: (chunk) => {
           const at = performance.now() - t0;
           body.append(chunk);
           if (!raw.stream) return holdBody ? undefined : void res.write(chunk);
@@ -405,13 +379,8 @@ export async function forwardExchange(
           // A view of `body`'s bytes is safe to queue: appends never rewrite them (growing copies elsewhere).
           if (!transform) res.write(chunk);
           else if (events) res.write(hideTokenIdsInBytes(body.buffer, events[0], events[1], dialect.unaskedIds));
-        });
-        // Once the response has begun, a broken connection is reported on it, not on the request.
-        up.on('close', () => {
-          if (!up.complete) fail(new Error('upstream reset the connection mid-response'));
-        });
-        up.on('end', () => {
-          if (!current()) return;
+        },
+        end: () => {
           const refused = mayResend ? refusedFields(injected, raw.status ?? 0, body.buffer.subarray(0, body.length)) : [];
           if (refused.length > 0) {
             engine.refused(refused);
@@ -428,21 +397,38 @@ export async function forwardExchange(
             t0 = performance.now();
             return send();
           }
-          const failed = raw.status !== null && raw.status >= 400;
+          const status = raw.status ?? 0;
+          const failed = status >= 400;
           const lastEvent = splitter.ends.at(-1) ?? 0;
           const tail = transform && raw.stream && body.length > lastEvent ? hideTokenIdsInBytes(body.buffer, lastEvent, body.length, dialect.unaskedIds) : undefined;
-          void done(failed ? 'failed' : 'complete', failed ? `upstream status ${raw.status}` : null, () => {
+          const headers = raw.responseHeaders;
+          void done(failed ? 'failed' : 'complete', failed ? `upstream status ${status}` : null, () => {
             if (!deferHead && holdBody) return void res.end(body.buffer.subarray(0, body.length));
             if (!deferHead) return void (tail ? res.end(tail) : res.end());
             // From the proxy's own copy: the sink may have taken raw.responseBody.
             const out = transform ? hideTokenIdsInBytes(body.buffer, 0, body.length, dialect.unaskedIds) : body.buffer.subarray(0, body.length);
-            const headers = clientHeaders(up.headers, true);
-            headers['content-length'] = out.length;
-            res.writeHead(raw.status ?? 200, up.statusMessage, headers).end(out);
+            const outHeaders = clientHeaders(headers, true);
+            outHeaders['content-length'] = out.length;
+            res.writeHead(status, statusMessage, outHeaders).end(out);
           });
-        });
+        },
+        error: (err) => {
+          const message = `upstream ${base.origin}: ${err.message}`;
+          if (raw.status === null) {
+            const timedOut = err.message.includes('timed out');
+            const status = timedOut ? 504 : 502;
+            void done('failed', message, () => {
+              if (res.headersSent || res.destroyed) return void res.destroy();
+              const json = errorJson(status, message, timedOut ? 'GatewayTimeout' : 'BadGateway');
+              res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) }).end(json);
+            });
+          } else {
+            // The upstream broke mid-response: the client sees the same break.
+            void done('failed', message, () => res.destroy());
+          }
+        },
       });
-      attempt.end(sentBody);
+      upstreamReq = attempt;
     };
     send();
   });

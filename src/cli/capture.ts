@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { forwardExchange } from '../capture/forward.js';
+import { UpstreamPool } from '../capture/upstreamHttp.js';
 import { RecorderThread } from '../capture/recorderThread.js';
 import { listeningServer } from '../http/drain.js';
 import { errorJson } from '../http/errors.js';
@@ -108,6 +109,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       }
     });
     const recording = new RecordingSink(thread.sink, opts.captures);
+    const connections = new UpstreamPool(upstream.url, opts.upstreamTimeoutMs);
     const handler = (req: IncomingMessage, res: ServerResponse) => {
       readBody(req, opts.maxBodyBytes).then(
         (body) => {
@@ -117,7 +119,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
             return;
           }
           if (res.destroyed) return;
-          forwardExchange({ upstream, timeoutMs: opts.upstreamTimeoutMs }, req, body, res, recording.sink).catch((err: unknown) => {
+          forwardExchange({ upstream, connections }, req, body, res, recording.sink).catch((err: unknown) => {
             console.error(`mocker capture: ${req.method} ${req.url}: ${(err as Error).message}`);
             res.destroy();
           });
@@ -145,6 +147,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
         const drained = await drain.drain(graceMs);
         // The exchanges cut off end (as aborted) once stored; then the recorder checkpoints and closes the file.
         await recording.settled();
+        connections.close();
         await thread.close();
         return { ...drained, recorded: recording.recorded };
       },

@@ -27,6 +27,7 @@ import { checkEngineArgs, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs 
 import { EMULATED_VLLM_VERSION } from './identity.js';
 import { runColumns, UpstreamEngine } from '../capture/upstreamEngine.js';
 import { RecordingSink, type StopReport } from './shutdown.js';
+import { UpstreamPool } from '../capture/upstreamHttp.js';
 
 /** vLLM's VLLM_LOG_STATS_INTERVAL (seconds, default 10). */
 const STATS_LOG_INTERVAL_MS = 1000 * Number(process.env.VLLM_LOG_STATS_INTERVAL ?? 10);
@@ -309,6 +310,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const maxModelLen = opts.maxModelLen ?? run?.maxModelLen ?? tokenizer.maxModelLen;
 
   const upstream = opts.upstream ? await UpstreamEngine.identify(new URL(opts.upstream)) : undefined;
+  const connections = upstream ? new UpstreamPool(upstream.url, opts.upstreamTimeoutMs) : undefined;
+  if (connections) closers.push(() => connections.close());
   let recording: RecordingSink | undefined;
   if (onMiss === 'record' && store && upstream) {
     const runId = store.startRun({ kind: 'record', upstream: upstream.url.href, ...runColumns(upstream.identity), tokenizerName: tokenizer.name }, tokenizer.files);
@@ -466,7 +469,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       modelRoot: opts.model ?? tokenizer.name,
       maxModelLen,
       versionJson: run?.versionJson ?? JSON.stringify({ version: EMULATED_VLLM_VERSION }),
-      forward: upstream ? { config: { upstream, timeoutMs: opts.upstreamTimeoutMs }, sink: recording?.sink } : undefined,
+      forward: upstream && connections ? { config: { upstream, connections }, sink: recording?.sink } : undefined,
       maxBodyBytes: opts.maxBodyBytes,
       promptTokensDetails: opts.enablePromptTokensDetails ?? false,
       metrics,

@@ -4,53 +4,62 @@ import { stampedPrefix, splitStamp } from './render.js';
 
 /** One captured SSE event around its `id`/`created` stamp: `lead` + stamp + `tail` (no stamp: `lead` is all of it). */
 interface EventParts {
-  lead: string;
+  lead: Buffer;
   /** The stamp's `object` (null: a stamp with only the id; undefined: the event has no stamp). */
   object: string | null | undefined;
-  tail: string;
-  /** UTF-8 bytes of lead + tail. */
-  fixedBytes: number;
+  tail: Buffer;
 }
 
 /**
- * A captured stream's events split once at their stamps (and with the injected token ids hidden once), so each
- * response is one join and one UTF-8 encoding, and each release of events one `write` of a slice of it.
+ * A captured stream's events split once at their stamps (and with the injected token ids hidden once) into their
+ * UTF-8 bytes, so each response is one buffer of copied segments with its stamps in between (no string built or
+ * encoded per response), and each release of events one `write` of a slice of it.
  */
 class CapturedStream {
   private readonly parts: EventParts[];
+  /** Bytes of every lead and tail; and how many events carry each kind of stamp. */
+  private readonly fixedBytes: number;
+  private readonly stampsOf = new Map<string | null, number>();
 
   constructor(ex: StoredExchange, hide: boolean) {
+    let fixed = 0;
     this.parts = ex.eventEnds.map((end, i) => {
       const text = ex.responseBody.toString('utf8', i === 0 ? 0 : ex.eventEnds[i - 1], end);
-      const parts = splitStamp(hide ? hideTokenIds(text) : text);
-      return { ...parts, fixedBytes: Buffer.byteLength(parts.lead) + Buffer.byteLength(parts.tail) };
+      const { lead, object, tail } = splitStamp(hide ? hideTokenIds(text) : text);
+      const parts = { lead: Buffer.from(lead, 'utf8'), object, tail: Buffer.from(tail, 'utf8') };
+      fixed += parts.lead.length + parts.tail.length;
+      if (object !== undefined) this.stampsOf.set(object, (this.stampsOf.get(object) ?? 0) + 1);
+      return parts;
     });
+    this.fixedBytes = fixed;
   }
 
   /** This response's bytes, with the byte offset where each event ends. */
   render(id: string, created: number): RenderedStream {
-    const stamps = new Map<string | null, { text: string; bytes: number }>();
-    const texts: string[] = [];
+    const stamps = new Map<string | null, Buffer>();
+    let total = this.fixedBytes;
+    for (const [object, count] of this.stampsOf) {
+      const stamp = Buffer.from(stampedPrefix(id, object, created), 'utf8');
+      stamps.set(object, stamp);
+      total += stamp.length * count;
+    }
+    const bytes = Buffer.allocUnsafe(total);
     const ends = new Uint32Array(this.parts.length);
     let offset = 0;
-    this.parts.forEach((p, i) => {
-      let stampBytes = 0;
-      texts.push(p.lead);
+    for (let i = 0; i < this.parts.length; i++) {
+      const p = this.parts[i];
+      bytes.set(p.lead, offset);
+      offset += p.lead.length;
       if (p.object !== undefined) {
-        let stamp = stamps.get(p.object);
-        if (!stamp) {
-          const text = stampedPrefix(id, p.object, created);
-          stamp = { text, bytes: Buffer.byteLength(text) };
-          stamps.set(p.object, stamp);
-        }
-        texts.push(stamp.text);
-        stampBytes = stamp.bytes;
+        const stamp = stamps.get(p.object) as Buffer;
+        bytes.set(stamp, offset);
+        offset += stamp.length;
       }
-      texts.push(p.tail);
-      offset += p.fixedBytes + stampBytes;
+      bytes.set(p.tail, offset);
+      offset += p.tail.length;
       ends[i] = offset;
-    });
-    return new RenderedStream(Buffer.from(texts.join(''), 'utf8'), ends);
+    }
+    return new RenderedStream(bytes, ends);
   }
 }
 

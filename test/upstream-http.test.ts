@@ -151,6 +151,12 @@ describe('upstream HTTP/1.1 client', () => {
       'HTTP/1.1 2000 Weird\r\n\r\n',
       'HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n',
       'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n',
+      // What node:http's parser refuses too: a bare LF or a control inside a value, a space in a name, two lengths.
+      'HTTP/1.1 200 OK\r\nx-odd: a\nb\r\nContent-Length: 0\r\n\r\n',
+      'HTTP/1.1 200 OK\r\nx-odd: a\x01b\r\nContent-Length: 0\r\n\r\n',
+      'HTTP/1.1 200 OK\r\nx odd: 1\r\nContent-Length: 0\r\n\r\n',
+      'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc',
+      'HTTP/1.1 200 O\x07K\r\nContent-Length: 0\r\n\r\n',
     ];
     const { url } = await rawServer((n, socket) => socket.write(replies[n - 1]));
     // A fresh pool each time: a failed exchange's connection is never reused anyway.
@@ -159,6 +165,27 @@ describe('upstream HTTP/1.1 client', () => {
     expect((await ask(pool(url))).error).toContain('invalid content-length');
     const crlf = await ask(pool(url));
     expect(crlf).toMatchObject({ body: 'abc', error: 'chunk data not followed by CRLF' });
+    for (let i = 0; i < 3; i++) expect((await ask(pool(url))).error).toContain('malformed header line');
+    expect((await ask(pool(url))).error).toBe('conflicting content-length values "2" and "3"');
+    expect((await ask(pool(url))).error).toContain('malformed status line');
+  });
+
+  it("gives up a kept-alive connection a second before the upstream's `Keep-Alive: timeout` closes it", async () => {
+    const { url, connections } = await rawServer((n, socket) => {
+      socket.write(`HTTP/1.1 200 OK\r\nKeep-Alive: timeout=${n <= 2 ? 1 : 2}\r\nContent-Length: 2\r\n\r\nok`);
+    });
+    const p = pool(url);
+    // timeout=1: nothing left to keep it for.
+    expect(await ask(p)).toMatchObject({ body: 'ok', error: null });
+    expect(await ask(p)).toMatchObject({ body: 'ok', error: null });
+    expect(connections()).toBe(2);
+    // timeout=2: reused at once, given up after a second idle.
+    expect(await ask(p)).toMatchObject({ body: 'ok', error: null });
+    expect(await ask(p)).toMatchObject({ body: 'ok', error: null });
+    expect(connections()).toBe(3);
+    await new Promise((r) => setTimeout(r, 1_200));
+    expect(await ask(p)).toMatchObject({ body: 'ok', error: null });
+    expect(connections()).toBe(4);
   });
 
   it('reports a cut mid-body as a reset, nothing as a timeout, and a closed port as the connect error', async () => {

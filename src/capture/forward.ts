@@ -338,7 +338,13 @@ export async function forwardExchange(
       } catch (err) {
         console.error(`mocker capture: could not store ${method} ${path}: ${(err as Error).message}`);
       }
-      endClient();
+      try {
+        endClient();
+      } catch (err) {
+        // Whatever the upstream sent that the client's response cannot carry: that client's connection ends, not the process.
+        console.error(`mocker capture: ${method} ${path}: could not answer the client: ${(err as Error).message}`);
+        res.destroy();
+      }
       resolve();
     };
 

@@ -35,17 +35,25 @@ const MAX_HEAD_BYTES = 64 * 1024;
 const CRLF = Buffer.from('\r\n');
 const HEAD_END = Buffer.from('\r\n\r\n');
 
+/** RFC 9110 §5.1 field names; §5.5 field values (and a reason phrase): no CR, LF, NUL or other controls but tab. */
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const FIELD_TEXT = /^[\t\x20-\x7e\x80-\xff]*$/;
+
+/** A response head as node:http's parser would take it, refusing what it refuses (a bare LF, a control, a bad name). */
 function parseHead(text: string): { status: number; message: string; version: string; headers: IncomingHttpHeaders } {
   const lines = text.split('\r\n');
   const statusLine = /^HTTP\/(1\.[01]) (\d{3})(?: (.*))?$/.exec(lines[0]);
-  if (!statusLine) throw new Error(`malformed status line ${JSON.stringify(lines[0].slice(0, 100))}`);
+  if (!statusLine || !FIELD_TEXT.test(statusLine[3] ?? '')) throw new Error(`malformed status line ${JSON.stringify(lines[0].slice(0, 100))}`);
   const headers: IncomingHttpHeaders = {};
   for (let i = 1; i < lines.length; i++) {
     const colon = lines[i].indexOf(':');
-    if (colon <= 0) throw new Error(`malformed header line ${JSON.stringify(lines[i].slice(0, 100))}`);
-    const name = lines[i].slice(0, colon).trim().toLowerCase();
-    const value = lines[i].slice(colon + 1).trim();
+    const rawName = colon > 0 ? lines[i].slice(0, colon) : '';
+    const value = lines[i].slice(colon + 1).replace(/^[ \t]+|[ \t]+$/g, '');
+    if (!TOKEN.test(rawName) || !FIELD_TEXT.test(value)) throw new Error(`malformed header line ${JSON.stringify(lines[i].slice(0, 100))}`);
+    const name = rawName.toLowerCase();
     const seen = headers[name];
+    // Differing lengths leave the body's end unknown (RFC 9112 §6.3): refused, as node:http does.
+    if (name === 'content-length' && seen !== undefined && seen !== value) throw new Error(`conflicting content-length values ${JSON.stringify(seen)} and ${JSON.stringify(value)}`);
     if (name === 'set-cookie') headers['set-cookie'] = [...((seen as string[] | undefined) ?? []), value];
     else if (seen === undefined) headers[name] = value;
     else if (!SINGLE_VALUED.has(name)) headers[name] = `${seen as string}${name === 'cookie' ? '; ' : ', '}${value}`;
@@ -95,12 +103,14 @@ class Exchange {
   private chunkLeft = -1;
   private inTrailers = false;
   private keepAlive = true;
+  /** How long the upstream keeps the connection open when idle (its `Keep-Alive: timeout=N`), if it says. */
+  private idleMs: number | undefined;
   private finished = false;
 
   constructor(
     private readonly method: string,
     private readonly handler: ResponseHandler,
-    private readonly release: (reusable: boolean) => void,
+    private readonly release: (reusable: boolean, idleMs?: number) => void,
   ) {}
 
   /** Consumes the bytes the connection delivered. */
@@ -122,6 +132,8 @@ class Exchange {
           if (head.status >= 100 && head.status < 200 && head.status !== 101) continue;
           const connection = String(head.headers.connection ?? '').toLowerCase();
           this.keepAlive = head.version === '1.1' ? !connection.includes('close') : connection.includes('keep-alive');
+          const idleSeconds = /(?:^|[,;\s])timeout\s*=\s*(\d+)/i.exec(String(head.headers['keep-alive'] ?? ''))?.[1];
+          this.idleMs = idleSeconds === undefined ? undefined : Number(idleSeconds) * 1000;
           this.framing = framingOf(this.method, head.status, head.headers);
           this.handler.head(head.status, head.message, head.headers);
           if (this.finished) return;
@@ -180,7 +192,7 @@ class Exchange {
   /** The response is complete; its connection is reused unless told otherwise or bytes followed it. */
   private complete(clean: boolean): void {
     this.finished = true;
-    this.release(this.keepAlive && clean);
+    this.release(this.keepAlive && clean, this.idleMs);
     this.handler.end();
   }
 
@@ -260,10 +272,10 @@ export class UpstreamPool {
     const onError = (err: Error) => exchange.closed(err);
     const onClose = () => exchange.closed(null);
     const onTimeout = () => exchange.fail(new Error(`upstream timed out after ${this.timeoutMs} ms`));
-    const exchange = new Exchange(method, handler, (reusable) => {
+    const exchange = new Exchange(method, handler, (reusable, idleMs) => {
       socket.off('data', onData).off('error', onError).off('close', onClose).off('end', onClose).off('timeout', onTimeout);
       socket.setTimeout(0);
-      this.release(socket, reusable);
+      this.release(socket, reusable, idleMs);
     });
     socket.on('data', onData).on('error', onError).on('close', onClose).on('end', onClose).on('timeout', onTimeout);
     socket.setTimeout(this.timeoutMs);
@@ -293,8 +305,13 @@ export class UpstreamPool {
     return socket;
   }
 
-  private release(socket: net.Socket, reusable: boolean): void {
-    if (!reusable || socket.destroyed) return void socket.destroy();
+  /**
+   * Keeps a connection for the next exchange, unless it cannot be reused; one the upstream said it closes after
+   * `idleMs` idle is given up a second before (as node:http's agent does), so no request races that close.
+   */
+  private release(socket: net.Socket, reusable: boolean, idleMs?: number): void {
+    const keepMs = idleMs === undefined ? 0 : idleMs - 1000;
+    if (!reusable || socket.destroyed || (idleMs !== undefined && keepMs <= 0)) return void socket.destroy();
     const drop = () => {
       entry.unwatch();
       socket.destroy();
@@ -302,9 +319,13 @@ export class UpstreamPool {
     };
     const entry: IdleConnection = {
       socket,
-      unwatch: () => socket.off('close', drop).off('error', drop).off('end', drop).off('data', drop),
+      unwatch: () => {
+        socket.off('close', drop).off('error', drop).off('end', drop).off('data', drop).off('timeout', drop);
+        socket.setTimeout(0);
+      },
     };
     socket.on('close', drop).on('error', drop).on('end', drop).on('data', drop);
+    if (keepMs > 0) socket.on('timeout', drop).setTimeout(keepMs);
     this.idle.push(entry);
   }
 }

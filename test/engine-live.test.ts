@@ -8,7 +8,6 @@ import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS } from '../src/cli/engineArgs
 import { startServe, type Running } from '../src/cli/serve.js';
 import { modelTiming, polynomialPerfModel, SimulatedEngine, type AnySchedulerConfig, type EngineState, type SchedulerConfig } from '../src/engine/index.js';
 import { MODEL } from './support/vllmUpstream.js';
-import { roundTrip } from './support/sseTiming.js';
 
 /** engine-reference §4.1, written out here as the oracle. */
 const prefillPolynomialMs = (tokens: number) => 4.209989e-7 * tokens * tokens + 1.518344e-2 * tokens + 16.50142;
@@ -85,6 +84,8 @@ describe('over HTTP with --timing model', () => {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
   /** Streams a completion; returns the client's time to the first token and the final usage. */
   function complete(url: string, body: Record<string, unknown>, onChunk?: (n: number, req: http.ClientRequest) => void): Promise<{ ttftMs: number; tokens: number; usage: Record<string, unknown> | null; finish: string | null }> {
+    // Serialized before the clock starts: 8,192 ids take the client a millisecond or more, no part of the server's TTFT.
+    const payload = JSON.stringify({ model: MODEL, stream: true, stream_options: { include_usage: true }, return_token_ids: true, ...body });
     return new Promise((resolve, reject) => {
       const t0 = performance.now();
       let ttftMs = -1;
@@ -115,7 +116,7 @@ describe('over HTTP with --timing model', () => {
         res.on('error', reject);
       });
       req.on('error', reject);
-      req.end(JSON.stringify({ model: MODEL, stream: true, stream_options: { include_usage: true }, return_token_ids: true, ...body }));
+      req.end(payload);
     });
   }
 
@@ -134,18 +135,30 @@ describe('over HTTP with --timing model', () => {
     const url = await serve({ mode: 'random', captures: ':memory:', timing: 'model', enablePromptTokensDetails: true });
     // Warm the path with a tiny request, so the measured ones carry no first-request costs.
     await complete(url, { prompt: ids(8), max_tokens: 1 });
-    const first = ids(8192, 20_000);
-    const second = [...first.slice(0, 4096), ...ids(4096, 40_000)];
-    const rtt = await roundTrip(url);
-    // The decode step sees the prompt's 128 blocks of 64 active out of 16,384.
-    const decodeMs = decodePolynomialMs(128 / 16384);
-    const a = await complete(url, { prompt: first, max_tokens: 2 });
-    expect(Math.abs(a.ttftMs - rtt - (prefillPolynomialMs(8192) + decodeMs))).toBeLessThanOrEqual(5);
-    expect(a.usage).toMatchObject({ prompt_tokens: 8192, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 0 } });
-    const b = await complete(url, { prompt: second, max_tokens: 2 });
-    expect(b.usage).toMatchObject({ prompt_tokens: 8192, prompt_tokens_details: { cached_tokens: 4096 } });
-    expect(Math.abs(b.ttftMs - rtt - (prefillPolynomialMs(4096) + decodeMs))).toBeLessThanOrEqual(5);
-    expect(Math.abs(a.ttftMs - b.ttftMs - (prefillPolynomialMs(8192) - prefillPolynomialMs(4096)))).toBeLessThanOrEqual(5);
+    // What the client sees beyond the engine's time (the HTTP round trip, the token's delivery) is measured by a
+    // 16-token request through the same path, whose own time the polynomial also gives: TTFT minus that is the
+    // engine's. Three rounds with fresh ids (each 8,192-token prompt misses the cache; all ids below Qwen3's
+    // 151,669), judged by their medians: one process serves and measures, so single samples carry its noise.
+    // A decode step sees the prompt's blocks of 64 active out of 16,384.
+    const modelMs = (prefilled: number, promptTokens: number) => prefillPolynomialMs(prefilled) + decodePolynomialMs(Math.ceil(promptTokens / 64) / 16384);
+    const delivery: number[] = [];
+    const full: number[] = [];
+    const cached: number[] = [];
+    for (let round = 0; round < 3; round++) {
+      const first = ids(8192, 10_000 + round * 30_000);
+      const second = [...first.slice(0, 4096), ...ids(4096, 20_000 + round * 30_000)];
+      delivery.push((await complete(url, { prompt: ids(16, 100_000 + round * 100), max_tokens: 2 })).ttftMs - modelMs(16, 16));
+      const a = await complete(url, { prompt: first, max_tokens: 2 });
+      expect(a.usage).toMatchObject({ prompt_tokens: 8192, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 0 } });
+      const b = await complete(url, { prompt: second, max_tokens: 2 });
+      expect(b.usage).toMatchObject({ prompt_tokens: 8192, prompt_tokens_details: { cached_tokens: 4096 } });
+      full.push(a.ttftMs);
+      cached.push(b.ttftMs);
+    }
+    const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[xs.length >> 1];
+    expect(Math.abs(median(full) - median(delivery) - modelMs(8192, 8192))).toBeLessThanOrEqual(5);
+    expect(Math.abs(median(cached) - median(delivery) - modelMs(4096, 8192))).toBeLessThanOrEqual(5);
+    expect(Math.abs(median(full) - median(cached) - (prefillPolynomialMs(8192) - prefillPolynomialMs(4096)))).toBeLessThanOrEqual(5);
   });
 
   it('64 blocks of 16 tokens and 50 concurrent long requests: answers throughout, preempts, completes every request', async () => {

@@ -352,8 +352,8 @@ export async function promptIds(body: Json, chat: boolean, serverTemplate: Templ
 export interface Upstream {
   url: string;
   port: number;
-  /** Requests received, with their headers and bytes. */
-  received: { path: string; headers: http.IncomingHttpHeaders; body: Json | null; raw: Buffer }[];
+  /** Requests received, with their headers and bytes, and when each SSE event of the answer was written (performance.now()). */
+  received: { path: string; headers: http.IncomingHttpHeaders; body: Json | null; raw: Buffer; sentMs: number[] }[];
   /** Responses whose client went away before they ended. */
   abandoned: number;
   close(): Promise<void>;
@@ -395,7 +395,8 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     } catch {
       body = null;
     }
-    received.push({ path, headers: req.headers, body, raw });
+    const sentMs: number[] = [];
+    received.push({ path, headers: req.headers, body, raw, sentMs });
     if (path === '/version') return json(res, 200, { version: options.legacy ? '0.10.1.1' : '0.11.0' });
     if (path === '/health') return void res.writeHead(200, { server: 'uvicorn' }).end();
     if (path === '/v1/models') return json(res, 200, { object: 'list', data: [{ id: MODEL, object: 'model', created: 1, owned_by: 'vllm', root: MODEL, parent: null, max_model_len: 40960, permission: [] }] });
@@ -490,7 +491,10 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', server: 'uvicorn' });
     res.flushHeaders();
     const event = (obj: unknown) => `data: ${JSON.stringify(options.legacy ? withoutTokenIdFields(obj) : obj)}\n\n`;
-    const send = (obj: unknown) => res.write(event(obj));
+    const send = (obj: unknown) => {
+      sentMs.push(performance.now());
+      return res.write(event(obj));
+    };
     const head = { id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model: MODEL };
     await nextRound(0);
     if (chat) {

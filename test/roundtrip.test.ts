@@ -141,6 +141,22 @@ describe('capture then replay through a vLLM-like upstream', () => {
     }
   });
 
+  it('restamps a captured stream with the X-Request-Id of each request, whatever its length', async () => {
+    const streams = CASES.filter((c) => c.body.stream === true);
+    // Six lengths, some repeated: more than the layouts a captured stream keeps (and twice the same one in a row).
+    for (const requestId of ['r', 'a-much-longer-request-id-0123456789', 'r', 'ab', 'abc', 'request-'.repeat(12), '7', 'abcd']) {
+      for (const c of streams) {
+        const r = await post(`http://127.0.0.1:${replay.port}`, c, { 'x-request-id': requestId });
+        const prefix = c.path === '/v1/chat/completions' ? 'chatcmpl' : 'cmpl';
+        const ids = [...r.text.matchAll(/^data: \{"id":"([^"]*)","object":"[^"]*","created":(\d+)/gm)];
+        expect(ids.length, c.name).toBe(r.text.split('\n\n').filter((e) => e.startsWith('data: {')).length);
+        for (const [, id] of ids) expect(id, c.name).toBe(`${prefix}-${requestId}`);
+        expect(new Set(ids.map((m) => m[2])).size, c.name).toBe(1);
+        expect(normalize(r.text), c.name).toBe(normalize(proxied.get(c.name) as string));
+      }
+    }
+  });
+
   it('answers the official client with the captured content, finish reason and usage', async () => {
     const client = new OpenAI({ baseURL: `http://127.0.0.1:${replay.port}/v1`, apiKey: 'unused' });
     const full = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi from openai' }], max_tokens: 32 });

@@ -1,5 +1,6 @@
 import { hideTokenIds } from '../capture/forward.js';
 import type { StoredExchange } from '../store/captureStore.js';
+import { LruCache } from '../util/lruCache.js';
 import { stampedPrefix, splitStamp } from './render.js';
 
 /** One captured SSE event around its `id`/`created` stamp: `lead` + stamp + `tail` (no stamp: `lead` is all of it). */
@@ -11,55 +12,73 @@ interface EventParts {
 }
 
 /**
+ * One layout of a captured stream for stamps of given lengths: every event's bytes with holes where its stamp
+ * goes, the holes' offsets and stamp kinds, and where each event ends (the same for every response of it).
+ */
+interface Template {
+  bytes: Buffer;
+  holes: Uint32Array;
+  /** Per hole, the index of its stamp in `CapturedStream.objects`. */
+  kinds: Uint16Array;
+  ends: Uint32Array;
+}
+
+/**
  * A captured stream's events split once at their stamps (and with the injected token ids hidden once) into their
- * UTF-8 bytes, so each response is one buffer of copied segments with its stamps in between (no string built or
- * encoded per response), and each release of events one `write` of a slice of it.
+ * UTF-8 bytes. A response copies the layout for its stamps' lengths whole and writes its stamps into the holes:
+ * one copy and one small write per event, no string built or encoded per response (ids of one server keep one
+ * length, so one layout serves them all). Each release of events is then one `write` of a slice of it.
  */
 class CapturedStream {
   private readonly parts: EventParts[];
-  /** Bytes of every lead and tail; and how many events carry each kind of stamp. */
-  private readonly fixedBytes: number;
-  private readonly stampsOf = new Map<string | null, number>();
+  /** The stamps' objects, in the order of `Template.kinds`. */
+  private readonly objects: (string | null)[] = [];
+  /** By the stamps' lengths (a client's X-Request-Id sets the id's): a few, not one per length ever seen. */
+  private readonly templates = new LruCache<string, Template>(4);
 
   constructor(ex: StoredExchange, hide: boolean) {
-    let fixed = 0;
     this.parts = ex.eventEnds.map((end, i) => {
       const text = ex.responseBody.toString('utf8', i === 0 ? 0 : ex.eventEnds[i - 1], end);
       const { lead, object, tail } = splitStamp(hide ? hideTokenIds(text) : text);
-      const parts = { lead: Buffer.from(lead, 'utf8'), object, tail: Buffer.from(tail, 'utf8') };
-      fixed += parts.lead.length + parts.tail.length;
-      if (object !== undefined) this.stampsOf.set(object, (this.stampsOf.get(object) ?? 0) + 1);
-      return parts;
+      if (object !== undefined && !this.objects.includes(object)) this.objects.push(object);
+      return { lead: Buffer.from(lead, 'utf8'), object, tail: Buffer.from(tail, 'utf8') };
     });
-    this.fixedBytes = fixed;
   }
 
   /** This response's bytes, with the byte offset where each event ends. */
   render(id: string, created: number): RenderedStream {
-    const stamps = new Map<string | null, Buffer>();
-    let total = this.fixedBytes;
-    for (const [object, count] of this.stampsOf) {
-      const stamp = Buffer.from(stampedPrefix(id, object, created), 'utf8');
-      stamps.set(object, stamp);
-      total += stamp.length * count;
-    }
-    const bytes = Buffer.allocUnsafe(total);
+    const stamps = this.objects.map((object) => Buffer.from(stampedPrefix(id, object, created), 'utf8'));
+    const lengths = stamps.map((stamp) => stamp.length).join(',');
+    let template = this.templates.get(lengths);
+    if (!template) this.templates.set(lengths, (template = this.layout(stamps)));
+    const bytes = Buffer.allocUnsafe(template.bytes.length);
+    bytes.set(template.bytes);
+    const { holes, kinds } = template;
+    for (let h = 0; h < holes.length; h++) bytes.set(stamps[kinds[h]], holes[h]);
+    return new RenderedStream(bytes, template.ends);
+  }
+
+  private layout(stamps: Buffer[]): Template {
+    const kindOf = (object: string | null) => this.objects.indexOf(object);
+    const stamped = this.parts.filter((p) => p.object !== undefined);
+    const total = this.parts.reduce((n, p) => n + p.lead.length + p.tail.length + (p.object === undefined ? 0 : stamps[kindOf(p.object)].length), 0);
+    const bytes = Buffer.alloc(total);
+    const holes = new Uint32Array(stamped.length);
+    const kinds = new Uint16Array(stamped.length);
     const ends = new Uint32Array(this.parts.length);
     let offset = 0;
-    for (let i = 0; i < this.parts.length; i++) {
-      const p = this.parts[i];
-      bytes.set(p.lead, offset);
-      offset += p.lead.length;
+    let hole = 0;
+    this.parts.forEach((p, i) => {
+      offset += p.lead.copy(bytes, offset);
       if (p.object !== undefined) {
-        const stamp = stamps.get(p.object) as Buffer;
-        bytes.set(stamp, offset);
-        offset += stamp.length;
+        holes[hole] = offset;
+        kinds[hole++] = kindOf(p.object);
+        offset += stamps[kindOf(p.object)].length;
       }
-      bytes.set(p.tail, offset);
-      offset += p.tail.length;
+      offset += p.tail.copy(bytes, offset);
       ends[i] = offset;
-    }
-    return new RenderedStream(bytes, ends);
+    });
+    return { bytes, holes, kinds, ends };
   }
 }
 

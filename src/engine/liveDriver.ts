@@ -8,11 +8,12 @@ const SPIN_MS = 4;
 
 /**
  * Longest run of back-to-back zero-time passes before the driver lets I/O happen. Each slice's tokens go out as
- * one write per stream: 4 ms rather than 2 halves the writes, which were 30 % of the server's busy time at 256
- * streams (`bench:replay`, interleaved 2 vs 4: 0.53–0.58× against 0.69–0.83× of a bare server), at the cost of
- * reading new requests up to 4 ms later while the engine runs flat out.
+ * one write per stream, and those writes were the largest part of the server's busy time at 256 streams.
+ * `bench:replay` on 2026-11-27, replay ÷ bare, two sets of three rounds with 4 ms and 8 ms alternated: at 256
+ * streams 0.55–0.89 against 0.75–1.03 (medians 0.58, 0.66 against 0.85, 0.97); at 16 streams 0.79–1.11 against
+ * 0.89–1.15. The cost: new requests are read (and /health answered) up to 8 ms later while the engine runs flat out.
  */
-const ZERO_TIME_SLICE_MS = 4;
+const ZERO_TIME_SLICE_MS = 8;
 
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 

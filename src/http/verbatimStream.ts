@@ -6,8 +6,8 @@ import { stampedPrefix, splitStamp } from './render.js';
 /** One captured SSE event around its `id`/`created` stamp: `lead` + stamp + `tail` (no stamp: `lead` is all of it). */
 interface EventParts {
   lead: Buffer;
-  /** The stamp's `object` (null: a stamp with only the id; undefined: the event has no stamp). */
-  object: string | null | undefined;
+  /** Its stamp's index in `CapturedStream.objects` (undefined: the event has no stamp). */
+  kind: number | undefined;
   tail: Buffer;
 }
 
@@ -18,7 +18,7 @@ interface EventParts {
 interface Template {
   bytes: Buffer;
   holes: Uint32Array;
-  /** Per hole, the index of its stamp in `CapturedStream.objects`. */
+  /** Per hole, its stamp's index in `CapturedStream.objects`. */
   kinds: Uint16Array;
   ends: Uint32Array;
 }
@@ -31,7 +31,7 @@ interface Template {
  */
 class CapturedStream {
   private readonly parts: EventParts[];
-  /** The stamps' objects, in the order of `Template.kinds`. */
+  /** The stamps' distinct `object`s (null: a stamp with only the id), by the index events and holes name. */
   private readonly objects: (string | null)[] = [];
   /** By the stamps' lengths (a client's X-Request-Id sets the id's): a few, not one per length ever seen. */
   private readonly templates = new LruCache<string, Template>(4);
@@ -40,8 +40,12 @@ class CapturedStream {
     this.parts = ex.eventEnds.map((end, i) => {
       const text = ex.responseBody.toString('utf8', i === 0 ? 0 : ex.eventEnds[i - 1], end);
       const { lead, object, tail } = splitStamp(hide ? hideTokenIds(text) : text);
-      if (object !== undefined && !this.objects.includes(object)) this.objects.push(object);
-      return { lead: Buffer.from(lead, 'utf8'), object, tail: Buffer.from(tail, 'utf8') };
+      let kind: number | undefined;
+      if (object !== undefined) {
+        kind = this.objects.indexOf(object);
+        if (kind < 0) kind = this.objects.push(object) - 1;
+      }
+      return { lead: Buffer.from(lead, 'utf8'), kind, tail: Buffer.from(tail, 'utf8') };
     });
   }
 
@@ -58,27 +62,27 @@ class CapturedStream {
     return new RenderedStream(bytes, template.ends);
   }
 
+  /** The events with these stamps in their holes (what a response overwrites), and where holes and events are. */
   private layout(stamps: Buffer[]): Template {
-    const kindOf = (object: string | null) => this.objects.indexOf(object);
-    const stamped = this.parts.filter((p) => p.object !== undefined);
-    const total = this.parts.reduce((n, p) => n + p.lead.length + p.tail.length + (p.object === undefined ? 0 : stamps[kindOf(p.object)].length), 0);
-    const bytes = Buffer.alloc(total);
-    const holes = new Uint32Array(stamped.length);
-    const kinds = new Uint16Array(stamped.length);
+    const pieces: Buffer[] = [];
+    const holes: number[] = [];
+    const kinds: number[] = [];
     const ends = new Uint32Array(this.parts.length);
     let offset = 0;
-    let hole = 0;
-    this.parts.forEach((p, i) => {
-      offset += p.lead.copy(bytes, offset);
-      if (p.object !== undefined) {
-        holes[hole] = offset;
-        kinds[hole++] = kindOf(p.object);
-        offset += stamps[kindOf(p.object)].length;
+    this.parts.forEach(({ lead, kind, tail }, i) => {
+      pieces.push(lead);
+      offset += lead.length;
+      if (kind !== undefined) {
+        holes.push(offset);
+        kinds.push(kind);
+        pieces.push(stamps[kind]);
+        offset += stamps[kind].length;
       }
-      offset += p.tail.copy(bytes, offset);
+      pieces.push(tail);
+      offset += tail.length;
       ends[i] = offset;
     });
-    return { bytes, holes, kinds, ends };
+    return { bytes: Buffer.concat(pieces, offset), holes: Uint32Array.from(holes), kinds: Uint16Array.from(kinds), ends };
   }
 }
 

@@ -311,8 +311,8 @@ export class UpstreamPool {
    * `idleMs` idle is given up a second before (as node:http's agent does), so no request races that close.
    */
   private release(socket: net.Socket, reusable: boolean, idleMs?: number): void {
-    const keepMs = idleMs === undefined ? 0 : idleMs - 1000;
-    if (!reusable || socket.destroyed || (idleMs !== undefined && keepMs <= 0)) return void socket.destroy();
+    const keepMs = idleMs === undefined ? undefined : idleMs - 1000;
+    if (!reusable || socket.destroyed || (keepMs !== undefined && keepMs <= 0)) return void socket.destroy();
     const drop = () => {
       entry.unwatch();
       socket.destroy();
@@ -326,7 +326,7 @@ export class UpstreamPool {
       },
     };
     socket.on('close', drop).on('error', drop).on('end', drop).on('data', drop);
-    if (keepMs > 0) socket.on('timeout', drop).setTimeout(keepMs);
+    if (keepMs !== undefined) socket.on('timeout', drop).setTimeout(keepMs);
     this.idle.push(entry);
   }
 }

@@ -352,7 +352,10 @@ export async function promptIds(body: Json, chat: boolean, serverTemplate: Templ
 export interface Upstream {
   url: string;
   port: number;
-  /** Requests received, with their headers and bytes, and when each SSE event of the answer was written (performance.now()). */
+  /**
+   * Requests received, with their headers and bytes, and when each JSON event of a streamed answer was written
+   * (performance.now(); not the closing `[DONE]` nor an error event, written with the end).
+   */
   received: { path: string; headers: http.IncomingHttpHeaders; body: Json | null; raw: Buffer; sentMs: number[] }[];
   /** Responses whose client went away before they ended. */
   abandoned: number;

@@ -7,11 +7,13 @@
  *    K exchanges end together). Exchanges are built 128 at a time and only the saveExchanges calls are timed;
  *    per-write times are a batch's time / K. The CPU time of the whole process (this thread and the
  *    checkpointer's) in the timed calls is reported per write;
- * 2. findByPrompt at that size: random stored prompts (hits). The exchange it returns reads its large values on
- *    first use, so the same lookups are timed again reading what replay reads (generations, response body);
+ * 2. the writer closed, the file opened read-only as `mocker serve` opens it (no --on-miss record): findByPrompt
+ *    at that size on random stored prompts (hits), --rounds rounds of --lookups each, reported as the median
+ *    round's rate and the spread over rounds. The exchange it returns reads its large values on first use,
+ *    so lookups are timed again reading what replay reads (generations, response body);
  * 3. nearest(), the miss path: a stored prompt with its last 10 tokens changed.
  *
- *   npx tsx bench/store.ts [--n 100000] [--batch 1] [--lookups 2000] [--nearest 5] [--dir /tmp] [--keep] [--writer-checkpoints]
+ *   npx tsx bench/store.ts [--n 100000] [--batch 1] [--lookups 2000] [--rounds 5] [--nearest 5] [--dir /tmp] [--keep] [--writer-checkpoints]
  */
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
@@ -25,6 +27,8 @@ const BATCH = Math.max(1, numberArg('batch', 1));
 /** Exchanges built ahead of the timed calls: ~11 MB (more would outlive V8's young generation, to be copied by the GC). */
 const CHUNK = Math.ceil(128 / BATCH) * BATCH;
 const LOOKUPS = numberArg('lookups', 2000);
+/** Rounds of LOOKUPS lookups; the median round is reported, with the spread. */
+const ROUNDS = Math.max(1, numberArg('rounds', 5));
 const NEAREST = numberArg('nearest', 5);
 const fileSize = (path: string) => {
   try {
@@ -76,33 +80,43 @@ function main(): void {
   }
   const writes = { perS: Math.round((N * 1000) / timed), cpuUsPerWrite: Math.round(cpuUs / N), systemUsPerWrite: Math.round(systemUs / N), cores: round(cpuUs / 1000 / timed, 2), p50Ms: round(median(writeMs)), p99Ms: round(quantile(writeMs, 0.99)), maxMs: round(quantile(writeMs, 1)) };
 
-  // 2. lookups (hits) on random stored prompts
-  const lookupMs: number[] = [];
+  store.close();
+  const bytes = { db: fileSize(dbPath), wal: fileSize(`${dbPath}-wal`) };
+  // Read as `mocker serve` reads a capture file (without --on-miss record: read-only).
+  const replayStore = CaptureStore.open(dbPath, { readonly: true });
+
+  // 2. lookups (hits) on random stored prompts, in rounds: the first pays for the JIT
   let seed = 12345;
   const random = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);
-  for (let k = 0; k < LOOKUPS; k++) {
-    const i = Math.floor(random() * N);
-    const ids = promptIds(i);
-    const t = nowMs();
-    const found = store.findByPrompt(MODEL, ids);
-    lookupMs.push(nowMs() - t);
-    if (found.length !== 1 || found[0].id !== i + 1) throw new Error(`lookup of exchange ${i + 1} found ${found.map((f) => f.id).join(',') || 'nothing'}`);
-  }
-  const lookups = { perS: Math.round((LOOKUPS * 1000) / lookupMs.reduce((a, b) => a + b, 0)), p50Ms: round(median(lookupMs)), p99Ms: round(quantile(lookupMs, 0.99)) };
-  console.log(`  ${LOOKUPS} findByPrompt hits: ${lookups.perS}/s, p50 ${lookups.p50Ms} ms`);
-
-  // 2b. the same, reading what a replay reads (other prompts: the store remembers recent lookups)
-  const readMs: number[] = [];
-  for (let k = 0; k < LOOKUPS; k++) {
-    const ids = promptIds(Math.floor(random() * N));
-    const t = nowMs();
-    const [found] = store.findByPrompt(MODEL, ids);
-    const read = found.generations[0].outputIds.length + found.responseBody.length + found.eventTimes.length;
-    readMs.push(nowMs() - t);
-    if (read === 0) throw new Error('read nothing');
-  }
-  const reads = { perS: Math.round((LOOKUPS * 1000) / readMs.reduce((a, b) => a + b, 0)), p50Ms: round(median(readMs)), p99Ms: round(quantile(readMs, 0.99)) };
-  console.log(`  ${LOOKUPS} findByPrompt hits read in full: ${reads.perS}/s, p50 ${reads.p50Ms} ms`);
+  const lookupRounds = (readInFull: boolean) => {
+    const perS: number[] = [];
+    const allMs: number[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      let sum = 0;
+      for (let k = 0; k < LOOKUPS; k++) {
+        // Other prompts each time: the store remembers recent lookups.
+        const i = Math.floor(random() * N);
+        const ids = promptIds(i);
+        const t = nowMs();
+        const found = replayStore.findByPrompt(MODEL, ids);
+        if (readInFull) {
+          const read = found[0].generations[0].outputIds.length + found[0].responseBody.length + found[0].eventTimes.length;
+          if (read === 0) throw new Error('read nothing');
+        }
+        const ms = nowMs() - t;
+        sum += ms;
+        allMs.push(ms);
+        if (found.length !== 1 || found[0].id !== i + 1) throw new Error(`lookup of exchange ${i + 1} found ${found.map((f) => f.id).join(',') || 'nothing'}`);
+      }
+      perS.push(Math.round((LOOKUPS * 1000) / sum));
+    }
+    return { perS: median(perS), perSMin: Math.min(...perS), perSMax: Math.max(...perS), rounds: perS, p50Ms: round(median(allMs)), p99Ms: round(quantile(allMs, 0.99)) };
+  };
+  const lookups = lookupRounds(false);
+  console.log(`  ${ROUNDS} × ${LOOKUPS} findByPrompt hits: ${lookups.perS}/s (rounds ${lookups.rounds.join(', ')}), p50 ${lookups.p50Ms} ms`);
+  // 2b. the same, reading what a replay reads
+  const reads = lookupRounds(true);
+  console.log(`  ${ROUNDS} × ${LOOKUPS} findByPrompt hits read in full: ${reads.perS}/s (rounds ${reads.rounds.join(', ')}), p50 ${reads.p50Ms} ms`);
 
   // 3. the miss path's nearest()
   const nearestMs: number[] = [];
@@ -111,13 +125,12 @@ function main(): void {
     const probe = promptIds(i);
     for (let j = PROMPT_LEN - 10; j < PROMPT_LEN; j++) probe[j] = 151_500 + j;
     const t = nowMs();
-    const near = store.nearest(MODEL, probe);
+    const near = replayStore.nearest(MODEL, probe);
     nearestMs.push(nowMs() - t);
     if (!near || near.exchangeId !== i + 1 || near.commonPrefix !== PROMPT_LEN - 10) throw new Error(`nearest of exchange ${i + 1}: ${JSON.stringify(near && { id: near.exchangeId, prefix: near.commonPrefix })}`);
     console.log(`  nearest() ${k + 1}/${NEAREST}: ${round(nearestMs[k], 1)} ms`);
   }
-  store.close();
-  const bytes = { db: fileSize(dbPath), wal: fileSize(`${dbPath}-wal`) };
+  replayStore.close();
 
   console.log('');
   printTable(
@@ -134,7 +147,7 @@ function main(): void {
   console.log(
     JSON.stringify({
       bench: 'store',
-      config: { n: N, batch: BATCH, promptLen: PROMPT_LEN, outputLen: OUTPUT_LEN, lookups: LOOKUPS, nearest: NEAREST },
+      config: { n: N, batch: BATCH, promptLen: PROMPT_LEN, outputLen: OUTPUT_LEN, lookups: LOOKUPS, rounds: ROUNDS, nearest: NEAREST },
       writes,
       lookups,
       lookupsReadInFull: reads,

@@ -183,11 +183,16 @@ export interface NearestCapture {
   commonPrefix: number;
 }
 
-export function promptKey(model: string, promptIds: ArrayLike<number>): string {
-  return packedPromptKey(model, packU32(promptIds));
-}
+/**
+ * The ids are hashed as packed u32 from one reused buffer: a buffer per key would be an ArrayBuffer outside V8's
+ * heap, whose allocation and collection cost a lookup as much as its SQLite query.
+ */
+let keyScratch = new Uint32Array(4096);
 
-function packedPromptKey(model: string, packed: Buffer): string {
+export function promptKey(model: string, promptIds: ArrayLike<number>): string {
+  if (keyScratch.length < promptIds.length) keyScratch = new Uint32Array(promptIds.length);
+  keyScratch.set(promptIds);
+  const packed = new Uint8Array(keyScratch.buffer, 0, promptIds.length * 4);
   return createHash('sha256').update(model).update('\0').update(packed).digest('hex');
 }
 
@@ -321,7 +326,7 @@ interface FoundExchange extends Omit<StoredExchange, LazyKey> {}
 class FoundExchange implements StoredExchange {
   readonly #reader: ExchangeReader;
   readonly #row: ExchangeHead;
-  readonly #packedPrompt: Buffer | undefined;
+  readonly #prompt: number[] | undefined;
   readonly #read: Partial<LazyValues> = {};
   #blobs: ExchangeBlobs | undefined;
   #details: ExchangeDetails | undefined;
@@ -329,10 +334,10 @@ class FoundExchange implements StoredExchange {
   #decodedTables: ExchangeTables | undefined;
   #decodedRecord: ExchangeRecord | undefined;
 
-  constructor(reader: ExchangeReader, row: ExchangeHead, packedPrompt: Buffer | undefined) {
+  constructor(reader: ExchangeReader, row: ExchangeHead, prompt: number[] | undefined) {
     this.#reader = reader;
     this.#row = row;
-    this.#packedPrompt = packedPrompt;
+    this.#prompt = prompt;
     this.id = row.id;
     this.runId = row.runId;
     this.startedAt = row.startedAt;
@@ -363,7 +368,7 @@ class FoundExchange implements StoredExchange {
       case 'tokenSource':
         return this.#detail().tokenSource as TokenSource | null;
       case 'promptIds':
-        return this.#packedPrompt ? unpackU32(this.#packedPrompt) : this.#reader.prompt(row);
+        return this.#prompt ?? this.#reader.prompt(row);
       case 'requestHeaders':
         return JSON.parse(this.#detail().requestHeaders ?? '{}') as HeaderMap;
       case 'responseHeaders':
@@ -733,19 +738,20 @@ export class CaptureStore {
    * the store is open (`getExchange` gives one whole).
    */
   findByPrompt(model: string, promptIds: ArrayLike<number>): StoredExchange[] {
-    const packed = packU32(promptIds);
-    return this.findByKey(packedPromptKey(model, packed), packed);
+    return this.findByKey(promptKey(model, promptIds), promptIds);
   }
 
   /**
    * Every complete exchange stored under `key` (a prompt key or a pooling key), oldest first; remembered likewise.
-   * `packedPrompt`: the prompt the key was made of (`packU32`), when it is a prompt key: its captures' prompt, not
-   * read again.
+   * `prompt`: the prompt the key was made of, when it is a prompt key: its captures' prompt (copied), not read again.
    */
-  findByKey(key: string, packedPrompt?: Buffer): StoredExchange[] {
+  findByKey(key: string, prompt?: ArrayLike<number>): StoredExchange[] {
     let found = this.recentLookups.get(key);
     if (!found) {
-      found = this.selectByKey.all(key).map((row) => this.hydrate(exchangeHead(row), packedPrompt));
+      const rows = this.selectByKey.all(key);
+      // Copied: what the store remembers must not change with the caller's array.
+      const ids = prompt && rows.length > 0 ? (Array.prototype.slice.call(prompt) as number[]) : undefined;
+      found = rows.map((row) => this.hydrate(exchangeHead(row), ids));
       this.recentLookups.set(key, found);
     }
     return found;
@@ -1019,11 +1025,11 @@ export class CaptureStore {
   }
 
   /**
-   * A stored exchange whose small values are read and whose large ones are read on first use (`packedPrompt`: the
-   * prompt's ids, `packU32`ed, when the caller knows them).
+   * A stored exchange whose small values are read and whose large ones are read on first use (`prompt`: the
+   * prompt's ids, when the caller knows them).
    */
-  private hydrate(row: ExchangeHead, packedPrompt?: Buffer): FoundExchange {
-    return new FoundExchange(this.reader, row, packedPrompt);
+  private hydrate(row: ExchangeHead, prompt?: number[]): FoundExchange {
+    return new FoundExchange(this.reader, row, prompt);
   }
 
   /** How found exchanges read their large values. */

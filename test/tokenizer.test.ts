@@ -39,6 +39,13 @@ describe.each(cases)('tokenizer oracle %s', (file, make) => {
       expect(await tok.encode(r.text, false), r.text).toEqual(r.ids_without_special);
     }
   });
+  it('gives each caller its own ids: changing them does not change a later encoding of the same text', async () => {
+    const r = all.find((r): r is EncodeRow => r.kind === 'encode')!;
+    const first = await tok.encode(r.text, true);
+    first.fill(0);
+    first.push(7);
+    expect(await tok.encode(r.text, true)).toEqual(r.ids_with_special);
+  });
   it('renders every chat request and tokenizes it as vLLM does', async () => {
     for (const r of all.filter((r): r is ChatRow => r.kind === 'chat')) {
       const prompt = tok.renderChat(r.request);

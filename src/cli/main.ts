@@ -204,7 +204,7 @@ program
     if (seed004Capture(process.env) && command.getOptionValueSource('mode') === 'default') {
       if (!o.upstream) throw new Error('CAPTURE_MODE=1 records a real engine: give its URL with --upstream (or MOCKER_UPSTREAM)');
       console.log('mocker serve: CAPTURE_MODE=1: running as mocker capture');
-      stopOnSignal('capture', await startCaptureWith(o), o.shutdownTimeout);
+      await stopOnSignal('capture', startCaptureWith(o), o.shutdownTimeout);
       return;
     }
     // Dynamo's rule: the SGLang page size is the block size unless only one of them is given.
@@ -302,8 +302,8 @@ program
     if (o.pd) {
       if (role !== 'agg') throw new Error('--pd starts its own prefill and decode engines: drop --disaggregation-mode');
       if (o.threads > 1) throw new Error('--threads spreads --num-workers engines; --pd runs its engines in the main thread: drop --threads');
-      stopOnSignal('serve', await startPdDeployment(options, parsePdLayout(o.pd)), o.shutdownTimeout);
-    } else stopOnSignal('serve', threads > 1 ? await startServeThreads(options, threads) : await startServe(options), o.shutdownTimeout);
+      await stopOnSignal('serve', startPdDeployment(options, parsePdLayout(o.pd)), o.shutdownTimeout);
+    } else await stopOnSignal('serve', threads > 1 ? startServeThreads(options, threads) : startServe(options), o.shutdownTimeout);
   });
 
 program
@@ -354,8 +354,7 @@ program
   .addOption(shutdownTimeout())
   .action(async (o) => {
     const urls = (list: string, flag: string) => list.split(',').map((u) => checkedUrl(flag, u.trim()));
-    const proxy = await startPdProxy({ prefill: urls(o.prefill, '--prefill'), decode: urls(o.decode, '--decode'), host: o.host, port: o.port, maxBodyBytes: o.maxBodyBytes });
-    stopOnSignal('pd-proxy', proxy, o.shutdownTimeout);
+    await stopOnSignal('pd-proxy', startPdProxy({ prefill: urls(o.prefill, '--prefill'), decode: urls(o.decode, '--decode'), host: o.host, port: o.port, maxBodyBytes: o.maxBodyBytes }), o.shutdownTimeout);
   });
 
 program
@@ -372,7 +371,7 @@ program
   .option('--redact-header <name>', 'also never store this header (Authorization, API keys and cookies never are)', collect, [...DEFAULT_REDACTED_HEADERS])
   .option('--redact-bodies', 'store token ids and timing only: no text, request body or response bytes (replay renders from the ids)')
   .addOption(shutdownTimeout())
-  .action(async (o) => stopOnSignal('capture', await startCaptureWith(o), o.shutdownTimeout));
+  .action(async (o) => stopOnSignal('capture', startCaptureWith(o), o.shutdownTimeout));
 
 /** `mocker captures <command> FILE`: capture files as a product (each command registers itself here). */
 program.command('captures').description('Inspect, export, merge, verify, diff and fit capture files.')

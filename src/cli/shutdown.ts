@@ -88,10 +88,13 @@ export function stopSummary(report: StopReport): string {
 }
 
 /**
- * Stops `running` gracefully on the first SIGINT/SIGTERM (stop taking requests, let those in flight finish for
- * up to `timeoutS` seconds, close everything, print one summary line, exit 0); a second signal exits at once.
+ * Stops what `starting` starts gracefully on the first SIGINT/SIGTERM (stop taking requests, let those in flight
+ * finish for up to `timeoutS` seconds, close everything, print one summary line, exit 0); a second signal exits
+ * at once. The handlers are in place before the start, so a signal that arrives once the startup line is printed
+ * (or while it starts) stops it gracefully instead of killing the process. Resolves once started; a failed start
+ * removes the handlers and rejects, for the command to report.
  */
-export function stopOnSignal(command: string, running: { close(graceMs?: number): Promise<StopReport> }, timeoutS: number): void {
+export async function stopOnSignal(command: string, starting: Promise<{ close(graceMs?: number): Promise<StopReport> }>, timeoutS: number): Promise<void> {
   let stopping = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (stopping) {
@@ -100,17 +103,29 @@ export function stopOnSignal(command: string, running: { close(graceMs?: number)
     }
     stopping = true;
     console.log(`mocker ${command}: ${signal}: draining the requests in flight (up to ${timeoutS} s; ${signal} again exits at once)`);
-    running.close(timeoutS * 1000).then(
-      (report) => {
-        console.log(`mocker ${command}: ${stopSummary(report)}`);
-        process.exit(0);
-      },
-      (err: unknown) => {
-        console.error(`mocker ${command}: stopping failed: ${err instanceof Error ? err.message : String(err)}`);
-        process.exit(1);
-      },
+    starting.then(
+      (running) =>
+        running.close(timeoutS * 1000).then(
+          (report) => {
+            console.log(`mocker ${command}: ${stopSummary(report)}`);
+            process.exit(0);
+          },
+          (err: unknown) => {
+            console.error(`mocker ${command}: stopping failed: ${err instanceof Error ? err.message : String(err)}`);
+            process.exit(1);
+          },
+        ),
+      // A start that fails is the command's to report.
+      () => undefined,
     );
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  try {
+    await starting;
+  } catch (err) {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    throw err;
+  }
 }

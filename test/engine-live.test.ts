@@ -6,7 +6,7 @@ import http from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS } from '../src/cli/engineArgs.js';
 import { startServe, type Running } from '../src/cli/serve.js';
-import { modelTiming, polynomialPerfModel, SimulatedEngine, type AnySchedulerConfig, type EngineState, type SchedulerConfig } from '../src/engine/index.js';
+import { modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type AnySchedulerConfig, type EngineObserver, type EngineState, type SchedulerConfig } from '../src/engine/index.js';
 import { MODEL } from './support/vllmUpstream.js';
 
 /** engine-reference §4.1, written out here as the oracle. */
@@ -52,6 +52,21 @@ describe('§9.2 items 20–21 through the live driver', () => {
     expect(idle(engine.state())).toBe(true);
     // Identical prompts: all but the first found their full blocks in the prefix cache.
     expect(engine.state().ranks[0].prefixCacheHits).toBe(9 * 64);
+  });
+
+  it("a pass's tokens reach its stream before its statistics reach the observers; flushStatistics makes them current at once", async () => {
+    const seen: string[] = [];
+    const observer: EngineObserver = {
+      onPass: (_rank, stats) => void (stats.generationTokens > 0 && seen.push(`observer: pass of ${stats.generationTokens} token(s)`)),
+      onFinished: (_rank, request) => void seen.push(`observer: finished (${request.finishReason})`),
+    };
+    const engine = new SimulatedEngine({ scheduler: scheduler({ timing: zeroTiming(false) }), dataParallelSize: 1, speedupRatio: 1, timingDescription: 'none', observers: [observer] });
+    const stream = engine.submit({ requestId: 'r', arrivalMs: performance.now(), promptTokenIds: ids(10), sequences: [{ outputTokenIds: ids(1, 5), finishReason: 'length' }] }, new AbortController().signal);
+    for await (const batch of stream) for (const e of batch) seen.push(`stream: ${e.emitted} token(s)`);
+    // The stream has ended: its one pass is over, and its statistics are still queued.
+    expect(seen).toEqual(['stream: 1 token(s)']);
+    engine.flushStatistics();
+    expect(seen).toEqual(['stream: 1 token(s)', 'observer: finished (length)', 'observer: pass of 1 token(s)']);
   });
 
   it('21: dropping the receiver after 129 of 200 tokens frees every block', async () => {

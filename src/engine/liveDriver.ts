@@ -93,9 +93,6 @@ export class LiveDriver {
   private lastPassEndMs = -Infinity;
 
   private lastStats: EngineStats;
-  /** A pass's latencies, refilled for every pass (observers read them during onPass only). */
-  private readonly timesToFirstTokenS: number[] = [];
-  private readonly interTokenLatenciesS: number[] = [];
 
   constructor(
     readonly core: SchedulerCore,
@@ -282,10 +279,9 @@ export class LiveDriver {
   /** Hands the pass to the observer as vLLM's loggers see a step; tokens count at the pass end. */
   private observe(tokens: readonly TokenOut[], endMs: number): void {
     const stats = this.core.engineStats();
-    const timesToFirstTokenS = this.timesToFirstTokenS;
-    const interTokenLatenciesS = this.interTokenLatenciesS;
-    timesToFirstTokenS.length = 0;
-    interTokenLatenciesS.length = 0;
+    // The observer may keep them: its calls can come after the next pass (see SimulatedEngine).
+    const timesToFirstTokenS: number[] = [];
+    const interTokenLatenciesS: number[] = [];
     // vLLM's IterationStats: a request's whole prompt counts once, with its first token (cached tokens included).
     let promptTokens = 0;
     for (const t of tokens) {

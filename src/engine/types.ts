@@ -76,6 +76,8 @@ export interface Engine {
   cachedBlockEventHashes(): bigint[][];
   /** Frees a hold (the remote decode pulled the KV); false when there is none (unknown, expired, released). */
   releaseKvHold(holdId: string): boolean;
+  /** Observers have seen every pass so far (their statistics lag the tokens by a turn otherwise): before a scrape. */
+  flushStatistics(): void;
 }
 
 export interface EngineState {

@@ -659,14 +659,15 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   });
   app.get('/metrics', async (c) => {
     if (!config.metrics) return c.body('{"detail":"Not Found"}', 404, { 'content-type': 'application/json' });
+    config.engine.flushStatistics();
     return c.body(await config.metrics.text(), 200, { 'content-type': config.metrics.contentType });
   });
   for (const [path, source] of Object.entries(config.backendMetrics ?? {})) {
-    app.get(path, async (c) =>
-      'notFound' in source
-        ? c.body(JSON.stringify({ detail: `Not Found: ${source.notFound}` }), 404, { 'content-type': 'application/json' })
-        : c.body(await source.text(), 200, { 'content-type': source.contentType }),
-    );
+    app.get(path, async (c) => {
+      if ('notFound' in source) return c.body(JSON.stringify({ detail: `Not Found: ${source.notFound}` }), 404, { 'content-type': 'application/json' });
+      config.engine.flushStatistics();
+      return c.body(await source.text(), 200, { 'content-type': source.contentType });
+    });
   }
   app.on(['GET', 'POST'], '/ping', (c) => c.body(null, 200));
   if (config.loraRuntimeUpdating && config.lora) {

@@ -3,7 +3,6 @@
  * `--shutdown-timeout`, stored as aborted), `/health` answers 503 meanwhile, the capture file is closed
  * self-contained (the `.db` alone, copied elsewhere, replays everything), and a second signal exits at once.
  */
-import { spawn } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readdirSync } from 'node:fs';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -12,7 +11,7 @@ import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePorts } from './support/kvEventsClient.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { spawnMockerProcess, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -237,19 +236,15 @@ describe('a signal while it starts', () => {
     await new Promise<void>((resolve) => slowUpstream.listen(0, '127.0.0.1', resolve));
     try {
       const url = `http://127.0.0.1:${(slowUpstream.address() as AddressInfo).port}`;
-      const main = join(import.meta.dirname, '..', 'dist', 'cli', 'main.js');
       const db = join(tempDir(), 'starting.db');
-      const child = spawn(process.execPath, [main, 'capture', '--upstream', url, '--captures', db, '--host', '127.0.0.1', '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
-      let stdout = '';
-      child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
-      const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+      const { child, stdout, exited } = spawnMockerProcess(['capture', '--upstream', url, '--captures', db, '--host', '127.0.0.1', '--port', '0']);
       await firstProbe;
       child.kill('SIGTERM');
       // Killed by the signal, it would never say so.
-      while (!stdout.includes('draining') && child.exitCode === null && child.signalCode === null) await new Promise((resolve) => setTimeout(resolve, 20));
+      while (!stdout().includes('draining') && child.exitCode === null && child.signalCode === null) await new Promise((resolve) => setTimeout(resolve, 20));
       for (const res of held) res.writeHead(404, { 'content-type': 'application/json' }).end('{"detail":"Not Found"}');
       expect(await exited).toEqual({ code: 0, signal: null });
-      expect(stdout).toContain('0 exchange(s) recorded (0 aborted)');
+      expect(stdout()).toContain('0 exchange(s) recorded (0 aborted)');
       expect(readdirSync(dirname(db))).toEqual(['starting.db']);
     } finally {
       slowUpstream.closeAllConnections();

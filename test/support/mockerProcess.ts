@@ -3,17 +3,11 @@ import { join } from 'node:path';
 
 const MAIN = join(import.meta.dirname, '..', '..', 'dist', 'cli', 'main.js');
 
-export interface MockerProcess {
-  child: ChildProcess;
+/** A spawned CLI that listens. */
+export interface MockerProcess extends SpawnedMocker {
   port: number;
-  /** Everything the process printed on stdout so far. */
-  stdout(): string;
-  /** Everything the process printed on stderr so far (also echoed to the test's own stderr). */
-  stderr(): string;
   /** SIGTERM and wait for the exit. */
   stop(): Promise<void>;
-  /** Settles when the process has exited: its exit code, or the signal that ended it. */
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
 export interface SpawnOptions {
@@ -48,6 +42,31 @@ function spawnCli(args: string[], options: Omit<SpawnOptions, 'portFlag'>) {
   return child;
 }
 
+/** The built CLI running as its own process: what it printed so far, and its exit. */
+export interface SpawnedMocker {
+  child: ChildProcess;
+  /** Everything the process printed on stdout so far. */
+  stdout(): string;
+  /** Everything the process printed on stderr so far (also echoed to the test's own stderr). */
+  stderr(): string;
+  /** Settles when the process has exited: its exit code, or the signal that ended it. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/** Runs the built CLI (`node dist/cli/main.js …`) as its own process, waiting for nothing. */
+export function spawnMockerProcess(args: string[], options: Omit<SpawnOptions, 'portFlag'> = {}): SpawnedMocker {
+  const child = spawnCli(args, options);
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (d: string) => (out += d));
+  child.stderr.on('data', (d: string) => {
+    err += d;
+    process.stderr.write(d);
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  return { child, stdout: () => out, stderr: () => err, exited };
+}
+
 /**
  * Runs the built CLI (`node dist/cli/main.js …`) as its own process and resolves once it prints the address
  * it listens on ("on http://…" or "proxying http://…": the addresses of upstreams it names are not; `--port 0`
@@ -55,21 +74,15 @@ function spawnCli(args: string[], options: Omit<SpawnOptions, 'portFlag'>) {
  */
 export function startMockerProcess(args: string[], port = 0, options: SpawnOptions = {}): Promise<MockerProcess> {
   const listen = ['--host', '127.0.0.1', ...(options.portFlag === false ? [] : ['--port', String(port)])];
-  const child = spawnCli([...args, ...listen], options);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  const spawned = spawnMockerProcess([...args, ...listen], options);
+  const address = new RegExp(`(?:on|proxying) http://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`);
   return new Promise((resolve, reject) => {
-    let out = '';
-    let err = '';
-    child.stdout!.on('data', (d: string) => {
-      out += d;
-      const m = new RegExp(`(?:on|proxying) http://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`).exec(out);
-      if (m) resolve({ child, port: Number(m[1]), stdout: () => out, stderr: () => err, stop: async () => void (child.kill('SIGTERM'), await exited), exited });
+    // Registered after spawnMockerProcess's own listener: the chunk is already in stdout().
+    spawned.child.stdout!.on('data', () => {
+      const m = address.exec(spawned.stdout());
+      if (m) resolve({ ...spawned, port: Number(m[1]), stop: async () => void (spawned.child.kill('SIGTERM'), await spawned.exited) });
     });
-    child.stderr!.on('data', (d: string) => {
-      err += d;
-      process.stderr.write(d);
-    });
-    child.on('exit', (code) => reject(new Error(`mocker ${args[0]} exited with ${code} before listening: ${out}`)));
+    spawned.child.on('exit', (code) => reject(new Error(`mocker ${args[0]} exited with ${code} before listening: ${spawned.stdout()}`)));
   });
 }
 

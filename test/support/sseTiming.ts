@@ -10,10 +10,10 @@ import { fileURLToPath } from 'node:url';
 const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
 
 /** Client-side arrival time of each SSE event carrying text, in ms after sending the request. */
-export async function arrivals(url: string, body: unknown, headers: Record<string, string> = {}): Promise<number[]> {
+export async function arrivals(url: string, body: unknown, headers: Record<string, string> = {}, via = agent): Promise<number[]> {
   const t0 = performance.now();
   const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
-    const req = http.request(`${url}/v1/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json', ...headers } }, resolve);
+    const req = http.request(`${url}/v1/completions`, { method: 'POST', agent: via, headers: { 'content-type': 'application/json', ...headers } }, resolve);
     req.on('error', reject);
     req.end(JSON.stringify(body));
   });
@@ -51,10 +51,10 @@ export async function roundTrip(url: string): Promise<number> {
 }
 
 /** A non-streamed completion: its JSON and when its last byte arrived (ms after sending). */
-async function wholeResponse(url: string, body: unknown, headers: Record<string, string>): Promise<{ json: Record<string, unknown>; ms: number }> {
+async function wholeResponse(url: string, body: unknown, headers: Record<string, string>, via = agent): Promise<{ json: Record<string, unknown>; ms: number }> {
   const t0 = performance.now();
   const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
-    const req = http.request(`${url}/v1/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json', ...headers } }, resolve);
+    const req = http.request(`${url}/v1/completions`, { method: 'POST', agent: via, headers: { 'content-type': 'application/json', ...headers } }, resolve);
     req.on('error', reject);
     req.end(JSON.stringify(body));
   });
@@ -67,12 +67,12 @@ async function wholeResponse(url: string, body: unknown, headers: Record<string,
  * The toy proxy's two hops sent by hand (vllm-wire-reference.md §7): the prefill hop (one token, not streamed,
  * `do_remote_decode`), then the streamed decode hop with the returned `kv_transfer_params`, one X-Request-Id.
  */
-async function pdHops(prefillUrl: string, decodeUrl: string, body: Record<string, unknown>, requestId: string): Promise<{ prefillMs: number; decodeArrivalsMs: number[] }> {
+async function pdHops(prefillUrl: string, decodeUrl: string, body: Record<string, unknown>, requestId: string, via = agent): Promise<{ prefillMs: number; decodeArrivalsMs: number[] }> {
   const headers = { 'x-request-id': requestId };
   const transfer = { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null };
   const { stream_options: _ignored, ...rest } = body;
-  const prefill = await wholeResponse(prefillUrl, { ...rest, kv_transfer_params: transfer, stream: false, max_tokens: 1 }, headers);
-  const decodeArrivalsMs = await arrivals(decodeUrl, { ...body, kv_transfer_params: prefill.json.kv_transfer_params }, headers);
+  const prefill = await wholeResponse(prefillUrl, { ...rest, kv_transfer_params: transfer, stream: false, max_tokens: 1 }, headers, via);
+  const decodeArrivalsMs = await arrivals(decodeUrl, { ...body, kv_transfer_params: prefill.json.kv_transfer_params }, headers, via);
   return { prefillMs: prefill.ms, decodeArrivalsMs };
 }
 
@@ -84,12 +84,23 @@ async function pdHops(prefillUrl: string, decodeUrl: string, body: Record<string
  */
 const REPEATS = 7;
 
+/**
+ * Untimed PD pairs sent at once before the measured ones. A fresh server runs its request path as unoptimised
+ * code for its first requests, and on this VM that made the non-streamed prefill hop later. Measured with this
+ * measurement itself on 2026-11-27, alternating the number of warm-up pairs, the prefill hop was off by:
+ * - 1 pair: 1.10-2.14 ms (mean 1.69, 9 runs);
+ * - 8 pairs: 1.31-1.91 ms (mean 1.62, 6 runs);
+ * - 16 pairs: 0.68-1.48 ms (mean 1.14, 5 runs);
+ * - 32 pairs: 1.10-1.21 ms (3 runs).
+ */
+const PD_WARM_UPS = 16;
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 /** Element-wise median of equally long series (event i of every run). */
 const medianSeries = (runs: number[][]) => runs[0].map((_, i) => median(runs.map((r) => r[i])));
 const gapsOf = (times: number[]) => times.slice(1).map((t, i) => t - times[i]);
 
-/** Measures both PD hops in a separate process: an untimed warm-up pair, then each server's round trip and the measured pair, REPEATS times (medians). */
+/** Measures both PD hops in a separate process: PD_WARM_UPS untimed pairs at once, then each server's round trip and the measured pair, REPEATS times (medians). */
 export function measurePdHopsInProcess(
   prefillUrl: string,
   decodeUrl: string,
@@ -112,7 +123,9 @@ export function measureInProcess(url: string, body: unknown): Promise<{ rttMs: n
 if (process.argv[1] === fileURLToPath(import.meta.url) && process.argv[2] === 'pd') {
   const [prefillUrl, decodeUrl, body] = process.argv.slice(3);
   const request = JSON.parse(body) as Record<string, unknown>;
-  await pdHops(prefillUrl, decodeUrl, request, 'warm-up');
+  const warmUps = Array.from({ length: PD_WARM_UPS }, () => new http.Agent({ keepAlive: true, maxSockets: 1 }));
+  await Promise.all(warmUps.map((via, i) => pdHops(prefillUrl, decodeUrl, request, `warm-up-${i}`, via)));
+  for (const via of warmUps) via.destroy();
   const runs = [];
   for (let i = 0; i < REPEATS; i++) {
     const prefillRttMs = await roundTrip(prefillUrl);

@@ -3,6 +3,8 @@
  * prefill and decode engines behind `mocker pd-proxy` (and `serve --pd`), driven by the official openai client
  * and by the toy proxy's exact request sequence.
  */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -338,6 +340,40 @@ describe('failed pulls fall back to local recompute, counted', () => {
     expect(await counter(decode, 'mocker:kv_pulls_total')).toBe(0);
     // Recomputed here: prefill compute is charged.
     expect((await engineState(decode)).ranks[0].prefillMs).toBeGreaterThan(0);
+  });
+});
+
+describe('a pull whose answer breaks off', () => {
+  it('mid-body (the prefill engine died while answering): recomputed locally, counted unreachable', async () => {
+    const { url: decode } = await serve({ role: 'decode', timing: 'model' });
+    // A prefill engine's pull endpoint that promises a body and dies after a few bytes of it.
+    const dying = http.createServer((req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' });
+      res.write('{"remote_', () => res.destroy());
+    });
+    await new Promise<void>((resolve) => dying.listen(0, '127.0.0.1', resolve));
+    try {
+      const res = await fetch(`${decode}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: MODEL, prompt: Array.from({ length: 64 }, (_, i) => 700 + i), max_tokens: 4,
+          kv_transfer_params: {
+            do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1], remote_engine_id: 'dying', remote_request_id: 'r-1',
+            remote_host: '127.0.0.1', remote_port: (dying.address() as AddressInfo).port, tp_size: 1,
+          },
+        }),
+      });
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(4);
+      expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unreachable')).toBe(1);
+      expect(await counter(decode, 'mocker:kv_pulls_total')).toBe(0);
+      expect((await engineState(decode)).ranks[0].prefillMs).toBeGreaterThan(0);
+    } finally {
+      dying.closeAllConnections();
+      await new Promise((resolve) => dying.close(resolve));
+    }
   });
 });
 

@@ -6,7 +6,7 @@ import http from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS } from '../src/cli/engineArgs.js';
 import { startServe, type Running } from '../src/cli/serve.js';
-import { modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type AnySchedulerConfig, type EngineObserver, type EngineState, type SchedulerConfig } from '../src/engine/index.js';
+import { fixedTiming, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type AnySchedulerConfig, type EngineObserver, type EngineState, type SchedulerConfig } from '../src/engine/index.js';
 import { MODEL } from './support/vllmUpstream.js';
 
 /** engine-reference §4.1, written out here as the oracle. */
@@ -67,6 +67,22 @@ describe('§9.2 items 20–21 through the live driver', () => {
     expect(seen).toEqual(['stream: 1 token(s)']);
     engine.flushStatistics();
     expect(seen).toEqual(['stream: 1 token(s)', 'observer: finished (length)', 'observer: pass of 1 token(s)']);
+  });
+
+  it('a request whose client leaves during the pass that finishes it is counted once, as finished', async () => {
+    const finished: string[] = [];
+    const observer: EngineObserver = { onFinished: (_rank, request) => void finished.push(request.finishReason) };
+    // Every pass that emits tokens takes 300 ms: the driver runs it at once and sleeps until it ends.
+    const engine = new SimulatedEngine({ scheduler: scheduler({ timing: fixedTiming(300, 1) }), dataParallelSize: 1, speedupRatio: 1, timingDescription: 'fixed', observers: [observer] });
+    const client = new AbortController();
+    const stream = engine.submit({ requestId: 'r', arrivalMs: performance.now(), promptTokenIds: ids(10), sequences: [{ outputTokenIds: ids(1, 5), finishReason: 'length' }] }, client.signal);
+    // The pass that generates its only token is under way: the client leaves before it ends.
+    client.abort();
+    for await (const batch of stream) void batch;
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    engine.flushStatistics();
+    expect(finished).toEqual(['length']);
+    expect(idle(engine.state())).toBe(true);
   });
 
   it('21: dropping the receiver after 129 of 200 tokens frees every block', async () => {

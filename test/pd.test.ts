@@ -377,6 +377,43 @@ describe('a pull whose answer breaks off', () => {
   });
 });
 
+describe('a client that leaves while its KV is pulled', () => {
+  it('never reaches the decode engine: no tokens generated, nothing counted as finished', async () => {
+    const { url: decode } = await serve({ role: 'decode', timing: 'model' });
+    let pulled!: () => void;
+    const pullArrived = new Promise<void>((resolve) => (pulled = resolve));
+    // A prefill engine slow to answer the pull (then not holding the blocks: the decode side would recompute).
+    const slow = http.createServer((req, res) => {
+      req.resume();
+      pulled();
+      setTimeout(() => res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":{"message":"unknown request"}}'), 300);
+    });
+    await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+    try {
+      const body = JSON.stringify({
+        model: MODEL, prompt: Array.from({ length: 64 }, (_, i) => 500 + i), max_tokens: 20,
+        kv_transfer_params: {
+          do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1], remote_engine_id: 'slow', remote_request_id: 'r-1',
+          remote_host: '127.0.0.1', remote_port: (slow.address() as AddressInfo).port, tp_size: 1,
+        },
+      });
+      const client = http.request(`${decode}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+      client.on('error', () => undefined);
+      client.end(body);
+      await pullArrived;
+      client.destroy();
+      // The pull's answer comes 300 ms later; a request that ran anyway would have finished within this wait.
+      await sleep(1500);
+      expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(1);
+      expect(await counter(decode, 'vllm:generation_tokens_total')).toBe(0);
+      expect(await activeBlocks(decode)).toBe(0);
+    } finally {
+      slow.closeAllConnections();
+      await new Promise((resolve) => slow.close(resolve));
+    }
+  });
+});
+
 describe('the prefill side releases held blocks', () => {
   it('after VLLM_NIXL_ABORT_REQUEST_TIMEOUT when no decode comes; a late pull then recomputes', async () => {
     const { url: prefill } = await serve({ role: 'prefill', timing: 'none', kvHoldTimeoutMs: 300 });

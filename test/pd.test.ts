@@ -48,6 +48,37 @@ async function counter(url: string, name: string, reason?: string): Promise<numb
   return Number(sample.value);
 }
 
+/**
+ * A 64-token completion (ids from `promptFrom`) sent to a decode engine whose `kv_transfer_params` name a prefill
+ * engine at 127.0.0.1:`prefillPort` holding the prompt's KV (vllm-wire-reference.md §7): the decode engine pulls it.
+ */
+function completeWithRemoteKv(decode: string, prefillPort: number, options: { promptFrom: number; maxTokens: number; signal?: AbortSignal }): Promise<Response> {
+  const kv = {
+    do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1, 2, 3, 4], remote_engine_id: 'no-such-engine', remote_request_id: 'r-1',
+    remote_host: '127.0.0.1', remote_port: prefillPort, tp_size: 1,
+  };
+  const prompt = Array.from({ length: 64 }, (_, i) => options.promptFrom + i);
+  return fetch(`${decode}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, prompt, max_tokens: options.maxTokens, kv_transfer_params: kv }),
+    signal: options.signal,
+  });
+}
+
+/** A stand-in for a prefill engine's KV pull endpoint, on loopback. */
+async function pullEndpoint(answer: http.RequestListener): Promise<{ port: number; close(): Promise<void> }> {
+  const server = http.createServer(answer);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
 /** Everything a client reads from one request, streamed or not, chat or completion. */
 async function ask(baseUrl: string, kind: 'chat' | 'completion', stream: boolean): Promise<{ text: string; finish: string | null; ttftMs: number }> {
   const client = new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -318,21 +349,15 @@ describe('failed pulls fall back to local recompute, counted', () => {
   it('unknown remote blocks, and a prefill engine that is down', async () => {
     const { url: decode } = await serve({ role: 'decode', timing: 'model' });
     const [closedPort] = await freePorts(1);
-    const prompt = Array.from({ length: 64 }, (_, i) => 900 + i);
-    const send = async (kv: Record<string, unknown>) => {
-      const res = await fetch(`${decode}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: MODEL, prompt, max_tokens: 4, kv_transfer_params: kv }),
-      });
+    const send = async (prefillPort: number) => {
+      const res = await completeWithRemoteKv(decode, prefillPort, { promptFrom: 900, maxTokens: 4 });
       return { status: res.status, json: (await res.json()) as { usage: { completion_tokens: number } } };
     };
-    const params = { do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1, 2, 3, 4], remote_engine_id: 'no-such-engine', remote_request_id: 'r-1', tp_size: 1 };
     // The decode engine itself stands in for a prefill engine that never held this request.
-    const unknown = await send({ ...params, remote_host: '127.0.0.1', remote_port: Number(new URL(decode).port) });
+    const unknown = await send(Number(new URL(decode).port));
     expect(unknown.status).toBe(200);
     expect(unknown.json.usage.completion_tokens).toBe(4);
-    const down = await send({ ...params, remote_host: '127.0.0.1', remote_port: closedPort });
+    const down = await send(closedPort);
     expect(down.status).toBe(200);
     expect(down.json.usage.completion_tokens).toBe(4);
     expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(1);
@@ -346,33 +371,21 @@ describe('failed pulls fall back to local recompute, counted', () => {
 describe('a pull whose answer breaks off', () => {
   it('mid-body (the prefill engine died while answering): recomputed locally, counted unreachable', async () => {
     const { url: decode } = await serve({ role: 'decode', timing: 'model' });
-    // A prefill engine's pull endpoint that promises a body and dies after a few bytes of it.
-    const dying = http.createServer((req, res) => {
+    // It promises a body and dies after a few bytes of it.
+    const dying = await pullEndpoint((req, res) => {
       req.resume();
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' });
       res.write('{"remote_', () => res.destroy());
     });
-    await new Promise<void>((resolve) => dying.listen(0, '127.0.0.1', resolve));
     try {
-      const res = await fetch(`${decode}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: MODEL, prompt: Array.from({ length: 64 }, (_, i) => 700 + i), max_tokens: 4,
-          kv_transfer_params: {
-            do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1], remote_engine_id: 'dying', remote_request_id: 'r-1',
-            remote_host: '127.0.0.1', remote_port: (dying.address() as AddressInfo).port, tp_size: 1,
-          },
-        }),
-      });
+      const res = await completeWithRemoteKv(decode, dying.port, { promptFrom: 700, maxTokens: 4 });
       expect(res.status).toBe(200);
       expect(((await res.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(4);
       expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unreachable')).toBe(1);
       expect(await counter(decode, 'mocker:kv_pulls_total')).toBe(0);
       expect((await engineState(decode)).ranks[0].prefillMs).toBeGreaterThan(0);
     } finally {
-      dying.closeAllConnections();
-      await new Promise((resolve) => dying.close(resolve));
+      await dying.close();
     }
   });
 });
@@ -382,34 +395,25 @@ describe('a client that leaves while its KV is pulled', () => {
     const { url: decode } = await serve({ role: 'decode', timing: 'model' });
     let pulled!: () => void;
     const pullArrived = new Promise<void>((resolve) => (pulled = resolve));
-    // A prefill engine slow to answer the pull (then not holding the blocks: the decode side would recompute).
-    const slow = http.createServer((req, res) => {
+    // Slow to answer, and then not holding the blocks: the decode side would recompute.
+    const slow = await pullEndpoint((req, res) => {
       req.resume();
       pulled();
       setTimeout(() => res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":{"message":"unknown request"}}'), 300);
     });
-    await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
     try {
-      const body = JSON.stringify({
-        model: MODEL, prompt: Array.from({ length: 64 }, (_, i) => 500 + i), max_tokens: 20,
-        kv_transfer_params: {
-          do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1], remote_engine_id: 'slow', remote_request_id: 'r-1',
-          remote_host: '127.0.0.1', remote_port: (slow.address() as AddressInfo).port, tp_size: 1,
-        },
-      });
-      const client = http.request(`${decode}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } });
-      client.on('error', () => undefined);
-      client.end(body);
+      const client = new AbortController();
+      const answer = completeWithRemoteKv(decode, slow.port, { promptFrom: 500, maxTokens: 20, signal: client.signal }).catch(() => null);
       await pullArrived;
-      client.destroy();
+      client.abort();
+      await answer;
       // The pull's answer comes 300 ms later; a request that ran anyway would have finished within this wait.
       await sleep(1500);
       expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(1);
       expect(await counter(decode, 'vllm:generation_tokens_total')).toBe(0);
       expect(await activeBlocks(decode)).toBe(0);
     } finally {
-      slow.closeAllConnections();
-      await new Promise((resolve) => slow.close(resolve));
+      await slow.close();
     }
   });
 });

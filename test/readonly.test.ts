@@ -96,6 +96,40 @@ describe('replay from read-only storage', () => {
     expect(readdirSync(dir).sort()).toEqual(['live.db', 'live.db-wal']);
   });
 
+  it('a replay server busy with lookups does not keep a capture out of its file, and then replays what it recorded', async () => {
+    const db = join(tempDir(), 'shared.db');
+    await recordGolden(db);
+    const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', db, '--timing', 'none']);
+    processes.push(replay);
+    // Lookups of other prompts all along: the server's reads keep taking the file's shared lock.
+    let reading = true;
+    let answered = 0;
+    const lookups = (async () => {
+      for (let k = 0; reading; k++) {
+        const prompt = `busy ${k}`;
+        const res = await fetch(`http://127.0.0.1:${replay.port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt }) });
+        await res.arrayBuffer();
+        answered++;
+      }
+    })();
+    while (answered < 20) await new Promise((resolve) => setTimeout(resolve, 5));
+
+    // A second capture into the same file: it takes the file for writing (WAL mode) and records one more prompt.
+    const up = await startUpstream((body) => ({ content: answerTo(body.prompt) }));
+    upstreams.push(up);
+    const capture = await startMockerProcess(['capture', '--upstream', up.url, '--captures', db]);
+    processes.push(capture);
+    await client(capture.port).completions.create({ model: MODEL, prompt: 'fourth question' });
+    await capture.stop();
+    expect(capture.stdout()).toContain('1 exchange(s) recorded');
+    reading = false;
+    await lookups;
+
+    expect((await client(replay.port).completions.create({ model: MODEL, prompt: 'fourth question' })).choices[0].text).toBe(answerTo('fourth question'));
+    await replay.stop();
+    expect(replay.stderr()).toBe('');
+  });
+
   it('a capture file that is not there is an error naming it; nothing is created', async () => {
     const dir = tempDir();
     const missing = join(dir, 'no', 'such', 'file.db');

@@ -7,6 +7,7 @@ import { and, asc, desc, eq, gte, inArray, lt, sql } from 'drizzle-orm';
 import { drizzle, type BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
 import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { LruCache } from '../util/lruCache.js';
+import { sha256Hex } from '../util/sha256.js';
 import {
   bodyDictionary,
   packRecord,
@@ -24,7 +25,6 @@ import {
   unpackU32,
   unpackVarints,
   unsqueeze,
-  writeU32,
 } from './pack.js';
 import { BackgroundCheckpointer } from './checkpointer.js';
 import { PromptTree } from './promptTree.js';
@@ -185,17 +185,24 @@ export interface NearestCapture {
 }
 
 /**
- * The ids are hashed as packed u32 from one reused buffer: a buffer per key would be an ArrayBuffer outside V8's
- * heap, whose allocation and collection cost a lookup as much as its SQLite query.
+ * A prompt key's bytes (the model, NUL, the ids as packed u32) are laid out in reused buffers and hashed in one
+ * call: a buffer per key would be an ArrayBuffer outside V8's heap, whose allocation and collection cost a lookup
+ * as much as its SQLite query.
  */
-let keyScratch = new Uint32Array(4096);
+let keyIds = new Uint32Array(4096);
+let keyBytes = Buffer.allocUnsafe(4 * 4096 + 256);
 
 export function promptKey(model: string, promptIds: ArrayLike<number>): string {
   const n = promptIds.length;
-  if (keyScratch.length < n) keyScratch = new Uint32Array(n);
-  writeU32(promptIds, keyScratch);
-  const packed = new Uint8Array(keyScratch.buffer, 0, n * 4);
-  return createHash('sha256').update(model).update('\0').update(packed).digest('hex');
+  if (keyIds.length < n) keyIds = new Uint32Array(n);
+  keyIds.set(promptIds);
+  const modelLength = Buffer.byteLength(model);
+  const length = modelLength + 1 + 4 * n;
+  if (keyBytes.length < length) keyBytes = Buffer.allocUnsafe(length);
+  keyBytes.write(model, 0);
+  keyBytes[modelLength] = 0;
+  keyBytes.set(new Uint8Array(keyIds.buffer, 0, 4 * n), modelLength + 1);
+  return sha256Hex(keyBytes.subarray(0, length));
 }
 
 /** The migrations a file needs for the layout before encoding 1 (0000_init, 0001_run_engine), which a read-only open still reads. */
@@ -233,9 +240,6 @@ function openFailure(err: unknown, readonly: boolean): string {
   return message;
 }
 
-function sha256(data: Buffer): string {
-  return createHash('sha256').update(data).digest('hex');
-}
 
 type Db = BetterSQLite3Database<typeof schema>;
 
@@ -504,6 +508,11 @@ function packExchange(ex: Exchange) {
 
 /** Prompt keys per query of findByLongestPrefix (well under SQLite's 32,766 bound variables). */
 const PREFIX_KEYS_PER_QUERY = 512;
+/**
+ * How long a read-only connection keeps one read transaction for its reads (see holdReads): what a writer in
+ * another process may wait, against one lock cycle per slice instead of per statement.
+ */
+const READ_SLICE_MS = 10;
 
 /** The current format: see `exchanges.encoding` in schema.ts. */
 const ENCODING = 4;
@@ -536,6 +545,8 @@ export class CaptureStore {
   private readonly selectPrompts;
   private readonly recentLookups = new LruCache<string, StoredExchange[]>(256);
   private readonly checkpointer: BackgroundCheckpointer | null = null;
+  /** A read-only connection's open read transaction ends when this fires (see holdReads). */
+  private readSlice: NodeJS.Timeout | null = null;
 
   private constructor(path: string, { readonly = false, backgroundCheckpoints = false }: OpenOptions) {
     this.path = path;
@@ -622,6 +633,26 @@ export class CaptureStore {
   }
 
   /**
+   * On a read-only connection, the reads of the next READ_SLICE_MS share one read transaction. Outside a
+   * transaction SQLite takes and drops the file's shared lock and checks for a hot journal and a changed file
+   * around every statement (four `fcntl` and three `stat` calls), most of a lookup's time. A writer in another
+   * process waits for the slice to end (its busy timeout covers that); once it asks for the lock, no new slice
+   * starts before it has written. A writable connection (WAL) reads without file locks: nothing to do.
+   */
+  private holdReads(): void {
+    if (!this.readonly || this.sqlite.inTransaction) return;
+    this.sqlite.exec('begin');
+    this.readSlice = setTimeout(() => this.endReads(), READ_SLICE_MS);
+    this.readSlice.unref();
+  }
+
+  private endReads(): void {
+    if (this.readSlice) clearTimeout(this.readSlice);
+    this.readSlice = null;
+    if (this.sqlite.open && this.sqlite.inTransaction) this.sqlite.exec('commit');
+  }
+
+  /**
    * Closes the connection. A writer folds the write-ahead log into the database file
    * (`wal_checkpoint(TRUNCATE)`) and, when no other connection has the file open, leaves WAL mode: the `.db`
    * file alone then holds everything, and a reader that cannot create `-wal`/`-shm` files (read-only storage)
@@ -629,6 +660,7 @@ export class CaptureStore {
    */
   close(): void {
     if (!this.sqlite.open) return;
+    this.endReads();
     this.checkpointer?.stop();
     if (!this.readonly) {
       try {
@@ -670,7 +702,7 @@ export class CaptureStore {
   private storeFiles(tokenizerFiles: Map<string, Buffer>): Record<string, string> {
     const files: Record<string, string> = {};
     for (const [name, data] of tokenizerFiles) {
-      const hash = sha256(data);
+      const hash = sha256Hex(data);
       this.db.insert(schema.blobs).values({ sha256: hash, size: data.length, data }).onConflictDoNothing().run();
       files[name] = hash;
     }
@@ -750,6 +782,7 @@ export class CaptureStore {
   findByKey(key: string, prompt?: ArrayLike<number>): StoredExchange[] {
     let found = this.recentLookups.get(key);
     if (!found) {
+      this.holdReads();
       const rows = this.selectByKey.all(key);
       // Copied: what the store remembers must not change with the caller's array.
       const ids = prompt && rows.length > 0 ? (Array.prototype.slice.call(prompt) as number[]) : undefined;
@@ -773,6 +806,7 @@ export class CaptureStore {
 
   /** One exchange with all its values read (it stays usable after `close`). */
   getExchange(id: number): StoredExchange | undefined {
+    this.holdReads();
     const columns = this.selectById.get(id);
     const row = columns && exchangeHead(columns);
     if (!row) return undefined;
@@ -784,6 +818,7 @@ export class CaptureStore {
    * a walk down the prompt tree. A legacy file opened read-only has none: its prompts are scanned.
    */
   nearest(model: string, promptIds: ArrayLike<number>): NearestCapture | null {
+    this.holdReads();
     if (!this.tree) return this.scanNearest(model, promptIds);
     const found = this.tree.nearest(model, promptIds);
     if (!found) return null;
@@ -993,6 +1028,7 @@ export class CaptureStore {
    * are looked up in the prompt-key index, longest first, in batches.
    */
   findByLongestPrefix(model: string, endpoint: 'chat' | 'completion', promptIds: readonly number[], minLength: number): StoredExchange[] {
+    this.holdReads();
     const first = Math.max(1, minLength);
     const packed = packU32(promptIds);
     const running = createHash('sha256').update(model).update('\0').update(packed.subarray(0, 4 * first));
@@ -1037,17 +1073,25 @@ export class CaptureStore {
   /** How found exchanges read their large values. */
   private readonly reader: ExchangeReader = {
     details: (row) => {
+      this.holdReads();
       const found = this.selectDetails.get(row.id);
       if (!found) throw new CaptureFileError(this.path, `exchange #${row.id} is no longer in the file`);
       return found;
     },
-    prompt: (row) => this.readPrompt(row),
+    prompt: (row) => {
+      this.holdReads();
+      return this.readPrompt(row);
+    },
     blobs: (row) => {
+      this.holdReads();
       const found = row.encoding === 0 ? this.selectLegacyBlobs.get(row.id) : this.selectBlobs?.get(row.id);
       if (!found) throw new CaptureFileError(this.path, `exchange #${row.id} has no stored bodies`);
       return found;
     },
-    generations: (row, eventTimes) => this.selectGenerations.all(row.id).map((g) => this.generation(g, row.encoding, eventTimes)),
+    generations: (row, eventTimes) => {
+      this.holdReads();
+      return this.selectGenerations.all(row.id).map((g) => this.generation(g, row.encoding, eventTimes));
+    },
   };
 
   private generation(g: GenerationRow, encoding: number, eventTimes: () => number[]): Generation {

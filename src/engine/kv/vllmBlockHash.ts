@@ -7,8 +7,7 @@
  * buffer, because this runs for every full block of every request; test/vllm-block-hash.test.ts checks
  * them against hand-written encodings, the cbor2 package's encoder and digests from Python itself.
  */
-// Namespace import: a named import of `hash` would fail to link on Node < 20.12, where it does not exist.
-import * as nodeCrypto from 'node:crypto';
+import { sha256 } from '../../util/sha256.js';
 
 export type BlockHashAlgo = 'sha256' | 'sha256_cbor';
 
@@ -28,12 +27,6 @@ const CBOR_NULL = 0xf6;
 const UINT64_MAX = (1n << 64n) - 1n;
 // Python's cbor2 switches to bignum tags outside [-2^64, 2^64-1]; extra keys never need that.
 const NEGATIVE_INT_MIN = -(1n << 64n);
-
-// crypto.hash (Node >= 20.12) skips the Hash object, which is a large share of the cost for ~300-byte inputs.
-const sha256: (data: Uint8Array) => Buffer =
-  typeof nodeCrypto.hash === 'function'
-    ? (data) => nodeCrypto.hash('sha256', data, 'buffer')
-    : (data) => nodeCrypto.createHash('sha256').update(data).digest();
 
 /** Reused encode buffer; grown on demand. Single-threaded, and never escapes a call. */
 let scratch = Buffer.allocUnsafe(1024);

@@ -101,29 +101,37 @@ describe('replay from read-only storage', () => {
     await recordGolden(db);
     const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', db, '--timing', 'none']);
     processes.push(replay);
-    // Lookups of other prompts all along: the server's reads keep taking the file's shared lock.
+    // Lookups of other prompts all along (misses: 404): the server's reads keep taking the file's shared lock.
     let reading = true;
-    let answered = 0;
+    const statuses: number[] = [];
     const lookups = (async () => {
       for (let k = 0; reading; k++) {
-        const prompt = `busy ${k}`;
-        const res = await fetch(`http://127.0.0.1:${replay.port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt }) });
+        const res = await fetch(`http://127.0.0.1:${replay.port}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: MODEL, prompt: `busy ${k}` }),
+        });
         await res.arrayBuffer();
-        answered++;
+        statuses.push(res.status);
       }
     })();
-    while (answered < 20) await new Promise((resolve) => setTimeout(resolve, 5));
+    // Raced with the lookups: a failed one ends the wait with its error.
+    while (statuses.length < 20) await Promise.race([lookups, new Promise((resolve) => setTimeout(resolve, 5))]);
 
     // A second capture into the same file: it takes the file for writing (WAL mode) and records one more prompt.
     const up = await startUpstream((body) => ({ content: answerTo(body.prompt) }));
     upstreams.push(up);
+    const answeredBefore = statuses.length;
     const capture = await startMockerProcess(['capture', '--upstream', up.url, '--captures', db]);
     processes.push(capture);
     await client(capture.port).completions.create({ model: MODEL, prompt: 'fourth question' });
     await capture.stop();
     expect(capture.stdout()).toContain('1 exchange(s) recorded');
+    // The server went on answering meanwhile, every lookup a plain miss (none failed on the lock).
+    expect(statuses.length).toBeGreaterThan(answeredBefore);
     reading = false;
     await lookups;
+    expect(new Set(statuses)).toEqual(new Set([404]));
 
     expect((await client(replay.port).completions.create({ model: MODEL, prompt: 'fourth question' })).choices[0].text).toBe(answerTo('fourth question'));
     await replay.stop();

@@ -4,8 +4,10 @@
  * round-trip arbitrary values; the prompt tree's nearest capture is a brute-force scan's; and a bench-shaped
  * exchange takes a fraction of the 104 KB it took.
  */
+import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -414,6 +416,38 @@ describe('the nearest capture through the prompt tree', () => {
       expect(reopened.nearest(model, probe)).toEqual(bruteNearest(saved, model, probe));
     }
     reopened.close();
+  });
+});
+
+describe("a read-only store's reads", () => {
+  it('let a writer in another process in while a synchronous run of lookups goes on (a whole-file command never yields)', async () => {
+    const path = join(dir, 'sliced.db');
+    const writer = CaptureStore.open(path);
+    const runId = writer.startRun({ kind: 'capture' }, new Map());
+    writer.saveExchanges([0, 1].map((i) => benchExchange(runId, i)));
+    writer.close();
+    const reader = CaptureStore.open(path, { readonly: true });
+    expect(reader.findByPrompt(benchExchange(runId, 0).model!, benchExchange(runId, 0).promptIds!)).toHaveLength(1);
+
+    // A plain SQLite writer that gives up after a second of a locked file.
+    const done = join(dir, 'sliced.written');
+    const sqlite = createRequire(import.meta.url).resolve('better-sqlite3');
+    const code = `const db = new (require(${JSON.stringify(sqlite)}))(${JSON.stringify(path)}); db.pragma('busy_timeout = 1000'); db.pragma('user_version = 7'); db.close(); require('fs').writeFileSync(${JSON.stringify(done)}, '')`;
+    const child = spawn(process.execPath, ['-e', code], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    // Lookups of prompts the file does not have, each one a query, without yielding until the writer is done.
+    const deadline = performance.now() + 4_000;
+    let lookups = 0;
+    while (!existsSync(done) && performance.now() < deadline) reader.findByPrompt(MODEL, [lookups++, 1, 2, 3]);
+    expect(await exited, stderr).toBe(0);
+    expect(existsSync(done)).toBe(true);
+    expect(lookups).toBeGreaterThan(0);
+    reader.close();
+    const file = new Database(path, { readonly: true });
+    expect(file.pragma('user_version', { simple: true })).toBe(7);
+    file.close();
   });
 });
 

@@ -25,6 +25,7 @@ import {
   unpackU32,
   unpackVarints,
   unsqueeze,
+  writeU32,
 } from './pack.js';
 import { BackgroundCheckpointer } from './checkpointer.js';
 import { PromptTree } from './promptTree.js';
@@ -195,7 +196,7 @@ let keyBytes = Buffer.allocUnsafe(4 * 4096 + 256);
 export function promptKey(model: string, promptIds: ArrayLike<number>): string {
   const n = promptIds.length;
   if (keyIds.length < n) keyIds = new Uint32Array(n);
-  keyIds.set(promptIds);
+  writeU32(promptIds, keyIds);
   const modelLength = Buffer.byteLength(model);
   const length = modelLength + 1 + 4 * n;
   if (keyBytes.length < length) keyBytes = Buffer.allocUnsafe(length);
@@ -239,7 +240,6 @@ function openFailure(err: unknown, readonly: boolean): string {
   if (code === 'SQLITE_NOTADB') return `${message} (not a SQLite capture file)`;
   return message;
 }
-
 
 type Db = BetterSQLite3Database<typeof schema>;
 
@@ -545,8 +545,11 @@ export class CaptureStore {
   private readonly selectPrompts;
   private readonly recentLookups = new LruCache<string, StoredExchange[]>(256);
   private readonly checkpointer: BackgroundCheckpointer | null = null;
-  /** A read-only connection's open read transaction ends when this fires (see holdReads). */
-  private readSlice: NodeJS.Timeout | null = null;
+  /** Whether reads share read transactions (see holdReads): read-only, the file in rollback mode when opened. */
+  private readonly slicedReads: boolean;
+  /** When the open read slice began (performance.now()); -1: none is open. */
+  private sliceStart = -1;
+  private sliceTimer: NodeJS.Timeout | null = null;
 
   private constructor(path: string, { readonly = false, backgroundCheckpoints = false }: OpenOptions) {
     this.path = path;
@@ -579,6 +582,7 @@ export class CaptureStore {
     }
     this.sqlite = sqlite;
     this.legacy = legacy;
+    this.slicedReads = readonly && sqlite.pragma('journal_mode', { simple: true }) !== 'wal';
     this.tree = legacy ? null : new PromptTree(sqlite);
 
     this.writes = legacy
@@ -633,23 +637,45 @@ export class CaptureStore {
   }
 
   /**
-   * On a read-only connection, the reads of the next READ_SLICE_MS share one read transaction. Outside a
-   * transaction SQLite takes and drops the file's shared lock and checks for a hot journal and a changed file
-   * around every statement (four `fcntl` and three `stat` calls), most of a lookup's time. A writer in another
-   * process waits for the slice to end (its busy timeout covers that); once it asks for the lock, no new slice
-   * starts before it has written. A writable connection (WAL) reads without file locks: nothing to do.
+   * On a read-only connection to a file in rollback mode, reads share one read transaction for READ_SLICE_MS.
+   * Outside a transaction SQLite takes and drops the file's shared lock and checks for a hot journal and a
+   * changed file around every statement (four `fcntl` and three `stat` calls), most of a lookup's time. The
+   * slice ends on a timer, or at the first read after it, so a whole-file command that never yields lets a
+   * writer in too; a writer in another process waits at most about a slice (its busy timeout covers that),
+   * and once it holds the pending lock the next slice's first read waits, as any read would, until it has
+   * written. A file in WAL mode when opened (a writer has it) is read a statement at a time: its readers do not
+   * block the writer, and read marks held slice after slice would keep its checkpoints from finishing.
    */
   private holdReads(): void {
-    if (!this.readonly || this.sqlite.inTransaction) return;
+    if (!this.slicedReads) return;
+    if (this.sliceStart >= 0) {
+      if (performance.now() - this.sliceStart < READ_SLICE_MS) return;
+      this.endReads();
+    } else if (this.sqlite.inTransaction) return;
     this.sqlite.exec('begin');
-    this.readSlice = setTimeout(() => this.endReads(), READ_SLICE_MS);
-    this.readSlice.unref();
+    this.sliceStart = performance.now();
+    this.endReadsLater();
   }
 
+  private endReadsLater(): void {
+    if (this.sliceTimer) clearTimeout(this.sliceTimer);
+    this.sliceTimer = setTimeout(() => {
+      this.sliceTimer = null;
+      try {
+        this.endReads();
+      } catch {
+        // Tried again later: a failed commit must not take the server down, and the slice must still end.
+        this.endReadsLater();
+      }
+    }, READ_SLICE_MS);
+    this.sliceTimer.unref();
+  }
+
+  /** Ends the read slice, if one is open. */
   private endReads(): void {
-    if (this.readSlice) clearTimeout(this.readSlice);
-    this.readSlice = null;
+    if (this.sliceStart < 0) return;
     if (this.sqlite.open && this.sqlite.inTransaction) this.sqlite.exec('commit');
+    this.sliceStart = -1;
   }
 
   /**
@@ -660,7 +686,12 @@ export class CaptureStore {
    */
   close(): void {
     if (!this.sqlite.open) return;
-    this.endReads();
+    if (this.sliceTimer) clearTimeout(this.sliceTimer);
+    try {
+      this.endReads();
+    } catch {
+      // Closing ends it anyway.
+    }
     this.checkpointer?.stop();
     if (!this.readonly) {
       try {

@@ -11,8 +11,7 @@
  *    at that size on random stored prompts (hits), --rounds rounds of --lookups each, reported as the median
  *    round's rate and the spread over rounds. The exchange it returns reads its large values on first use,
  *    so lookups are timed again reading what replay reads (generations, response body). A read-only store's
- *    reads share one read transaction for 10 ms (CaptureStore.holdReads): a round runs in one, as a server
- *    answering thousands of lookups a second does in slices of hundreds;
+ *    reads share one read transaction per 10 ms (CaptureStore.holdReads), a round's as a busy server's;
  * 3. nearest(), the miss path: a stored prompt with its last 10 tokens changed.
  *
  *   npx tsx bench/store.ts [--n 100000] [--batch 1] [--lookups 2000] [--rounds 5] [--nearest 5] [--dir /tmp] [--keep] [--writer-checkpoints]

@@ -7,7 +7,7 @@ import { hideTokenIds, hideTokenIdsInBytes, type RawExchange } from '../src/capt
 import { RecorderThread } from '../src/capture/recorderThread.js';
 import { startCapture } from '../src/cli/capture.js';
 import { CaptureStore } from '../src/store/captureStore.js';
-import { loadTokenizer } from '../src/tokenizer/index.js';
+import { loadModelFiles } from '../src/tokenizer/index.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
 import { prng } from './support/prng.js';
 import { testTmpdir } from './support/tempRoot.js';
@@ -50,8 +50,8 @@ afterAll(async () => {
 function newCaptureFile(): { path: string; runId: number } {
   const path = join(mkdtempSync(join(testTmpdir(), 'mocker-worker-')), 'capture.db');
   const store = CaptureStore.open(path);
-  const tokenizer = loadTokenizer();
-  const runId = store.startRun({ kind: 'capture', tokenizerName: tokenizer.name }, tokenizer.files);
+  const model = loadModelFiles();
+  const runId = store.startRun({ kind: 'capture', tokenizerName: model.name }, model.files);
   store.close();
   return { path, runId };
 }
@@ -83,7 +83,7 @@ function rawExchange(responseBody: Buffer, requestBody: Buffer): RawExchange {
 describe('RecorderThread', () => {
   it('stores in its worker before the sink resolves, takes an owned body without copying, copies a pooled one', async () => {
     const { path, runId } = newCaptureFile();
-    const recorder = await RecorderThread.start({ captures: path, runId, upstream: 'http://127.0.0.1:9', redacted: ['authorization'], eosTokenIds: [0] });
+    const recorder = await RecorderThread.start({ captures: path, runId, upstream: 'http://127.0.0.1:9', redacted: ['authorization'] });
     cleanup.push(() => recorder.close());
     const events = 'data: {"model":"m","choices":[{"index":0,"text":"Hi","finish_reason":null,"prompt_token_ids":[5,6],"token_ids":[42]}]}\n\ndata: [DONE]\n\n';
     const owned = Buffer.allocUnsafeSlow(Buffer.byteLength(events));
@@ -110,7 +110,7 @@ describe('RecorderThread', () => {
 
   it('is closed cleanly: pending exchanges are flushed first, later ones are refused', async () => {
     const { path, runId } = newCaptureFile();
-    const recorder = await RecorderThread.start({ captures: path, runId, upstream: 'http://127.0.0.1:9', redacted: [], eosTokenIds: [0] });
+    const recorder = await RecorderThread.start({ captures: path, runId, upstream: 'http://127.0.0.1:9', redacted: [] });
     const events = 'data: {"model":"m","choices":[{"index":0,"text":"Hi","finish_reason":"length","token_ids":[42]}]}\n\ndata: [DONE]\n\n';
     const request = Buffer.from(JSON.stringify({ model: 'm', prompt: [1, 2, 3] }));
     const sinks = Array.from({ length: 20 }, () => recorder.sink(rawExchange(Buffer.from(events), request)));

@@ -16,25 +16,22 @@ const init = workerData as RecordWorkerInit;
 const store = CaptureStore.open(init.captures, { backgroundCheckpoints: true });
 
 /**
- * The run's own tokenizer, read back from the capture file and built on first use: only engines that send no
- * token ids need it, and building it (parsing tokenizer.json) takes a while.
+ * The run's tokenizer, read back from the capture file: engines that send no token ids need it, and every
+ * engine's stop token is its EOS id. Built at start (0.8 s, off the proxy's loop) and kept: the proxy's thread
+ * never holds one (see capture.ts).
  */
-let local: ModelTokenizer | undefined;
-function localTokenizer(): ModelTokenizer {
-  if (!local) {
-    const run = store.getRun(init.runId);
-    if (!run) throw new Error(`run ${init.runId} is not in ${init.captures}`);
-    local = new ModelTokenizer(run.tokenizerName ?? 'captured', store.tokenizerFiles(run));
-  }
-  return local;
+function runTokenizer(): ModelTokenizer {
+  const run = store.getRun(init.runId);
+  if (!run) throw new Error(`run ${init.runId} is not in ${init.captures}`);
+  return new ModelTokenizer(run.tokenizerName ?? 'captured', store.tokenizerFiles(run));
 }
-let eosTokenIds = init.eosTokenIds;
+let local = runTokenizer();
 const tokenizer: RecorderTokenizer = {
   get eosTokenIds() {
-    return eosTokenIds;
+    return local.eosTokenIds;
   },
-  renderChatGuarded: (req) => localTokenizer().renderChatGuarded(req),
-  encode: (text, addSpecialTokens) => localTokenizer().encode(text, addSpecialTokens),
+  renderChatGuarded: (req) => local.renderChatGuarded(req),
+  encode: (text, addSpecialTokens) => local.encode(text, addSpecialTokens),
 };
 const recorder = new Recorder(store, init.runId, tokenizer, new URL(init.upstream), new Set(init.redacted), init.redactBodies === true);
 
@@ -77,9 +74,11 @@ port.on('message', (msg: ToWorker) => {
   else if (msg.type === 'updateRun') reply(msg.id, async () => store.updateRun(init.runId, msg.update));
   else if (msg.type === 'setTokenizer') {
     reply(msg.id, async () => {
-      store.setRunTokenizer(init.runId, msg.name, new Map(msg.files.map(([file, data]) => [file, bytes(data)])));
-      local = undefined;
-      eosTokenIds = msg.eosTokenIds;
+      const files = new Map(msg.files.map(([file, data]) => [file, bytes(data)]));
+      // Built before it is stored: files that do not make a tokenizer leave the run's own in place.
+      const next = new ModelTokenizer(msg.name, files);
+      store.setRunTokenizer(init.runId, msg.name, files);
+      local = next;
     });
   }
   else {

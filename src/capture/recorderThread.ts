@@ -11,8 +11,6 @@ export interface RecordWorkerInit {
   redacted: string[];
   /** `--redact-bodies`: store token ids and timing, no text, request body or response bytes. */
   redactBodies?: boolean;
-  /** The tokenizer's EOS ids (the stop token of an engine that sends no ids). */
-  eosTokenIds: number[];
 }
 
 /**
@@ -35,7 +33,7 @@ export type ToWorker =
   | { type: 'exchange'; id: number; exchange: WireExchange }
   | { type: 'counts'; id: number }
   | { type: 'updateRun'; id: number; update: RunUpdate }
-  | { type: 'setTokenizer'; id: number; name: string; files: [string, Uint8Array][]; eosTokenIds: number[] }
+  | { type: 'setTokenizer'; id: number; name: string; files: [string, Uint8Array][] }
   | { type: 'close' };
 
 export type FromWorker =
@@ -126,8 +124,8 @@ export class RecorderThread {
   }
 
   /** Replaces the run's tokenizer, in the file and for the exchanges recorded from now on. */
-  async setTokenizer(name: string, files: Map<string, Buffer>, eosTokenIds: number[]): Promise<void> {
-    await this.call((id) => ({ type: 'setTokenizer', id, name, files: [...files].map(([file, data]) => [file, Uint8Array.from(data)]), eosTokenIds }));
+  async setTokenizer(name: string, files: Map<string, Buffer>): Promise<void> {
+    await this.call((id) => ({ type: 'setTokenizer', id, name, files: [...files].map(([file, data]) => [file, Uint8Array.from(data)]) }));
   }
 
   /** Waits for every exchange handed over so far to be stored, then closes the worker's connection and the worker. */

@@ -5,6 +5,7 @@ export {
   findInHfCache,
   loadModelFiles,
   loadTokenizer,
+  maxModelLenOf,
   ModelNotFoundError,
   ModelTokenizer,
   REQUEST_TEMPLATE_TIMEOUT_MS,

@@ -85,6 +85,18 @@ function parseJsonFile(files: Map<string, Buffer>, name: string): Json | undefin
   return data ? (JSON.parse(data.toString('utf8')) as Json) : undefined;
 }
 
+/**
+ * The model's context length as its files give it (config.json's position embeddings, else the tokenizer's
+ * `model_max_length` unless that is a "no limit" placeholder, else 32,768): read without building the tokenizer.
+ */
+export function maxModelLenOf(files: Map<string, Buffer>): number {
+  const modelConfig = parseJsonFile(files, 'config.json');
+  const fromModel = Number(modelConfig?.max_position_embeddings ?? modelConfig?.max_sequence_length);
+  const fromTokenizer = Number(parseJsonFile(files, 'tokenizer_config.json')?.model_max_length);
+  if (Number.isFinite(fromModel) && fromModel > 0) return fromModel;
+  return Number.isFinite(fromTokenizer) && fromTokenizer > 0 && fromTokenizer < 1e9 ? fromTokenizer : 32768;
+}
+
 function tokenContent(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
   if (value && typeof value === 'object' && typeof (value as Json).content === 'string') return (value as Json).content as string;
@@ -193,13 +205,7 @@ export class ModelTokenizer {
     if (eosId !== null && eosId !== undefined) eos.add(eosId);
     this.eosTokenIds = [...eos];
 
-    const fromModel = Number(modelConfig?.max_position_embeddings ?? modelConfig?.max_sequence_length);
-    const fromTokenizer = Number(config.model_max_length);
-    this.maxModelLen = Number.isFinite(fromModel) && fromModel > 0
-      ? fromModel
-      : Number.isFinite(fromTokenizer) && fromTokenizer > 0 && fromTokenizer < 1e9
-        ? fromTokenizer
-        : 32768;
+    this.maxModelLen = maxModelLenOf(files);
   }
 
   /** Replayed workloads repeat their prompts: recent encodings are remembered (copies go out). */

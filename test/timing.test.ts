@@ -1,10 +1,9 @@
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCapture } from '../src/cli/capture.js';
 import { CaptureStore } from '../src/store/captureStore.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
-import { arrivals, measureInProcess, roundTrip } from './support/sseTiming.js';
+import { measureInProcess } from './support/sseTiming.js';
 import { encode, MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -14,30 +13,38 @@ const gap = (i: number) => 20 + ((i * 37) % 61);
 const BODY = { model: MODEL, prompt: 'Tell me a long story', max_tokens: 24, stream: true };
 
 const gaps = (times: number[]) => times.slice(1).map((t, i) => t - times[i]);
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 describe('captured timing', () => {
   let upstream: Upstream;
+  /** The capture's stamps of each event of every captured request, oldest first (the one replay answers with is the first). */
+  let capturedRuns: number[][];
   let captured: number[];
-  let observed: number[];
-  /** When the upstream wrote each event (its timers can fire late: this is what it really sent). */
-  let sent: number[];
+  /** The medians of what the client, in a process of its own, saw through the capture (test/support/sseTiming.ts). */
+  let forwarded: { arrivalsMs: number[]; gapsMs: number[] };
+  /** When the upstream wrote each event of every request (its timers can fire late: this is what it really sent). */
+  let sentRuns: number[][];
   let dbPath: string;
   const servers: MockerProcess[] = [];
 
   beforeAll(async () => {
     dbPath = join(mkdtempSync(join(testTmpdir(), 'mocker-timing-')), 'timing.db');
     upstream = await startUpstream(() => ({ content: 'word '.repeat(40), ttftMs: TTFT_MS, gapMs: gap }));
-    const capture = await startCapture({ upstream: upstream.url, captures: dbPath, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
-    await roundTrip(`http://127.0.0.1:${capture.port}`);
-    observed = await arrivals(`http://127.0.0.1:${capture.port}`, BODY);
-    await capture.close();
-    // The captured values: each event's arrival at the proxy, as the capture file recorded it.
-    const store = CaptureStore.open(dbPath);
+    // The capture and its client each run as their own process, as deployed: the proxy's work at the end of an
+    // exchange (handing it to the recorder) cannot hold the client's read of the last event, nor can the test
+    // runner's. Only the upstream double shares the runner, and `sentMs` says when it really wrote.
+    const capture = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', dbPath]);
+    try {
+      forwarded = await measureInProcess(`http://127.0.0.1:${capture.port}`, BODY);
+    } finally {
+      await capture.stop();
+    }
+    const store = CaptureStore.open(dbPath, { readonly: true });
     // Read whole before the store closes (a lookup's exchanges read their bodies on first use).
-    const [ex] = store.findByPrompt(MODEL, await encode(BODY.prompt, true)).map((found) => store.getExchange(found.id)!);
+    capturedRuns = store.findByPrompt(MODEL, await encode(BODY.prompt, true)).map((found) => store.getExchange(found.id)!.eventTimes.slice(0, 24));
     store.close();
-    captured = ex.eventTimes.slice(0, 24);
-    sent = upstream.received.find((r) => r.path === '/v1/completions')?.sentMs.slice(0, 24) ?? [];
+    captured = capturedRuns[0];
+    sentRuns = upstream.received.filter((r) => r.path === '/v1/completions').map((r) => r.sentMs.slice(0, 24));
     await upstream.close();
   });
 
@@ -55,15 +62,33 @@ describe('captured timing', () => {
   };
 
   it('the capture recorded, and passed on, the timing the upstream wrote', () => {
-    expect(observed.length).toBe(24);
-    expect(observed[0]).toBeGreaterThanOrEqual(TTFT_MS);
-    expect(captured[0]).toBeGreaterThanOrEqual(TTFT_MS);
+    // The measuring client's untimed warm-up, then its measured requests: each one captured.
+    expect(sentRuns).toHaveLength(8);
+    expect(capturedRuns).toHaveLength(8);
     // The upstream's scripted gaps, give or take its timers (late by up to 3.3 ms in this busy process): the
-    // proxy's stamps and its client's arrivals are held to the gaps it really wrote.
-    const sentGaps = gaps(sent);
-    expect(sentGaps).toHaveLength(23);
-    gaps(captured).forEach((g, i) => expect(Math.abs(g - sentGaps[i]), `captured gap ${i}`).toBeLessThanOrEqual(5));
-    gaps(observed).forEach((g, i) => expect(Math.abs(g - sentGaps[i]), `forwarded gap ${i}`).toBeLessThanOrEqual(5));
+    // proxy's stamps and its client's arrivals are held to the gaps it really wrote, as medians over the requests
+    // (a thread of this shared 2-core VM can wait 5-12 ms for a core, now and then: that moves no median).
+    const sentGaps = sentRuns.map(gaps);
+    sentGaps.forEach((run) => expect(run).toHaveLength(23));
+    capturedRuns.forEach((times, run) => {
+      expect(times[0]).toBeGreaterThanOrEqual(TTFT_MS);
+      // No stall of the proxy's loop in any request: the native destructor of a tokenizer it let go of once held
+      // it 70-150 ms, mid-stream (see capture.ts).
+      gaps(times).forEach((g, i) => expect(Math.abs(g - sentGaps[run][i]), `request ${run}: captured gap ${i}`).toBeLessThanOrEqual(50));
+    });
+    const capturedGaps = capturedRuns.map(gaps);
+    capturedGaps[0].forEach((_, i) => {
+      const error = median(capturedGaps.map((run, r) => run[i] - sentGaps[r][i]));
+      expect(Math.abs(error), `captured gap ${i}`).toBeLessThanOrEqual(2);
+    });
+    expect(forwarded.arrivalsMs).toHaveLength(24);
+    expect(forwarded.arrivalsMs[0]).toBeGreaterThanOrEqual(TTFT_MS);
+    // Medians of the measured requests, as the replay's below: within 2 ms of the gaps the upstream really wrote.
+    // (The stream's last event once came 3 ms late, held back behind the end of its exchange: see forward.ts.)
+    forwarded.gapsMs.forEach((g, i) => {
+      const sent = median(sentGaps.slice(1).map((run) => run[i]));
+      expect(Math.abs(g - sent), `forwarded gap ${i}`).toBeLessThanOrEqual(2);
+    });
   });
 
   // The measuring process reports medians over several requests (test/support/sseTiming.ts): on this shared

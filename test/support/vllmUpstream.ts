@@ -495,8 +495,11 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     res.flushHeaders();
     const event = (obj: unknown) => `data: ${JSON.stringify(options.legacy ? withoutTokenIdFields(obj) : obj)}\n\n`;
     const send = (obj: unknown) => {
+      // Stamped once the bytes are made: a collection while making them (this process is the busy test runner's)
+      // must not count as the proxy's delay.
+      const bytes = event(obj);
       sentMs.push(performance.now());
-      return res.write(event(obj));
+      return res.write(bytes);
     };
     const head = { id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model: MODEL };
     await nextRound(0);

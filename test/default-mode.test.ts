@@ -8,12 +8,12 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import { createRequire } from 'node:module';
-import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import type { ChatCompletionCreateParamsNonStreaming, ChatCompletionMessageParam, CompletionCreateParamsNonStreaming } from 'openai/resources';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePorts } from './support/kvEventsClient.js';
+import { listenOnLoopback, type LoopbackServer } from './support/loopback.js';
 import { mockerCounters } from './support/mockerCounters.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { decode, encode, MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
@@ -285,7 +285,7 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
 });
 
 /** A one-route HTTP proxy in front of the vLLM double that adds a Set-Cookie to every answer (the double sends none). */
-async function setCookieInFront(target: Upstream, setCookie: string): Promise<{ url: string; close(): Promise<void> }> {
+function setCookieInFront(target: Upstream, setCookie: string): Promise<LoopbackServer> {
   const server = http.createServer((req, res) => {
     const hop = http.request(`${target.url}${req.url ?? '/'}`, { method: req.method, headers: req.headers }, (answer) => {
       res.writeHead(answer.statusCode ?? 502, { ...answer.headers, 'set-cookie': setCookie });
@@ -293,15 +293,7 @@ async function setCookieInFront(target: Upstream, setCookie: string): Promise<{ 
     });
     req.pipe(hop);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
+  return listenOnLoopback(server);
 }
 
 describe('mocker capture with its default redaction', () => {

@@ -4,7 +4,6 @@
  * and by the toy proxy's exact request sequence.
  */
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -14,6 +13,7 @@ import type { EngineState } from '../src/engine/index.js';
 import { kvBytesPerToken } from '../src/pd/kvTransfer.js';
 import { startPdProxy, type RunningProxy } from '../src/pd/proxy.js';
 import { EventSubscriber, freePorts, sleep } from './support/kvEventsClient.js';
+import { listenOnLoopback, type LoopbackServer } from './support/loopback.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL } from './support/vllmUpstream.js';
 
@@ -67,16 +67,8 @@ function completeWithRemoteKv(decode: string, prefillPort: number, options: { pr
 }
 
 /** A stand-in for a prefill engine's KV pull endpoint, on loopback. */
-async function pullEndpoint(answer: http.RequestListener): Promise<{ port: number; close(): Promise<void> }> {
-  const server = http.createServer(answer);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    port: (server.address() as AddressInfo).port,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
+function pullEndpoint(answer: http.RequestListener): Promise<LoopbackServer> {
+  return listenOnLoopback(http.createServer(answer));
 }
 
 /** Everything a client reads from one request, streamed or not, chat or completion. */

@@ -5,12 +5,12 @@
  */
 import { copyFileSync, mkdtempSync, readdirSync } from 'node:fs';
 import { createServer, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePorts } from './support/kvEventsClient.js';
+import { listenOnLoopback } from './support/loopback.js';
 import { spawnMockerProcess, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
@@ -233,9 +233,8 @@ describe('a signal while it starts', () => {
       held.push(res);
       probed();
     });
-    await new Promise<void>((resolve) => slowUpstream.listen(0, '127.0.0.1', resolve));
+    const { url, close } = await listenOnLoopback(slowUpstream);
     try {
-      const url = `http://127.0.0.1:${(slowUpstream.address() as AddressInfo).port}`;
       const db = join(tempDir(), 'starting.db');
       const { child, stdout, exited } = spawnMockerProcess(['capture', '--upstream', url, '--captures', db, '--host', '127.0.0.1', '--port', '0']);
       await firstProbe;
@@ -247,8 +246,7 @@ describe('a signal while it starts', () => {
       expect(stdout()).toContain('0 exchange(s) recorded (0 aborted)');
       expect(readdirSync(dirname(db))).toEqual(['starting.db']);
     } finally {
-      slowUpstream.closeAllConnections();
-      await new Promise((resolve) => slowUpstream.close(resolve));
+      await close();
     }
   });
 });

@@ -8,10 +8,10 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import http, { type IncomingHttpHeaders, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { Template } from '@huggingface/jinja';
+import { listenOnLoopback } from './loopback.js';
 import { CHAT_TEMPLATE, decode, encode } from './vllmUpstream.js';
 
 export type EngineName = 'llama.cpp' | 'transformers';
@@ -258,15 +258,6 @@ export async function startEngineDouble(engine: EngineName, port = 0): Promise<E
     res.end(engine === 'llama.cpp' ? 'data: [DONE]\n\n' : undefined);
   }
 
-  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    model: served,
-    received,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
+  const { url, close } = await listenOnLoopback(server, port);
+  return { url, model: served, received, close };
 }

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { listenOnLoopback } from './loopback.js';
 import { decode, encode, EOS, MODEL, promptIds } from './vllmUpstream.js';
 
 type Json = Record<string, unknown>;
@@ -246,16 +246,6 @@ export async function startSglangUpstream(script: SglangScript, options: SglangO
     res.end('data: [DONE]\n\n');
   }
 
-  await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    port,
-    received,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
+  const { url, port, close } = await listenOnLoopback(server, options.port);
+  return { url, port, received, close };
 }

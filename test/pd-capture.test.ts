@@ -12,7 +12,7 @@ import { startCapture } from '../src/cli/capture.js';
 import { startPdProxy, type RunningProxy } from '../src/pd/proxy.js';
 import { CaptureStore } from '../src/store/captureStore.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
-import { measureInProcess, measurePdHopsInProcess } from './support/sseTiming.js';
+import { gapsOf, measureInProcess, measurePdHopsInProcess } from './support/sseTiming.js';
 import { encode, MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -25,8 +25,6 @@ const UPSTREAM_PREFILL_PARAMS = {
   do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [7, 8], remote_engine_id: 'upstream-prefill-engine',
   remote_request_id: 'upstream-request', remote_host: '10.0.0.1', remote_port: 5600, tp_size: 1,
 };
-
-const gaps = (times: number[]) => times.slice(1).map((t, i) => t - times[i]);
 
 async function streamedText(baseUrl: string): Promise<string> {
   const client = new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -103,9 +101,9 @@ describe('PD-split capture, then replay', () => {
     expect(decodeHop[0]).toBeGreaterThanOrEqual(DECODE_TTFT_MS);
     // Every gap as the upstream wrote it: its scripted gaps, give or take its timers, late by up to 3.3 ms in this
     // busy process. The proxy's stamps are within 0.5 ms of those writes but for a pause of the shared process.
-    const sentGaps = gaps(decodeSentMs);
+    const sentGaps = gapsOf(decodeSentMs);
     expect(sentGaps).toHaveLength(BODY.max_tokens - 1);
-    gaps(decodeHop).forEach((g, i) => expect(Math.abs(g - sentGaps[i]), `gap ${i}`).toBeLessThanOrEqual(5));
+    gapsOf(decodeHop).forEach((g, i) => expect(Math.abs(g - sentGaps[i]), `gap ${i}`).toBeLessThanOrEqual(5));
   });
 
   it('a mocker prefill + decode pair behind pd-proxy replays the same content; each hop within 2 ms of its capture', async () => {
@@ -122,7 +120,7 @@ describe('PD-split capture, then replay', () => {
     expect(m.decodeArrivalsMs).toHaveLength(decodeHop.length);
     const decodeSeen = `decode hop's first token at ${m.decodeArrivalsMs[0].toFixed(2)} ms: captured ${decodeHop[0].toFixed(2)}, round trip ${m.decodeRttMs.toFixed(2)}`;
     expect(Math.abs(m.decodeArrivalsMs[0] - (decodeHop[0] + m.decodeRttMs)), decodeSeen).toBeLessThanOrEqual(2);
-    const want = gaps(decodeHop);
+    const want = gapsOf(decodeHop);
     m.decodeGapsMs.forEach((g, i) => expect(Math.abs(g - want[i]), `gap ${i}`).toBeLessThanOrEqual(2));
   });
 
@@ -132,7 +130,7 @@ describe('PD-split capture, then replay', () => {
     const { rttMs, arrivalsMs, gapsMs } = await measureInProcess(agg, BODY);
     expect(arrivalsMs).toHaveLength(decodeHop.length);
     expect(Math.abs(arrivalsMs[0] - (prefillHop + decodeHop[0] + rttMs))).toBeLessThanOrEqual(2);
-    const want = gaps(decodeHop);
+    const want = gapsOf(decodeHop);
     gapsMs.forEach((g, i) => expect(Math.abs(g - want[i]), `gap ${i}`).toBeLessThanOrEqual(2));
   });
 });

@@ -15,6 +15,7 @@ import { startPdProxy, type RunningProxy } from '../src/pd/proxy.js';
 import { EventSubscriber, freePorts, sleep } from './support/kvEventsClient.js';
 import { listenOnLoopback, type LoopbackServer } from './support/loopback.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { median } from './support/sseTiming.js';
 import { MODEL } from './support/vllmUpstream.js';
 
 const running: (Running | RunningProxy)[] = [];
@@ -154,7 +155,6 @@ describe('mocker prefill + decode engines behind mocker pd-proxy', () => {
     };
     await ttft(instant.proxy, 300);
     await ttft(slow.proxy, 300);
-    const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
     const slow300: number[] = [];
     const slow600: number[] = [];
     const instant300: number[] = [];

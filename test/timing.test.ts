@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore } from '../src/store/captureStore.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
-import { measureInProcess } from './support/sseTiming.js';
+import { gapsOf, measureInProcess, medianSeries } from './support/sseTiming.js';
 import { encode, MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -12,8 +12,6 @@ const TTFT_MS = 200;
 const gap = (i: number) => 20 + ((i * 37) % 61);
 const BODY = { model: MODEL, prompt: 'Tell me a long story', max_tokens: 24, stream: true };
 
-const gaps = (times: number[]) => times.slice(1).map((t, i) => t - times[i]);
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 describe('captured timing', () => {
   let upstream: Upstream;
@@ -68,27 +66,22 @@ describe('captured timing', () => {
     // The upstream's scripted gaps, give or take its timers (late by up to 3.3 ms in this busy process): the
     // proxy's stamps and its client's arrivals are held to the gaps it really wrote, as medians over the requests
     // (a thread of this shared 2-core VM can wait 5-12 ms for a core, now and then: that moves no median).
-    const sentGaps = sentRuns.map(gaps);
+    const sentGaps = sentRuns.map(gapsOf);
     sentGaps.forEach((run) => expect(run).toHaveLength(23));
     capturedRuns.forEach((times, run) => {
       expect(times[0]).toBeGreaterThanOrEqual(TTFT_MS);
       // No stall of the proxy's loop in any request: the native destructor of a tokenizer it let go of once held
       // it 70-150 ms, mid-stream (see capture.ts).
-      gaps(times).forEach((g, i) => expect(Math.abs(g - sentGaps[run][i]), `request ${run}: captured gap ${i}`).toBeLessThanOrEqual(50));
+      gapsOf(times).forEach((g, i) => expect(Math.abs(g - sentGaps[run][i]), `request ${run}: captured gap ${i}`).toBeLessThanOrEqual(50));
     });
-    const capturedGaps = capturedRuns.map(gaps);
-    capturedGaps[0].forEach((_, i) => {
-      const error = median(capturedGaps.map((run, r) => run[i] - sentGaps[r][i]));
-      expect(Math.abs(error), `captured gap ${i}`).toBeLessThanOrEqual(2);
-    });
+    const capturedErrors = medianSeries(capturedRuns.map((times, run) => gapsOf(times).map((g, i) => g - sentGaps[run][i])));
+    capturedErrors.forEach((error, i) => expect(Math.abs(error), `captured gap ${i}`).toBeLessThanOrEqual(2));
     expect(forwarded.arrivalsMs).toHaveLength(24);
     expect(forwarded.arrivalsMs[0]).toBeGreaterThanOrEqual(TTFT_MS);
     // Medians of the measured requests, as the replay's below: within 2 ms of the gaps the upstream really wrote.
     // (The stream's last event once came 3 ms late, held back behind the end of its exchange: see forward.ts.)
-    forwarded.gapsMs.forEach((g, i) => {
-      const sent = median(sentGaps.slice(1).map((run) => run[i]));
-      expect(Math.abs(g - sent), `forwarded gap ${i}`).toBeLessThanOrEqual(2);
-    });
+    const sentMedians = medianSeries(sentGaps.slice(1));
+    forwarded.gapsMs.forEach((g, i) => expect(Math.abs(g - sentMedians[i]), `forwarded gap ${i}`).toBeLessThanOrEqual(2));
   });
 
   // The measuring process reports medians over several requests (test/support/sseTiming.ts): on this shared
@@ -98,14 +91,14 @@ describe('captured timing', () => {
     expect(replayed.length).toBe(captured.length);
     // The captured TTFT was measured at the proxy; this client also pays its own round trip to the server.
     expect(Math.abs(replayed[0] - (captured[0] + rtt))).toBeLessThanOrEqual(2);
-    const want = gaps(captured);
+    const want = gapsOf(captured);
     replayedGaps.forEach((g, i) => expect(Math.abs(g - want[i]), `gap ${i}`).toBeLessThanOrEqual(2));
   });
 
   it('divides TTFT and every gap by --speedup-ratio 10', async () => {
     const { rtt, replayed, replayedGaps } = await replay(10);
     expect(Math.abs(replayed[0] - (captured[0] / 10 + rtt))).toBeLessThanOrEqual(2);
-    const want = gaps(captured).map((g) => g / 10);
+    const want = gapsOf(captured).map((g) => g / 10);
     replayedGaps.forEach((g, i) => expect(Math.abs(g - want[i]), `gap ${i}`).toBeLessThanOrEqual(2));
   });
 });

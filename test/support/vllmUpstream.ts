@@ -353,10 +353,11 @@ export interface Upstream {
   url: string;
   port: number;
   /**
-   * Requests received, with their headers and bytes, and when each JSON event of a streamed answer was written
+   * Requests received, with their headers and bytes, when a generation's answer started to be timed (its scripted
+   * `ttftMs` counts from there; NaN for other requests) and when each JSON event of a streamed answer was written
    * (performance.now(); not the closing `[DONE]` nor an error event, written with the end).
    */
-  received: { path: string; headers: http.IncomingHttpHeaders; body: Json | null; raw: Buffer; sentMs: number[] }[];
+  received: { path: string; headers: http.IncomingHttpHeaders; body: Json | null; raw: Buffer; startedMs: number; sentMs: number[] }[];
   /** Responses whose client went away before they ended. */
   abandoned: number;
   close(): Promise<void>;
@@ -399,7 +400,8 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
       body = null;
     }
     const sentMs: number[] = [];
-    received.push({ path, headers: req.headers, body, raw, sentMs });
+    const entry = { path, headers: req.headers, body, raw, startedMs: NaN, sentMs };
+    received.push(entry);
     if (path === '/version') return json(res, 200, { version: options.legacy ? '0.10.1.1' : '0.11.0' });
     if (path === '/health') return void res.writeHead(200, { server: 'uvicorn' }).end();
     if (path === '/v1/models') return json(res, 200, { object: 'list', data: [{ id: MODEL, object: 'model', created: 1, owned_by: 'vllm', root: MODEL, parent: null, max_model_len: 40960, permission: [] }] });
@@ -452,6 +454,7 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     const finishOf = (g: Generation) => (chat && g.answer.toolCall && g.finish === 'stop' ? 'tool_calls' : g.finish);
     const joined = (g: Generation, key: string) => g.steps.map((s) => (typeof s.delta[key] === 'string' ? s.delta[key] : '')).join('');
     const start = performance.now();
+    entry.startedMs = start;
     let due = first.ttftMs ?? 0;
     const waitUntil = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, start + ms - performance.now())));
     const rounds = Math.max(...gens.map((g) => g.steps.length));

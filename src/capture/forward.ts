@@ -259,7 +259,6 @@ class ByteSink {
       spareBytes += b.length;
     }
     this.outgrown = [];
-    this.length = 0;
   }
 }
 

@@ -251,6 +251,33 @@ describe('the compact encodings round-trip', () => {
     }
   });
 
+  it("in an SSE stream, the lists of the leading events are cut (vLLM's first chunk of each choice), one after a chunk without any is left, and every byte comes back", () => {
+    const prompt = randomIds(rng.int(8, 1500));
+    const list = `[${prompt.join(',')}]`;
+    // A completion stream of n choices with return_token_ids, as vllm-wire-reference.md describes it: the prompt's
+    // ids on the first chunk of each choice, null on the others.
+    const chunk = (choice: number, ids: string) => `data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":${choice},"text":"a","prompt_token_ids":${ids},"token_ids":[7]}]}\n\n`;
+    for (const choices of [1, 2, 4]) {
+      const events = [
+        ...Array.from({ length: choices }, (_, c) => chunk(c, list)),
+        ...Array.from({ length: 20 }, (_, k) => chunk(k % choices, 'null')),
+        // What no vLLM sends: the list again, after chunks without it.
+        chunk(0, list),
+        'data: [DONE]\n\n',
+      ];
+      let end = 0;
+      const eventEnds = events.map((e) => (end += Buffer.byteLength(e)));
+      const responseBody = Buffer.from(events.join(''));
+      const { parts, cuts } = elideIdLists(responseBody, prompt, eventEnds);
+      expect(cuts.length / 2).toBe(choices);
+      expect(Buffer.concat(parts).length).toBe(responseBody.length - choices * (list.length - 2));
+      // Without the events' bounds (a body that is not a stream), every list is cut.
+      expect(elideIdLists(responseBody, prompt).cuts.length / 2).toBe(choices + 1);
+      const record = { requestBody: Buffer.from(`{"prompt":${list},"n":${choices}}`), responseBody, eventEnds, eventTimes: eventEnds.map((_, k) => k), eventTokens: eventEnds.map(() => 1), generations: [] };
+      expect(unpackRecord(packRecord(record, prompt), 4, () => prompt)).toEqual(record);
+    }
+  });
+
   it('times as byte planes, and token times as references to event times', () => {
     const ODD = [0, -0, NaN, Infinity, -Infinity, Number.MIN_VALUE, Number.MAX_VALUE, 1e-300, 0.1 + 0.2];
     for (let i = 0; i < 300; i++) {

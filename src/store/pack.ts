@@ -229,8 +229,13 @@ const ELIDED_MIN_IDS = 8;
  * of `body`), and where each was cut: its position in what is left and its separator. Only a list that is the
  * prompt as `writeIdList` writes it is cut (no leading zeros, no other spacing), so `restoreIdLists` gives back the
  * same bytes. `lists` caches the rendered lists across the bodies of one exchange.
+ *
+ * In an SSE stream (`eventEnds`: where each event ends) only the leading events are searched, up to the first one
+ * after the first that holds no list: vLLM sends the prompt's ids on the first chunk of each choice (chat's on the
+ * first chunk only), and searching the other ~75 KB of a 256-token stream cost as much as compressing it. A list
+ * further on stays in place, to be compressed with the rest.
  */
-export function elideIdLists(body: Buffer, ids: ArrayLike<number> | null, lists = new IdLists(ids)): { parts: Buffer[]; cuts: number[] } {
+export function elideIdLists(body: Buffer, ids: ArrayLike<number> | null, eventEnds: readonly number[] = [], lists = new IdLists(ids)): { parts: Buffer[]; cuts: number[] } {
   if (!ids || ids.length < ELIDED_MIN_IDS) return { parts: [body], cuts: [] };
   // One search for both separators: lists hold no '[', so a list found is never inside another.
   const needle = Buffer.from(`[${ids[0]},`);
@@ -238,17 +243,26 @@ export function elideIdLists(body: Buffer, ids: ArrayLike<number> | null, lists 
   const cuts: number[] = [];
   let copied = 0;
   let kept = 0;
-  for (let hit = body.indexOf(needle); hit >= 0; hit = body.indexOf(needle, Math.max(hit + 1, copied))) {
-    const start = hit + 1;
-    const separator: Separator = body[hit + needle.length] === 0x20 ? COMMA_SPACE : COMMA;
-    const list = lists.get(separator);
-    const end = start + list.length;
-    // Compared natively: a list of 1,000 ids is ~6 KB.
-    if (body[end] !== 0x5d || body.compare(list, 0, list.length, start, end) !== 0) continue;
-    parts.push(body.subarray(copied, start));
-    kept += start - copied;
-    cuts.push(kept, separator);
-    copied = end;
+  let from = 0;
+  for (let event = 0, found = false; event < Math.max(eventEnds.length, 1); event++, found = false) {
+    // Events end with a blank line, which a list never holds: a list found in one ends in it.
+    const end = eventEnds.length > 0 ? Math.min(eventEnds[event], body.length) : body.length;
+    const searched = body.subarray(0, end);
+    for (let hit = searched.indexOf(needle, from); hit >= 0; hit = searched.indexOf(needle, Math.max(hit + 1, copied))) {
+      const start = hit + 1;
+      const separator: Separator = body[hit + needle.length] === 0x20 ? COMMA_SPACE : COMMA;
+      const list = lists.get(separator);
+      const listEnd = start + list.length;
+      // Compared natively: a list of 1,000 ids is ~6 KB.
+      if (body[listEnd] !== 0x5d || body.compare(list, 0, list.length, start, listEnd) !== 0) continue;
+      parts.push(body.subarray(copied, start));
+      kept += start - copied;
+      cuts.push(kept, separator);
+      copied = listEnd;
+      found = true;
+    }
+    if (event > 0 && !found) break;
+    from = Math.max(end, copied);
   }
   parts.push(body.subarray(copied));
   return { parts, cuts };
@@ -520,8 +534,8 @@ export function packRecord(record: ExchangeRecord, promptIds: ArrayLike<number> 
   out.varint(hasBodies ? HAS_BODIES : 0);
   if (hasBodies) {
     const lists = new IdLists(promptIds);
-    for (const body of [record.requestBody as Buffer, record.responseBody as Buffer]) {
-      const { parts, cuts } = elideIdLists(body, promptIds, lists);
+    for (const [body, eventEnds] of [[record.requestBody as Buffer, []], [record.responseBody as Buffer, record.eventEnds]] as const) {
+      const { parts, cuts } = elideIdLists(body, promptIds, eventEnds, lists);
       out.varint(cuts.length / 2);
       for (const value of cuts) out.varint(value);
       out.pieces(parts);

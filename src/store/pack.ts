@@ -123,7 +123,10 @@ export function unpackDeltas(buf: Uint8Array): number[] {
  */
 export function packTimes(values: ArrayLike<number>): Buffer {
   const n = values.length;
-  const bytes = new Uint8Array(Float64Array.from(values as ArrayLike<number>).buffer);
+  // A loop, not Float64Array.from: see writeU32.
+  const floats = new Float64Array(n);
+  for (let i = 0; i < n; i++) floats[i] = values[i];
+  const bytes = new Uint8Array(floats.buffer);
   const planes = Buffer.allocUnsafe(n * 8);
   for (let i = 0; i < n; i++) for (let b = 0; b < 8; b++) planes[b * n + i] = bytes[i * 8 + 7 - b];
   return planes;
@@ -459,12 +462,12 @@ function deltasRecord(deltas: readonly ChunkDelta[]): Buffer {
   const shapeIndex = new Map<string, number>();
   const codes: number[] = [];
   let values = '';
-  let previousKeys: string[] = [];
-  let previousShape = -1;
+  let keys: string[] = [];
+  let shape = -1;
   for (const delta of deltas) {
-    const keys = Object.keys(delta);
-    let shape = previousShape;
-    if (shape < 0 || keys.length !== previousKeys.length || keys.some((k, i) => k !== previousKeys[i])) {
+    // Most deltas have the keys of the one before: checked without Object.keys' array.
+    if (shape < 0 || !hasKeys(delta, keys)) {
+      keys = Object.keys(delta);
       const key = JSON.stringify(keys);
       shape = shapeIndex.get(key) ?? -1;
       if (shape < 0) {
@@ -473,14 +476,12 @@ function deltasRecord(deltas: readonly ChunkDelta[]): Buffer {
       }
     }
     codes.push(shape);
-    for (const key of keys) {
-      const value = delta[key];
+    for (let k = 0; k < keys.length; k++) {
+      const value = delta[keys[k]];
       if (typeof value !== 'string') return deltasAsJson(deltas);
       codes.push(value.length);
       values += value;
     }
-    previousKeys = keys;
-    previousShape = shape;
   }
   if (LONE_SURROGATE.test(values)) return deltasAsJson(deltas);
   const out = RecordWriter.fresh();
@@ -488,6 +489,15 @@ function deltasRecord(deltas: readonly ChunkDelta[]): Buffer {
   out.bytes(packVarints(codes));
   out.bytes(Buffer.from(values));
   return Buffer.concat([Buffer.from([DELTAS_BY_COLUMN]), out.written()]);
+}
+
+/** Whether `delta`'s own keys are `keys`, in order. */
+function hasKeys(delta: ChunkDelta, keys: readonly string[]): boolean {
+  let n = 0;
+  for (const key in delta) {
+    if (key !== keys[n++] || !Object.hasOwn(delta, key)) return false;
+  }
+  return n === keys.length;
 }
 
 function deltasAsJson(deltas: readonly ChunkDelta[]): Buffer {

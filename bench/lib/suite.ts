@@ -64,8 +64,12 @@ function replay(concurrency: number): Benchmark {
   };
 }
 
-/** Capture proxy figures: added = capture − direct in the same round (median over rounds, min–max of rounds). */
-function proxy(concurrency: number): Benchmark {
+/**
+ * Capture proxy figures: added = capture − direct in the same round (median over rounds, min–max of rounds).
+ * At 64 streams the p99s sit near their targets, where the median of three rounds is swayed by one bad round:
+ * six rounds there (80 s more); at 256 streams, far from them, three.
+ */
+function proxy(concurrency: number, rounds: number): Benchmark {
   const added = (json: Record<string, unknown>[], metric: string, label: string, target: Target | null, mode = 'capture'): FigureOf => {
     const direct = numberAt(json, `ms.${metric}.direct`);
     const value = numberAt(json, `ms.${metric}.${mode}Added`);
@@ -86,7 +90,7 @@ function proxy(concurrency: number): Benchmark {
     name: `proxy-${concurrency}`,
     group: 'proxy',
     script: 'bench/proxy-overhead.ts',
-    args: ['--concurrency', String(concurrency), '--rounds', '3', '--window-ms', '1000'],
+    args: ['--concurrency', String(concurrency), '--rounds', String(rounds), '--window-ms', '1000'],
     figures: (json) => [
       added(json, 'ttftP50', 'capture proxy added TTFT p50', le(0.5)),
       added(json, 'ttftP99', 'capture proxy added TTFT p99', le(2)),
@@ -322,7 +326,7 @@ const WORKERS: Benchmark = {
   ],
 };
 
-export const BENCHMARKS: Benchmark[] = [replay(16), replay(256), proxy(64), proxy(256), ENGINE_PASS, OFFLINE, STORE, KV_EVENTS, PD_PROXY, FIDELITY, FUZZ, WORKERS];
+export const BENCHMARKS: Benchmark[] = [replay(16), replay(256), proxy(64, 6), proxy(256, 3), ENGINE_PASS, OFFLINE, STORE, KV_EVENTS, PD_PROXY, FIDELITY, FUZZ, WORKERS];
 
 /** The invocations `names` select (by name or group), in suite order; all of them when `names` is empty. */
 export function selectBenchmarks(names: string[]): Benchmark[] {

@@ -1,4 +1,4 @@
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -8,6 +8,7 @@ import { RecorderThread } from '../src/capture/recorderThread.js';
 import { startCapture } from '../src/cli/capture.js';
 import { CaptureStore } from '../src/store/captureStore.js';
 import { loadModelFiles } from '../src/tokenizer/index.js';
+import { startMockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
 import { prng } from './support/prng.js';
 import { testTmpdir } from './support/tempRoot.js';
@@ -148,5 +149,43 @@ describe('mocker capture shutdown', () => {
     const rows = sqlite.prepare('select outcome from exchanges').all() as { outcome: string }[];
     sqlite.close();
     expect(rows.map((r) => r.outcome)).toEqual(['aborted', 'aborted', 'aborted', 'aborted']);
+  });
+});
+
+/** Each thread of process `pid` and its nice value (proc(5): field 19 of /proc/PID/task/TID/stat). */
+function threadNices(pid: number): Map<number, number> {
+  const nices = new Map<number, number>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+    // Fields after the command name, which may hold spaces and parentheses: the 3rd (state) first.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    nices.set(Number(tid), Number(fields[19 - 3]));
+  }
+  return nices;
+}
+
+describe('the built CLI\'s capture', () => {
+  it('records on threads at the lowest priority (nice 19), below the thread that forwards the bytes', async () => {
+    const upstream = await startUpstream(() => ({ content: 'Hello there' }));
+    cleanup.push(() => upstream.close());
+    const db = join(mkdtempSync(join(testTmpdir(), 'mocker-nice-')), 'capture.db');
+    const capture = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', db]);
+    cleanup.push(() => capture.stop());
+    const res = await fetch(`http://127.0.0.1:${capture.port}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'Once upon a time', max_tokens: 4, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    await res.text();
+    const nices = threadNices(capture.child.pid as number);
+    // The main thread's id is the process's.
+    expect(nices.get(capture.child.pid as number)).toBe(0);
+    // The recorder's worker, and the checkpointer it started (a thread inherits its creator's nice value).
+    expect([...nices.values()].filter((nice) => nice === 19)).toHaveLength(2);
+    // Recorded all the same.
+    const sqlite = new Database(db, { readonly: true });
+    expect(sqlite.prepare('select outcome from exchanges').all()).toEqual([{ outcome: 'complete' }]);
+    sqlite.close();
   });
 });

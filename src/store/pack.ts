@@ -246,11 +246,14 @@ export function elideIdLists(body: Buffer, ids: ArrayLike<number> | null, eventE
   const cuts: number[] = [];
   let copied = 0;
   let kept = 0;
+  // A body that is not a stream is searched whole, as one event.
+  const ends = eventEnds.length > 0 ? eventEnds : [body.length];
   let from = 0;
-  for (let event = 0, found = false; event < Math.max(eventEnds.length, 1); event++, found = false) {
+  for (let event = 0; event < ends.length; event++) {
     // Events end with a blank line, which a list never holds: a list found in one ends in it.
-    const end = eventEnds.length > 0 ? Math.min(eventEnds[event], body.length) : body.length;
+    const end = Math.min(ends[event], body.length);
     const searched = body.subarray(0, end);
+    let found = false;
     for (let hit = searched.indexOf(needle, from); hit >= 0; hit = searched.indexOf(needle, Math.max(hit + 1, copied))) {
       const start = hit + 1;
       const separator: Separator = body[hit + needle.length] === 0x20 ? COMMA_SPACE : COMMA;

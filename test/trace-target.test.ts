@@ -15,7 +15,8 @@ import { connectTargets, type HttpTargetWorker } from '../src/trace/httpTarget.j
 import { DEFAULT_KV_ROUTER_CONFIG, KvRouter } from '../src/trace/kvRouter.js';
 import type { OnlineSink } from '../src/trace/online.js';
 import { freePorts } from './support/kvEventsClient.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { listenOnLoopback } from './support/loopback.js';
+import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 import { MODEL } from './support/vllmUpstream.js';
 
@@ -120,7 +121,7 @@ describe('HttpTargetWorker against two mocker serve processes publishing KV even
     );
     workers = await connectTargets(
       servers.map((s, i) => ({ url: `http://127.0.0.1:${s.port}`, kvEvents: `tcp://127.0.0.1:${pubPorts[i]}` })),
-      { routerBlockSize: 16 },
+      { routerBlockSize: 16, stallTimeoutMs: null },
     );
   });
 
@@ -183,7 +184,7 @@ describe('HttpTargetWorker against servers that are not vLLM', () => {
   it('gives an unreachable server a connection error answer; finding its model fails naming the URL', async () => {
     const [port] = await freePorts(1);
     const url = `http://127.0.0.1:${port}`;
-    const [worker] = await connectTargets([{ url }], { model: MODEL, routerBlockSize: 16 });
+    const [worker] = await connectTargets([{ url }], { model: MODEL, routerBlockSize: 16, stallTimeoutMs: null });
     try {
       const answer = await worker.send({ uuid: 'x', prompt: [1, 2, 3], maxTokens: 2 }, recorder().sink);
       expect(answer.outputTokenIds).toBeNull();
@@ -191,7 +192,7 @@ describe('HttpTargetWorker against servers that are not vLLM', () => {
     } finally {
       await worker.close();
     }
-    await expect(connectTargets([{ url }], { routerBlockSize: 16 })).rejects.toThrow(`cannot reach ${url}/v1/models`);
+    await expect(connectTargets([{ url }], { routerBlockSize: 16, stallTimeoutMs: null })).rejects.toThrow(`cannot reach ${url}/v1/models`);
   });
 
   it('drops a field the server refuses (400 naming it) once and for all; counts a token per text chunk without ids; reports an error event', async () => {
@@ -224,7 +225,7 @@ describe('HttpTargetWorker against servers that are not vLLM', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
     const warn = vi.spyOn(console, 'warn').mockImplementation(() => undefined);
-    const [worker] = await connectTargets([{ url }], { model: 'gpt-x', routerBlockSize: 16 });
+    const [worker] = await connectTargets([{ url }], { model: 'gpt-x', routerBlockSize: 16, stallTimeoutMs: null });
     try {
       const seen = recorder();
       expect(await worker.send({ uuid: 'r1', prompt: [1, 2, 3], maxTokens: 2 }, seen.sink)).toEqual({ outputTokenIds: null, text: 'Hello', error: null });
@@ -245,5 +246,38 @@ describe('HttpTargetWorker against servers that are not vLLM', () => {
       await worker.close();
       await new Promise((resolve) => server.close(resolve));
     }
+  });
+});
+
+describe('mocker trace --target against servers that answer badly', () => {
+  const workload = ['--model', 'm', '--input-tokens', '8', '--output-tokens', '2', '--request-count', '5', '--arrival-interval-ms', '0', '--no-progress'];
+
+  /** Runs the built CLI's trace against a server that answers every POST with `answer`; the run's directory is removed. */
+  async function traceAgainst(answer: (res: http.ServerResponse) => void, extra: string[] = []) {
+    const server = http.createServer((req, res) => {
+      if (req.method !== 'POST') return void res.writeHead(404).end();
+      req.resume().on('end', () => answer(res));
+    });
+    const upstream = await listenOnLoopback(server);
+    const dir = mkdtempSync(join(testTmpdir(), 'trace-bad-target-'));
+    try {
+      return await runMockerToExit(['trace', '--target', upstream.url, ...workload, '--report-json', dir, ...extra], { cwd: dir });
+    } finally {
+      await upstream.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  it('a server answering 200 with a body that is not an event stream: every request failed, said why, exit 1', async () => {
+    const { code, stderr } = await traceAgainst((res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<html>maintenance</html>'));
+    expect(stderr).toMatch(/5 request\(s\) failed: .*answered 200 without a server-sent event: "<html>maintenance<\/html>"/);
+    expect(stderr).toContain('none of the 5 request(s) completed');
+    expect(code).toBe(1);
+  });
+
+  it('a server that stalls after its headers: each request is given up after --request-timeout, the run ends, exit 1', async () => {
+    const { code, stderr } = await traceAgainst((res) => res.writeHead(200, { 'content-type': 'text/event-stream' }).flushHeaders(), ['--request-timeout', '1']);
+    expect(stderr).toMatch(/5 request\(s\) failed: .*nothing received for 1 s/);
+    expect(code).toBe(1);
   });
 });

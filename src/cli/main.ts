@@ -336,6 +336,7 @@ program
   .option('--target <urls>', 'send the requests to these running servers (comma list: one worker each) instead of simulating', (v: string) => v.split(',').map((u) => (checkedUrl('--target', u.trim()), u.trim())))
   .option('--kv-events <endpoints>', "with --target: each server's ZMQ KV events endpoint (comma list, e.g. tcp://host:5557), for --router-mode kv_router", (v: string) => v.split(',').map((e) => e.trim()))
   .option('--model <name>', "with --target: the model to ask for (default: the first of each server's /v1/models)")
+  .option('--request-timeout <s>', 'with --target: give up a request after this many seconds without a byte from its server (0: never)', number('--request-timeout', { min: 0 }), 600)
   .option('--report-json <path>', 'where the JSON report goes (a directory: a timestamped file inside; default: ./dynamo_replay_report_<time>.json)')
   .option('--report-html <file>', 'also write a self-contained HTML report with latency CDFs, throughput, KV usage and prefix hits over time')
   .option('--no-progress', 'no progress bar or progress lines on stderr')

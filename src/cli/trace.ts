@@ -13,7 +13,7 @@ import { renderHtmlReport } from '../trace/htmlReport.js';
 import { decodeRouterConfig, KvRouter, parseRouterConfig, prefillRouterConfig, type KvRouterConfig } from '../trace/kvRouter.js';
 import { OfflineReplay, type Fleet } from '../trace/offline.js';
 import { LocalWorker, runOnline, type OnlineAnswer, type OnlineWorker } from '../trace/online.js';
-import { formatReportTable, writeReportJson } from '../trace/report.js';
+import { FailureTally, formatReportTable, writeReportJson } from '../trace/report.js';
 import { RoundRobinRouter, type Router } from '../trace/router.js';
 import { foldIntoVocabulary, mooncakeFileWorkload, normalizeArrivals, syntheticWorkload, type Workload } from '../trace/workload.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
@@ -49,6 +49,8 @@ export interface TraceOptions {
   target?: string[];
   kvEvents?: string[];
   model?: string;
+  /** With `target`: seconds a request may go without a byte from its server (0: no limit). */
+  requestTimeout: number;
   /** Progress on stderr: a bar on a terminal, lines otherwise. */
   progress: boolean;
 }
@@ -223,6 +225,7 @@ export async function runTrace(o: TraceOptions): Promise<number> {
 
   let wallMs: number;
   let collector: ReplayCollector;
+  const failures = new FailureTally();
   const progress = progressReporter(o.progress, workload.requests, online ? 'elapsed' : 'simulated');
   const started = performance.now();
   if (!online) {
@@ -264,7 +267,11 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     if (targets.length > 0) {
       // Loaded on demand: only live targets need HTTP streaming and ZMQ.
       const { connectTargets } = await import('../trace/httpTarget.js');
-      workers = await connectTargets(targets.map((url, i) => ({ url, kvEvents: o.kvEvents?.[i] })), { model: o.model, routerBlockSize: engine.blockSize });
+      workers = await connectTargets(targets.map((url, i) => ({ url, kvEvents: o.kvEvents?.[i] })), {
+        model: o.model,
+        routerBlockSize: engine.blockSize,
+        stallTimeoutMs: o.requestTimeout > 0 ? o.requestTimeout * 1000 : null,
+      });
       settings.targets = targets.join(', ');
     } else {
       const config = await schedulerFor(engine, o.speedupRatio, o.seed);
@@ -278,6 +285,7 @@ export async function runTrace(o: TraceOptions): Promise<number> {
       wallMs = await runOnline(workers, router, driver, collector, {
         onProgress: (done, elapsedMs) => progress.update(done, elapsedMs),
         onAnswer: (dispatch, answer: OnlineAnswer) => {
+          if (answer.error !== null) failures.add(answer.error);
           if (compare && dispatch.turn.ref !== undefined) compare.check(dispatch.turn.ref, answer);
         },
       });
@@ -289,6 +297,7 @@ export async function runTrace(o: TraceOptions): Promise<number> {
 
   const report = collector.report(wallMs);
   console.log(formatReportTable(report));
+  for (const line of failures.lines()) console.error(line);
   const path = writeReportJson(report, o.reportJson);
   console.log(`Saved full report to: ${path}`);
   if (o.reportHtml !== undefined) {
@@ -300,6 +309,10 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     console.log(`Compared ${summary.compared} answers with the capture: ${summary.mismatches} mismatch(es)`);
     for (const example of summary.examples) console.log(`  exchange ${example.ref}: ${example.reason}`);
     if (summary.mismatches > 0) return 1;
+  }
+  if (report.completed_requests === 0 && report.num_requests > 0) {
+    console.error(`mocker trace: none of the ${report.num_requests} request(s) completed`);
+    return 1;
   }
   return 0;
 }

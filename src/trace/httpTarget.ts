@@ -27,6 +27,8 @@ export interface TargetOptions {
   model?: string;
   /** The router's block size: KV events of other block sizes cannot match its hashes. */
   routerBlockSize: number;
+  /** A request with no byte from the server for this long is given up (ms; null: wait for ever). */
+  stallTimeoutMs: number | null;
 }
 
 /** vLLM extensions a server may refuse (400/422 naming the field): then sent to it no more. */
@@ -122,6 +124,7 @@ export class HttpTargetWorker implements OnlineWorker {
     private readonly index: number,
     private readonly bridge: KvEventBridge,
     private readonly routerBlockSize: number,
+    private readonly stallTimeoutMs: number | null,
   ) {
     this.base = new URL(url);
     this.name = this.base.href.replace(/\/$/, '');
@@ -135,10 +138,18 @@ export class HttpTargetWorker implements OnlineWorker {
     const send = url.protocol === 'https:' ? https.request : http.request;
     return new Promise((resolve, reject) => {
       const headers: http.OutgoingHttpHeaders = body === null ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) };
-      const req = send(url, { method, agent: this.agent, headers }, resolve);
+      let response: IncomingMessage | null = null;
+      const req = send(url, { method, agent: this.agent, headers }, (res) => resolve((response = res)));
       req.on('error', reject);
-      // Streams get no timeout: a loaded server may queue a request for long.
-      if (timeoutMs !== null) req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+      // An idle timeout of the socket: it also ends a stream whose server stops sending after its headers,
+      // and the stream's reader is given the reason rather than a bare "aborted".
+      if (timeoutMs !== null) {
+        req.setTimeout(timeoutMs, () => {
+          const stalled = new Error(`nothing received for ${timeoutMs / 1000} s`);
+          response?.destroy(stalled);
+          req.destroy(stalled);
+        });
+      }
       req.end(body ?? undefined);
     });
   }
@@ -182,7 +193,7 @@ export class HttpTargetWorker implements OnlineWorker {
       for (const field of sent) body[field] = true;
       let res: IncomingMessage;
       try {
-        res = await this.request('POST', '/v1/completions', JSON.stringify(body), null);
+        res = await this.request('POST', '/v1/completions', JSON.stringify(body), this.stallTimeoutMs);
       } catch (err) {
         return failure(`${this.name}: ${messageOf(err)}`);
       }
@@ -206,8 +217,12 @@ export class HttpTargetWorker implements OnlineWorker {
     const ids: number[] = [];
     let everyChunkHadIds = true;
     let error: string | null = null;
+    let events = 0;
+    /** The body's first bytes, to show what the server sent when it was not an event stream. */
+    let head = '';
     const parser = createParser({
       onEvent: ({ data }) => {
+        events++;
         if (data === '[DONE]' || error !== null) return;
         let chunk: unknown;
         try {
@@ -243,11 +258,15 @@ export class HttpTargetWorker implements OnlineWorker {
     });
     res.setEncoding('utf8');
     try {
-      for await (const piece of res) parser.feed(piece as string);
+      for await (const piece of res) {
+        if (head.length < 200) head += (piece as string).slice(0, 200 - head.length);
+        parser.feed(piece as string);
+      }
     } catch (err) {
       return failure(`${this.name}: the stream broke: ${messageOf(err)}`);
     }
     if (error !== null) return failure(error);
+    if (events === 0) return failure(`${this.name} answered 200 without a server-sent event: ${JSON.stringify(head)}`);
     return { outputTokenIds: everyChunkHadIds && ids.length > 0 ? ids : null, text, error: null };
   }
 
@@ -372,7 +391,7 @@ export async function connectTargets(targets: HttpTarget[], options: TargetOptio
         throw new Error(`target ${target.url}: not a URL`);
       }
       if (base.protocol !== 'http:' && base.protocol !== 'https:') throw new Error(`target ${target.url}: not an http(s) URL`);
-      const worker = new HttpTargetWorker(target.url, index, bridge, options.routerBlockSize);
+      const worker = new HttpTargetWorker(target.url, index, bridge, options.routerBlockSize, options.stallTimeoutMs);
       workers.push(worker);
       await worker.chooseModel(options.model);
       if (target.kvEvents !== undefined) await worker.subscribe(target.kvEvents);

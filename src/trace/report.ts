@@ -82,3 +82,20 @@ export function writeReportJson(report: ReplayReport, path: string | undefined, 
   writeFileSync(target, reportJson(report));
   return target;
 }
+
+/** Failed requests by message: one line per distinct reason on stderr, the most frequent first. */
+export class FailureTally {
+  private readonly counts = new Map<string, number>();
+
+  add(message: string): void {
+    this.counts.set(message, (this.counts.get(message) ?? 0) + 1);
+  }
+
+  lines(shown = 5): string[] {
+    const sorted = [...this.counts].sort((a, b) => b[1] - a[1]);
+    const lines = sorted.slice(0, shown).map(([message, count]) => `mocker trace: ${count} request(s) failed: ${message}`);
+    const rest = sorted.slice(shown).reduce((sum, [, count]) => sum + count, 0);
+    if (rest > 0) lines.push(`mocker trace: ${rest} more request(s) failed for ${sorted.length - shown} other reason(s)`);
+    return lines;
+  }
+}

@@ -627,6 +627,14 @@ describe('terminal output and unreadable files', () => {
     expect([value.models, value.runs[0].label]).toEqual([[MODEL_NAME], LABEL]);
   });
 
+  it("serve's start-up lines say what the file holds with the models escaped", async () => {
+    const serve = await startMockerProcess(['serve', '--mode', 'replay', '--captures', hostile, '--timing', 'none'], 0, { env: ENV });
+    processes.push(serve);
+    await serve.stop();
+    expect(serve.stdout()).toContain('models: m\\x1b[2J\\x9b31mred\\x7f');
+    expect(serve.stdout()).not.toMatch(CONTROL);
+  });
+
   /** A copy of the golden capture with the root page of one of its b-trees (a table or an index) zeroed. */
   function damaged(name: string, btree: string): string {
     const file = join(dir, name);

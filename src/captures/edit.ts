@@ -92,7 +92,7 @@ export async function mergeCaptures(sources: readonly string[], out: string, { f
               const { id: _, startedAt, tokenizerFiles: __, ...info } = run;
               const runId = target.startRun(info, read(() => source.tokenizerFiles(run)), startedAt);
               runs++;
-              for (const { id } of read(() => source.exchangeSummaries({ runId: run.id }))) {
+              for (const id of read(() => source.exchangeIds(run.id))) {
                 const ex = read(() => source.getExchange(id));
                 if (!ex) continue;
                 const { id: ___, ...copy } = ex;

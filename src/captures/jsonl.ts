@@ -183,7 +183,7 @@ export async function exportJsonl(store: CaptureStore, write: (text: string) => 
   }
   for (const [i, run] of runs.entries()) {
     await write(runJsonl(run, i + 1));
-    for (const { id } of store.exchangeSummaries({ runId: run.id })) {
+    for (const id of store.exchangeIds(run.id)) {
       const ex = store.getExchange(id);
       if (ex) await write(json(exchangeRecord(ex, i + 1)));
     }

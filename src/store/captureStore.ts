@@ -835,10 +835,16 @@ export class CaptureStore {
     return this.db.select({ n: sql<number>`count(*)` }).from(e).where(and(eq(e.path, path), eq(e.outcome, 'complete'))).get()?.n ?? 0;
   }
 
-  /** Every exchange's id, in captured order (request start, then id). */
-  exchangeIds(): number[] {
+  /** Every exchange's id (or only a run's), in captured order (request start, then id): a number each, for tools that read them one by one. */
+  exchangeIds(runId?: number): number[] {
     const e = schema.exchanges;
-    return this.db.select({ id: e.id }).from(e).orderBy(asc(e.startedAt), asc(e.id)).all().map((r) => r.id);
+    return this.db
+      .select({ id: e.id })
+      .from(e)
+      .where(runId === undefined ? undefined : eq(e.runId, runId))
+      .orderBy(asc(e.startedAt), asc(e.id))
+      .all()
+      .map((r) => r.id);
   }
 
   /** One exchange with all its values read (it stays usable after `close`). */

@@ -1,7 +1,7 @@
 /** `mocker captures import`, `merge` and `prune`: writing capture files, all or nothing. */
 import { createHash } from 'node:crypto';
 import { statSync } from 'node:fs';
-import { CaptureStore, namingCapture, type ExchangeFilter } from '../store/captureStore.js';
+import { CaptureStore, namingCapture, type Exchange, type ExchangeFilter } from '../store/captureStore.js';
 import { outputTarget, writeOutput, type OutputRules } from '../util/outputFile.js';
 import { readJsonl } from './jsonl.js';
 
@@ -34,7 +34,7 @@ export async function importCaptures(input: AsyncIterable<Buffer>, source: strin
   const work = (store: CaptureStore) =>
     store.transactionAsync(async () => {
       const runIds = new Map<number, number>();
-      let batch: Parameters<CaptureStore['saveExchanges']>[0][number][] = [];
+      let batch: Exchange[] = [];
       let exchanges = 0;
       const flush = () => {
         namingCapture(out, () => store.saveExchanges(batch));

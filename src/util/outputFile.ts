@@ -68,6 +68,17 @@ export function checkOutput(path: string, { inputs, force = false }: OutputRules
 
 const SQLITE_SIDE_FILES = ['-wal', '-shm', '-journal'];
 
+/** Removes a file this command made and could not finish (a capture file: with its side files). */
+function discardOutput(path: string): void {
+  for (const suffix of ['', ...SQLITE_SIDE_FILES]) {
+    try {
+      unlinkSync(path + suffix);
+    } catch {
+      // Not there.
+    }
+  }
+}
+
 /**
  * Checks `path`, lets `write` fill a temporary file beside it (its path given; SQLite's side files are
  * cleaned up too), then checks again and moves it into place. Without `force` the move is a hard link, which
@@ -129,15 +140,4 @@ export function writeOutputFile<T>(path: string, rules: OutputRules, produce: (w
       closeSync(fd);
     }
   });
-}
-
-/** Removes a file this command made and could not finish (a capture file: with its side files). */
-export function discardOutput(path: string): void {
-  for (const suffix of ['', ...SQLITE_SIDE_FILES]) {
-    try {
-      unlinkSync(path + suffix);
-    } catch {
-      // Not there.
-    }
-  }
 }

@@ -4,8 +4,9 @@
  * sent, the Python tokenizer's ids (qwen3Oracle), the double's scripted answer, hand-computed statistics.
  */
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, copyFileSync, existsSync, lstatSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore } from '../src/store/captureStore.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
@@ -58,10 +59,16 @@ async function send(url: string, r: Sent): Promise<{ status: number; text: strin
   return { status: res.status, text: await res.text() };
 }
 
-/** `node dist/cli/main.js captures …` to its exit; stdout kept as bytes (multi-byte characters intact). */
-function captures(args: string[], input?: Buffer): { code: number | null; out: Buffer; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [MAIN, 'captures', ...args], { env: ENV, input, maxBuffer: 1 << 30, timeout: 60_000 });
+/** `node dist/cli/main.js …` to its exit (`prefix`: a shell line run first, e.g. a ulimit); stdout kept as bytes (multi-byte characters intact). */
+function mocker(args: string[], { input, env = ENV, prefix }: { input?: Buffer; env?: NodeJS.ProcessEnv; prefix?: string } = {}): { code: number | null; out: Buffer; stdout: string; stderr: string } {
+  const [command, argv] = prefix === undefined ? [process.execPath, [MAIN, ...args]] : ['sh', ['-c', `${prefix}; exec "$0" "$@"`, process.execPath, MAIN, ...args]];
+  const r = spawnSync(command, argv, { env, input, maxBuffer: 1 << 30, timeout: 60_000 });
   return { code: r.status, out: r.stdout, stdout: r.stdout.toString('utf8'), stderr: r.stderr.toString('utf8') };
+}
+
+/** `node dist/cli/main.js captures …` to its exit. */
+function captures(args: string[], input?: Buffer): { code: number | null; out: Buffer; stdout: string; stderr: string } {
+  return mocker(['captures', ...args], { input });
 }
 
 function json(args: string[]): Json {
@@ -71,10 +78,10 @@ function json(args: string[]): Json {
   return JSON.parse(r.stdout) as Json;
 }
 
-/** A refusal: exit code 1 and one line on stderr naming the problem. */
-function refused(args: string[], names: string): void {
-  const r = captures(args);
-  expect(r.code, r.stderr).toBe(1);
+/** A refusal: exit code 1 (or `code`) and one line on stderr naming the problem. */
+function refused(args: string[], names: string, code = 1): void {
+  const r = args[0] === 'trace' ? mocker(args) : captures(args);
+  expect(r.code, r.stderr).toBe(code);
   expect(r.stderr.trim().split('\n')).toHaveLength(1);
   expect(r.stderr).toContain(names);
 }
@@ -414,5 +421,246 @@ describe('mocker capture --redact-bodies', () => {
     const answers = await replayed(redacted);
     expect([...answers.keys()]).toHaveLength(4);
     for (const [name, answer] of answers) expect(answer, name).toEqual({ status: 200, text: ANSWER });
+  });
+});
+
+/** The temporary files a command left in `dir` (outputs are written beside their target, then renamed). */
+const leftovers = (where: string) => readdirSync(where).filter((name) => name.endsWith('.tmp') || name.includes('.tmp-'));
+
+describe('the tools never destroy their input', () => {
+  let safety: string;
+  beforeAll(() => {
+    safety = mkdtempSync(join(dir, 'safety-'));
+  });
+
+  it('export, import and merge refuse an output that is one of their inputs; the input stays byte for byte', () => {
+    const file = join(safety, 'self.db');
+    copyFileSync(golden, file);
+    const before = readFileSync(file);
+    refused(['export', file, '-o', file], `${file}: is also an input`);
+    refused(['export', file, '-o', file, '--force'], `${file}: is also an input`);
+    refused(['merge', golden, file, '-o', file, '--force'], `${file}: is also an input`);
+    expect(readFileSync(file).equals(before)).toBe(true);
+    const jsonl = join(safety, 'self.jsonl');
+    expect(captures(['export', golden, '-o', jsonl]).code).toBe(0);
+    const text = readFileSync(jsonl);
+    refused(['import', jsonl, '-o', jsonl, '--force'], `${jsonl}: is also an input`);
+    expect(readFileSync(jsonl).equals(text)).toBe(true);
+    expect(leftovers(safety)).toEqual([]);
+  });
+
+  it('fit -o onto its capture is refused, the capture intact', () => {
+    const file = join(safety, 'fit.db');
+    copyFileSync(golden, file);
+    const before = readFileSync(file);
+    refused(['fit', file, '-o', file], `${file}: is also an input`);
+    refused(['fit', file, '-o', file, '--force'], `${file}: is also an input`);
+    expect(readFileSync(file).equals(before)).toBe(true);
+  });
+
+  it('trace --report-json / --report-html onto a capture are refused before the run, the capture intact', () => {
+    const file = join(safety, 'traced.db');
+    copyFileSync(golden, file);
+    const before = readFileSync(file);
+    const synthetic = ['trace', '--input-tokens', '16', '--output-tokens', '2', '--request-count', '2', '--no-progress'];
+    refused(['trace', '--from-captures', file, '--report-json', file, '--no-progress'], `${file}: is also an input`);
+    const json = join(safety, 'never.json');
+    // A capture file that is not an input is never replaced, --force or not.
+    refused([...synthetic, '--report-json', json, '--report-html', file, '--force'], `${file}: already exists and is a capture file`);
+    refused([...synthetic, '--report-json', file], `${file}: already exists and is a capture file`);
+    expect(readFileSync(file).equals(before)).toBe(true);
+    expect(existsSync(json)).toBe(false);
+  });
+
+  it('an existing file is replaced only with --force, and never a capture file the command did not create', () => {
+    const notes = join(safety, 'notes.txt');
+    writeFileSync(notes, 'my notes\n');
+    refused(['export', golden, '-o', notes], `${notes}: already exists (--force replaces it)`);
+    expect(readFileSync(notes, 'utf8')).toBe('my notes\n');
+    const replaced = captures(['export', golden, '-o', notes, '--force']);
+    expect(replaced.code, replaced.stderr).toBe(0);
+    expect(readFileSync(notes).equals(captures(['export', golden]).out)).toBe(true);
+
+    const other = join(safety, 'other.db');
+    copyFileSync(redacted, other);
+    const before = readFileSync(other);
+    refused(['export', golden, '-o', other, '--force'], `${other}: already exists and is a capture file`);
+    refused(['merge', golden, '-o', other, '--force'], `${other}: already exists and is a capture file`);
+    refused(['fit', golden, '-o', other, '--force'], `${other}: already exists and is a capture file`);
+    expect(readFileSync(other).equals(before)).toBe(true);
+    // A file merge made itself is written in full under its name (the temporary file is gone).
+    const merged = join(safety, 'merged.db');
+    expect(captures(['merge', golden, redacted, '-o', merged]).code).toBe(0);
+    expect(json(['list', merged]).total).toBe(10);
+    expect(leftovers(safety)).toEqual([]);
+  });
+
+  it('-o through a symbolic link is refused: the link and the file it points to are left alone', () => {
+    const target = join(safety, 'target.txt');
+    writeFileSync(target, 'pointed at\n');
+    const link = join(safety, 'link.jsonl');
+    symlinkSync(target, link);
+    refused(['export', golden, '-o', link], `${link}: is a symbolic link`);
+    refused(['export', golden, '-o', link, '--force'], `${link}: is a symbolic link`);
+    refused(['import', join(safety, 'self.jsonl'), '-o', link, '--force'], `${link}: is a symbolic link`);
+    expect(readFileSync(target, 'utf8')).toBe('pointed at\n');
+    expect(lstatSync(link).isSymbolicLink()).toBe(true);
+  });
+
+  it('a write that fails (a file size limit) leaves no partial output and the old file as it was', () => {
+    // ulimit -f: at most 64 blocks (32 or 64 KB) per file; the export (the tokenizer files alone) is megabytes.
+    const limited = (args: string[]) => mocker(['captures', ...args], { prefix: 'ulimit -f 64' });
+    const fresh = join(safety, 'partial.jsonl');
+    const r = limited(['export', golden, '-o', fresh]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toContain(`${fresh}: cannot be written`);
+    expect(existsSync(fresh)).toBe(false);
+    const old = join(safety, 'old.jsonl');
+    writeFileSync(old, 'the old export\n');
+    expect(limited(['export', golden, '-o', old, '--force']).code).not.toBe(0);
+    expect(readFileSync(old, 'utf8')).toBe('the old export\n');
+    const mergedOut = join(safety, 'partial.db');
+    expect(limited(['merge', golden, redacted, '-o', mergedOut]).code).not.toBe(0);
+    expect(existsSync(mergedOut)).toBe(false);
+    expect(leftovers(safety)).toEqual([]);
+  });
+});
+
+/** The golden capture's JSONL lines (as `export` writes them), parsed. */
+const exportedLines = () => captures(['export', golden]).stdout.trimEnd().split('\n').map((l) => JSON.parse(l) as Json);
+
+describe('captures import checks what it reads, and streams it', () => {
+  it('refuses a blob whose data does not match its sha256, naming the line; nothing is written', () => {
+    const lines = exportedLines();
+    const at = lines.findIndex((l) => l.type === 'blob');
+    const blob = lines[at] as { data: string };
+    // One character of the tokenizer file changed (a hand edit, a bad merge): its hash no longer names it.
+    blob.data = blob.data.replace('"', "'");
+    const input = join(dir, 'badhash.jsonl');
+    writeFileSync(input, lines.map((l) => JSON.stringify(l)).join('\n'));
+    const out = join(dir, 'badhash.db');
+    refused(['import', input, '-o', out], `badhash.jsonl line ${at + 1}: sha256`);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it('refuses bytes that are not UTF-8, naming the line (not U+FFFD); an existing file keeps its exchanges', () => {
+    const lines = captures(['export', golden]).stdout.trimEnd().split('\n');
+    const at = lines.findIndex((l) => l.includes('"type":"exchange"')) + 1;
+    const cut = lines[at].indexOf('Hi there');
+    expect(cut).toBeGreaterThan(0);
+    // "Hi thére" with a Latin-1 é (0xE9 followed by an ASCII letter is not UTF-8) in the second exchange's request body.
+    const latin1 = Buffer.concat([Buffer.from(lines[at].slice(0, cut + 5)), Buffer.from([0xe9]), Buffer.from(lines[at].slice(cut + 6))]);
+    const bad = Buffer.concat(lines.map((l, i) => Buffer.concat([i === at ? latin1 : Buffer.from(l), Buffer.from('\n')])));
+    const input = join(dir, 'latin1.jsonl');
+    writeFileSync(input, bad);
+    refused(['import', input, '-o', join(dir, 'latin1.db')], `latin1.jsonl line ${at + 1}: not valid UTF-8`);
+    expect(existsSync(join(dir, 'latin1.db'))).toBe(false);
+    const target = join(dir, 'latin1-into.db');
+    copyFileSync(golden, target);
+    refused(['import', input, '-o', target], `latin1.jsonl line ${at + 1}: not valid UTF-8`);
+    expect(json(['list', target]).total).toBe(5);
+  });
+
+  it('imports a JSONL file larger than its whole JavaScript heap (64 MB): memory holds a line, not the file', () => {
+    const lines = exportedLines();
+    const exchange = lines.find((l) => l.type === 'exchange')!;
+    const input = join(dir, 'large.jsonl');
+    const fd = openSync(input, 'w');
+    let bytes = 0;
+    let count = 0;
+    try {
+      for (const l of lines.filter((x) => x.type !== 'exchange')) bytes += writeSync(fd, `${JSON.stringify(l)}\n`);
+      // 100 MB of exchanges, each with 64 KB of padding in its request body.
+      const padding = 'x'.repeat(64 * 1024);
+      while (bytes < 100e6) {
+        bytes += writeSync(fd, `${JSON.stringify({ ...exchange, requestBody: JSON.stringify({ n: count++, padding }) })}\n`);
+      }
+    } finally {
+      closeSync(fd);
+    }
+    const out = join(dir, 'large.db');
+    const r = mocker(['captures', 'import', input, '-o', out], { env: { ...ENV, NODE_OPTIONS: '--max-old-space-size=64' } });
+    rmSync(input);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`imported ${count} exchanges`);
+    expect(json(['list', out]).total).toBe(count);
+  });
+});
+
+describe('terminal output and unreadable files', () => {
+  /** Escape sequences a hostile capture could carry: a window title (OSC … BEL), clear screen, CSI in its C1 form, DEL. */
+  const LABEL = 'evil\u001b]0;owned\u0007label';
+  const MODEL_NAME = 'm\u001b[2J\u009b31mred\u007f';
+  /** Control characters a terminal acts on: C0 but newline, DEL, C1. */
+  const CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/;
+
+  let hostile: string;
+  beforeAll(() => {
+    const lines = exportedLines();
+    for (const l of lines) {
+      if (l.type === 'run') l.label = LABEL;
+      if (l.type === 'exchange') l.model = MODEL_NAME;
+    }
+    const input = join(dir, 'hostile.jsonl');
+    writeFileSync(input, lines.map((l) => JSON.stringify(l)).join('\n'));
+    hostile = join(dir, 'hostile.db');
+    expect(captures(['import', input, '-o', hostile]).code).toBe(0);
+  });
+
+  it('list, show and stats print escape sequences from labels and models as visible text', () => {
+    const list = captures(['list', hostile, '--exchanges']);
+    expect(list.code).toBe(0);
+    expect(list.stdout).not.toMatch(CONTROL);
+    expect(list.stdout).toContain('evil\\x1b]0;owned\\x07label');
+    expect(list.stdout).toContain('m\\x1b[2J\\x9b31mred\\x7f');
+    const show = captures(['show', hostile, String(exchangeIds(hostile)[0])]);
+    expect(show.stdout).not.toMatch(CONTROL);
+    expect(show.stdout).toContain('model: m\\x1b[2J');
+    const stats = captures(['stats', hostile]);
+    expect(stats.stdout).not.toMatch(CONTROL);
+    expect(stats.stdout).toContain('evil\\x1b]0;owned\\x07label');
+    // JSON stays the same value, its control characters all written as escapes.
+    const listed = captures(['list', hostile, '--json']);
+    expect(listed.stdout).not.toMatch(CONTROL);
+    const value = JSON.parse(listed.stdout) as { models: string[]; runs: { label: string }[] };
+    expect([value.models, value.runs[0].label]).toEqual([[MODEL_NAME], LABEL]);
+  });
+
+  it("serve's start-up lines say what the file holds with the models escaped", async () => {
+    const serve = await startMockerProcess(['serve', '--mode', 'replay', '--captures', hostile, '--timing', 'none'], 0, { env: ENV });
+    processes.push(serve);
+    await serve.stop();
+    expect(serve.stdout()).toContain('models: m\\x1b[2J\\x9b31mred\\x7f');
+    expect(serve.stdout()).not.toMatch(CONTROL);
+  });
+
+  /** A copy of the golden capture with the root page of one of its b-trees (a table or an index) zeroed. */
+  function damaged(name: string, btree: string): string {
+    const file = join(dir, name);
+    copyFileSync(golden, file);
+    const db = new Database(file, { readonly: true });
+    const { pageno } = db.prepare("select pageno from dbstat where name = ? and path = '/'").get(btree) as { pageno: number };
+    const pageSize = db.pragma('page_size', { simple: true }) as number;
+    db.close();
+    const fd = openSync(file, 'r+');
+    writeSync(fd, Buffer.alloc(pageSize), 0, pageSize, (pageno - 1) * pageSize);
+    closeSync(fd);
+    return file;
+  }
+
+  it('a damaged file is named in the error', () => {
+    const file = damaged('runs-damaged.db', 'runs');
+    refused(['list', file], `capture file ${file}: database disk image is malformed`);
+    refused(['stats', file], `capture file ${file}:`);
+  });
+
+  it('diff exits 2 naming the file when a side cannot be read, even where its queries would not look', () => {
+    // An index the pairing never reads: only SQLite's page check finds it.
+    const file = damaged('index-damaged.db', 'exchanges_model');
+    refused(['diff', golden, file], `capture file ${file}: damaged`, 2);
+    refused(['diff', file, golden], `capture file ${file}: damaged`, 2);
+    refused(['diff', golden, join(dir, 'absent.db')], 'absent.db: no such file', 2);
+    refused(['verify', file], `capture file ${file}: damaged`);
   });
 });

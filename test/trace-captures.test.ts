@@ -124,7 +124,7 @@ describe('capturedWorkload and AnswerComparison on a file written by mocker capt
   async function replayAgainst(args: string[]): Promise<{ code: number | null; stdout: string }> {
     const server = await startMockerProcess(['serve', ...args, '--captures', file, '--timing', 'none'], 0, { cwd: dir });
     processes.push(server);
-    const { code, stdout, stderr } = await runMockerToExit(['trace', '--from-captures', file, '--target', `http://127.0.0.1:${server.port}`, '--report-json', join(dir, 'report.json'), '--no-progress'], { cwd: dir });
+    const { code, stdout, stderr } = await runMockerToExit(['trace', '--from-captures', file, '--target', `http://127.0.0.1:${server.port}`, '--report-json', join(dir, 'report.json'), '--force', '--no-progress'], { cwd: dir });
     // The skipped exchanges are said once, on stderr.
     expect(stderr).toBe(`mocker trace: ${captured.notes[0]}\n`);
     return { code, stdout };

@@ -4,7 +4,7 @@
  * requests only one file holds, and the shift of the TTFT and ITL distributions.
  */
 import { distribution } from '../trace/collector.js';
-import { CaptureStore, isGeneration, type StoredExchange } from '../store/captureStore.js';
+import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
 import { RunTokenizers } from './runTokenizers.js';
 
 export interface DiffOptions {
@@ -112,19 +112,30 @@ interface File {
   exchanges: StoredExchange[];
 }
 
+/** Opens and reads one side whole (every page checked: damage anywhere fails the diff, naming the file). */
 function openFile(path: string): File {
   const store = CaptureStore.open(path, { readonly: true });
-  const exchanges = store
-    .exchangeIds()
-    .map((id) => store.getExchange(id)!) // listed a moment ago, by this reader alone
-    .filter((ex) => ex.outcome === 'complete' && isGeneration(ex.endpoint));
-  return { path, store, tokenizers: new RunTokenizers(store), exchanges };
+  try {
+    return namingCapture(path, () => {
+      store.checkIntegrity();
+      const exchanges = store
+        .exchangeIds()
+        .map((id) => store.getExchange(id)!) // listed a moment ago, by this reader alone
+        .filter((ex) => ex.outcome === 'complete' && isGeneration(ex.endpoint));
+      return { path, store, tokenizers: new RunTokenizers(store), exchanges };
+    });
+  } catch (err) {
+    store.close();
+    throw err;
+  }
 }
 
-async function textOf(file: File, ex: StoredExchange, ids: readonly number[]): Promise<string | null> {
-  const { tokenizer } = file.tokenizers.get(ex.runId);
-  // Special tokens shown: a template's markers are what a preprocessing change moves.
-  return tokenizer ? tokenizer.decode([...ids], false) : null;
+function textOf(file: File, ex: StoredExchange, ids: readonly number[]): Promise<string | null> {
+  return namingCapture(file.path, async () => {
+    const { tokenizer } = file.tokenizers.get(ex.runId);
+    // Special tokens shown: a template's markers are what a preprocessing change moves.
+    return tokenizer ? tokenizer.decode([...ids], false) : null;
+  });
 }
 
 async function tokenChange(a: File, exA: StoredExchange, idsA: number[], b: File, exB: StoredExchange, idsB: number[], position: number, choice?: number): Promise<TokenChange> {

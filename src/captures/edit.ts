@@ -1,43 +1,20 @@
 /** `mocker captures import`, `merge` and `prune`: writing capture files, all or nothing. */
 import { createHash } from 'node:crypto';
-import { existsSync, rmSync, statSync } from 'node:fs';
-import { CaptureFileError, CaptureStore, type ExchangeFilter } from '../store/captureStore.js';
-import type { ParsedCaptures } from './jsonl.js';
+import { statSync } from 'node:fs';
+import { CaptureStore, namingCapture, type Exchange, type ExchangeFilter } from '../store/captureStore.js';
+import { outputTarget, writeOutput, type OutputRules } from '../util/outputFile.js';
+import { readJsonl } from './jsonl.js';
 
-/** Removes a capture file this command created and could not finish (with its WAL files). */
-function discard(path: string): void {
-  for (const suffix of ['', '-wal', '-shm']) rmSync(path + suffix, { force: true });
-}
-
-/**
- * Opens `path` for writing: a new file (`fresh`), or an existing one that must already be a capture file (a
- * read-only look first: opening another SQLite file for writing would add mocker's tables to it).
- */
-function openTarget(path: string): { store: CaptureStore; fresh: boolean } {
-  if (!existsSync(path)) {
+/** Opens a capture file for writing, runs `work` on it, closes it; a failure of the file names `name` (the output, not its temporary file). */
+async function withWriter<T>(path: string, name: string, work: (store: CaptureStore) => T | Promise<T>): Promise<T> {
+  return namingCapture(name, async () => {
+    const store = CaptureStore.open(path);
     try {
-      return { store: CaptureStore.open(path), fresh: true };
-    } catch (err) {
-      discard(path);
-      throw err;
+      return await work(store);
+    } finally {
+      store.close();
     }
-  }
-  CaptureStore.open(path, { readonly: true }).close();
-  return { store: CaptureStore.open(path), fresh: false };
-}
-
-/** Writes into `path` (new or existing) in one transaction; a new file is removed again if anything fails. */
-function writeInto<T>(path: string, work: (store: CaptureStore) => T): T {
-  const { store, fresh } = openTarget(path);
-  try {
-    const result = store.transaction(() => work(store));
-    store.close();
-    return result;
-  } catch (err) {
-    store.close();
-    if (fresh) discard(path);
-    throw err;
-  }
+  });
 }
 
 export interface ImportResult {
@@ -46,19 +23,40 @@ export interface ImportResult {
   exchanges: number;
 }
 
-/** Adds every run of a parsed JSONL capture to `path` as new runs. */
-export function importCaptures(parsed: ParsedCaptures, path: string): ImportResult {
-  return writeInto(path, (store) => {
-    const runs: number[] = [];
-    let exchanges = 0;
-    for (const run of parsed.runs) {
-      const runId = store.startRun(run.info, run.tokenizerFiles, run.startedAt);
-      runs.push(runId);
-      for (const ex of run.exchanges) store.saveExchange({ ...ex, runId });
-      exchanges += run.exchanges.length;
-    }
-    return { runs, exchanges };
-  });
+/** Exchanges saved together (one savepoint): few enough that memory stays small whatever the input's size. */
+const IMPORT_BATCH = 64;
+
+/**
+ * Reads a JSONL capture from `input` as it writes it into `out`: a new file (the output rules: created whole or
+ * not at all), or an existing capture file, which gets its runs as new runs in one transaction.
+ */
+export async function importCaptures(input: AsyncIterable<Buffer>, source: string, out: string, rules: OutputRules): Promise<ImportResult> {
+  const work = (store: CaptureStore) =>
+    store.transactionAsync(async () => {
+      const runIds = new Map<number, number>();
+      let batch: Exchange[] = [];
+      let exchanges = 0;
+      const flush = () => {
+        namingCapture(out, () => store.saveExchanges(batch));
+        exchanges += batch.length;
+        batch = [];
+      };
+      for await (const item of readJsonl(input, source)) {
+        if (item.type === 'run') runIds.set(item.ordinal, namingCapture(out, () => store.startRun(item.info, item.tokenizerFiles, item.startedAt)));
+        else {
+          batch.push({ ...item.exchange, runId: runIds.get(item.run)! }); // readJsonl checked the run came first
+          if (batch.length >= IMPORT_BATCH) flush();
+        }
+      }
+      flush();
+      return { runs: [...runIds.values()], exchanges };
+    });
+  if (outputTarget(out, rules.inputs) === 'capture') {
+    // Read-only first: another SQLite file opened for writing would get mocker's tables.
+    CaptureStore.open(out, { readonly: true }).close();
+    return withWriter(out, out, work);
+  }
+  return writeOutput(out, rules, (temp) => withWriter(temp, out, work));
 }
 
 export interface MergedExchange {
@@ -78,36 +76,41 @@ export interface MergeResult {
 }
 
 /** Copies every run of `sources` into `out` (a new file), each source run a run of its own, every exchange kept. */
-export function mergeCaptures(sources: readonly string[], out: string): MergeResult {
-  if (existsSync(out)) throw new CaptureFileError(out, 'already exists: merge writes a new file');
-  const opened = sources.map((path) => CaptureStore.open(path, { readonly: true }));
+export async function mergeCaptures(sources: readonly string[], out: string, { force = false }: Pick<OutputRules, 'force'> = {}): Promise<MergeResult> {
+  const opened: CaptureStore[] = [];
   try {
-    return writeInto(out, (target) => {
-      const groups = new Map<string, { model: string | null; exchanges: MergedExchange[] }>();
-      let runs = 0;
-      let exchanges = 0;
-      for (const [i, source] of opened.entries()) {
-        for (const run of source.runs()) {
-          const { id: _, startedAt, tokenizerFiles: __, ...info } = run;
-          const runId = target.startRun(info, source.tokenizerFiles(run), startedAt);
-          runs++;
-          for (const { id } of source.exchangeSummaries({ runId: run.id })) {
-            const ex = source.getExchange(id);
-            if (!ex) continue;
-            const { id: ___, ...copy } = ex;
-            const mergedId = target.saveExchange({ ...copy, runId });
-            exchanges++;
-            const request = ex.bodiesRedacted ? Buffer.from(`ids:${JSON.stringify(ex.promptIds)}`) : ex.requestBody;
-            const key = createHash('sha256').update(ex.model ?? '').update('\0').update(request).digest('hex');
-            const group = groups.get(key) ?? { model: ex.model, exchanges: [] };
-            group.exchanges.push({ file: sources[i], id, mergedId });
-            groups.set(key, group);
+    for (const path of sources) opened.push(CaptureStore.open(path, { readonly: true }));
+    return await writeOutput(out, { inputs: sources, force }, (temp) =>
+      withWriter(temp, out, (target) =>
+        target.transaction(() => {
+          const groups = new Map<string, { model: string | null; exchanges: MergedExchange[] }>();
+          let runs = 0;
+          let exchanges = 0;
+          for (const [i, source] of opened.entries()) {
+            const read = <T>(work: () => T) => namingCapture(sources[i], work);
+            for (const run of read(() => source.runs())) {
+              const { id: _, startedAt, tokenizerFiles: __, ...info } = run;
+              const runId = target.startRun(info, read(() => source.tokenizerFiles(run)), startedAt);
+              runs++;
+              for (const id of read(() => source.exchangeIds(run.id))) {
+                const ex = read(() => source.getExchange(id));
+                if (!ex) continue;
+                const { id: ___, ...copy } = ex;
+                const mergedId = target.saveExchange({ ...copy, runId });
+                exchanges++;
+                const request = ex.bodiesRedacted ? Buffer.from(`ids:${JSON.stringify(ex.promptIds)}`) : ex.requestBody;
+                const key = createHash('sha256').update(ex.model ?? '').update('\0').update(request).digest('hex');
+                const group = groups.get(key) ?? { model: ex.model, exchanges: [] };
+                group.exchanges.push({ file: sources[i], id, mergedId });
+                groups.set(key, group);
+              }
+            }
           }
-        }
-      }
-      const duplicateGroups = [...groups.values()].filter((g) => g.exchanges.length > 1);
-      return { runs, exchanges, duplicateGroups, duplicates: duplicateGroups.reduce((n, g) => n + g.exchanges.length - 1, 0) };
-    });
+          const duplicateGroups = [...groups.values()].filter((g) => g.exchanges.length > 1);
+          return { runs, exchanges, duplicateGroups, duplicates: duplicateGroups.reduce((n, g) => n + g.exchanges.length - 1, 0) };
+        }),
+      ),
+    );
   } finally {
     for (const store of opened) store.close();
   }

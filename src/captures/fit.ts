@@ -2,12 +2,13 @@
  * `mocker captures fit FILE -o profile.npz`: the perf model learnt from a capture's timings (perfFit.ts),
  * written as the NPZ `serve --planner-profile-data` reads (engine-reference §4.2).
  */
-import { writeFileSync } from 'node:fs';
 import { Command } from 'commander';
-import { number as numericFlag } from '../cli/flags.js';
+import { forceOption, number as numericFlag } from '../cli/flags.js';
 import { DEFAULT_ENGINE_ARGS } from '../cli/engineArgs.js';
 import { npzBytes } from '../engine/perf/npy.js';
-import { CaptureStore, type StoredExchange } from '../store/captureStore.js';
+import { CaptureStore, namingCapture, type StoredExchange } from '../store/captureStore.js';
+import { writeOutputFile } from '../util/outputFile.js';
+import { terminalJson, terminalText } from '../util/terminalText.js';
 import { fitPerfProfile, type CaptureTimeline, type PerfFit, type TermFit } from './perfFit.js';
 
 export interface FitCommandOptions {
@@ -17,6 +18,8 @@ export interface FitCommandOptions {
   run?: number[];
   /** Fitting points only from this model's requests (every request still occupies the engine). */
   model?: string;
+  /** Replace an existing output file (see util/outputFile.ts). */
+  force?: boolean;
 }
 
 /** Cached prompt tokens from a usage object (vLLM's `prompt_tokens_details.cached_tokens`), else 0. */
@@ -66,32 +69,34 @@ export function captureTimeline(store: CaptureStore, options: Pick<FitCommandOpt
   return timeline;
 }
 
-/** Fits the capture file's timings and writes the NPZ; returns the fit for the report. */
-export function fitCaptureFile(file: string, options: FitCommandOptions): PerfFit {
-  const store = CaptureStore.open(file, { readonly: true });
-  let timeline: CaptureTimeline;
-  try {
-    for (const id of options.run ?? []) if (!store.getRun(id)) throw new Error(`${file} has no capture run ${id}`);
-    timeline = captureTimeline(store, options);
-  } finally {
-    store.close();
-  }
-  if (options.model !== undefined && !timeline.sequences.some((s) => s.fitted)) throw new Error(`${file} has no streamed, complete generation of model '${options.model}'`);
-  const fit = fitPerfProfile(timeline, { blockSize: options.blockSize });
-  const vector = (values: ArrayLike<number>) => ({ shape: [values.length], data: Float64Array.from(values) });
-  const { tables } = fit;
-  const itl = Array.from(tables.decode_itl, (row) => Array.from(row));
-  writeFileSync(
-    options.output,
-    npzBytes({
-      prefill_isl: vector(tables.prefill_isl),
-      prefill_ttft_ms: vector(tables.prefill_ttft_ms),
-      decode_active_kv_tokens: vector(tables.decode_active_kv_tokens),
-      decode_context_length: vector(tables.decode_context_length),
-      decode_itl: { shape: [itl.length, itl[0].length], data: Float64Array.from(itl.flat()) },
-    }),
-  );
-  return fit;
+/** Fits the capture file's timings and writes the NPZ (the output checked before the work); returns the fit for the report. */
+export function fitCaptureFile(file: string, options: FitCommandOptions): Promise<PerfFit> {
+  return writeOutputFile(options.output, { inputs: [file], force: options.force }, (write) => {
+    const timeline = namingCapture(file, () => {
+      const store = CaptureStore.open(file, { readonly: true });
+      try {
+        for (const id of options.run ?? []) if (!store.getRun(id)) throw new Error(`no capture run ${id}`);
+        return captureTimeline(store, options);
+      } finally {
+        store.close();
+      }
+    });
+    if (options.model !== undefined && !timeline.sequences.some((s) => s.fitted)) throw new Error(`${file} has no streamed, complete generation of model '${options.model}'`);
+    const fit = fitPerfProfile(timeline, { blockSize: options.blockSize });
+    const vector = (values: ArrayLike<number>) => ({ shape: [values.length], data: Float64Array.from(values) });
+    const { tables } = fit;
+    const itl = Array.from(tables.decode_itl, (row) => Array.from(row));
+    write(
+      npzBytes({
+        prefill_isl: vector(tables.prefill_isl),
+        prefill_ttft_ms: vector(tables.prefill_ttft_ms),
+        decode_active_kv_tokens: vector(tables.decode_active_kv_tokens),
+        decode_context_length: vector(tables.decode_context_length),
+        decode_itl: { shape: [itl.length, itl[0].length], data: Float64Array.from(itl.flat()) },
+      }),
+    );
+    return fit;
+  });
 }
 
 const number = (value: number, digits = 4) => Number(value.toPrecision(digits)).toLocaleString('en-US', { maximumSignificantDigits: digits });
@@ -126,16 +131,17 @@ export function fitCommand(): Command {
   return new Command('fit')
     .description("Learn the perf model from a capture's timings and write the NPZ that serve --planner-profile-data reads.")
     .argument('<file>', 'capture file (SQLite), only read')
-    .requiredOption('-o, --output <file>', 'where the NPZ goes')
+    .requiredOption('-o, --output <file>', 'where the NPZ goes (written whole, or not at all)')
+    .addOption(forceOption())
     .option('--block-size <n>', 'block size the profile will be served with (active KV is counted in whole blocks)', numericFlag('--block-size', { integer: true, min: 2 }), DEFAULT_ENGINE_ARGS.blockSize)
     .option('--run <id>', 'only this capture run (repeatable; default: all)', (v: string, previous: number[] = []) => [...previous, numericFlag('--run', { integer: true, min: 1 })(v)])
     .option('--model <name>', "fitting points only from this model's requests (all requests still occupy the engine)")
     .option('--json', 'the fit report as JSON')
-    .action((file: string, o: FitCommandOptions & { json?: boolean }) => {
-      const fit = fitCaptureFile(file, o);
+    .action(async (file: string, o: FitCommandOptions & { json?: boolean }) => {
+      const fit = await fitCaptureFile(file, o);
       if (o.json) {
         const { tables: _tables, ...report } = fit;
-        console.log(JSON.stringify({ output: o.output, ...report }, null, 2));
-      } else console.log(formatFitReport(fit, o.output));
+        console.log(terminalJson({ output: o.output, ...report }));
+      } else console.log(terminalText(formatFitReport(fit, o.output), { keepNewlines: true }));
     });
 }

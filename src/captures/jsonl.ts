@@ -11,6 +11,8 @@
  */
 import { z } from 'zod';
 import type { CaptureStore, Exchange, RunInfo, StoredExchange, StoredRun } from '../store/captureStore.js';
+import { FileError } from '../util/fileError.js';
+import { sha256Hex } from '../util/sha256.js';
 
 export const FORMAT = 'mocker-captures';
 export const FORMAT_VERSION = 1;
@@ -181,57 +183,121 @@ export async function exportJsonl(store: CaptureStore, write: (text: string) => 
   }
   for (const [i, run] of runs.entries()) {
     await write(runJsonl(run, i + 1));
-    for (const { id } of store.exchangeSummaries({ runId: run.id })) {
+    for (const id of store.exchangeIds(run.id)) {
       const ex = store.getExchange(id);
       if (ex) await write(json(exchangeRecord(ex, i + 1)));
     }
   }
 }
 
-/** A JSONL capture, parsed and checked: runs (in file order) with their tokenizer files and exchanges. */
-export interface ParsedCaptures {
-  runs: { info: RunInfo; startedAt: number; tokenizerFiles: Map<string, Buffer>; exchanges: Omit<Exchange, 'runId'>[] }[];
+/** A run line, checked, with its tokenizer files (from the blob lines before it). */
+export interface ImportedRun {
+  type: 'run';
+  /** Its number in the file (exchange lines name their run by it). */
+  ordinal: number;
+  info: RunInfo;
+  startedAt: number;
+  tokenizerFiles: Map<string, Buffer>;
+}
+
+/** An exchange line, checked, and the number of its run in the file. */
+export interface ImportedExchange {
+  type: 'exchange';
+  run: number;
+  exchange: Omit<Exchange, 'runId'>;
 }
 
 /** Where a line is wrong, as a one-line message: `FILE line N: path: problem`. */
-export class JsonlError extends Error {}
+export class JsonlError extends FileError {
+  constructor(source: string, line: number | null, problem: string) {
+    super(source, problem, { at: line === null ? undefined : `line ${line}` });
+  }
+}
 
-/** Parses and checks every line before anything is written (`import` is all or nothing). */
-export function parseJsonl(text: string, source: string): ParsedCaptures {
+/**
+ * The lines of a byte stream (separated by `\n`; a last one without it too), each as its bytes: one line is held
+ * at a time, whatever the size of the stream.
+ */
+async function* byteLines(input: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+  let pending: Buffer[] = [];
+  for await (const chunk of input) {
+    let start = 0;
+    for (let end = chunk.indexOf(10); end !== -1; end = chunk.indexOf(10, start)) {
+      pending.push(chunk.subarray(start, end));
+      yield pending.length === 1 ? pending[0] : Buffer.concat(pending);
+      pending = [];
+      start = end + 1;
+    }
+    if (start < chunk.length) pending.push(chunk.subarray(start));
+  }
+  if (pending.length > 0) yield Buffer.concat(pending);
+}
+
+/** Strict: bytes that are not UTF-8 are refused, not turned into U+FFFD. */
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * Reads a JSONL capture line by line and yields its runs and exchanges as they come, each checked: the schema,
+ * the header first, every blob's sha256 against its data, runs defined once and before their exchanges. The
+ * caller writes as it reads (in a transaction: `import` is all or nothing); memory holds one line and the
+ * tokenizer files. Errors name `source` and the line.
+ */
+export async function* readJsonl(input: AsyncIterable<Buffer>, source: string): AsyncGenerator<ImportedRun | ImportedExchange> {
   const blobs = new Map<string, Buffer>();
-  const runs = new Map<number, ParsedCaptures['runs'][number]>();
-  const lines = text.split('\n');
-  if (lines[lines.length - 1] === '') lines.pop();
+  const runs = new Set<number>();
   let sawHeader = false;
-  for (const [index, raw] of lines.entries()) {
-    const where = `${source} line ${index + 1}`;
+  let number = 0;
+  const lines = byteLines(input);
+  for (;;) {
+    let next: IteratorResult<Buffer>;
+    try {
+      next = await lines.next();
+    } catch (err) {
+      throw new JsonlError(source, null, `cannot be read (${(err as Error).message})`);
+    }
+    if (next.done) break;
+    number++;
+    const fail = (problem: string) => new JsonlError(source, number, problem);
+    let text: string;
+    try {
+      text = utf8.decode(next.value);
+    } catch {
+      throw fail('not valid UTF-8 (JSONL is UTF-8 text; bytes that are not go in {"base64": …})');
+    }
     let value: unknown;
     try {
-      value = JSON.parse(raw);
+      value = JSON.parse(text);
     } catch (err) {
-      throw new JsonlError(`${where}: not JSON (${(err as Error).message})`);
+      throw fail(`not JSON (${(err as Error).message})`);
     }
     const parsed = line.safeParse(value);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
-      throw new JsonlError(`${where}: ${issue.path.length > 0 ? `${issue.path.join('.')}: ` : ''}${issue.message}`);
+      throw fail(`${issue.path.length > 0 ? `${issue.path.join('.')}: ` : ''}${issue.message}`);
     }
     const l = parsed.data;
-    if (!sawHeader && l.type !== 'header') throw new JsonlError(`${where}: the first line must be the header {"type":"header","format":"${FORMAT}","version":${FORMAT_VERSION}}`);
+    if (!sawHeader && l.type !== 'header') throw fail(`the first line must be the header {"type":"header","format":"${FORMAT}","version":${FORMAT_VERSION}}`);
     if (l.type === 'header') {
-      if (sawHeader) throw new JsonlError(`${where}: a second header`);
+      if (sawHeader) throw fail('a second header');
       sawHeader = true;
-    } else if (l.type === 'blob') blobs.set(l.sha256, decodeBytes(l.data));
-    else if (l.type === 'run') {
-      if (runs.has(l.run)) throw new JsonlError(`${where}: run ${l.run} is defined twice`);
+    } else if (l.type === 'blob') {
+      const data = decodeBytes(l.data);
+      const hash = sha256Hex(data);
+      if (hash !== l.sha256) throw fail(`sha256: the blob's data hashes to ${hash}, not ${l.sha256}`);
+      blobs.set(hash, data);
+    } else if (l.type === 'run') {
+      if (runs.has(l.run)) throw fail(`run ${l.run} is defined twice`);
+      runs.add(l.run);
       const files = new Map<string, Buffer>();
       for (const [name, hash] of Object.entries(l.tokenizerFiles)) {
         const data = blobs.get(hash);
-        if (!data) throw new JsonlError(`${where}: tokenizerFiles.${name}: no blob line ${hash} before this run`);
+        if (!data) throw fail(`tokenizerFiles.${name}: no blob line ${hash} before this run`);
         files.set(name, data);
       }
       const optional = <T>(v: T | null) => v ?? undefined;
-      runs.set(l.run, {
+      yield {
+        type: 'run',
+        ordinal: l.run,
         info: {
           kind: l.kind,
           upstream: optional(l.upstream),
@@ -245,22 +311,23 @@ export function parseJsonl(text: string, source: string): ParsedCaptures {
         },
         startedAt: l.startedAt,
         tokenizerFiles: files,
-        exchanges: [],
-      });
+      };
     } else {
-      const run = runs.get(l.run);
-      if (!run) throw new JsonlError(`${where}: run ${l.run} has no run line before it`);
-      if ((l.requestBody === null) !== (l.responseBody === null)) throw new JsonlError(`${where}: requestBody and responseBody are redacted together (both null) or not at all`);
-      const { type: _, run: __, requestBody, responseBody, usage, ...rest } = l;
-      run.exchanges.push({
-        ...rest,
-        usage: usage ?? undefined,
-        bodiesRedacted: requestBody === null,
-        requestBody: requestBody === null ? Buffer.alloc(0) : decodeBytes(requestBody),
-        responseBody: responseBody === null ? Buffer.alloc(0) : decodeBytes(responseBody),
-      });
+      if (!runs.has(l.run)) throw fail(`run ${l.run} has no run line before it`);
+      if ((l.requestBody === null) !== (l.responseBody === null)) throw fail('requestBody and responseBody are redacted together (both null) or not at all');
+      const { type: _, run, requestBody, responseBody, usage, ...rest } = l;
+      yield {
+        type: 'exchange',
+        run,
+        exchange: {
+          ...rest,
+          usage: usage ?? undefined,
+          bodiesRedacted: requestBody === null,
+          requestBody: requestBody === null ? Buffer.alloc(0) : decodeBytes(requestBody),
+          responseBody: responseBody === null ? Buffer.alloc(0) : decodeBytes(responseBody),
+        },
+      };
     }
   }
-  if (!sawHeader) throw new JsonlError(`${source}: empty (no header line)`);
-  return { runs: [...runs.values()] };
+  if (!sawHeader) throw new JsonlError(source, null, 'empty (no header line)');
 }

@@ -9,7 +9,7 @@ import { ApiError } from '../http/errors.js';
 import { PlanRenderer } from '../http/planRenderer.js';
 import { includesUsage, restamp, type RenderContext } from '../http/render.js';
 import { chatRequest, completionRequest, parseBody } from '../http/schemas.js';
-import { CaptureStore, isGeneration, type StoredExchange } from '../store/captureStore.js';
+import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
 import { RunTokenizers } from './runTokenizers.js';
 
 type Json = Record<string, unknown>;
@@ -285,31 +285,37 @@ function compareContent(kind: EndpointKind, captured: ParsedResponse, rendered: 
 export async function verifyCaptures(file: string, options: VerifyOptions): Promise<VerifyReport> {
   const store = CaptureStore.open(file, { readonly: true });
   try {
-    const verifier = new Verifier(store);
-    const report: VerifyReport = { file, exchanges: 0, verified: 0, matched: 0, mismatched: 0, skipped: 0, skippedBy: {}, comparedBy: { bytes: 0, content: 0 }, mismatches: [] };
-    for (const id of store.exchangeIds()) {
-      const ex = store.getExchange(id)!; // listed a moment ago, by this reader alone
-      report.exchanges++;
-      const outcome = await verifier.verify(ex);
-      if (outcome.type === 'skip') {
-        report.skipped++;
-        report.skippedBy[outcome.reason] = (report.skippedBy[outcome.reason] ?? 0) + 1;
-        continue;
-      }
-      report.verified++;
-      if (outcome.type === 'match') {
-        report.matched++;
-        report.comparedBy[outcome.comparison]++;
-      } else {
-        report.mismatched++;
-        report.comparedBy[outcome.mismatch.comparison]++;
-        if (report.mismatches.length < options.limit) report.mismatches.push(outcome.mismatch);
-      }
-    }
-    return report;
+    return await namingCapture(file, () => verifyStore(store, file, options));
   } finally {
     store.close();
   }
+}
+
+/** Every exchange of an open file (its pages checked first: damage anywhere fails the verification). */
+async function verifyStore(store: CaptureStore, file: string, options: VerifyOptions): Promise<VerifyReport> {
+  store.checkIntegrity();
+  const verifier = new Verifier(store);
+  const report: VerifyReport = { file, exchanges: 0, verified: 0, matched: 0, mismatched: 0, skipped: 0, skippedBy: {}, comparedBy: { bytes: 0, content: 0 }, mismatches: [] };
+  for (const id of store.exchangeIds()) {
+    const ex = store.getExchange(id)!; // listed a moment ago, by this reader alone
+    report.exchanges++;
+    const outcome = await verifier.verify(ex);
+    if (outcome.type === 'skip') {
+      report.skipped++;
+      report.skippedBy[outcome.reason] = (report.skippedBy[outcome.reason] ?? 0) + 1;
+      continue;
+    }
+    report.verified++;
+    if (outcome.type === 'match') {
+      report.matched++;
+      report.comparedBy[outcome.comparison]++;
+    } else {
+      report.mismatched++;
+      report.comparedBy[outcome.mismatch.comparison]++;
+      if (report.mismatches.length < options.limit) report.mismatches.push(outcome.mismatch);
+    }
+  }
+  return report;
 }
 
 const show = (value: unknown) => (typeof value === 'string' ? JSON.stringify(value) : JSON.stringify(value) ?? String(value));

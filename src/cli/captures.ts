@@ -3,14 +3,18 @@
  * and print (a table, or JSON with `--json`).
  */
 import { once } from 'node:events';
-import { createWriteStream, readFileSync } from 'node:fs';
+import { createReadStream, openSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { importCaptures, mergeCaptures, pruneCaptures, type PruneResult } from '../captures/edit.js';
 import { captureStats, listCaptures, showExchange, type Listing, type Shown } from '../captures/inspect.js';
-import { exportJsonl, parseJsonl } from '../captures/jsonl.js';
+import { exportJsonl } from '../captures/jsonl.js';
 import { parseAge, parseTimePoint, TimeArgumentError } from '../captures/time.js';
-import { CaptureStore, type ExchangeFilter } from '../store/captureStore.js';
+import { CaptureStore, namingCapture, type ExchangeFilter } from '../store/captureStore.js';
 import { formatReportTable } from '../trace/report.js';
+import { FileError } from '../util/fileError.js';
+import { writeOutputFile } from '../util/outputFile.js';
+import { terminalJson, terminalText } from '../util/terminalText.js';
+import { forceOption } from './flags.js';
 
 function positiveInteger(what: string) {
   return (value: string) => {
@@ -41,22 +45,33 @@ const modelOption = () => new Option('--model <name>', 'only exchanges of this m
 const outcomeOption = () => new Option('--outcome <outcome>', 'only exchanges that ended so').choices(['complete', 'failed', 'aborted']);
 const jsonOption = () => new Option('--json', 'print JSON instead of a table');
 
-function withReadonly<T>(file: string, work: (store: CaptureStore) => T): T {
-  const store = CaptureStore.open(file, { readonly: true });
-  try {
-    return work(store);
-  } finally {
-    store.close();
-  }
+/** Reads a capture file: any failure, opening it or later (a damaged page), names the file. */
+async function withReadonly<T>(file: string, work: (store: CaptureStore) => T | Promise<T>): Promise<T> {
+  return namingCapture(file, async () => {
+    const store = CaptureStore.open(file, { readonly: true });
+    try {
+      return await work(store);
+    } finally {
+      store.close();
+    }
+  });
 }
 
 function printJson(value: unknown): void {
-  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+  process.stdout.write(`${terminalJson(value)}\n`);
 }
+
+/** Prints a report: what came from the file cannot drive the terminal (single-line fields escape their newlines themselves). */
+function print(text: string): void {
+  console.log(terminalText(text, { keepNewlines: true }));
+}
+
+/** A field from the file shown within a line. */
+const inline = (text: string) => terminalText(text);
 
 /** Left-aligned columns, two spaces apart. */
 function table(headers: string[], rows: (string | number | null)[][]): string {
-  const cells = [headers, ...rows.map((r) => r.map((c) => (c === null ? '-' : String(c))))];
+  const cells = [headers, ...rows.map((r) => r.map((c) => (c === null ? '-' : inline(String(c)))))];
   const widths = headers.map((_, i) => Math.max(...cells.map((r) => r[i].length)));
   return cells.map((r) => r.map((c, i) => c.padEnd(widths[i])).join('  ').trimEnd()).join('\n');
 }
@@ -64,24 +79,24 @@ function table(headers: string[], rows: (string | number | null)[][]): string {
 function printListing(file: string, l: Listing): void {
   const lines = [`${file}: ${l.total} exchanges (${l.outcomes.complete} complete, ${l.outcomes.failed} failed, ${l.outcomes.aborted} aborted; ${l.endpoints.chat} chat, ${l.endpoints.completion} completion${l.endpoints.other ? `, ${l.endpoints.other} other` : ''})`];
   lines.push(`captured: ${l.from === null ? '-' : `${l.from} .. ${l.until}`}`);
-  lines.push(`models: ${l.models.length > 0 ? l.models.join(', ') : '-'}`);
+  lines.push(`models: ${l.models.length > 0 ? l.models.map(inline).join(', ') : '-'}`);
   lines.push('', table(['run', 'kind', 'engine', 'version', 'upstream', 'label', 'started', 'exchanges'], l.runs.map((r) => [r.id, r.kind, r.engine, r.engineVersion, r.upstream, r.label, r.startedAt, r.exchanges])));
   if (l.exchanges) {
     const rows = l.exchanges.map((e) => [e.id, e.runId, e.startedAt, e.endpoint ?? e.path, e.stream ? 'stream' : '', e.model, e.outcome, e.status, e.promptLen, e.totalMs === null ? null : e.totalMs.toFixed(1), e.bodiesRedacted ? 'redacted' : '']);
     lines.push('', table(['id', 'run', 'started', 'endpoint', 'stream', 'model', 'outcome', 'status', 'prompt', 'ms', 'bodies'], rows));
   }
-  console.log(lines.join('\n'));
+  print(lines.join('\n'));
 }
 
 const ms = (v: number | null) => (v === null ? '-' : v.toFixed(1));
 const indent = (text: string) => text.split('\n').map((line) => `  ${line}`).join('\n');
 
 function printShown(s: Shown): void {
-  const lines = [`exchange ${s.id} · run ${s.run} · ${s.startedAt} · ${s.method} ${s.path}${s.stream ? ' · stream' : ''}`];
-  lines.push(`model: ${s.model ?? '-'}   outcome: ${s.outcome}${s.status === null ? '' : ` (HTTP ${s.status})`}   total: ${ms(s.totalMs)} ms   token ids from: ${s.tokenSource ?? '-'}`);
-  if (s.error) lines.push(`error: ${s.error}`);
+  const lines = [`exchange ${s.id} · run ${s.run} · ${s.startedAt} · ${inline(s.method)} ${inline(s.path)}${s.stream ? ' · stream' : ''}`];
+  lines.push(`model: ${inline(s.model ?? '-')}   outcome: ${s.outcome}${s.status === null ? '' : ` (HTTP ${s.status})`}   total: ${ms(s.totalMs)} ms   token ids from: ${s.tokenSource ?? '-'}`);
+  if (s.error) lines.push(`error: ${inline(s.error)}`);
   if (s.bodiesRedacted) lines.push('bodies: redacted at capture (--redact-bodies): no request body, response bytes or text were stored; the texts below are decoded from the token ids');
-  lines.push('request headers (as stored: secrets never are):', indent(Object.entries(s.requestHeaders).map(([k, v]) => `${k}: ${Array.isArray(v) ? v.join(', ') : v}`).join('\n') || '-'));
+  lines.push('request headers (as stored: secrets never are):', indent(Object.entries(s.requestHeaders).map(([k, v]) => `${inline(k)}: ${inline(Array.isArray(v) ? v.join(', ') : v)}`).join('\n') || '-'));
   if (s.requestBody !== null) lines.push('request body:', indent(typeof s.requestBody === 'string' ? s.requestBody : `base64: ${s.requestBody.base64}`));
   if (s.promptIds) {
     lines.push(`prompt (${s.promptIds.length} tokens):`);
@@ -89,13 +104,13 @@ function printShown(s: Shown): void {
     lines.push(`  ids: ${JSON.stringify(s.promptIds)}`);
   }
   for (const c of s.choices) {
-    lines.push(`choice ${c.index}: ${c.outputIds.length} tokens, finish_reason ${c.finishReason ?? '-'}, stop_reason ${JSON.stringify(c.stopReason)}`);
+    lines.push(`choice ${c.index}: ${c.outputIds.length} tokens, finish_reason ${inline(c.finishReason ?? '-')}, stop_reason ${inline(JSON.stringify(c.stopReason))}`);
     lines.push(`  text${c.textDecoded ? ' (decoded from the ids)' : ''}: ${JSON.stringify(c.text)}`, `  ids: ${JSON.stringify(c.outputIds)}`);
     const rows = c.chunks.map((k, i) => [i, ms(k.atMs), ms(k.gapMs), k.tokens, k.delta === undefined ? '' : JSON.stringify(k.delta)]);
     lines.push(indent(table(['chunk', 'at ms', 'gap ms', 'tokens', 'delta'], rows)));
   }
   if (s.usage !== null) lines.push(`usage: ${JSON.stringify(s.usage)}`);
-  console.log(lines.join('\n'));
+  print(lines.join('\n'));
 }
 
 function printPrune(file: string, r: PruneResult): void {
@@ -103,27 +118,21 @@ function printPrune(file: string, r: PruneResult): void {
   const lines = [`${file}: ${verb} ${r.exchanges.length} exchanges${r.runs.length > 0 ? ` and runs ${r.runs.join(', ')} (left empty)` : ''}`];
   if (r.exchanges.length > 0) lines.push(table(['id', 'run', 'started', 'model', 'outcome'], r.exchanges.map((e) => [e.id, e.runId, e.startedAt, e.model, e.outcome])));
   lines.push(r.dryRun ? `file: ${r.bytesBefore} bytes (nothing changed)` : `file: ${r.bytesBefore} -> ${r.bytesAfter} bytes after VACUUM`);
-  console.log(lines.join('\n'));
+  print(lines.join('\n'));
 }
 
-async function writeOut(path: string | undefined, produce: (write: (text: string) => Promise<void>) => Promise<void>): Promise<void> {
-  const out = path === undefined ? process.stdout : createWriteStream(path);
-  const write = async (text: string) => {
-    if (!out.write(text)) await once(out, 'drain');
-  };
-  await produce(write);
-  if (out !== process.stdout) {
-    out.end();
-    await once(out, 'finish');
-  }
-}
-
-function readInput(path: string): string {
+/** A JSONL input as bytes: a file (opened now, so that a missing one is said at once) or stdin (`-`). */
+function inputBytes(path: string): AsyncIterable<Buffer> {
+  if (path === '-') return process.stdin;
   try {
-    return readFileSync(path === '-' ? 0 : path, 'utf8');
+    return createReadStream(path, { fd: openSync(path, 'r'), highWaterMark: 1 << 20 });
   } catch (err) {
-    throw new Error(`${path}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message}`);
+    throw new FileError(path, (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message);
   }
+}
+
+async function writeStdout(text: string): Promise<void> {
+  if (!process.stdout.write(text)) await once(process.stdout, 'drain');
 }
 
 const list = new Command('list')
@@ -136,9 +145,9 @@ const list = new Command('list')
   .option('--until <time>', 'only exchanges started before: a date or an age', timePoint('--until'))
   .option('--exchanges', 'also list every selected exchange (id, run, endpoint, outcome, prompt tokens, duration)')
   .addOption(jsonOption())
-  .action((file: string, o) => {
+  .action(async (file: string, o) => {
     const filter: ExchangeFilter = { model: o.model, endpoint: o.endpoint, outcome: o.outcome, since: o.since, until: o.until };
-    const listing = withReadonly(file, (store) => listCaptures(store, filter, o.exchanges === true));
+    const listing = await withReadonly(file, (store) => listCaptures(store, filter, o.exchanges === true));
     if (o.json) printJson({ file, ...listing });
     else printListing(file, listing);
   });
@@ -149,54 +158,50 @@ const show = new Command('show')
   .argument('<id>', 'exchange id (see list --exchanges)', positiveInteger('the exchange id'))
   .addOption(jsonOption())
   .action(async (file: string, id: number, o) => {
-    const store = CaptureStore.open(file, { readonly: true });
-    try {
+    const shown = await withReadonly(file, (store) => {
       const ex = store.getExchange(id);
-      if (!ex) throw new Error(`capture file ${file}: no exchange ${id}`);
-      const shown = await showExchange(store, ex);
-      if (o.json) printJson(shown);
-      else printShown(shown);
-    } finally {
-      store.close();
-    }
+      if (!ex) throw new Error(`no exchange ${id}`);
+      return showExchange(store, ex);
+    });
+    if (o.json) printJson(shown);
+    else printShown(shown);
   });
 
 const exportCommand = new Command('export')
   .description('Write a capture file as JSONL (one exchange a line, lossless), for review and editing in git.')
   .argument('<file>', 'capture file')
-  .option('-o, --output <file>', 'write here instead of stdout')
-  .action(async (file: string, o) => {
-    const store = CaptureStore.open(file, { readonly: true });
-    try {
-      await writeOut(o.output, (write) => exportJsonl(store, write));
-    } finally {
-      store.close();
-    }
+  .option('-o, --output <file>', 'write here instead of stdout (written whole, or not at all)')
+  .addOption(forceOption())
+  .action(async (file: string, o: { output?: string; force?: boolean }) => {
+    const { output } = o;
+    if (output === undefined) await withReadonly(file, (store) => exportJsonl(store, writeStdout));
+    else await writeOutputFile(output, { inputs: [file], force: o.force }, (write) => withReadonly(file, (store) => exportJsonl(store, async (text) => write(text))));
   });
 
 const importCommand = new Command('import')
   .description('Read a JSONL export into a capture file: a new one, or new runs of an existing one.')
   .argument('<jsonl>', "JSONL from 'captures export' ('-': stdin)")
   .requiredOption('-o, --output <file>', 'capture file to write (created, or added to)')
+  .addOption(forceOption())
   .addOption(jsonOption())
-  .action((input: string, o) => {
-    const parsed = parseJsonl(readInput(input), input === '-' ? 'stdin' : input);
-    const result = importCaptures(parsed, o.output);
+  .action(async (input: string, o) => {
+    const result = await importCaptures(inputBytes(input), input === '-' ? 'stdin' : input, o.output, { inputs: input === '-' ? [] : [input], force: o.force });
     if (o.json) printJson({ file: o.output, ...result });
-    else console.log(`${o.output}: imported ${result.exchanges} exchanges as run${result.runs.length === 1 ? '' : 's'} ${result.runs.join(', ')}`);
+    else print(`${o.output}: imported ${result.exchanges} exchanges as run${result.runs.length === 1 ? '' : 's'} ${result.runs.join(', ')}`);
   });
 
 const merge = new Command('merge')
   .description('Copy several capture files into a new one: every exchange kept, each run kept apart, duplicates reported.')
   .argument('<files...>', 'capture files to merge')
-  .requiredOption('-o, --output <file>', 'the merged capture file (must not exist)')
+  .requiredOption('-o, --output <file>', 'the merged capture file (a new file)')
+  .addOption(forceOption())
   .addOption(jsonOption())
-  .action((files: string[], o) => {
-    const result = mergeCaptures(files, o.output);
+  .action(async (files: string[], o) => {
+    const result = await mergeCaptures(files, o.output, { force: o.force });
     if (o.json) return printJson({ file: o.output, ...result });
     const lines = [`${o.output}: ${result.exchanges} exchanges in ${result.runs} runs from ${files.length} files; ${result.duplicates} duplicates (same model and request body) in ${result.duplicateGroups.length} groups`];
-    for (const g of result.duplicateGroups) lines.push(`  ${g.model ?? '-'}: ${g.exchanges.map((e) => `${e.file}#${e.id} (now #${e.mergedId})`).join(' = ')}`);
-    console.log(lines.join('\n'));
+    for (const g of result.duplicateGroups) lines.push(`  ${inline(g.model ?? '-')}: ${g.exchanges.map((e) => `${e.file}#${e.id} (now #${e.mergedId})`).join(' = ')}`);
+    print(lines.join('\n'));
   });
 
 const prune = new Command('prune')
@@ -211,7 +216,7 @@ const prune = new Command('prune')
   .action((file: string, o) => {
     const filter: ExchangeFilter = { until: o.olderThan, model: o.model, outcome: o.outcome, runId: o.run };
     if (Object.values(filter).every((v) => v === undefined)) throw new Error('captures prune: name what to remove (--older-than, --model, --outcome or --run)');
-    const result = pruneCaptures(file, filter, o.dryRun === true);
+    const result = namingCapture(file, () => pruneCaptures(file, filter, o.dryRun === true));
     if (o.json) printJson({ file, ...result });
     else printPrune(file, result);
   });
@@ -221,13 +226,13 @@ const stats = new Command('stats')
   .argument('<file>', 'capture file')
   .option('--run <id>', 'only this run', positiveInteger('--run'))
   .addOption(jsonOption())
-  .action((file: string, o) => {
-    const runs = withReadonly(file, (store) => {
-      if (o.run !== undefined && !store.getRun(o.run)) throw new Error(`capture file ${file}: no run ${o.run}`);
+  .action(async (file: string, o) => {
+    const runs = await withReadonly(file, (store) => {
+      if (o.run !== undefined && !store.getRun(o.run)) throw new Error(`no run ${o.run}`);
       return captureStats(store, o.run);
     });
     if (o.json) return printJson({ file, runs });
-    console.log(runs.map((r) => `run ${r.run}${r.engine ? ` (${r.engine})` : ''}${r.label ? ` ${r.label}` : ''}, started ${r.startedAt}\n${formatReportTable(r.report)}`).join('\n\n'));
+    print(runs.map((r) => `run ${r.run}${r.engine ? ` (${inline(r.engine)})` : ''}${r.label ? ` ${inline(r.label)}` : ''}, started ${r.startedAt}\n${formatReportTable(r.report)}`).join('\n\n'));
   });
 
 export { list as capturesList, show as capturesShow, exportCommand as capturesExport, importCommand as capturesImport, merge as capturesMerge, prune as capturesPrune, stats as capturesStats };

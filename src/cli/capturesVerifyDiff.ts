@@ -2,11 +2,18 @@
 import { Command } from 'commander';
 import { diffCaptures, formatDiffReport } from '../captures/diff.js';
 import { formatVerifyReport, verifyCaptures } from '../captures/verify.js';
+import { terminalJson, terminalText } from '../util/terminalText.js';
+import { ExitError } from './exit.js';
 import { number } from './flags.js';
 
 const limit = number('--limit', { integer: true, min: 1 });
 
 const DEFAULT_LIMIT = 20;
+
+/** diff(1)'s exit code for trouble: a side could not be read. */
+const DIFF_TROUBLE = 2;
+
+const printReport = (json: boolean, report: object, format: () => string) => console.log(json ? terminalJson(report) : terminalText(format(), { keepNewlines: true }));
 
 export function capturesVerifyCommand(): Command {
   return new Command('verify')
@@ -16,22 +23,24 @@ export function capturesVerifyCommand(): Command {
     .option('--limit <n>', `describe at most n mismatching exchanges (all are counted)`, limit, DEFAULT_LIMIT)
     .action(async (file: string, o: { json?: boolean; limit: number }) => {
       const report = await verifyCaptures(file, { limit: o.limit });
-      console.log(o.json ? JSON.stringify(report, null, 2) : formatVerifyReport(report));
+      printReport(o.json === true, report, () => formatVerifyReport(report));
       process.exitCode = report.mismatched > 0 ? 1 : 0;
     });
 }
 
 export function capturesDiffCommand(): Command {
   return new Command('diff')
-    .description('Pair the exchanges of two capture files by request and report prompts tokenized differently, outputs that differ, requests only in one file and the TTFT/ITL shift; exit 1 on any difference but timing.')
+    .description('Pair the exchanges of two capture files by request and report prompts tokenized differently, outputs that differ, requests only in one file and the TTFT/ITL shift; exit 1 on any difference but timing, 2 when a file cannot be read.')
     .argument('<a>', 'capture file A (the reference)')
     .argument('<b>', 'capture file B')
     .option('--by-prompt', 'pair by model and prompt token ids instead of model and request body')
     .option('--json', 'print the report as JSON')
     .option('--limit <n>', `describe at most n of each kind of difference (all are counted)`, limit, DEFAULT_LIMIT)
     .action(async (a: string, b: string, o: { byPrompt?: boolean; json?: boolean; limit: number }) => {
-      const report = await diffCaptures(a, b, { byPrompt: o.byPrompt === true, limit: o.limit });
-      console.log(o.json ? JSON.stringify(report, null, 2) : formatDiffReport(report));
+      const report = await diffCaptures(a, b, { byPrompt: o.byPrompt === true, limit: o.limit }).catch((err: Error) => {
+        throw new ExitError(err.message, DIFF_TROUBLE);
+      });
+      printReport(o.json === true, report, () => formatDiffReport(report));
       process.exitCode = report.differs ? 1 : 0;
     });
 }

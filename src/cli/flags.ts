@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from 'commander';
+import { InvalidArgumentError, Option } from 'commander';
 
 /** A numeric flag's parser: `min` and `max` inclusive, `above` and `below` exclusive bounds. */
 export function number(name: string, { integer = false, min = -Infinity, max = Infinity, above = -Infinity, below = Infinity } = {}) {
@@ -11,3 +11,6 @@ export function number(name: string, { integer = false, min = -Infinity, max = I
     return n;
   };
 }
+
+/** `--force` of every command that writes a file (`-o`, `--report-json`, …): see util/outputFile.ts. */
+export const forceOption = () => new Option('--force', 'replace an existing output file (never a capture file, nor an input)');

@@ -6,7 +6,8 @@ import { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig, type K
 import { startCapture } from './capture.js';
 import { capturesExport, capturesImport, capturesList, capturesMerge, capturesPrune, capturesShow, capturesStats } from './captures.js';
 import { applyEnvironment, seed004Capture } from './environment.js';
-import { number } from './flags.js';
+import { reportFailure } from './exit.js';
+import { forceOption, number } from './flags.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type EngineArgs } from './engineArgs.js';
 import { parseLoraModule } from '../http/loraAdapters.js';
 import { startPdProxy } from '../pd/proxy.js';
@@ -339,6 +340,7 @@ program
   .option('--request-timeout <s>', 'with --target: give up a request after this many seconds without a byte from its server (0: never)', number('--request-timeout', { min: 0 }), 600)
   .option('--report-json <path>', 'where the JSON report goes (a directory: a timestamped file inside; default: ./dynamo_replay_report_<time>.json)')
   .option('--report-html <file>', 'also write a self-contained HTML report with latency CDFs, throughput, KV usage and prefix hits over time')
+  .addOption(forceOption())
   .option('--no-progress', 'no progress bar or progress lines on stderr')
   .action(async (trace: string | undefined, o) => {
     process.exitCode = await runTrace({ ...o, trace });
@@ -387,7 +389,4 @@ program.command('captures').description('Inspect, export, merge, verify, diff an
   .addCommand(capturesDiffCommand())
   .addCommand(fitCommand());
 
-program.parseAsync().catch((err: unknown) => {
-  console.error(`mocker: ${err instanceof Error ? err.message : String(err)}`);
-  process.exit(1);
-});
+program.parseAsync().catch((err: unknown) => process.exit(reportFailure(err)));

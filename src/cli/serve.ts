@@ -28,6 +28,7 @@ import { EMULATED_VLLM_VERSION } from './identity.js';
 import { runColumns, UpstreamEngine } from '../capture/upstreamEngine.js';
 import { RecordingSink, type StopReport } from './shutdown.js';
 import { UpstreamPool } from '../capture/upstreamHttp.js';
+import { terminalText } from '../util/terminalText.js';
 
 /** vLLM's VLLM_LOG_STATS_INTERVAL (seconds, default 10). */
 const STATS_LOG_INTERVAL_MS = 1000 * Number(process.env.VLLM_LOG_STATS_INTERVAL ?? 10);
@@ -192,7 +193,8 @@ export interface StartupLine {
 }
 
 /** The startup line: the settings, then every engine's URL (tests and scripts wait for "on http://…"). */
-export const startupLineText = (line: StartupLine, ports: number[]) => `${line.head}${ports.map((p) => `http://${line.host}:${p}`).join(', ')}${line.tail}`;
+/** The start-up line (model names from a capture file in it: escaped for the terminal). */
+export const startupLineText = (line: StartupLine, ports: number[]) => terminalText(`${line.head}${ports.map((p) => `http://${line.host}:${p}`).join(', ')}${line.tail}`);
 
 /** A capture file's contents in one line. */
 function describeContents(c: CaptureContents): string {
@@ -234,7 +236,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const engineIndices = opts.share?.engines ?? Array.from({ length: workers }, (_, w) => w);
   // Under --threads, what the capture file holds is said once, by the first thread.
   const quiet = opts.share !== undefined && !opts.share.first;
-  const say = quiet ? () => undefined : console.log;
+  // What the capture file holds (its models) is text from the file.
+  const say = quiet ? () => undefined : (line: string) => console.log(terminalText(line));
   // One server per worker, on consecutive ports.
   const servers: Server[] = [];
   for (const w of engineIndices) {

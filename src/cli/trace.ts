@@ -4,8 +4,8 @@
  * or against live servers, through one or many workers, and reported like AIPerf.
  */
 import { SingleBar } from 'cli-progress';
-import { writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { loadPerfModel, modelTiming, polynomialPerfModel, type AnySchedulerConfig } from '../engine/index.js';
 import { ReplayCollector } from '../trace/collector.js';
 import { WorkloadDriver, type DriverMode } from '../trace/driver.js';
@@ -13,10 +13,13 @@ import { renderHtmlReport } from '../trace/htmlReport.js';
 import { decodeRouterConfig, KvRouter, parseRouterConfig, prefillRouterConfig, type KvRouterConfig } from '../trace/kvRouter.js';
 import { OfflineReplay, type Fleet } from '../trace/offline.js';
 import { LocalWorker, runOnline, type OnlineAnswer, type OnlineWorker } from '../trace/online.js';
-import { FailureTally, formatReportTable, writeReportJson } from '../trace/report.js';
+import { FailureTally, formatReportTable, reportJsonPath, writeReportJson } from '../trace/report.js';
 import { RoundRobinRouter, type Router } from '../trace/router.js';
 import { foldIntoVocabulary, mooncakeFileWorkload, normalizeArrivals, syntheticWorkload, type Workload } from '../trace/workload.js';
+import { namingCapture } from '../store/captureStore.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
+import { checkOutput, writeOutputFile, type OutputRules } from '../util/outputFile.js';
+import { terminalText } from '../util/terminalText.js';
 import { applyEngineArgsObject, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from './engineArgs.js';
 
 export interface TraceOptions {
@@ -37,6 +40,8 @@ export interface TraceOptions {
   speedupRatio?: number;
   reportJson?: string;
   reportHtml?: string;
+  /** Replace existing report files (see util/outputFile.ts). */
+  force?: boolean;
   inputTokens?: number;
   outputTokens?: number;
   requestCount?: number;
@@ -182,6 +187,15 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     if (args.engine.dataParallelSize !== 1) throw new Error('trace replay runs workers of dp_size 1: use more workers instead');
   }
   const engine = disaggregated ? decode.engine : aggregated.engine;
+  // The reports are checked now (a long run must not end in a refusal), and written whole at the end.
+  const roles = disaggregated ? [prefill, decode] : [aggregated];
+  const outputRules: OutputRules = {
+    inputs: [o.trace, o.fromCaptures, o.extraEngineArgs, o.prefillEngineArgs, o.decodeEngineArgs, o.routerConfig, ...roles.map((r) => r.engine.plannerProfileData)],
+    force: o.force,
+  };
+  const jsonPath = reportJsonPath(o.reportJson);
+  if (o.reportHtml !== undefined && resolve(o.reportHtml) === resolve(jsonPath)) throw new Error(`--report-json and --report-html both name ${o.reportHtml}`);
+  for (const path of [jsonPath, o.reportHtml]) if (path !== undefined) checkOutput(path, outputRules);
 
   let workload: Workload;
   let compare: import('../trace/capturedWorkload.js').AnswerComparison | null = null;
@@ -198,7 +212,7 @@ export async function runTrace(o: TraceOptions): Promise<number> {
   } else {
     // Loaded on demand: only this source opens SQLite.
     const { capturedWorkload, AnswerComparison } = await import('../trace/capturedWorkload.js');
-    const captured = capturedWorkload(o.fromCaptures!);
+    const captured = namingCapture(o.fromCaptures!, () => capturedWorkload(o.fromCaptures!));
     workload = captured.workload;
     if (targets.length > 0) compare = new AnswerComparison(captured.expected);
     for (const line of captured.notes) console.error(`mocker trace: ${line}`);
@@ -297,17 +311,19 @@ export async function runTrace(o: TraceOptions): Promise<number> {
 
   const report = collector.report(wallMs);
   console.log(formatReportTable(report));
-  for (const line of failures.lines()) console.error(line);
-  const path = writeReportJson(report, o.reportJson);
-  console.log(`Saved full report to: ${path}`);
+  // A server's error text goes to the terminal: escaped.
+  for (const line of failures.lines()) console.error(terminalText(line));
+  await writeReportJson(report, jsonPath, outputRules);
+  console.log(`Saved full report to: ${jsonPath}`);
   if (o.reportHtml !== undefined) {
-    writeFileSync(o.reportHtml, renderHtmlReport({ title: `mocker trace — ${settings.workload}`, report, charts: collector.charts(), settings }));
+    const page = renderHtmlReport({ title: `mocker trace — ${settings.workload}`, report, charts: collector.charts(), settings });
+    await writeOutputFile(o.reportHtml, outputRules, (write) => write(page));
     console.log(`Saved HTML report to: ${o.reportHtml}`);
   }
   if (compare) {
     const summary = compare.summary();
     console.log(`Compared ${summary.compared} answers with the capture: ${summary.mismatches} mismatch(es)`);
-    for (const example of summary.examples) console.log(`  exchange ${example.ref}: ${example.reason}`);
+    for (const example of summary.examples) console.log(terminalText(`  exchange ${example.ref}: ${example.reason}`));
     if (summary.mismatches > 0) return 1;
   }
   if (report.completed_requests === 0 && report.num_requests > 0) {

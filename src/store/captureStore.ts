@@ -6,6 +6,7 @@ import Database from 'better-sqlite3';
 import { and, asc, desc, eq, gte, inArray, lt, sql } from 'drizzle-orm';
 import { drizzle, type BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
 import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
+import { FileError, namingFile } from '../util/fileError.js';
 import { LruCache } from '../util/lruCache.js';
 import { sha256Hex } from '../util/sha256.js';
 import {
@@ -38,14 +39,19 @@ function migrationCount(): number {
   return (JSON.parse(readFileSync(join(MIGRATIONS, 'meta', '_journal.json'), 'utf8')) as { entries: unknown[] }).entries.length;
 }
 
+/** How errors name a capture file (`capture file PATH: …`). */
+const CAPTURE_FILE = 'capture file';
+
 /** A capture file that cannot be opened or used: the message names the file. */
-export class CaptureFileError extends Error {
-  constructor(
-    readonly path: string,
-    reason: string,
-  ) {
-    super(`capture file ${path}: ${reason}`);
+export class CaptureFileError extends FileError {
+  constructor(path: string, reason: string) {
+    super(path, reason, { kind: CAPTURE_FILE });
   }
+}
+
+/** `work` on a capture file: any failure of it is reported as the file's (see namingFile). */
+export function namingCapture<T>(path: string, work: () => T): T {
+  return namingFile(path, CAPTURE_FILE, work);
 }
 
 export interface OpenOptions {
@@ -829,10 +835,16 @@ export class CaptureStore {
     return this.db.select({ n: sql<number>`count(*)` }).from(e).where(and(eq(e.path, path), eq(e.outcome, 'complete'))).get()?.n ?? 0;
   }
 
-  /** Every exchange's id, in captured order (request start, then id). */
-  exchangeIds(): number[] {
+  /** Every exchange's id (or only a run's), in captured order (request start, then id): a number each, for tools that read them one by one. */
+  exchangeIds(runId?: number): number[] {
     const e = schema.exchanges;
-    return this.db.select({ id: e.id }).from(e).orderBy(asc(e.startedAt), asc(e.id)).all().map((r) => r.id);
+    return this.db
+      .select({ id: e.id })
+      .from(e)
+      .where(runId === undefined ? undefined : eq(e.runId, runId))
+      .orderBy(asc(e.startedAt), asc(e.id))
+      .all()
+      .map((r) => r.id);
   }
 
   /** One exchange with all its values read (it stays usable after `close`). */
@@ -998,6 +1010,36 @@ export class CaptureStore {
       .orderBy(asc(e.startedAt), asc(e.id))
       .all()
       .map((r) => ({ ...r, endpoint: r.endpoint as ExchangeSummary['endpoint'], outcome: r.outcome as Outcome, stream: Boolean(r.stream), bodiesRedacted: Boolean(r.bodiesRedacted) }));
+  }
+
+  /**
+   * Reads every page of the file and checks its structure (SQLite's `quick_check`): a tool that reads the whole
+   * file (`captures diff`, `verify`) then fails on damage in pages its queries would not have touched.
+   */
+  checkIntegrity(): void {
+    let problems: string[];
+    try {
+      problems = (this.sqlite.pragma('quick_check(5)') as { quick_check: string }[]).map((row) => row.quick_check);
+    } catch (err) {
+      throw new CaptureFileError(this.path, `damaged: ${(err as Error).message}`);
+    }
+    if (problems.length !== 1 || problems[0] !== 'ok') throw new CaptureFileError(this.path, `damaged: ${problems.join('; ').replaceAll('\n', ' ')}`);
+  }
+
+  /**
+   * Runs `work` in one write transaction although it awaits (import reads its input as it writes): all of it is
+   * written, or (it throws) none. The store's own transactions within it become savepoints.
+   */
+  async transactionAsync<T>(work: () => Promise<T>): Promise<T> {
+    this.sqlite.exec('BEGIN IMMEDIATE');
+    try {
+      const result = await work();
+      this.sqlite.exec('COMMIT');
+      return result;
+    } catch (err) {
+      if (this.sqlite.inTransaction) this.sqlite.exec('ROLLBACK');
+      throw err;
+    }
   }
 
   /** Runs `work` in one transaction: all of it is written, or (it throws) none. */

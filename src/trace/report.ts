@@ -2,8 +2,9 @@
  * The report's two faces, as Dynamo's replay prints them (engine-reference §8.8): an AIPerf-style table on
  * stdout and a JSON file (keys sorted, two-space indent, floats written as Python writes them).
  */
-import { mkdirSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { writeOutputFile, type OutputRules } from '../util/outputFile.js';
 import type { ReplayReport } from './collector.js';
 
 export const TABLE_TITLE = 'NVIDIA AIPerf | LLM Metrics';
@@ -69,18 +70,21 @@ const stamp = (d: Date) => {
   return `${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}_${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`;
 };
 
-/** Writes the JSON report to `path` (a directory gets a timestamped file inside; none: one in the working directory). */
-export function writeReportJson(report: ReplayReport, path: string | undefined, now = new Date()): string {
+/** Where the JSON report goes: `path`, a timestamped file inside it when it is a directory, else one in the working directory. */
+export function reportJsonPath(path: string | undefined, now = new Date()): string {
   const fileName = `dynamo_replay_report_${stamp(now)}.json`;
-  let target = path ?? fileName;
   try {
-    if (path !== undefined && statSync(path).isDirectory()) target = join(path, fileName);
+    if (path !== undefined && statSync(path).isDirectory()) return join(path, fileName);
   } catch {
     // Not there yet: a file path.
   }
+  return path ?? fileName;
+}
+
+/** Writes the JSON report to `target` (its directory made if need be) under the output rules. */
+export async function writeReportJson(report: ReplayReport, target: string, rules: OutputRules): Promise<void> {
   mkdirSync(dirname(target), { recursive: true });
-  writeFileSync(target, reportJson(report));
-  return target;
+  await writeOutputFile(target, rules, (write) => write(reportJson(report)));
 }
 
 /** Failed requests by message: one line per distinct reason on stderr, the most frequent first. */

@@ -11,6 +11,7 @@ import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type En
 import { parseLoraModule } from '../http/loraAdapters.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
+import { parsePeer } from '../pd/kvTransfer.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
@@ -67,6 +68,17 @@ const shutdownTimeout = () =>
 /** A TCP port (0: any free one, where `allowAny`). */
 function port(name: string, allowAny = true) {
   return number(name, { integer: true, min: allowAny ? 0 : 1, below: 65536 });
+}
+
+/** `--kv-transfer-allowed-hosts`: comma-separated host:port peers. */
+function peerList(value: string): string[] {
+  return value.split(',').map((part) => {
+    try {
+      return parsePeer(part);
+    } catch (err) {
+      throw new InvalidArgumentError(`--kv-transfer-allowed-hosts: ${(err as Error).message}`);
+    }
+  });
 }
 
 function portList(name: string) {
@@ -153,6 +165,7 @@ program
   .option('--kv-bytes-per-token <n>', "KV bytes per token for PD transfer times (default: the model's config.json: layers x 2 x KV heads x head dim x dtype bytes)", number('--kv-bytes-per-token', { min: 0 }))
   .addOption(new Option('--kv-cache-dtype <dtype>', 'KV cache dtype for --kv-bytes-per-token').choices(['auto', 'bfloat16', 'float16', 'float32', 'fp8', 'fp8_e4m3', 'fp8_e5m2', 'fp8_inc', 'fp8_ds_mla']).default('auto'))
   .option('--kv-transfer-bandwidth <GBps>', 'PD KV transfer bandwidth in GB/s (0: instant)', number('--kv-transfer-bandwidth', { min: 0 }), DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS)
+  .option('--kv-transfer-allowed-hosts <peers>', 'PD: the prefill engines (comma list of host:port, as their kv_transfer_params name them) this engine may pull KV from; others are never called (default: none)', peerList)
   .option('--pd <xPyD>', 'run x prefill and y decode engines in-process behind a PD proxy on --port (e.g. 1P1D)')
   .option('--show-hidden-metrics-for-version <version>', "also vLLM's hidden deprecated metrics (gpu_cache_usage_perc)")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
@@ -256,6 +269,7 @@ program
       kvBytesPerToken: o.kvBytesPerToken,
       kvCacheDtype: o.kvCacheDtype,
       kvTransferBandwidthGBps: o.kvTransferBandwidth,
+      kvTransferAllowedHosts: o.kvTransferAllowedHosts,
       engine,
       enablePromptTokensDetails: o.enablePromptTokensDetails,
       lora: { enabled: o.enableLora, modules: ((o.loraModules ?? []) as string[]).map(parseLoraModule), maxLoras: o.maxLoras },

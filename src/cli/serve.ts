@@ -14,7 +14,7 @@ import { Drain, listen } from '../http/drain.js';
 import { createServeApp, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
 import { LoraAdapters, runtimeLoraUpdating, type LoraModule } from '../http/loraAdapters.js';
 import { badFaultSetting, DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, FAULT_TYPES, FaultInjector, type FaultSettings } from '../http/faults.js';
-import { kvBytesPerToken } from '../pd/kvTransfer.js';
+import { kvBytesPerToken, parsePeer } from '../pd/kvTransfer.js';
 import { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { backendMetrics } from '../metrics/backendMetrics.js';
 import { DEFAULT_DCGM, type DcgmConfig } from '../metrics/dcgm.js';
@@ -117,6 +117,11 @@ export interface ServeOptions {
   kvTransferBandwidthGBps?: number;
   /** Simulated DCGM telemetry (`/dcgm1/metrics`, `/dcgm2/metrics`). Default DEFAULT_DCGM, a random seed. */
   dcgm?: Partial<DcgmConfig>;
+  /**
+   * --kv-transfer-allowed-hosts: the prefill engines (`host:port`, as they name themselves in `kv_transfer_params`)
+   * a PD engine may pull KV from. Default: none (every pull refused, the prompt recomputed).
+   */
+  kvTransferAllowedHosts?: string[];
   /** How long a prefill engine holds KV for a decode that never comes. Default VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). */
   kvHoldTimeoutMs?: number;
   /** Embeddings and reranking (seed 003): vector size and latency knobs. Defaults: DEFAULT_POOLING. */
@@ -193,6 +198,11 @@ export interface StartupLine {
 
 /** The startup line: the settings, then every engine's URL (tests and scripts wait for "on http://…"). */
 export const startupLineText = (line: StartupLine, ports: number[]) => `${line.head}${ports.map((p) => `http://${line.host}:${p}`).join(', ')}${line.tail}`;
+
+/** vLLM's side-channel host, where decode engines reach a prefill engine listening on `host` (a wildcard is not one they can call). */
+export function advertisedHost(host: string): string {
+  return process.env.VLLM_NIXL_SIDE_CHANNEL_HOST ?? (['0.0.0.0', '::'].includes(host) ? '127.0.0.1' : host);
+}
 
 /** A capture file's contents in one line. */
 function describeContents(c: CaptureContents): string {
@@ -337,8 +347,17 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   if (!(kvHoldTimeoutMs > 0 && kvHoldTimeoutMs <= 2 ** 31 - 1)) {
     throw new Error(`VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be a number of seconds between 0 and ${Math.floor((2 ** 31 - 1) / 1000)}, got "${process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT}"`);
   }
-  // vLLM's side-channel host; a wildcard listen address is not one a decode engine can call.
-  const advertisedHost = process.env.VLLM_NIXL_SIDE_CHANNEL_HOST ?? (['0.0.0.0', '::'].includes(opts.host) ? '127.0.0.1' : opts.host);
+  const advertised = advertisedHost(opts.host);
+  const kvPeers = new Set(
+    (opts.kvTransferAllowedHosts ?? []).map((entry) => {
+      try {
+        return parsePeer(entry);
+      } catch (err) {
+        throw new Error(`--kv-transfer-allowed-hosts: ${(err as Error).message}`);
+      }
+    }),
+  );
+  if (role === 'decode' && kvPeers.size === 0 && !quiet) console.warn('mocker serve: a decode engine without --kv-transfer-allowed-hosts pulls no KV: every prompt is recomputed here');
   const kvTrace = opts.kvTrace ?? kvTraceEnabled();
   const settings: EffectiveSettings = {
     mode: opts.mode,
@@ -478,7 +497,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
       requestIdHeaders: opts.requestIdHeaders,
       serverLoadTracking: opts.serverLoadTracking,
-      pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[i].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
+      pd: { role, peers: kvPeers, endpoint: () => ({ engineId, host: advertised, port: (servers[i].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
       settings,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
       pooling: {

@@ -85,8 +85,13 @@ export interface ServeAppConfig {
 export type EffectiveSettings = Record<string, string | number | boolean | null | string[]>;
 
 export interface PdConfig {
-  /** prefill: every request answers with exactly one token (Dynamo's prefill worker). */
+  /**
+   * prefill: every request answers with exactly one token (Dynamo's prefill worker). agg: not configured for
+   * PD, `kv_transfer_params` are ignored (vLLM without a KV connector): nothing held, nothing pulled.
+   */
   role: 'agg' | 'prefill' | 'decode';
+  /** The prefill engines a pull may go to (`peerKey`s): the deployment's own, or --kv-transfer-allowed-hosts. */
+  peers: ReadonlySet<string>;
   /** This engine as a prefill engine names itself to decode engines (its port is known once listening). */
   endpoint: () => PrefillEndpoint;
   /** How long a decode engine waits for a prefill engine's answer to a pull before recomputing. */
@@ -335,7 +340,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       includeUsage: includesUsage(stream, req.stream_options),
       returnTokenIds: req.return_token_ids === true,
       dataParallelRank: dataParallelRank(rankHeader),
-      kvTransfer: req.kv_transfer_params ?? null,
+      kvTransfer: config.pd.role === 'agg' ? null : (req.kv_transfer_params ?? null),
       lora: config.lora?.resolve(model),
     };
   }
@@ -352,7 +357,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
           sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs, finishReason: plan.finishReason })),
           dataParallelRank: p.dataParallelRank,
           maxTokensParam: params.maxTokensRequested ? params.maxTokens : null,
-          holdKv: part === null && p.kvTransfer?.do_remote_decode === true,
+          // Named by a random id: a decode engine (or the proxy) that was told it frees the blocks, nobody else.
+          holdKv: part === null && p.kvTransfer?.do_remote_decode === true ? randomUUID() : undefined,
           remotePrefill,
           lora: p.lora,
         },
@@ -471,7 +477,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
 
   /** A decode request's pull from its prefill engine; on failure the prompt is recomputed here (vLLM's default policy). */
   const pullKv = async (params: KvTransferParams): Promise<boolean> => {
-    const outcome = await pullRemoteKv(params, config.pd.pullTimeoutMs);
+    const outcome = await pullRemoteKv(params, config.pd.peers, config.pd.pullTimeoutMs, config.apiKey === undefined ? undefined : `Bearer ${config.apiKey}`);
     config.mockerMetrics?.kvPull(outcome);
     if (!outcome.ok) console.warn(`mocker: KV pull failed (${outcome.reason}): ${outcome.detail}; recomputing the prompt locally`);
     return outcome.ok;
@@ -618,13 +624,15 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.get('/', (c) => c.json({ message: 'mocker: a vLLM-compatible engine simulator', version: (JSON.parse(config.versionJson) as { version: string }).version, model: config.servedModels[0] }));
   if (config.runtime) app.route('/mocker/config', mockerConfigRoutes(config.runtime));
   app.get('/mocker/engine', (c) => c.json({ ...engine.state(), config: config.settings }));
-  app.post(KV_PULL_PATH, async (c) => {
-    const req = parseBody(kvPullRequest, (await readJson(c)).body);
-    if (req.remote_engine_id !== config.pd.endpoint().engineId || !engine.releaseKvHold(req.remote_request_id)) {
-      throw new ApiError(404, `No KV blocks held for request ${req.remote_request_id} of engine ${req.remote_engine_id} (unknown, already pulled, or expired).`, 'NotFoundError');
-    }
-    return c.json({ released: true });
-  });
+  if (config.pd.role !== 'agg') {
+    app.post(KV_PULL_PATH, async (c) => {
+      const req = parseBody(kvPullRequest, (await readJson(c)).body);
+      if (req.remote_engine_id !== config.pd.endpoint().engineId || !engine.releaseKvHold(req.remote_request_id)) {
+        throw new ApiError(404, `No KV blocks held for request ${JSON.stringify(req.remote_request_id.slice(0, 100))} of this engine (unknown, already pulled, or expired).`, 'NotFoundError');
+      }
+      return c.json({ released: true });
+    });
+  }
   // Event hashes as decimal strings: they are u64 and a JSON number would round them.
   app.get('/mocker/kv-blocks', (c) =>
     c.json({ ranks: engine.cachedBlockEventHashes().map((hashes, rank) => ({ rank, block_hashes: hashes.map(String) })) }),

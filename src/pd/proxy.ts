@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { listeningServer, type Drain, type DrainResult } from '../http/drain.js';
 import { spliceFirstMember } from '../capture/forward.js';
 import { errorJson } from '../http/errors.js';
-import { pullRemoteKv, type KvTransferParams } from './kvTransfer.js';
+import { requestPull, type KvTransferParams } from './kvTransfer.js';
 
 export interface PdProxyOptions {
   prefill: URL[];
@@ -53,10 +53,13 @@ const RELEASE_TIMEOUT_MS = 5000;
 /**
  * A decode hop never sent (its client left), refused, failed or left before the decode engine answered never
  * pulls: the prefill engine would hold those blocks until its timeout (vLLM: VLLM_NIXL_ABORT_REQUEST_TIMEOUT,
- * 480 s). Freed now, as a pull does; an engine without that endpoint (or no longer holding them) answers 404.
+ * 480 s). Freed now, as a pull does, at the prefill engine the proxy asked (not wherever its answer points); an
+ * engine without that endpoint (or no longer holding them) answers 404.
  */
-function releaseUnpulled(transfer: unknown): void {
-  if (transfer && typeof transfer === 'object') void pullRemoteKv(transfer as KvTransferParams, RELEASE_TIMEOUT_MS);
+function releaseUnpulled(transfer: unknown, prefill: URL, authorization: string | undefined): void {
+  if (!transfer || typeof transfer !== 'object') return;
+  const { remote_engine_id: engineId, remote_request_id: requestId } = transfer as KvTransferParams;
+  if (typeof engineId === 'string' && typeof requestId === 'string') void requestPull(prefill, engineId, requestId, RELEASE_TIMEOUT_MS, authorization);
 }
 
 const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
@@ -143,7 +146,7 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     } catch {
       return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin} answered with a body that is not JSON`, 'BadGateway'));
     }
-    if (gone.signal.aborted) return releaseUnpulled(transfer);
+    if (gone.signal.aborted) return releaseUnpulled(transfer, prefill, auth);
     // The decode hop gets the client's own bytes (what JSON.stringify would change, such as 1e999, big integers or
     // deep nesting, arrives as sent) with the transfer params spliced in as the first member; a body with its own
     // kv_transfer_params is written anew so that the proxy's win.
@@ -156,7 +159,7 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
           ? Buffer.from(JSON.stringify({ ...body, kv_transfer_params: transfer }))
           : spliceFirstMember(raw, 'kv_transfer_params', JSON.stringify(transfer));
     } catch (err) {
-      releaseUnpulled(transfer);
+      releaseUnpulled(transfer, prefill, auth);
       return sendJson(res, 400, errorJson(400, `Invalid JSON body: ${(err as Error).message}`));
     }
 
@@ -189,7 +192,7 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
       });
       upstream.end(payload);
     });
-    if (!decodeAccepted) releaseUnpulled(transfer);
+    if (!decodeAccepted) releaseUnpulled(transfer, prefill, auth);
   };
 
   const { drain, server } = options.listening ?? (await listeningServer(options.host, options.port));

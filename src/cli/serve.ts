@@ -11,7 +11,9 @@ import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { Drain, listen } from '../http/drain.js';
-import { createServeApp, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
+import { createServeApp, serveRoutes, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
+import { serverTls, upstreamTls, type TlsFiles } from '../http/tls.js';
+import { exposedControlWarning, type ApiKeyPolicy, type ApiKeyScope, type ClassifiedRoute } from '../http/access.js';
 import { LoraAdapters, runtimeLoraUpdating, type LoraModule } from '../http/loraAdapters.js';
 import { badFaultSetting, DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, FAULT_TYPES, FaultInjector, type FaultSettings } from '../http/faults.js';
 import { kvBytesPerToken, parsePeer } from '../pd/kvTransfer.js';
@@ -90,8 +92,16 @@ export interface ServeOptions {
   engineIndex?: number;
   /** --show-hidden-metrics-for-version: also vLLM's deprecated metrics. */
   showHiddenMetrics?: boolean;
+  /** --ssl-keyfile, --ssl-certfile, --ssl-ca-certs, --ssl-cert-reqs: HTTPS. Default: plain HTTP. */
+  tls?: TlsFiles;
+  /** --upstream-ca-certs: the CAs an https: --upstream's certificate is checked against. Default: Node's. */
+  upstreamCaCerts?: string;
   /** --api-key (else VLLM_API_KEY): `/v1/*` needs `Authorization: Bearer <key>`. */
   apiKey?: string;
+  /** --api-key-scope: `v1` (vLLM's, the default) or `all` (every route but health, version and metrics). */
+  apiKeyScope?: ApiKeyScope;
+  /** --enable-control-routes: `/mocker/config` and `/reset_prefix_cache` exist. Default: VLLM_SERVER_DEV_MODE. */
+  enableControlRoutes?: boolean;
   /** --enable-request-id-headers */
   requestIdHeaders?: boolean;
   /** --enable-server-load-tracking */
@@ -181,6 +191,8 @@ export interface Running {
   port: number;
   /** Every port, one per `--num-workers` engine. */
   ports?: number[];
+  /** The routes the (first) server answers, each with its access class. */
+  routes?: ClassifiedRoute[];
   /** What the startup line says before and after the URLs served (printed unless `share` was given). */
   startupLine?: StartupLine;
   /**
@@ -192,16 +204,29 @@ export interface Running {
 
 export interface StartupLine {
   head: string;
+  /** https with --ssl-certfile. */
+  scheme: 'http' | 'https';
   host: string;
   tail: string;
 }
 
 /** The startup line: the settings, then every engine's URL (tests and scripts wait for "on http://…"). */
-export const startupLineText = (line: StartupLine, ports: number[]) => `${line.head}${ports.map((p) => `http://${line.host}:${p}`).join(', ')}${line.tail}`;
+export const startupLineText = (line: StartupLine, ports: number[]) => `${line.head}${ports.map((p) => `${line.scheme}://${line.host}:${p}`).join(', ')}${line.tail}`;
 
 /** vLLM's side-channel host, where decode engines reach a prefill engine listening on `host` (a wildcard is not one they can call). */
 export function advertisedHost(host: string): string {
   return process.env.VLLM_NIXL_SIDE_CHANNEL_HOST ?? (['0.0.0.0', '::'].includes(host) ? '127.0.0.1' : host);
+}
+
+/** `serve`'s --api-key (else VLLM_API_KEY, as vLLM) and --api-key-scope. */
+export function apiKeyPolicy(options: Pick<ServeOptions, 'apiKey' | 'apiKeyScope'>): ApiKeyPolicy {
+  return { key: options.apiKey ?? process.env.VLLM_API_KEY, scope: options.apiKeyScope ?? 'v1' };
+}
+
+/** vLLM's VLLM_SERVER_DEV_MODE: its development routes (`/reset_prefix_cache`, `/sleep`…) are attached. */
+function serverDevMode(env: NodeJS.ProcessEnv = process.env): boolean {
+  // vLLM's envs: `bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0")))`.
+  return ['1', 'true'].includes((env.VLLM_SERVER_DEV_MODE ?? '0').trim().toLowerCase());
 }
 
 /** A capture file's contents in one line. */
@@ -245,10 +270,12 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   // Under --threads, what the capture file holds is said once, by the first thread.
   const quiet = opts.share !== undefined && !opts.share.first;
   const say = quiet ? () => undefined : console.log;
+  // Read (and checked) before anything listens.
+  const tls = serverTls(opts.tls);
   // One server per worker, on consecutive ports.
   const servers: Server[] = [];
   for (const w of engineIndices) {
-    const server = drain.server();
+    const server = drain.server(tls);
     servers.push(server);
     await listen(server, opts.host, opts.port === 0 ? 0 : opts.port + w);
   }
@@ -319,14 +346,14 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const servedModels = opts.servedModelName?.length ? opts.servedModelName : captured.length > 0 && outputs === 'captured' ? captured : [tokenizer.name];
   const maxModelLen = opts.maxModelLen ?? run?.maxModelLen ?? tokenizer.maxModelLen;
 
-  const upstream = opts.upstream ? await UpstreamEngine.identify(new URL(opts.upstream)) : undefined;
-  const connections = upstream ? new UpstreamPool(upstream.url, opts.upstreamTimeoutMs) : undefined;
+  const upstream = opts.upstream ? await UpstreamEngine.identify(new URL(opts.upstream), upstreamTls(opts.upstreamCaCerts)) : undefined;
+  const connections = upstream ? new UpstreamPool(upstream.url, opts.upstreamTimeoutMs, upstream.tls) : undefined;
   if (connections) closers.push(() => connections.close());
   let recording: RecordingSink | undefined;
   if (onMiss === 'record' && store && upstream) {
     const runId = store.startRun({ kind: 'record', upstream: upstream.url.href, ...runColumns(upstream.identity), tokenizerName: tokenizer.name }, tokenizer.files);
     upstream.onIdentified((later) => store.updateRun(runId, runColumns(later)));
-    recording = new RecordingSink(new Recorder(store, runId, tokenizer, upstream.url, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink, opts.captures);
+    recording = new RecordingSink(new Recorder(store, runId, tokenizer, upstream, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink, opts.captures);
   }
 
   const role = opts.role ?? 'agg';
@@ -414,6 +441,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     rankingPerPassageMs: poolingMs(pooling.rankingPerPassageLatencyMs),
   };
   const dcgmSeed = opts.dcgm?.seed ?? Math.floor(Math.random() * 2 ** 32);
+  const access = apiKeyPolicy(opts);
+  let routes: ClassifiedRoute[] | undefined;
   const timers: NodeJS.Timeout[] = [];
   closers.unshift(() => timers.forEach(clearInterval));
   // --startup-time counts from here: the model (tokenizer, captures) is loaded.
@@ -494,7 +523,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       metrics,
       backendMetrics: backends.routes,
       mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0], FAULT_TYPES),
-      apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
+      access,
       requestIdHeaders: opts.requestIdHeaders,
       serverLoadTracking: opts.serverLoadTracking,
       pd: { role, peers: kvPeers, endpoint: () => ({ engineId, host: advertised, port: (servers[i].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
@@ -508,13 +537,19 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       // Each worker is its own vLLM: its own adapters, loaded and unloaded on its own.
       lora: new LoraAdapters(lora.enabled, servedModels, lora.modules),
       loraRuntimeUpdating: runtimeLoraUpdating(),
+      controlRoutes: opts.enableControlRoutes ?? serverDevMode(),
       runtime: { faults: new FaultInjector({ ...faults, errorTypes: [...faults.errorTypes] }, opts.faultSeed ?? opts.seed), latency: latencyKnobs[w] ?? null, timing },
       readyAtMs,
     });
     drain.handle(servers[i], getRequestListener(app.fetch, { hostname: opts.host }));
+    routes ??= serveRoutes(app);
   }
+  const controlPaths = [...new Set(routes!.filter((r) => r.class === 'control').map((r) => r.path))];
+  const exposed = exposedControlWarning('serve', opts.host, access, controlPaths);
+  if (exposed && !quiet) console.warn(exposed);
   const ports = servers.map((s) => (s.address() as AddressInfo).port);
   const startupLine: StartupLine = {
+    scheme: tls ? 'https' : 'http',
     head:
       `mocker serve: ${opts.mode} mode (outputs ${outputs}, on miss ${onMiss}, timing ${timingDescription}, speedup ${args.speedupRatio}, ` +
       `${args.engineType === 'sglang' ? `SGLang scheduler (${args.sglang.schedulePolicy}, radix cache), ` : ''}${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
@@ -526,6 +561,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   return {
     port: ports[0],
     ports,
+    routes,
     startupLine,
     close: async (graceMs = 0) => {
       const drained = await drain.drain(graceMs);

@@ -70,12 +70,12 @@ describe('issue 33 finding 3: kv_transfer_params make no request to a host of th
       expect(res.status).toBe(200);
       // vLLM without a KV connector: nothing held, nothing to hand over.
       expect(((await res.json()) as Json).kv_transfer_params).toBeNull();
+      // The pull would have been made before the answer: nothing came.
+      expect(target.seen, host).toEqual([]);
     }
     // A hold asked of an aggregated engine is not made either: it answers as to any request.
     const held = await complete(url, { prompt: prompt(200), max_tokens: 1, kv_transfer_params: { do_remote_decode: true } });
     expect(((await held.json()) as Json).kv_transfer_params).toBeNull();
-    // The pull would have been made before the answer: nothing came.
-    expect(target.seen).toEqual([]);
   });
 
   it('a decode engine pulls only from --kv-transfer-allowed-hosts: other hosts are never called, open or closed ports alike', async () => {

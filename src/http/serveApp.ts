@@ -671,17 +671,19 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     c.json({ ranks: engine.cachedBlockEventHashes().map((hashes, rank) => ({ rank, block_hashes: hashes.map(String) })) }),
   );
   app.get('/load', (c) => c.json({ server_load: inFlight }));
-  if (config.controlRoutes) app.post('/reset_prefix_cache', (c) => {
-    const resetRunning = c.req.query('reset_running_requests');
-    if (resetRunning !== undefined && !['true', 'false'].includes(resetRunning.toLowerCase())) {
-      throw badRequest(`reset_running_requests must be true or false, got "${resetRunning}".`, 'reset_running_requests');
-    }
-    // As newer vLLM: a reset that blocks still held by requests prevent is a 409, not a silent 200.
-    if (!engine.resetPrefixCache(resetRunning?.toLowerCase() === 'true')) {
-      throw new ApiError(409, 'Prefix cache reset failed: running requests still hold KV cache blocks (retry when idle, or pass ?reset_running_requests=true).', 'Conflict');
-    }
-    return c.body(null, 200);
-  });
+  if (config.controlRoutes) {
+    app.post('/reset_prefix_cache', (c) => {
+      const resetRunning = c.req.query('reset_running_requests');
+      if (resetRunning !== undefined && !['true', 'false'].includes(resetRunning.toLowerCase())) {
+        throw badRequest(`reset_running_requests must be true or false, got "${resetRunning}".`, 'reset_running_requests');
+      }
+      // As newer vLLM: a reset that blocks still held by requests prevent is a 409, not a silent 200.
+      if (!engine.resetPrefixCache(resetRunning?.toLowerCase() === 'true')) {
+        throw new ApiError(409, 'Prefix cache reset failed: running requests still hold KV cache blocks (retry when idle, or pass ?reset_running_requests=true).', 'Conflict');
+      }
+      return c.body(null, 200);
+    });
+  }
   app.post('/tokenize', async (c) => {
     const req = parseBody(tokenizeRequest, (await readApiJson(c)).body);
     resolveModel(req.model);

@@ -41,7 +41,7 @@ function post(url: string, body: string): Promise<number> {
 async function main(): Promise<void> {
   const engine = { mode: 'simulate' as const, captures: ':memory:', timing: 'none' as const, kvTransferBandwidthGBps: 0, engine: { blockSize: 16 } };
   const prefill = await spawnServer('serve', { ...engine, role: 'prefill' });
-  const decode = await spawnServer('serve', { ...engine, role: 'decode' });
+  const decode = await spawnServer('serve', { ...engine, role: 'decode', kvTransferAllowedHosts: [new URL(prefill.url).host] });
   const proxy = await spawnServer('pd-proxy', { prefill: [new URL(prefill.url)], decode: [new URL(decode.url)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 24 });
   const paths = { direct: decode.url, 'pd-proxy': proxy.url };
   const latencies: Record<keyof typeof paths, number[]> = { direct: [], 'pd-proxy': [] };

@@ -159,6 +159,12 @@ describe('the chart, rendered for each values file in ci/', () => {
     expect(env(container(decode)).MOCKER_MAX_NUM_BATCHED_TOKENS).toBeUndefined();
     // The decode pod pulls from the remote_host a prefill engine advertises: its own pod IP.
     expect(container(prefill).env).toContainEqual({ name: 'VLLM_NIXL_SIDE_CHANNEL_HOST', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } });
+    // ...and only from the prefill pods: the name a headless Service of theirs resolves to every one's IP, on their port.
+    const [allowedName, allowedPort] = env(container(decode)).MOCKER_KV_TRANSFER_ALLOWED_HOSTS!.split(':');
+    const prefillPods = find(docs, 'Service', allowedName);
+    expect(prefillPods.spec.clusterIP).toBe('None');
+    expect(selects(prefillPods, prefill)).toBe(true);
+    expect(Number(allowedPort)).toBe(Number(env(container(prefill)).MOCKER_PORT));
     for (const d of [prefill, decode]) {
       expect(container(d).volumeMounts).toContainEqual({ name: 'captures', mountPath: '/captures', readOnly: true });
       expect(d.spec.template.spec.volumes).toContainEqual({ name: 'captures', persistentVolumeClaim: { claimName: 'mocker-captures', readOnly: true } });

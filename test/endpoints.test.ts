@@ -108,7 +108,7 @@ describe('auxiliary endpoints and flags', () => {
   });
 
   it('/reset_prefix_cache drops the cached blocks nobody holds', async () => {
-    const url = await serve({ engine: { blockSize: 16 } });
+    const url = await serve({ engine: { blockSize: 16 }, enableControlRoutes: true });
     const prompt = Array.from({ length: 64 }, (_, i) => 1000 + i);
     expect((await complete(url, {}, { prompt })).status).toBe(200);
     const state = async () => ((await (await fetch(`${url}/mocker/engine`)).json()) as EngineState).ranks[0];

@@ -52,7 +52,7 @@ afterEach(async () => void (await Promise.all(processes.splice(0).map((p) => p.s
 
 describe('each error type: the status, headers and body of the server that sends it', () => {
   let server: { process: MockerProcess; url: string };
-  beforeAll(async () => void (server = await serve(['--timing', 'none', '--max-model-len', '1000'])));
+  beforeAll(async () => void (server = await serve(['--timing', 'none', '--max-model-len', '1000', '--enable-control-routes'])));
   afterAll(() => server.process.stop());
 
   /** The type forced by X-Mocker-Error, as the openai client reports it. */
@@ -177,7 +177,7 @@ describe('--error-rate 10 --random-seed 42', () => {
 
 describe('--fail-first 1 --error-types rate_limit', () => {
   it('the openai client (maxRetries 1) waits for the 429 and succeeds on its retry', async () => {
-    const { process, url } = await serve(['--timing', 'none', '--fail-first', '1', '--error-types', 'rate_limit']);
+    const { process, url } = await serve(['--timing', 'none', '--fail-first', '1', '--error-types', 'rate_limit', '--enable-control-routes']);
     processes.push(process);
     const seen: [number, string | null][] = [];
     const recording: typeof fetch = async (input, init) => {

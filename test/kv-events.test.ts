@@ -191,7 +191,7 @@ describe('the ZMQ stream', () => {
 
   it('a subscriber sees consecutive seqs; after reconnecting, replay returns the missed batches and the -1 sentinel; the index ends equal to the cache', async () => {
     // A small cache (48 blocks of 16) under shared-prefix traffic: stores, hits, evictions and a reset.
-    const { url, sub, pubPort, replayPort } = await serveWithEvents({ engine: { blockSize: 16, numGpuBlocks: 48, maxNumSeqs: 4 } });
+    const { url, sub, pubPort, replayPort } = await serveWithEvents({ engine: { blockSize: 16, numGpuBlocks: 48, maxNumSeqs: 4 }, enableControlRoutes: true });
     const random = prng(11).next;
     const prefixes = Array.from({ length: 3 }, (_, p) => Array.from({ length: 64 }, (_, i) => 100 + p * 1000 + i));
     const workload = async (requests: number) => {
@@ -236,7 +236,7 @@ describe('the ZMQ stream', () => {
   });
 
   it('reset_prefix_cache: 409 while requests hold blocks, AllBlocksCleared with reset_running_requests=true', async () => {
-    const { url, sub } = await serveWithEvents({ timing: 'fixed', forwardTimeMs: 20, engine: { blockSize: 16 } });
+    const { url, sub } = await serveWithEvents({ timing: 'fixed', forwardTimeMs: 20, engine: { blockSize: 16 }, enableControlRoutes: true });
     const inFlight = complete(url, Array.from({ length: 40 }, (_, i) => 7000 + i), 30);
     await sleep(150);
     const refused = await fetch(`${url}/reset_prefix_cache`, { method: 'POST' });

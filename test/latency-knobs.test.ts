@@ -79,7 +79,7 @@ describe('mocker serve --ttft 50 --itl 10 (wall clock)', () => {
   const BODY = { model: 'm', prompt: 'Tell me a story', max_tokens: 12, stream: true };
 
   it('TTFT ≈ 50 ms and gaps ≈ 10 ms (medians within ±30 %); POST /mocker/config {"ttft":150} makes the TTFT ≈ 150 ms', async () => {
-    const url = await serve(['--ttft', '50', '--itl', '10', '--ttft-std', '0', '--itl-std', '0']);
+    const url = await serve(['--ttft', '50', '--itl', '10', '--ttft-std', '0', '--itl-std', '0', '--enable-control-routes']);
     const config = (await (await fetch(`${url}/mocker/config`)).json()) as Json;
     expect(config).toMatchObject({ timing: 'latency', ttft: 50, itl: 10, ttft_std: 0, itl_std: 0 });
     const { rttMs, arrivalsMs, gapsMs } = await measureInProcess(url, BODY);
@@ -94,9 +94,9 @@ describe('mocker serve --ttft 50 --itl 10 (wall clock)', () => {
   });
 
   it('--timing latency alone takes AIPerf\'s defaults (TTFT 20, ITL 5); --fast is --timing none', async () => {
-    const url = await serve(['--timing', 'latency']);
+    const url = await serve(['--timing', 'latency', '--enable-control-routes']);
     expect((await (await fetch(`${url}/mocker/config`)).json()) as Json).toMatchObject({ timing: 'latency', ttft: 20, itl: 5, ttft_std: 0, itl_std: 0 });
-    const fast = await serve(['--fast']);
+    const fast = await serve(['--fast', '--enable-control-routes']);
     expect((await (await fetch(`${fast}/mocker/config`)).json()) as Json).toMatchObject({ timing: 'none', ttft: null, itl: null });
     expect(((await (await fetch(`${fast}/mocker/engine`)).json()) as { config: Json }).config.timing).toBe('none');
   });

@@ -108,7 +108,7 @@ describe('PD-split capture, then replay', () => {
 
   it('a mocker prefill + decode pair behind pd-proxy replays the same content; each hop within 2 ms of its capture', async () => {
     const prefill = await mocker('--disaggregation-mode', 'prefill');
-    const decode = await mocker('--disaggregation-mode', 'decode');
+    const decode = await mocker('--disaggregation-mode', 'decode', '--kv-transfer-allowed-hosts', new URL(prefill).host);
     const proxy = await startPdProxy({ prefill: [new URL(prefill)], decode: [new URL(decode)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20 });
     proxies.push(proxy);
     expect(await streamedText(`http://127.0.0.1:${proxy.port}`)).toBe(capturedText);

@@ -31,9 +31,12 @@ async function serve(options: Partial<ServeOptions>): Promise<{ server: Running;
   return { server, url: `http://127.0.0.1:${server.port}` };
 }
 
+/** `host:port` of a server on loopback, as a --kv-transfer-allowed-hosts entry. */
+const peerOf = (url: string) => new URL(url).host;
+
 async function pdPair(options: Partial<ServeOptions> = {}) {
   const prefill = await serve({ ...options, role: 'prefill' });
-  const decode = await serve({ ...options, role: 'decode' });
+  const decode = await serve({ ...options, role: 'decode', kvTransferAllowedHosts: [peerOf(prefill.url)] });
   const proxy = await startPdProxy({ prefill: [new URL(prefill.url)], decode: [new URL(decode.url)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20 });
   running.push(proxy);
   return { prefill: prefill.url, decode: decode.url, proxy: `http://127.0.0.1:${proxy.port}` };
@@ -238,7 +241,7 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
   it('a client that leaves during the prefill hop: no decode hop is sent, nothing stays held', async () => {
     // One 800 ms engine step on the prefill side: the client is gone long before it ends.
     const prefill = await serve({ role: 'prefill', timing: 'fixed', forwardTimeMs: 800 });
-    const decode = await serve({ role: 'decode', timing: 'none' });
+    const decode = await serve({ role: 'decode', timing: 'none', kvTransferAllowedHosts: [peerOf(prefill.url)] });
     const proxy = await startPdProxy({ prefill: [new URL(prefill.url)], decode: [new URL(decode.url)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20 });
     running.push(proxy);
     const leave = new AbortController();
@@ -341,14 +344,15 @@ describe('kv_bytes_per_token', () => {
 
 describe('failed pulls fall back to local recompute, counted', () => {
   it('unknown remote blocks, and a prefill engine that is down', async () => {
-    const { url: decode } = await serve({ role: 'decode', timing: 'model' });
+    // A prefill engine that never held this request.
+    const { url: prefill } = await serve({ role: 'prefill', timing: 'none' });
     const [closedPort] = await freePorts(1);
+    const { url: decode } = await serve({ role: 'decode', timing: 'model', kvTransferAllowedHosts: [peerOf(prefill), `127.0.0.1:${closedPort}`] });
     const send = async (prefillPort: number) => {
       const res = await completeWithRemoteKv(decode, prefillPort, { promptFrom: 900, maxTokens: 4 });
       return { status: res.status, json: (await res.json()) as { usage: { completion_tokens: number } } };
     };
-    // The decode engine itself stands in for a prefill engine that never held this request.
-    const unknown = await send(Number(new URL(decode).port));
+    const unknown = await send(Number(new URL(prefill).port));
     expect(unknown.status).toBe(200);
     expect(unknown.json.usage.completion_tokens).toBe(4);
     const down = await send(closedPort);
@@ -364,13 +368,13 @@ describe('failed pulls fall back to local recompute, counted', () => {
 
 describe('a pull whose answer breaks off', () => {
   it('mid-body (the prefill engine died while answering): recomputed locally, counted unreachable', async () => {
-    const { url: decode } = await serve({ role: 'decode', timing: 'model' });
     // It promises a body and dies after a few bytes of it.
     const dying = await pullEndpoint((req, res) => {
       req.resume();
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' });
       res.write('{"remote_', () => res.destroy());
     });
+    const { url: decode } = await serve({ role: 'decode', timing: 'model', kvTransferAllowedHosts: [`127.0.0.1:${dying.port}`] });
     try {
       const res = await completeWithRemoteKv(decode, dying.port, { promptFrom: 700, maxTokens: 4 });
       expect(res.status).toBe(200);
@@ -386,7 +390,6 @@ describe('a pull whose answer breaks off', () => {
 
 describe('a client that leaves while its KV is pulled', () => {
   it('never reaches the decode engine: no tokens generated, nothing counted as finished', async () => {
-    const { url: decode } = await serve({ role: 'decode', timing: 'model' });
     let pulled!: () => void;
     const pullArrived = new Promise<void>((resolve) => (pulled = resolve));
     // Slow to answer, and then not holding the blocks: the decode side would recompute.
@@ -395,6 +398,7 @@ describe('a client that leaves while its KV is pulled', () => {
       pulled();
       setTimeout(() => res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":{"message":"unknown request"}}'), 300);
     });
+    const { url: decode } = await serve({ role: 'decode', timing: 'model', kvTransferAllowedHosts: [`127.0.0.1:${slow.port}`] });
     try {
       const client = new AbortController();
       const answer = completeWithRemoteKv(decode, slow.port, { promptFrom: 500, maxTokens: 20, signal: client.signal }).catch(() => null);
@@ -415,7 +419,7 @@ describe('a client that leaves while its KV is pulled', () => {
 describe('the prefill side releases held blocks', () => {
   it('after VLLM_NIXL_ABORT_REQUEST_TIMEOUT when no decode comes; a late pull then recomputes', async () => {
     const { url: prefill } = await serve({ role: 'prefill', timing: 'none', kvHoldTimeoutMs: 300 });
-    const { url: decode } = await serve({ role: 'decode', timing: 'none' });
+    const { url: decode } = await serve({ role: 'decode', timing: 'none', kvTransferAllowedHosts: [peerOf(prefill)] });
     const body = { model: MODEL, prompt: Array.from({ length: 20 }, (_, i) => 300 + i), max_tokens: 1, kv_transfer_params: { do_remote_decode: true } };
     const res = await fetch(`${prefill}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     const kv = ((await res.json()) as { kv_transfer_params: Record<string, unknown> }).kv_transfer_params;
@@ -465,7 +469,7 @@ describe('mocker serve --pd', () => {
     };
     const onePortUrl = await spawnCli(['serve', '--pd', '2P2D', ...common], onePort);
     const prefill = await spawnCli(['serve', '--disaggregation-mode', 'prefill', ...common]);
-    const decode = await spawnCli(['serve', '--is-decode-worker', ...common]);
+    const decode = await spawnCli(['serve', '--is-decode-worker', '--kv-transfer-allowed-hosts', peerOf(prefill), ...common]);
     const proxy = await spawnCli(['pd-proxy', '--prefill', prefill, '--decode', decode], proxyPort);
     expect(await (await fetch(`${onePortUrl}/healthcheck`)).json()).toEqual({ status: 'ok', prefill_instances: 2, decode_instances: 2 });
     for (const [kind, stream] of CASES) {

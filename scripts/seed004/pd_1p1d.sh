@@ -11,6 +11,6 @@ decode_port="${DECODE_PORT:-8200}"
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait' EXIT INT TERM
 PREFILL_PROCESS=1 $MOCKER serve --host 127.0.0.1 --port "$prefill_port" "$@" & pids+=($!)
-$MOCKER serve --host 127.0.0.1 --port "$decode_port" "$@" & pids+=($!)
+$MOCKER serve --host 127.0.0.1 --port "$decode_port" --kv-transfer-allowed-hosts "127.0.0.1:$prefill_port" "$@" & pids+=($!)
 $MOCKER pd-proxy --prefill "http://127.0.0.1:$prefill_port" --decode "http://127.0.0.1:$decode_port" --host "${HOST:-0.0.0.0}" --port "${PORT:-8000}" & pids+=($!)
 wait -n "${pids[@]}"

@@ -53,7 +53,7 @@ const tokenizer: RecorderTokenizer = {
   renderChatGuarded: (req) => local.renderChatGuarded(req),
   encode: (text, addSpecialTokens) => local.encode(text, addSpecialTokens),
 };
-const recorder = new Recorder(store, init.runId, tokenizer, new URL(init.upstream), new Set(init.redacted), init.redactBodies === true);
+const recorder = new Recorder(store, init.runId, tokenizer, { url: new URL(init.upstream), tls: init.upstreamTls ?? {} }, new Set(init.redacted), init.redactBodies === true);
 
 const bytes = (a: Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 

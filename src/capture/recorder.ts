@@ -6,6 +6,7 @@ import type { ModelTokenizer } from '../tokenizer/index.js';
 import { parseResponse, withOutputIds } from './extract.js';
 import { redactHeaders, type ExchangeSink, type RawExchange } from './forward.js';
 import type { TokenizeDialect } from './upstreamEngine.js';
+import { UpstreamPool, type UpstreamTls } from './upstreamHttp.js';
 
 type Json = Record<string, unknown>;
 
@@ -16,17 +17,25 @@ type Json = Record<string, unknown>;
 class UpstreamTokenizer {
   private readonly missing = new Set<string>();
 
-  constructor(private readonly upstream: URL) {}
+  /** The proxy's own client to the upstream (its CA too). */
+  private readonly pool: UpstreamPool;
+
+  constructor(
+    private readonly upstream: URL,
+    tls: UpstreamTls,
+  ) {
+    this.pool = new UpstreamPool(upstream, 10_000, tls);
+  }
 
   private async post(path: string, body: Json, headers: IncomingHttpHeaders): Promise<Json | null> {
     if (this.missing.has(path)) return null;
-    const target = new URL(this.upstream.pathname.replace(/\/$/, '') + path, this.upstream);
+    const target = this.upstream.pathname.replace(/\/$/, '') + path;
     const auth: Record<string, string> = headers.authorization ? { authorization: String(headers.authorization) } : {};
     try {
-      const res = await fetch(target, { method: 'POST', headers: { 'content-type': 'application/json', ...auth }, body: JSON.stringify(body), signal: AbortSignal.timeout(10_000) });
+      const res = await this.pool.text('POST', target, { 'content-type': 'application/json', ...auth }, Buffer.from(JSON.stringify(body)));
       if (res.status === 404 || res.status === 405) this.missing.add(path);
-      if (!res.ok) return null;
-      const json = (await res.json()) as unknown;
+      if (res.status < 200 || res.status > 299) return null;
+      const json = JSON.parse(res.text) as unknown;
       return json !== null && typeof json === 'object' ? (json as Json) : null;
     } catch {
       return null;
@@ -109,11 +118,11 @@ export class Recorder {
     private readonly store: CaptureStore,
     private readonly runId: number,
     private readonly tokenizer: RecorderTokenizer,
-    upstream: URL,
+    upstream: { url: URL; tls: UpstreamTls },
     private readonly redacted: ReadonlySet<string>,
     private readonly redactBodies = false,
   ) {
-    this.upstreamTokenizer = new UpstreamTokenizer(upstream);
+    this.upstreamTokenizer = new UpstreamTokenizer(upstream.url, upstream.tls);
   }
 
   private readonly upstreamTokenizer: UpstreamTokenizer;

@@ -1,6 +1,7 @@
 import { Worker } from 'node:worker_threads';
 import type { CaptureStore, Outcome } from '../store/captureStore.js';
 import type { ExchangeSink, RawExchange } from './forward.js';
+import type { UpstreamTls } from './upstreamHttp.js';
 
 /** What the worker is started with (its `workerData`). */
 export interface RecordWorkerInit {
@@ -8,6 +9,8 @@ export interface RecordWorkerInit {
   captures: string;
   runId: number;
   upstream: string;
+  /** How the upstream's certificate is checked (`--upstream-ca-certs`). */
+  upstreamTls?: UpstreamTls;
   redacted: string[];
   /** `--redact-bodies`: store token ids and timing, no text, request body or response bytes. */
   redactBodies?: boolean;

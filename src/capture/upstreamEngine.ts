@@ -2,6 +2,7 @@
  * Which engine a capture proxies, told from what it answers, and how to speak to it: each engine has its own
  * way (or none) to report token ids and its own tokenizer endpoint.
  */
+import { UpstreamPool, type UpstreamTls } from './upstreamHttp.js';
 
 /** The engines mocker knows how to capture from; `openai` is any other OpenAI-compatible server. */
 export type EngineKind = 'vllm' | 'sglang' | 'llama.cpp' | 'transformers' | 'openai' | 'unknown';
@@ -75,10 +76,13 @@ interface Probe {
   text: string;
 }
 
-async function probe(url: URL): Promise<Probe | null> {
+/** How long a probe may wait for bytes before the upstream counts as not answering. */
+const PROBE_TIMEOUT_MS = 5000;
+
+async function probe(pool: UpstreamPool, url: URL): Promise<Probe | null> {
   try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(5000) });
-    return { status: res.status, server: res.headers.get('server') ?? '', text: await res.text() };
+    const res = await pool.text('GET', url.pathname + url.search);
+    return { status: res.status, server: String(res.headers.server ?? ''), text: res.text };
   } catch {
     return null;
   }
@@ -101,10 +105,13 @@ function json(p: Probe | null): Record<string, unknown> | undefined {
  * serve` is a FastAPI app without `/version` (`{"detail":"Not Found"}`). Anything else that answers is a plain
  * OpenAI-compatible server; nothing answering at all is `unknown` (asked again once it answers).
  */
-export async function identifyEngine(upstream: URL): Promise<EngineIdentity> {
+export async function identifyEngine(upstream: URL, tls: UpstreamTls = {}): Promise<EngineIdentity> {
   const base = upstream.pathname.replace(/\/$/, '');
   const at = (path: string) => new URL(`${base}${path}`, upstream);
-  const [version, models, props, sglangInfo] = await Promise.all([probe(at('/version')), probe(at('/v1/models')), probe(at('/props')), probe(at('/get_model_info'))]);
+  // The proxy's own client (with its CA), as the exchanges will be sent.
+  const pool = new UpstreamPool(upstream, PROBE_TIMEOUT_MS, tls);
+  const paths = ['/version', '/v1/models', '/props', '/get_model_info'];
+  const [version, models, props, sglangInfo] = await Promise.all(paths.map((path) => probe(pool, at(path)))).finally(() => pool.close());
   const identity: EngineIdentity = { kind: 'unknown' };
   if (!version && !models && !props && !sglangInfo) return identity;
 
@@ -139,12 +146,14 @@ export class UpstreamEngine {
   private constructor(
     readonly url: URL,
     private identityNow: EngineIdentity,
+    /** How its certificate is checked (https:). */
+    readonly tls: UpstreamTls,
   ) {
     this.dialectNow = dialectOf(identityNow.kind);
   }
 
-  static async identify(url: URL): Promise<UpstreamEngine> {
-    return new UpstreamEngine(url, await identifyEngine(url));
+  static async identify(url: URL, tls: UpstreamTls = {}): Promise<UpstreamEngine> {
+    return new UpstreamEngine(url, await identifyEngine(url, tls), tls);
   }
 
   /** `listener` is told once when an engine unknown at the start has been identified. */
@@ -163,7 +172,7 @@ export class UpstreamEngine {
   /** The upstream answered something: if it was unknown, ask again what it is (once at a time). */
   answered(): void {
     if (this.identityNow.kind !== 'unknown' || this.asking) return;
-    this.asking = identifyEngine(this.url).then((identity) => {
+    this.asking = identifyEngine(this.url, this.tls).then((identity) => {
       this.asking = null;
       if (identity.kind === 'unknown' || this.identityNow.kind !== 'unknown') return;
       this.identityNow = identity;

@@ -236,6 +236,18 @@ function requestHead(method: string, path: string, host: string, headers: Outgoi
   return `${head}\r\n`;
 }
 
+/** A whole answer, read as text (for the proxy's own small requests: probes, tokenization). */
+export interface TextAnswer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  text: string;
+}
+
+/** How to trust an https: upstream: `ca` (PEM, `--upstream-ca-certs`) in place of Node's CA list; verification is never off. */
+export interface UpstreamTls {
+  ca?: string;
+}
+
 /** A kept-alive connection waiting for its next exchange, watched so a close or stray bytes drop it. */
 interface IdleConnection {
   socket: net.Socket;
@@ -251,6 +263,7 @@ export class UpstreamPool {
   constructor(
     private readonly origin: URL,
     private readonly timeoutMs: number,
+    private readonly tls: UpstreamTls = {},
   ) {
     this.host = origin.hostname.replace(/^\[|\]$/g, '');
     this.port = Number(origin.port) || (origin.protocol === 'https:' ? 443 : 80);
@@ -284,6 +297,25 @@ export class UpstreamPool {
     return { abort: () => exchange.abandon() };
   }
 
+  /** One request's whole answer as text; rejects when the upstream cannot be reached or the answer breaks off. */
+  text(method: string, path: string, headers: OutgoingHttpHeaders = {}, body = Buffer.alloc(0)): Promise<TextAnswer> {
+    return new Promise((resolve, reject) => {
+      let status = 0;
+      let answerHeaders: IncomingHttpHeaders = {};
+      const chunks: Buffer[] = [];
+      const sent = body.length > 0 ? { ...headers, 'content-length': body.length } : headers;
+      this.request(method, path, sent, body, {
+        head: (code, _message, h) => {
+          status = code;
+          answerHeaders = h;
+        },
+        data: (chunk) => chunks.push(Buffer.from(chunk)),
+        end: () => resolve({ status, headers: answerHeaders, text: Buffer.concat(chunks).toString('utf8') }),
+        error: reject,
+      });
+    });
+  }
+
   /** Closes every idle connection. */
   close(): void {
     for (const { socket, unwatch } of this.idle.splice(0)) {
@@ -296,11 +328,11 @@ export class UpstreamPool {
     const kept = this.idle.pop();
     if (kept) {
       kept.unwatch();
-      return kept.socket;
+      return kept.socket.ref();
     }
     const socket =
       this.origin.protocol === 'https:'
-        ? tls.connect({ host: this.host, port: this.port, servername: net.isIP(this.host) ? undefined : this.host, ALPNProtocols: ['http/1.1'] })
+        ? tls.connect({ host: this.host, port: this.port, servername: net.isIP(this.host) ? undefined : this.host, ALPNProtocols: ['http/1.1'], ca: this.tls.ca })
         : net.connect({ host: this.host, port: this.port });
     socket.setNoDelay(true);
     return socket;
@@ -327,6 +359,8 @@ export class UpstreamPool {
     };
     socket.on('close', drop).on('error', drop).on('end', drop).on('data', drop);
     if (keepMs !== undefined) socket.on('timeout', drop).setTimeout(keepMs);
+    // As node:http's agent: an idle connection keeps no process (or worker thread) alive.
+    socket.unref();
     this.idle.push(entry);
   }
 }

@@ -5,6 +5,9 @@ import { UpstreamPool } from '../capture/upstreamHttp.js';
 import { RecorderThread } from '../capture/recorderThread.js';
 import { listeningServer } from '../http/drain.js';
 import { errorJson } from '../http/errors.js';
+import { admitted, classOf, decodedPath, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../http/access.js';
+import { SERVE_ROUTES } from '../http/serveApp.js';
+import { serverTls, upstreamTls, type TlsFiles } from '../http/tls.js';
 import { CaptureStore } from '../store/captureStore.js';
 import { loadModelFiles, maxModelLenOf, ModelNotFoundError } from '../tokenizer/index.js';
 import { describeEngine, runColumns, UpstreamEngine } from '../capture/upstreamEngine.js';
@@ -23,9 +26,30 @@ export interface CaptureOptions {
   redactHeaders: string[];
   /** Store token ids and timing only: no text, request body or response bytes. */
   redactBodies?: boolean;
+  /** --api-key and --api-key-scope (default: no key). */
+  access?: ApiKeyPolicy;
+  /** --ssl-keyfile and the rest: HTTPS (default: plain HTTP). */
+  tls?: TlsFiles;
+  /** --upstream-ca-certs: the CAs an https: upstream's certificate is checked against. Default: Node's. */
+  upstreamCaCerts?: string;
 }
 
+/**
+ * Every route of the capture proxy, with its access class (access.ts), by path (any method): what `serve` keeps
+ * public stays public through it; mocker's own routes (`/mocker/*`: runtime control, KV pulls) are never
+ * forwarded, whatever the upstream (a 404 from the proxy itself); everything else is forwarded as the API's.
+ */
+export const CAPTURE_ROUTES: readonly ClassifiedRoute[] = [
+  ...[...new Set(Object.entries(SERVE_ROUTES).filter(([, r]) => r.class === 'public').map(([path]) => path))].map((path) => ({ method: '*', path, class: 'public' as const })),
+  { method: '*', path: '/mocker/*', class: 'control' },
+  { method: '*', path: '/*', class: 'key' },
+];
+
 const STATS_INTERVAL_MS = 10_000;
+
+function sendJson(res: ServerResponse, status: number, body: string): void {
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
+}
 
 function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
   return new Promise((resolve, reject) => {
@@ -46,11 +70,12 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
  * it touches the file (a taken port leaves nothing behind); requests that come meanwhile wait for it.
  */
 export async function startCapture(opts: CaptureOptions): Promise<Running> {
-  const { drain, server } = await listeningServer(opts.host, opts.port);
+  const tls = serverTls(opts.tls);
+  const { drain, server } = await listeningServer(opts.host, opts.port, tls);
   const port = (server.address() as AddressInfo).port;
   let recorder: RecorderThread | undefined;
   try {
-    const upstream = await UpstreamEngine.identify(new URL(opts.upstream));
+    const upstream = await UpstreamEngine.identify(new URL(opts.upstream), upstreamTls(opts.upstreamCaCerts));
     const identity = upstream.identity;
     if (identity.kind === 'unknown') console.warn(`mocker capture: ${upstream.url.origin} does not answer yet; its kind is asked again when it first answers`);
     // The tokenizer's files only: the recorder's worker builds the tokenizer itself. Built here, it would be
@@ -94,6 +119,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       captures: opts.captures,
       runId,
       upstream: upstream.url.href,
+      upstreamTls: upstream.tls,
       redacted: opts.redactHeaders.map((h) => h.toLowerCase()),
       redactBodies: opts.redactBodies,
     });
@@ -111,8 +137,16 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       }
     });
     const recording = new RecordingSink(thread.sink, opts.captures);
-    const connections = new UpstreamPool(upstream.url, opts.upstreamTimeoutMs);
+    const connections = new UpstreamPool(upstream.url, opts.upstreamTimeoutMs, upstream.tls);
+    const access = opts.access ?? { scope: 'v1' };
     const handler = (req: IncomingMessage, res: ServerResponse) => {
+      const path = decodedPath(req.url ?? '/');
+      if (path === null) return void sendJson(res, 400, errorJson(400, `Invalid request path ${JSON.stringify((req.url ?? '').slice(0, 200))}: it does not percent-decode.`));
+      // Every path matches the catch-all.
+      const routeClass = classOf(CAPTURE_ROUTES, path)!;
+      // The capture has no control routes to enable: the upstream's are not this proxy's to expose.
+      if (routeClass === 'control') return void sendJson(res, 404, '{"detail":"Not Found"}');
+      if (!admitted(access, routeClass, req.method ?? 'GET', path, req.headers.authorization)) return void sendJson(res, 401, UNAUTHORIZED_BODY);
       readBody(req, opts.maxBodyBytes).then(
         (body) => {
           if (body === null) {
@@ -130,7 +164,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       );
     };
     drain.handle(server, handler);
-    console.log(`mocker capture: proxying http://${opts.host}:${port} -> ${upstream.url.href} (${describeEngine(identity)}), recording into ${opts.captures} (run ${runId}, tokenizer ${model.name})`);
+    console.log(`mocker capture: proxying ${tls ? 'https' : 'http'}://${opts.host}:${port} -> ${upstream.url.href} (${describeEngine(identity)}), recording into ${opts.captures} (run ${runId}, tokenizer ${model.name})`);
     let lastLogged = 0;
     const stats = setInterval(() => {
       const n = recording.recorded.exchanges;

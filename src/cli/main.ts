@@ -12,6 +12,7 @@ import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type En
 import { parseLoraModule } from '../http/loraAdapters.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';
+import { parsePeer } from '../pd/kvTransfer.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
@@ -24,6 +25,7 @@ import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { DEFAULT_MIN_PREFIX_RATIO } from '../generation/resolver.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { DEFAULT_MIDSTREAM_AFTER_TOKENS, parseFaultTypes } from '../http/faults.js';
+import { API_KEY_SCOPES } from '../http/access.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
 
@@ -65,9 +67,34 @@ const shutdownTimeout = () =>
     .argParser(number('--shutdown-timeout', { min: 0 }))
     .default(DEFAULT_SHUTDOWN_TIMEOUT_S);
 
+/** vLLM's TLS flags (uvicorn's), the same on every server. */
+const tlsOptions = () => [
+  new Option('--ssl-keyfile <file>', 'serve HTTPS: the private key (PEM), with --ssl-certfile'),
+  new Option('--ssl-certfile <file>', 'serve HTTPS: the certificate chain (PEM), with --ssl-keyfile'),
+  new Option('--ssl-ca-certs <file>', 'CA certificates (PEM) client certificates are checked against (with --ssl-cert-reqs)'),
+  new Option('--ssl-cert-reqs <n>', 'client certificates: 0 not asked, 1 optional (checked when sent), 2 required').argParser(number('--ssl-cert-reqs', { integer: true, min: 0, max: 2 })).default(0),
+];
+const tlsFiles = (o: OptionValues) => ({ keyfile: o.sslKeyfile, certfile: o.sslCertfile, caCerts: o.sslCaCerts, certReqs: o.sslCertReqs });
+
+const upstreamCaCerts = () => new Option('--upstream-ca-certs <file>', "CA certificates (PEM) an https: upstream's certificate is checked against, instead of Node's");
+
+const apiKeyScope = () =>
+  new Option('--api-key-scope <scope>', 'what --api-key guards: v1 (/v1/*, as vLLM) | all (every route but health, version and metrics)').choices(API_KEY_SCOPES).default('v1');
+
 /** A TCP port (0: any free one, where `allowAny`). */
 function port(name: string, allowAny = true) {
   return number(name, { integer: true, min: allowAny ? 0 : 1, below: 65536 });
+}
+
+/** `--kv-transfer-allowed-hosts`: comma-separated host:port peers. */
+function peerList(value: string): string[] {
+  return value.split(',').map((part) => {
+    try {
+      return parsePeer(part);
+    } catch (err) {
+      throw new InvalidArgumentError(`--kv-transfer-allowed-hosts: ${(err as Error).message}`);
+    }
+  });
 }
 
 function portList(name: string) {
@@ -87,6 +114,9 @@ function startCaptureWith(o: OptionValues) {
     maxBodyBytes: o.maxBodyBytes,
     redactHeaders: o.redactHeader,
     redactBodies: o.redactBodies,
+    access: { key: o.apiKey, scope: o.apiKeyScope },
+    tls: tlsFiles(o),
+    upstreamCaCerts: o.upstreamCaCerts,
   });
 }
 
@@ -141,6 +171,8 @@ program
   .option('--data-parallel-size <n>', 'ranks, each with its own scheduler and KV cache', number('--data-parallel-size', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.dataParallelSize)
   .option('--extra-engine-args <json>', "Dynamo mocker engine args (JSON file or inline object), applied over the flags")
   .option('--api-key <key>', 'require Authorization: Bearer <key> on /v1/* (default: $VLLM_API_KEY)')
+  .addOption(apiKeyScope())
+  .option('--enable-control-routes', 'the routes that change the server at run time exist: /mocker/config, /reset_prefix_cache (default: on with VLLM_SERVER_DEV_MODE=1)')
   .option('--enable-request-id-headers', 'responses carry X-Request-Id', false)
   .option('--enable-server-load-tracking', '/load counts requests in flight', false)
   .option('--kv-events-config <json>', "vLLM's KV events config, e.g. '{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:5557\",\"replay_endpoint\":\"tcp://*:5558\"}'")
@@ -154,6 +186,7 @@ program
   .option('--kv-bytes-per-token <n>', "KV bytes per token for PD transfer times (default: the model's config.json: layers x 2 x KV heads x head dim x dtype bytes)", number('--kv-bytes-per-token', { min: 0 }))
   .addOption(new Option('--kv-cache-dtype <dtype>', 'KV cache dtype for --kv-bytes-per-token').choices(['auto', 'bfloat16', 'float16', 'float32', 'fp8', 'fp8_e4m3', 'fp8_e5m2', 'fp8_inc', 'fp8_ds_mla']).default('auto'))
   .option('--kv-transfer-bandwidth <GBps>', 'PD KV transfer bandwidth in GB/s (0: instant)', number('--kv-transfer-bandwidth', { min: 0 }), DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS)
+  .option('--kv-transfer-allowed-hosts <peers>', 'PD: the prefill engines (comma list of host:port, as their kv_transfer_params name them) this engine may pull KV from; others are never called (default: none)', peerList)
   .option('--pd <xPyD>', 'run x prefill and y decode engines in-process behind a PD proxy on --port (e.g. 1P1D)')
   .option('--show-hidden-metrics-for-version <version>', "also vLLM's hidden deprecated metrics (gpu_cache_usage_perc)")
   .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
@@ -163,6 +196,7 @@ program
   .option('--trust-request-chat-template', "render a chat_template sent in a request (in a process of its own, stopped after 2 s) instead of answering vLLM's 400", false)
   .addOption(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record (default: random in simulate, error otherwise)').choices(['error', 'random', 'passthrough', 'record']))
   .option('--upstream <url>', 'engine to forward misses to (--on-miss passthrough|record)', urlFlag('--upstream'))
+  .addOption(upstreamCaCerts())
   .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
   .option('--seed <n>', 'seed of random outputs', number('--seed', { integer: true }), 0)
   .option('--max-model-len <n>', 'context length (default: captured, else the model config)', number('--max-model-len', { integer: true, min: 1 }))
@@ -257,6 +291,7 @@ program
       kvBytesPerToken: o.kvBytesPerToken,
       kvCacheDtype: o.kvCacheDtype,
       kvTransferBandwidthGBps: o.kvTransferBandwidth,
+      kvTransferAllowedHosts: o.kvTransferAllowedHosts,
       engine,
       enablePromptTokensDetails: o.enablePromptTokensDetails,
       lora: { enabled: o.enableLora, modules: ((o.loraModules ?? []) as string[]).map(parseLoraModule), maxLoras: o.maxLoras },
@@ -266,6 +301,8 @@ program
       prefixCachingHashAlgo: o.prefixCachingHashAlgo,
       showHiddenMetrics: o.showHiddenMetricsForVersion !== undefined,
       apiKey: o.apiKey,
+      apiKeyScope: o.apiKeyScope,
+      enableControlRoutes: o.enableControlRoutes,
       requestIdHeaders: o.enableRequestIdHeaders,
       serverLoadTracking: o.enableServerLoadTracking,
       captures: o.captures,
@@ -283,6 +320,8 @@ program
       forwardTimeMs: o.forwardTimeMs,
       onMiss: o.onMiss,
       upstream: o.upstream,
+      upstreamCaCerts: o.upstreamCaCerts,
+      tls: tlsFiles(o),
       upstreamTimeoutMs: o.upstreamTimeout,
       seed: o.seed,
       maxModelLen: o.maxModelLen,
@@ -354,16 +393,21 @@ program
   .option('--host <host>', 'address to listen on', '0.0.0.0')
   .option('--port <port>', 'port to listen on', port('--port'), 8000)
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
+  .option('--api-key <key>', 'require Authorization: Bearer <key> on /v1/* (the header is passed on to the engines)')
+  .addOption(apiKeyScope())
   .addOption(shutdownTimeout())
   .action(async (o) => {
     const urls = (list: string, flag: string) => list.split(',').map((u) => checkedUrl(flag, u.trim()));
-    await stopOnSignal('pd-proxy', startPdProxy({ prefill: urls(o.prefill, '--prefill'), decode: urls(o.decode, '--decode'), host: o.host, port: o.port, maxBodyBytes: o.maxBodyBytes }), o.shutdownTimeout);
+    const access = { key: o.apiKey, scope: o.apiKeyScope };
+    const options = { prefill: urls(o.prefill, '--prefill'), decode: urls(o.decode, '--decode'), host: o.host, port: o.port, maxBodyBytes: o.maxBodyBytes, access, tls: tlsFiles(o) };
+    await stopOnSignal('pd-proxy', startPdProxy(options), o.shutdownTimeout);
   });
 
 program
   .command('capture')
   .description('Proxy a real engine transparently and record every generation into a capture file.')
   .requiredOption('--upstream <url>', 'the engine to capture (e.g. http://gpu-box:8000)', urlFlag('--upstream'))
+  .addOption(upstreamCaCerts())
   .option('--captures <file>', 'capture file (SQLite)', DEFAULT_CAPTURES)
   .option('--host <host>', 'address to listen on', '0.0.0.0')
   .option('--port <port>', 'port to listen on', port('--port'), 8001)
@@ -373,8 +417,13 @@ program
   .option('--max-body-bytes <n>', 'largest request body accepted', number('--max-body-bytes', { integer: true, min: 1 }), DEFAULT_MAX_BODY_BYTES)
   .option('--redact-header <name>', 'also never store this header (Authorization, API keys and cookies never are)', collect, [...DEFAULT_REDACTED_HEADERS])
   .option('--redact-bodies', 'store token ids and timing only: no text, request body or response bytes (replay renders from the ids)')
+  .option('--api-key <key>', 'require Authorization: Bearer <key> on /v1/* (the header is passed on to the upstream)')
+  .addOption(apiKeyScope())
   .addOption(shutdownTimeout())
   .action(async (o) => stopOnSignal('capture', startCaptureWith(o), o.shutdownTimeout));
+
+// Every server takes vLLM's TLS flags (listed after its own).
+for (const server of ['serve', 'capture', 'pd-proxy']) for (const option of tlsOptions()) program.commands.find((c) => c.name() === server)!.addOption(option);
 
 /** `mocker captures <command> FILE`: capture files as a product (each command registers itself here). */
 program.command('captures').description('Inspect, export, merge, verify, diff and fit capture files.')

@@ -1,6 +1,7 @@
 import { listeningServer } from '../http/drain.js';
+import { serverTls } from '../http/tls.js';
 import { startPdProxy } from '../pd/proxy.js';
-import { DEFAULT_MAX_BODY_BYTES, startServe, type Running, type ServeOptions } from './serve.js';
+import { DEFAULT_MAX_BODY_BYTES, advertisedHost, apiKeyPolicy, startServe, type Running, type ServeOptions } from './serve.js';
 import { totalRecorded } from './shutdown.js';
 
 /** `--pd xPyD`: how many prefill and decode engines. */
@@ -17,20 +18,28 @@ export function parsePdLayout(text: string): { prefill: number; decode: number }
 export async function startPdDeployment(options: ServeOptions, layout: { prefill: number; decode: number }): Promise<Running> {
   // The proxy's port first: a taken one fails before any engine opens (or records into) a capture file.
   const host = options.host ?? '127.0.0.1';
-  const { drain, server } = await listeningServer(host, options.port ?? 0);
+  const tls = serverTls(options.tls);
+  const { drain, server } = await listeningServer(host, options.port ?? 0, tls);
   const engines: Running[] = [];
+  // The decode engines pull from the deployment's own prefill engines, and from nowhere else.
+  const prefillPeers: string[] = [];
   const start = async (role: 'prefill' | 'decode') => {
     // Engine i publishes its KV events on the config's ports offset by i × DP size, as worker i would.
-    const running = await startServe({ ...options, role, host: '127.0.0.1', port: 0, numWorkers: 1, engineIndex: engines.length });
+    // Behind the proxy on loopback: TLS is the proxy's.
+    const running = await startServe({ ...options, tls: undefined, role, host: '127.0.0.1', port: 0, numWorkers: 1, engineIndex: engines.length, kvTransferAllowedHosts: role === 'decode' ? prefillPeers : [] });
     engines.push(running);
     return new URL(`http://127.0.0.1:${running.port}`);
   };
   try {
     const prefill: URL[] = [];
     const decode: URL[] = [];
-    for (let i = 0; i < layout.prefill; i++) prefill.push(await start('prefill'));
+    for (let i = 0; i < layout.prefill; i++) {
+      const url = await start('prefill');
+      prefill.push(url);
+      prefillPeers.push(`${advertisedHost('127.0.0.1')}:${url.port}`);
+    }
     for (let i = 0; i < layout.decode; i++) decode.push(await start('decode'));
-    const proxy = await startPdProxy({ prefill, decode, host, port: options.port ?? 0, maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, listening: { drain, server } });
+    const proxy = await startPdProxy({ prefill, decode, host, port: options.port ?? 0, maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, access: apiKeyPolicy(options), listening: { drain, server } });
     return {
       port: proxy.port,
       ports: engines.map((e) => e.port),

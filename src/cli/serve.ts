@@ -11,10 +11,12 @@ import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { Drain, listen } from '../http/drain.js';
-import { createServeApp, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
+import { createServeApp, serveRoutes, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
+import { serverTls, upstreamTls, type TlsFiles } from '../http/tls.js';
+import { exposedControlWarning, type ApiKeyPolicy, type ApiKeyScope, type ClassifiedRoute } from '../http/access.js';
 import { LoraAdapters, runtimeLoraUpdating, type LoraModule } from '../http/loraAdapters.js';
 import { badFaultSetting, DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, FAULT_TYPES, FaultInjector, type FaultSettings } from '../http/faults.js';
-import { kvBytesPerToken } from '../pd/kvTransfer.js';
+import { kvBytesPerToken, parsePeer } from '../pd/kvTransfer.js';
 import { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { backendMetrics } from '../metrics/backendMetrics.js';
 import { DEFAULT_DCGM, type DcgmConfig } from '../metrics/dcgm.js';
@@ -91,8 +93,16 @@ export interface ServeOptions {
   engineIndex?: number;
   /** --show-hidden-metrics-for-version: also vLLM's deprecated metrics. */
   showHiddenMetrics?: boolean;
+  /** --ssl-keyfile, --ssl-certfile, --ssl-ca-certs, --ssl-cert-reqs: HTTPS. Default: plain HTTP. */
+  tls?: TlsFiles;
+  /** --upstream-ca-certs: the CAs an https: --upstream's certificate is checked against. Default: Node's. */
+  upstreamCaCerts?: string;
   /** --api-key (else VLLM_API_KEY): `/v1/*` needs `Authorization: Bearer <key>`. */
   apiKey?: string;
+  /** --api-key-scope: `v1` (vLLM's, the default) or `all` (every route but health, version and metrics). */
+  apiKeyScope?: ApiKeyScope;
+  /** --enable-control-routes: `/mocker/config` and `/reset_prefix_cache` exist. Default: VLLM_SERVER_DEV_MODE. */
+  enableControlRoutes?: boolean;
   /** --enable-request-id-headers */
   requestIdHeaders?: boolean;
   /** --enable-server-load-tracking */
@@ -118,6 +128,11 @@ export interface ServeOptions {
   kvTransferBandwidthGBps?: number;
   /** Simulated DCGM telemetry (`/dcgm1/metrics`, `/dcgm2/metrics`). Default DEFAULT_DCGM, a random seed. */
   dcgm?: Partial<DcgmConfig>;
+  /**
+   * --kv-transfer-allowed-hosts: the prefill engines (`host:port`, as they name themselves in `kv_transfer_params`)
+   * a PD engine may pull KV from. Default: none (every pull refused, the prompt recomputed).
+   */
+  kvTransferAllowedHosts?: string[];
   /** How long a prefill engine holds KV for a decode that never comes. Default VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). */
   kvHoldTimeoutMs?: number;
   /** Embeddings and reranking (seed 003): vector size and latency knobs. Defaults: DEFAULT_POOLING. */
@@ -177,6 +192,8 @@ export interface Running {
   port: number;
   /** Every port, one per `--num-workers` engine. */
   ports?: number[];
+  /** The routes the (first) server answers, each with its access class. */
+  routes?: ClassifiedRoute[];
   /** What the startup line says before and after the URLs served (printed unless `share` was given). */
   startupLine?: StartupLine;
   /**
@@ -188,13 +205,31 @@ export interface Running {
 
 export interface StartupLine {
   head: string;
+  /** https with --ssl-certfile. */
+  scheme: 'http' | 'https';
   host: string;
   tail: string;
 }
 
 /** The startup line: the settings, then every engine's URL (tests and scripts wait for "on http://…"). */
-/** The start-up line (model names from a capture file in it: escaped for the terminal). */
-export const startupLineText = (line: StartupLine, ports: number[]) => terminalText(`${line.head}${ports.map((p) => `http://${line.host}:${p}`).join(', ')}${line.tail}`);
+/** (Model names from a capture file are in it: escaped for the terminal.) */
+export const startupLineText = (line: StartupLine, ports: number[]) => terminalText(`${line.head}${ports.map((p) => `${line.scheme}://${line.host}:${p}`).join(', ')}${line.tail}`);
+
+/** vLLM's side-channel host, where decode engines reach a prefill engine listening on `host` (a wildcard is not one they can call). */
+export function advertisedHost(host: string): string {
+  return process.env.VLLM_NIXL_SIDE_CHANNEL_HOST ?? (['0.0.0.0', '::'].includes(host) ? '127.0.0.1' : host);
+}
+
+/** `serve`'s --api-key (else VLLM_API_KEY, as vLLM) and --api-key-scope. */
+export function apiKeyPolicy(options: Pick<ServeOptions, 'apiKey' | 'apiKeyScope'>): ApiKeyPolicy {
+  return { key: options.apiKey ?? process.env.VLLM_API_KEY, scope: options.apiKeyScope ?? 'v1' };
+}
+
+/** vLLM's VLLM_SERVER_DEV_MODE: its development routes (`/reset_prefix_cache`, `/sleep`…) are attached. */
+function serverDevMode(env: NodeJS.ProcessEnv = process.env): boolean {
+  // vLLM's envs: `bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0")))`.
+  return ['1', 'true'].includes((env.VLLM_SERVER_DEV_MODE ?? '0').trim().toLowerCase());
+}
 
 /** A capture file's contents in one line. */
 function describeContents(c: CaptureContents): string {
@@ -238,10 +273,12 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const quiet = opts.share !== undefined && !opts.share.first;
   // What the capture file holds (its models) is text from the file.
   const say = quiet ? () => undefined : (line: string) => console.log(terminalText(line));
+  // Read (and checked) before anything listens.
+  const tls = serverTls(opts.tls);
   // One server per worker, on consecutive ports.
   const servers: Server[] = [];
   for (const w of engineIndices) {
-    const server = drain.server();
+    const server = drain.server(tls);
     servers.push(server);
     await listen(server, opts.host, opts.port === 0 ? 0 : opts.port + w);
   }
@@ -312,14 +349,14 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const servedModels = opts.servedModelName?.length ? opts.servedModelName : captured.length > 0 && outputs === 'captured' ? captured : [tokenizer.name];
   const maxModelLen = opts.maxModelLen ?? run?.maxModelLen ?? tokenizer.maxModelLen;
 
-  const upstream = opts.upstream ? await UpstreamEngine.identify(new URL(opts.upstream)) : undefined;
-  const connections = upstream ? new UpstreamPool(upstream.url, opts.upstreamTimeoutMs) : undefined;
+  const upstream = opts.upstream ? await UpstreamEngine.identify(new URL(opts.upstream), upstreamTls(opts.upstreamCaCerts)) : undefined;
+  const connections = upstream ? new UpstreamPool(upstream.url, opts.upstreamTimeoutMs, upstream.tls) : undefined;
   if (connections) closers.push(() => connections.close());
   let recording: RecordingSink | undefined;
   if (onMiss === 'record' && store && upstream) {
     const runId = store.startRun({ kind: 'record', upstream: upstream.url.href, ...runColumns(upstream.identity), tokenizerName: tokenizer.name }, tokenizer.files);
     upstream.onIdentified((later) => store.updateRun(runId, runColumns(later)));
-    recording = new RecordingSink(new Recorder(store, runId, tokenizer, upstream.url, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink, opts.captures);
+    recording = new RecordingSink(new Recorder(store, runId, tokenizer, upstream, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink, opts.captures);
   }
 
   const role = opts.role ?? 'agg';
@@ -340,8 +377,17 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   if (!(kvHoldTimeoutMs > 0 && kvHoldTimeoutMs <= 2 ** 31 - 1)) {
     throw new Error(`VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be a number of seconds between 0 and ${Math.floor((2 ** 31 - 1) / 1000)}, got "${process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT}"`);
   }
-  // vLLM's side-channel host; a wildcard listen address is not one a decode engine can call.
-  const advertisedHost = process.env.VLLM_NIXL_SIDE_CHANNEL_HOST ?? (['0.0.0.0', '::'].includes(opts.host) ? '127.0.0.1' : opts.host);
+  const advertised = advertisedHost(opts.host);
+  const kvPeers = new Set(
+    (opts.kvTransferAllowedHosts ?? []).map((entry) => {
+      try {
+        return parsePeer(entry);
+      } catch (err) {
+        throw new Error(`--kv-transfer-allowed-hosts: ${(err as Error).message}`);
+      }
+    }),
+  );
+  if (role === 'decode' && kvPeers.size === 0 && !quiet) console.warn('mocker serve: a decode engine without --kv-transfer-allowed-hosts pulls no KV: every prompt is recomputed here');
   const kvTrace = opts.kvTrace ?? kvTraceEnabled();
   const settings: EffectiveSettings = {
     mode: opts.mode,
@@ -398,6 +444,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     rankingPerPassageMs: poolingMs(pooling.rankingPerPassageLatencyMs),
   };
   const dcgmSeed = opts.dcgm?.seed ?? Math.floor(Math.random() * 2 ** 32);
+  const access = apiKeyPolicy(opts);
+  let routes: ClassifiedRoute[] | undefined;
   const timers: NodeJS.Timeout[] = [];
   closers.unshift(() => timers.forEach(clearInterval));
   // --startup-time counts from here: the model (tokenizer, captures) is loaded.
@@ -478,10 +526,10 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       metrics,
       backendMetrics: backends.routes,
       mockerMetrics: new MockerMetrics(metrics.registry, servedModels[0], FAULT_TYPES),
-      apiKey: opts.apiKey ?? process.env.VLLM_API_KEY,
+      access,
       requestIdHeaders: opts.requestIdHeaders,
       serverLoadTracking: opts.serverLoadTracking,
-      pd: { role, endpoint: () => ({ engineId, host: advertisedHost, port: (servers[i].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
+      pd: { role, peers: kvPeers, endpoint: () => ({ engineId, host: advertised, port: (servers[i].address() as AddressInfo).port }), pullTimeoutMs: 5000 },
       settings,
       trustRequestChatTemplate: opts.trustRequestChatTemplate,
       pooling: {
@@ -492,13 +540,19 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       // Each worker is its own vLLM: its own adapters, loaded and unloaded on its own.
       lora: new LoraAdapters(lora.enabled, servedModels, lora.modules),
       loraRuntimeUpdating: runtimeLoraUpdating(),
+      controlRoutes: opts.enableControlRoutes ?? serverDevMode(),
       runtime: { faults: new FaultInjector({ ...faults, errorTypes: [...faults.errorTypes] }, opts.faultSeed ?? opts.seed), latency: latencyKnobs[w] ?? null, timing },
       readyAtMs,
     });
     drain.handle(servers[i], getRequestListener(app.fetch, { hostname: opts.host }));
+    routes ??= serveRoutes(app);
   }
+  const controlPaths = [...new Set(routes!.filter((r) => r.class === 'control').map((r) => r.path))];
+  const exposed = exposedControlWarning('serve', opts.host, access, controlPaths);
+  if (exposed && !quiet) console.warn(exposed);
   const ports = servers.map((s) => (s.address() as AddressInfo).port);
   const startupLine: StartupLine = {
+    scheme: tls ? 'https' : 'http',
     head:
       `mocker serve: ${opts.mode} mode (outputs ${outputs}, on miss ${onMiss}, timing ${timingDescription}, speedup ${args.speedupRatio}, ` +
       `${args.engineType === 'sglang' ? `SGLang scheduler (${args.sglang.schedulePolicy}, radix cache), ` : ''}${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
@@ -510,6 +564,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   return {
     port: ports[0],
     ports,
+    routes,
     startupLine,
     close: async (graceMs = 0) => {
       const drained = await drain.drain(graceMs);

@@ -73,6 +73,8 @@ interface Member {
   maxTokensParam: number | null;
   /** Its last token was computed (and counted): a disconnect before delivery is no abort. */
   completed: boolean;
+  /** The request's `holdKv`: the id its held blocks are released by. */
+  holdId?: string;
 }
 
 const seconds = (ms: number) => Math.max(0, ms) / 1000;
@@ -85,6 +87,8 @@ const seconds = (ms: number) => Math.max(0, ms) / 1000;
 export class LiveDriver {
   private readonly members = new Map<string, Member>();
   private readonly pending = new Map<TokenQueue, number>();
+  /** Held KV by hold id (the caller's), to the core's request id. */
+  private readonly holds = new Map<string, string>();
   private nextId = 0;
   private looping = false;
   private wake: (() => void) | null = null;
@@ -120,7 +124,10 @@ export class LiveDriver {
   }
 
   /** Frees the blocks a finished prefill kept for a remote decode (false: none held); waiting requests may now fit. */
-  releaseHeld(id: string): boolean {
+  releaseKvHold(holdId: string): boolean {
+    const id = this.holds.get(holdId);
+    if (id === undefined) return false;
+    this.holds.delete(holdId);
     if (!this.core.releaseHeld(id)) return false;
     this.publishKv();
     this.refreshStats();
@@ -174,6 +181,7 @@ export class LiveDriver {
         finishReason,
         maxTokensParam: request.maxTokensParam ?? null,
         completed: false,
+        holdId: request.holdKv,
       });
       this.core.add({
         id,
@@ -181,7 +189,7 @@ export class LiveDriver {
         maxOutputTokens: seq.outputTokenIds.length,
         outputTokenIds: seq.outputTokenIds,
         remotePrefill: request.remotePrefill,
-        holdBlocksOnFinish: request.holdKv === true && request.sequences.length === 1,
+        holdBlocksOnFinish: request.holdKv !== undefined && request.sequences.length === 1,
         lora: request.lora,
         notBeforeMs: captured ? capturedDueTimes(seq, this.speedupRatio).map((t) => request.arrivalMs + t) : undefined,
       });
@@ -349,9 +357,11 @@ export class LiveDriver {
         if (!t.completed) continue;
         this.members.delete(t.id);
         const blocks = this.core.heldBlocks(t.id);
-        if (blocks > 0) {
-          member.queue.kvHold = { holdId: `${this.rank}.${t.id}`, blocks };
-          setTimeout(() => this.releaseHeld(t.id), this.kvHoldTimeoutMs).unref();
+        if (blocks > 0 && member.holdId !== undefined) {
+          const holdId = member.holdId;
+          this.holds.set(holdId, t.id);
+          member.queue.kvHold = { holdId, blocks };
+          setTimeout(() => this.releaseKvHold(holdId), this.kvHoldTimeoutMs).unref();
         }
         const left = (this.pending.get(member.queue) ?? 1) - 1;
         if (left > 0) this.pending.set(member.queue, left);

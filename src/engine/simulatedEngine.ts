@@ -100,9 +100,7 @@ export class SimulatedEngine implements Engine {
   }
 
   releaseKvHold(holdId: string): boolean {
-    const match = /^(\d+)\.(.+)$/.exec(holdId);
-    const driver = match ? this.ranks[Number(match[1])] : undefined;
-    return driver ? driver.releaseHeld(match![2]) : false;
+    return this.ranks.some((r) => r.releaseKvHold(holdId));
   }
 
   cachedBlockEventHashes(): bigint[][] {

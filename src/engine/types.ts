@@ -27,8 +27,11 @@ export interface EngineRequest {
   dataParallelRank?: number;
   /** The request's `max_tokens` as sent (null when absent), for metrics. */
   maxTokensParam?: number | null;
-  /** Prefill for a remote decode (vLLM `do_remote_decode`): keep the KV blocks after finishing, until released. */
-  holdKv?: boolean;
+  /**
+   * Prefill for a remote decode (vLLM `do_remote_decode`): keep the KV blocks after finishing, until released by
+   * this id. The caller chooses it (unguessable: whoever knows it can free the blocks); the engine draws nothing.
+   */
+  holdKv?: string;
   /** The prompt's KV is pulled from a prefill engine (vLLM `do_remote_prefill`): no prefill compute here. */
   remotePrefill?: boolean;
   /** The LoRA adapter named in `model` (none: the base model). */

@@ -1,4 +1,7 @@
 import http, { type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
+import https from 'node:https';
+import type { TLSSocket } from 'node:tls';
+import type { ServerTls } from './tls.js';
 import { errorJson } from './errors.js';
 
 /** Health checks: vLLM's `/health` and `/ping` (a bodiless 503 when its engine is dead), the PD proxy's `/healthcheck`. */
@@ -27,9 +30,17 @@ export class Drain {
   private readonly handlers = new Map<Server, RequestListener>();
   private readonly waiting = new Map<Server, (() => void)[]>();
 
-  /** A server whose requests, while not draining, go to the handler `handle` sets (they wait for it). */
-  server(): Server {
-    const server: Server = http.createServer({ noDelay: true }, (req, res) => this.admit(server, req, res));
+  /** A server (https with `tls`) whose requests, while not draining, go to the handler `handle` sets (they wait for it). */
+  server(tls?: ServerTls): Server {
+    const admit = (req: IncomingMessage, res: ServerResponse) => this.admit(server, req, res);
+    // An https.Server serves requests as an http.Server does (the same events and methods); its type is tls.Server's.
+    const server: Server = tls ? (https.createServer({ ...tls.options, noDelay: true }, admit) as unknown as Server) : http.createServer({ noDelay: true }, admit);
+    if (tls?.optionalClientCert) {
+      // --ssl-cert-reqs 1: no certificate is fine, one that does not check out is not (Python's CERT_OPTIONAL).
+      server.on('secureConnection', (socket: TLSSocket) => {
+        if (!socket.authorized && Object.keys(socket.getPeerCertificate()).length > 0) socket.destroy();
+      });
+    }
     // Idle keep-alive connections outlive the usual 60 s idle timeout of load balancers in front.
     server.keepAliveTimeout = 65_000;
     this.servers.push(server);
@@ -107,10 +118,10 @@ function refuse(req: IncomingMessage, res: ServerResponse): void {
   res.writeHead(503, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
 }
 
-/** A `Drain` with one server listening on `host:port` (handler to be set with `drain.handle`). */
-export async function listeningServer(host: string, port: number): Promise<{ drain: Drain; server: Server }> {
+/** A `Drain` with one server (https with `tls`) listening on `host:port` (handler to be set with `drain.handle`). */
+export async function listeningServer(host: string, port: number, tls?: ServerTls): Promise<{ drain: Drain; server: Server }> {
   const drain = new Drain();
-  const server = drain.server();
+  const server = drain.server(tls);
   await listen(server, host, port);
   return { drain, server };
 }

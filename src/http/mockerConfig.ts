@@ -48,6 +48,7 @@ export function mockerConfigRoutes(settings: RuntimeSettings): Hono {
     if (body === null || typeof body !== 'object' || Array.isArray(body)) throw badRequest('The body must be a JSON object of settings to change.');
     const faults: Partial<FaultSettings> = {};
     const latency: Partial<LatencyKnobs> = {};
+    // Own keys of the tables only: `__proto__`, `constructor`, `prototype` are unknown settings (a 400), never Object.prototype's.
     for (const [key, value] of Object.entries(body)) {
       if (key === 'error_types') {
         if (!Array.isArray(value) && typeof value !== 'string') throw badRequest('error_types must be a list of error types.', key);
@@ -56,8 +57,8 @@ export function mockerConfigRoutes(settings: RuntimeSettings): Hono {
         } catch (err) {
           throw badRequest(`${(err as Error).message}.`, key);
         }
-      } else if (key in FAULT_KEYS) Object.assign(faults, { [FAULT_KEYS[key as keyof typeof FAULT_KEYS]]: value });
-      else if (key in LATENCY_KEYS) {
+      } else if (Object.hasOwn(FAULT_KEYS, key)) Object.assign(faults, { [FAULT_KEYS[key as keyof typeof FAULT_KEYS]]: value });
+      else if (Object.hasOwn(LATENCY_KEYS, key)) {
         if (!settings.latency) throw badRequest(`${key} applies to --timing latency; this server's timing is ${settings.timing}.`, key);
         Object.assign(latency, { [LATENCY_KEYS[key as keyof typeof LATENCY_KEYS]]: value });
       } else throw badRequest(`Unknown setting ${JSON.stringify(key)} (known: ${[...Object.keys(FAULT_KEYS), ...Object.keys(LATENCY_KEYS)].join(', ')}).`, key);

@@ -26,6 +26,7 @@ import { answerPooled } from './pooledReplay.js';
 import { tgiEndpoints, type RunCompletion } from './tgi.js';
 import { breaksMidstream, FAULT_HEADER, faultResponse, INJECTED_HEADER, midstreamError, StreamBreaker } from './faults.js';
 import { mockerConfigRoutes, type RuntimeSettings } from './mockerConfig.js';
+import { admitted, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute, type RouteClass } from './access.js';
 import { startupGate } from './startup.js';
 import { chatRequest, checkRequestChatTemplate, checkRequestFields, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
 
@@ -51,8 +52,13 @@ export interface ServeAppConfig {
   backendMetrics?: Record<string, MetricsSource | MissingMetrics>;
   /** The mocker's own counters (capture hits and misses, upstream errors, captures written). */
   mockerMetrics?: MockerMetrics;
-  /** vLLM's --api-key: `/v1/*` needs `Authorization: Bearer <key>`. */
-  apiKey?: string;
+  /** vLLM's --api-key (`/v1/*` needs `Authorization: Bearer <key>`), and --api-key-scope. */
+  access: ApiKeyPolicy;
+  /**
+   * --enable-control-routes (or VLLM_SERVER_DEV_MODE=1): the routes that change the server at run time
+   * (`/mocker/config`, `/reset_prefix_cache`) exist. LoRA loading has its own switch, vLLM's (below).
+   */
+  controlRoutes?: boolean;
   /** vLLM's --enable-request-id-headers: responses carry `X-Request-Id`. */
   requestIdHeaders?: boolean;
   /** vLLM's --enable-server-load-tracking: `/load` counts requests in flight (else it reads 0). */
@@ -85,8 +91,13 @@ export interface ServeAppConfig {
 export type EffectiveSettings = Record<string, string | number | boolean | null | string[]>;
 
 export interface PdConfig {
-  /** prefill: every request answers with exactly one token (Dynamo's prefill worker). */
+  /**
+   * prefill: every request answers with exactly one token (Dynamo's prefill worker). agg: not configured for
+   * PD, `kv_transfer_params` are ignored (vLLM without a KV connector): nothing held, nothing pulled.
+   */
   role: 'agg' | 'prefill' | 'decode';
+  /** The prefill engines a pull may go to (`peerKey`s): the deployment's own, or --kv-transfer-allowed-hosts. */
+  peers: ReadonlySet<string>;
   /** This engine as a prefill engine names itself to decode engines (its port is known once listening). */
   endpoint: () => PrefillEndpoint;
   /** How long a decode engine waits for a prefill engine's answer to a pull before recomputing. */
@@ -96,37 +107,56 @@ export interface PdConfig {
 type Env = { Bindings: HttpBindings };
 type Json = Record<string, unknown>;
 
-/** Routes and their methods, for FastAPI's 404/405 answers on everything else. */
-const ROUTES: Record<string, string[]> = {
-  '/v1/completions': ['POST'],
-  '/v1/chat/completions': ['POST'],
-  '/v1/models': ['GET'],
-  '/health': ['GET'],
-  '/ping': ['GET', 'POST'],
-  '/version': ['GET'],
-  '/mocker/engine': ['GET'],
-  '/mocker/kv-blocks': ['GET'],
-  [KV_PULL_PATH]: ['POST'],
-  '/tokenize': ['POST'],
-  '/load': ['GET'],
-  '/reset_prefix_cache': ['POST'],
-  '/detokenize': ['POST'],
-  '/metrics': ['GET'],
-  '/': ['GET'],
-  '/v1/embeddings': ['POST'],
-  '/v1/ranking': ['POST'],
-  '/rerank': ['POST'],
-  '/v2/rerank': ['POST'],
-  '/v1/rerank': ['POST'],
-  '/generate': ['POST'],
-  '/generate_stream': ['POST'],
-  '/v1/custom-multimodal': ['POST'],
-  ...Object.fromEntries(BACKEND_METRICS_PATHS.map((path) => [path, ['GET']])),
-  '/mocker/config': ['GET', 'POST'],
+/**
+ * Every route `serve` may register, with its methods and its access class (access.ts): registering one that is
+ * not here fails `createServeApp`. Which exist depends on the configuration (control routes when enabled, the KV
+ * pull on a PD engine); the others answer 404, and a known path asked with another method FastAPI's 405.
+ */
+export const SERVE_ROUTES: Record<string, { methods: string[]; class: RouteClass }> = {
+  '/health': { methods: ['GET'], class: 'public' },
+  '/ping': { methods: ['GET', 'POST'], class: 'public' },
+  '/version': { methods: ['GET'], class: 'public' },
+  '/metrics': { methods: ['GET'], class: 'public' },
+  ...Object.fromEntries(BACKEND_METRICS_PATHS.map((path) => [path, { methods: ['GET'], class: 'public' as const }])),
+  '/v1/completions': { methods: ['POST'], class: 'key' },
+  '/v1/chat/completions': { methods: ['POST'], class: 'key' },
+  '/v1/models': { methods: ['GET'], class: 'key' },
+  '/v1/embeddings': { methods: ['POST'], class: 'key' },
+  '/v1/ranking': { methods: ['POST'], class: 'key' },
+  '/v1/rerank': { methods: ['POST'], class: 'key' },
+  '/v1/custom-multimodal': { methods: ['POST'], class: 'key' },
+  '/rerank': { methods: ['POST'], class: 'key' },
+  '/v2/rerank': { methods: ['POST'], class: 'key' },
+  '/generate': { methods: ['POST'], class: 'key' },
+  '/generate_stream': { methods: ['POST'], class: 'key' },
+  '/tokenize': { methods: ['POST'], class: 'key' },
+  '/detokenize': { methods: ['POST'], class: 'key' },
+  '/load': { methods: ['GET'], class: 'key' },
+  '/': { methods: ['GET'], class: 'key' },
+  '/mocker/engine': { methods: ['GET'], class: 'key' },
+  '/mocker/kv-blocks': { methods: ['GET'], class: 'key' },
+  // The decode engines of a PD deployment call it, so it cannot be off by default; it frees only the hold its
+  // random id names, which only the client that got the prefill answer (and whom it gives it to) knows.
+  [KV_PULL_PATH]: { methods: ['POST'], class: 'key' },
+  '/mocker/config': { methods: ['GET', 'POST'], class: 'control' },
+  '/reset_prefix_cache': { methods: ['POST'], class: 'control' },
+  // Only with VLLM_ALLOW_RUNTIME_LORA_UPDATING, as vLLM.
+  '/v1/load_lora_adapter': { methods: ['POST'], class: 'control' },
+  '/v1/unload_lora_adapter': { methods: ['POST'], class: 'control' },
 };
-/** Only with VLLM_ALLOW_RUNTIME_LORA_UPDATING. */
-const LORA_ROUTES: Record<string, string[]> = { '/v1/load_lora_adapter': ['POST'], '/v1/unload_lora_adapter': ['POST'] };
 
+/** The routes `app` registered (its middleware left out), each with its class; throws on one `SERVE_ROUTES` does not classify. */
+export function serveRoutes(app: { routes: readonly { method: string; path: string }[] }): ClassifiedRoute[] {
+  return app.routes
+    .filter((r) => !(r.method === 'ALL' && r.path === '/*'))
+    .map((r) => {
+      const entry = SERVE_ROUTES[r.path];
+      if (!entry?.methods.includes(r.method)) throw new Error(`serve registers ${r.method} ${r.path}, which SERVE_ROUTES does not classify (public, key or control)`);
+      return { method: r.method, path: r.path, class: entry.class };
+    });
+}
+
+const NOT_FOUND_BODY = '{"detail":"Not Found"}';
 const SSE_HEADERS: OutgoingHttpHeaders = { 'content-type': 'text/event-stream; charset=utf-8' };
 /** Captured response headers that describe the transfer, not the content: regenerated per response. */
 const TRANSFER_HEADERS = new Set(['date', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'x-request-id']);
@@ -335,7 +365,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       includeUsage: includesUsage(stream, req.stream_options),
       returnTokenIds: req.return_token_ids === true,
       dataParallelRank: dataParallelRank(rankHeader),
-      kvTransfer: req.kv_transfer_params ?? null,
+      kvTransfer: config.pd.role === 'agg' ? null : (req.kv_transfer_params ?? null),
       lora: config.lora?.resolve(model),
     };
   }
@@ -352,7 +382,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
           sequences: plans.map((plan) => ({ outputTokenIds: plan.tokenIds, capturedTimesMs: plan.capturedTimesMs, finishReason: plan.finishReason })),
           dataParallelRank: p.dataParallelRank,
           maxTokensParam: params.maxTokensRequested ? params.maxTokens : null,
-          holdKv: part === null && p.kvTransfer?.do_remote_decode === true,
+          // Named by a random id: a decode engine (or the proxy) that was told it frees the blocks, nobody else.
+          holdKv: part === null && p.kvTransfer?.do_remote_decode === true ? randomUUID() : undefined,
           remotePrefill,
           lora: p.lora,
         },
@@ -471,7 +502,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
 
   /** A decode request's pull from its prefill engine; on failure the prompt is recomputed here (vLLM's default policy). */
   const pullKv = async (params: KvTransferParams): Promise<boolean> => {
-    const outcome = await pullRemoteKv(params, config.pd.pullTimeoutMs);
+    const outcome = await pullRemoteKv(params, config.pd.peers, config.pd.pullTimeoutMs, config.access.key === undefined ? undefined : `Bearer ${config.access.key}`);
     config.mockerMetrics?.kvPull(outcome);
     if (!outcome.ok) console.warn(`mocker: KV pull failed (${outcome.reason}): ${outcome.detail}; recomputing the prompt locally`);
     return outcome.ok;
@@ -559,9 +590,17 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
 
   if (config.readyAtMs !== undefined) app.use('*', startupGate(config.readyAtMs));
   let inFlight = 0;
+  /** The paths registered (read once routes are: at the first request). */
+  let registered: Set<string> | undefined;
   app.use('*', async (c, next) => {
-    if (config.apiKey !== undefined && c.req.path.startsWith('/v1') && c.req.method !== 'OPTIONS' && c.req.header('authorization') !== `Bearer ${config.apiKey}`) {
-      return c.body('{"error":"Unauthorized"}', 401, { 'content-type': 'application/json' });
+    const path = c.req.path;
+    const entry = SERVE_ROUTES[path];
+    registered ??= new Set(app.routes.map((r) => r.path));
+    // A control route that is off is absent, key or not.
+    if (entry?.class === 'control' && !registered.has(path)) return c.body(NOT_FOUND_BODY, 404, { 'content-type': 'application/json' });
+    // Unknown paths are the API's: under /v1 (or with --api-key-scope all) they too need the key, as vLLM's.
+    if (!admitted(config.access, entry?.class ?? 'key', c.req.method, path, c.req.header('authorization'))) {
+      return c.body(UNAUTHORIZED_BODY, 401, { 'content-type': 'application/json' });
     }
     if (config.requestIdHeaders) c.env.outgoing.setHeader('x-request-id', c.req.header('x-request-id') ?? randomUUID().replaceAll('-', ''));
     const counted = config.serverLoadTracking === true && generationEndpoint(c.req.method, c.req.path) !== null;
@@ -616,31 +655,35 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/generate_stream', tgiRoute(tgi.generateStream));
   app.post('/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
   app.get('/', (c) => c.json({ message: 'mocker: a vLLM-compatible engine simulator', version: (JSON.parse(config.versionJson) as { version: string }).version, model: config.servedModels[0] }));
-  if (config.runtime) app.route('/mocker/config', mockerConfigRoutes(config.runtime));
+  if (config.runtime && config.controlRoutes) app.route('/mocker/config', mockerConfigRoutes(config.runtime));
   app.get('/mocker/engine', (c) => c.json({ ...engine.state(), config: config.settings }));
-  app.post(KV_PULL_PATH, async (c) => {
-    const req = parseBody(kvPullRequest, (await readJson(c)).body);
-    if (req.remote_engine_id !== config.pd.endpoint().engineId || !engine.releaseKvHold(req.remote_request_id)) {
-      throw new ApiError(404, `No KV blocks held for request ${req.remote_request_id} of engine ${req.remote_engine_id} (unknown, already pulled, or expired).`, 'NotFoundError');
-    }
-    return c.json({ released: true });
-  });
+  if (config.pd.role !== 'agg') {
+    app.post(KV_PULL_PATH, async (c) => {
+      const req = parseBody(kvPullRequest, (await readJson(c)).body);
+      if (req.remote_engine_id !== config.pd.endpoint().engineId || !engine.releaseKvHold(req.remote_request_id)) {
+        throw new ApiError(404, `No KV blocks held for request ${JSON.stringify(req.remote_request_id.slice(0, 100))} of this engine (unknown, already pulled, or expired).`, 'NotFoundError');
+      }
+      return c.json({ released: true });
+    });
+  }
   // Event hashes as decimal strings: they are u64 and a JSON number would round them.
   app.get('/mocker/kv-blocks', (c) =>
     c.json({ ranks: engine.cachedBlockEventHashes().map((hashes, rank) => ({ rank, block_hashes: hashes.map(String) })) }),
   );
   app.get('/load', (c) => c.json({ server_load: inFlight }));
-  app.post('/reset_prefix_cache', (c) => {
-    const resetRunning = c.req.query('reset_running_requests');
-    if (resetRunning !== undefined && !['true', 'false'].includes(resetRunning.toLowerCase())) {
-      throw badRequest(`reset_running_requests must be true or false, got "${resetRunning}".`, 'reset_running_requests');
-    }
-    // As newer vLLM: a reset that blocks still held by requests prevent is a 409, not a silent 200.
-    if (!engine.resetPrefixCache(resetRunning?.toLowerCase() === 'true')) {
-      throw new ApiError(409, 'Prefix cache reset failed: running requests still hold KV cache blocks (retry when idle, or pass ?reset_running_requests=true).', 'Conflict');
-    }
-    return c.body(null, 200);
-  });
+  if (config.controlRoutes) {
+    app.post('/reset_prefix_cache', (c) => {
+      const resetRunning = c.req.query('reset_running_requests');
+      if (resetRunning !== undefined && !['true', 'false'].includes(resetRunning.toLowerCase())) {
+        throw badRequest(`reset_running_requests must be true or false, got "${resetRunning}".`, 'reset_running_requests');
+      }
+      // As newer vLLM: a reset that blocks still held by requests prevent is a 409, not a silent 200.
+      if (!engine.resetPrefixCache(resetRunning?.toLowerCase() === 'true')) {
+        throw new ApiError(409, 'Prefix cache reset failed: running requests still hold KV cache blocks (retry when idle, or pass ?reset_running_requests=true).', 'Conflict');
+      }
+      return c.body(null, 200);
+    });
+  }
   app.post('/tokenize', async (c) => {
     const req = parseBody(tokenizeRequest, (await readApiJson(c)).body);
     resolveModel(req.model);
@@ -716,9 +759,9 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   });
 
   app.notFound((c) => {
-    const allowed = ROUTES[c.req.path] ?? (config.loraRuntimeUpdating ? LORA_ROUTES[c.req.path] : undefined);
-    if (allowed) return c.body('{"detail":"Method Not Allowed"}', 405, { 'content-type': 'application/json', allow: allowed.join(', ') });
-    return c.body('{"detail":"Not Found"}', 404, { 'content-type': 'application/json' });
+    const allowed = app.routes.filter((r) => r.path === c.req.path && r.method !== 'ALL').map((r) => r.method);
+    if (allowed.length > 0) return c.body('{"detail":"Method Not Allowed"}', 405, { 'content-type': 'application/json', allow: allowed.join(', ') });
+    return c.body(NOT_FOUND_BODY, 404, { 'content-type': 'application/json' });
   });
 
   app.onError((err, c) => {
@@ -735,5 +778,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     return c.body(apiError.body(), apiError.status as 400, { 'content-type': 'application/json' });
   });
 
+  // Every route classified, or no server.
+  serveRoutes(app);
   return app;
 }

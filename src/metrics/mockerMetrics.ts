@@ -5,7 +5,7 @@ import type { PullOutcome } from '../pd/kvTransfer.js';
 
 const MISS_REASONS = ['no_match', 'too_short'] as const;
 const FAILURES: UpstreamFailure[] = ['unreachable', 'timeout', 'broken_stream', 'error_status'];
-const PULL_FAILURES = ['incomplete_params', 'unknown_blocks', 'unreachable'] as const;
+const PULL_FAILURES = ['incomplete_params', 'peer_not_allowed', 'unknown_blocks', 'unreachable'] as const;
 
 /** The mocker's own metrics, beside vLLM's on `/metrics` (prefix `mocker:`). */
 export class MockerMetrics {
@@ -46,7 +46,7 @@ export class MockerMetrics {
     this.kvPulls = new Counter({ name: 'mocker:kv_pulls_total', help: "Decode requests whose prompt KV was pulled from a prefill engine's hold.", labelNames: ['model_name'], registers });
     this.kvPullFailures = new Counter({
       name: 'mocker:kv_pull_failures_total',
-      help: 'Decode requests whose KV pull failed and that recomputed the prompt locally, by reason: incomplete_params, unknown_blocks, unreachable.',
+      help: 'Decode requests whose KV pull failed and that recomputed the prompt locally, by reason: incomplete_params, peer_not_allowed, unknown_blocks, unreachable.',
       labelNames: ['model_name', 'reason'],
       registers,
     });

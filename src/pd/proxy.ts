@@ -6,7 +6,9 @@ import type { AddressInfo } from 'node:net';
 import { listeningServer, type Drain, type DrainResult } from '../http/drain.js';
 import { spliceFirstMember } from '../capture/forward.js';
 import { errorJson } from '../http/errors.js';
-import { pullRemoteKv, type KvTransferParams } from './kvTransfer.js';
+import { serverTls, type TlsFiles } from '../http/tls.js';
+import { admitted, decodedPath, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../http/access.js';
+import { requestPull, type KvTransferParams } from './kvTransfer.js';
 
 export interface PdProxyOptions {
   prefill: URL[];
@@ -15,6 +17,10 @@ export interface PdProxyOptions {
   port: number;
   /** Largest request body accepted. */
   maxBodyBytes: number;
+  /** --api-key and --api-key-scope (default: no key). */
+  access?: ApiKeyPolicy;
+  /** --ssl-keyfile and the rest: HTTPS (default: plain HTTP). The server of `listening` is the caller's. */
+  tls?: TlsFiles;
   /** A server already listening on host:port (made by `drain`), for a caller that binds before starting engines. */
   listening?: { drain: Drain; server: Server };
 }
@@ -53,10 +59,13 @@ const RELEASE_TIMEOUT_MS = 5000;
 /**
  * A decode hop never sent (its client left), refused, failed or left before the decode engine answered never
  * pulls: the prefill engine would hold those blocks until its timeout (vLLM: VLLM_NIXL_ABORT_REQUEST_TIMEOUT,
- * 480 s). Freed now, as a pull does; an engine without that endpoint (or no longer holding them) answers 404.
+ * 480 s). Freed now, as a pull does, at the prefill engine the proxy asked (not wherever its answer points); an
+ * engine without that endpoint (or no longer holding them) answers 404.
  */
-function releaseUnpulled(transfer: unknown): void {
-  if (transfer && typeof transfer === 'object') void pullRemoteKv(transfer as KvTransferParams, RELEASE_TIMEOUT_MS);
+function releaseUnpulled(transfer: unknown, prefill: URL, authorization: string | undefined): void {
+  if (!transfer || typeof transfer !== 'object') return;
+  const { remote_engine_id: engineId, remote_request_id: requestId } = transfer as KvTransferParams;
+  if (typeof engineId === 'string' && typeof requestId === 'string') void requestPull(prefill, engineId, requestId, RELEASE_TIMEOUT_MS, authorization);
 }
 
 const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
@@ -77,6 +86,13 @@ async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | n
   return Buffer.concat(chunks);
 }
 
+/** Every route of the proxy, with its access class (access.ts): what `handle` answers; any other path is a 404. */
+export const PD_PROXY_ROUTES: readonly ClassifiedRoute[] = [
+  { method: 'GET', path: '/healthcheck', class: 'public' },
+  { method: 'POST', path: '/v1/completions', class: 'key' },
+  { method: 'POST', path: '/v1/chat/completions', class: 'key' },
+];
+
 /**
  * `mocker pd-proxy`: vLLM's disaggregated toy proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py).
  * Per request: one X-Request-Id; the prefill instance (round robin) computes the prompt and one token and
@@ -88,13 +104,16 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
   let nextPrefill = 0;
   let nextDecode = 0;
 
+  const access = options.access ?? { scope: 'v1' };
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const path = (req.url ?? '/').split('?')[0];
-    if (req.method === 'GET' && path === '/healthcheck') {
+    const method = req.method ?? 'GET';
+    const path = decodedPath(req.url ?? '/') ?? '';
+    const route = PD_PROXY_ROUTES.find((r) => r.method === method && r.path === path);
+    // A path it does not serve is still the API's: under /v1 (or with --api-key-scope all) it needs the key first.
+    if (!admitted(access, route?.class ?? 'key', method, path, req.headers.authorization)) return sendJson(res, 401, UNAUTHORIZED_BODY);
+    if (!route) return sendJson(res, 404, JSON.stringify({ detail: 'Not Found' }));
+    if (route.path === '/healthcheck') {
       return sendJson(res, 200, JSON.stringify({ status: 'ok', prefill_instances: options.prefill.length, decode_instances: options.decode.length }));
-    }
-    if (req.method !== 'POST' || (path !== '/v1/completions' && path !== '/v1/chat/completions')) {
-      return sendJson(res, 404, JSON.stringify({ detail: 'Not Found' }));
     }
     const raw = await readBody(req, options.maxBodyBytes);
     if (raw === null) return sendJson(res, 413, errorJson(413, `Request body is larger than ${options.maxBodyBytes} bytes.`, 'Request Entity Too Large'));
@@ -143,7 +162,7 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     } catch {
       return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin} answered with a body that is not JSON`, 'BadGateway'));
     }
-    if (gone.signal.aborted) return releaseUnpulled(transfer);
+    if (gone.signal.aborted) return releaseUnpulled(transfer, prefill, auth);
     // The decode hop gets the client's own bytes (what JSON.stringify would change, such as 1e999, big integers or
     // deep nesting, arrives as sent) with the transfer params spliced in as the first member; a body with its own
     // kv_transfer_params is written anew so that the proxy's win.
@@ -156,7 +175,7 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
           ? Buffer.from(JSON.stringify({ ...body, kv_transfer_params: transfer }))
           : spliceFirstMember(raw, 'kv_transfer_params', JSON.stringify(transfer));
     } catch (err) {
-      releaseUnpulled(transfer);
+      releaseUnpulled(transfer, prefill, auth);
       return sendJson(res, 400, errorJson(400, `Invalid JSON body: ${(err as Error).message}`));
     }
 
@@ -189,14 +208,14 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
       });
       upstream.end(payload);
     });
-    if (!decodeAccepted) releaseUnpulled(transfer);
+    if (!decodeAccepted) releaseUnpulled(transfer, prefill, auth);
   };
 
-  const { drain, server } = options.listening ?? (await listeningServer(options.host, options.port));
+  const { drain, server } = options.listening ?? (await listeningServer(options.host, options.port, serverTls(options.tls)));
   drain.handle(server, (req, res) => {
     handle(req, res).catch((err: unknown) => sendJson(res, 500, errorJson(500, `pd-proxy: ${(err as Error).message}`)));
   });
   const port = (server.address() as AddressInfo).port;
-  console.log(`mocker pd-proxy: ${options.prefill.length} prefill (${options.prefill.map((u) => u.origin).join(', ')}), ${options.decode.length} decode (${options.decode.map((u) => u.origin).join(', ')}) on http://${options.host}:${port}`);
+  console.log(`mocker pd-proxy: ${options.prefill.length} prefill (${options.prefill.map((u) => u.origin).join(', ')}), ${options.decode.length} decode (${options.decode.map((u) => u.origin).join(', ')}) on ${server instanceof https.Server ? 'https' : 'http'}://${options.host}:${port}`);
   return { port, close: (graceMs = 0) => drain.drain(graceMs) };
 }

@@ -69,13 +69,13 @@ export function spawnMockerProcess(args: string[], options: Omit<SpawnOptions, '
 
 /**
  * Runs the built CLI (`node dist/cli/main.js …`) as its own process and resolves once it prints the address
- * it listens on ("on http://…" or "proxying http://…": the addresses of upstreams it names are not; `--port 0`
+ * it listens on ("on http://…" or "proxying http://…", https with TLS: the addresses of upstreams it names are not; `--port 0`
  * picks a free one; a given port is waited for by number, for `serve --pd`, whose engines print theirs first).
  */
 export function startMockerProcess(args: string[], port = 0, options: SpawnOptions = {}): Promise<MockerProcess> {
   const listen = ['--host', '127.0.0.1', ...(options.portFlag === false ? [] : ['--port', String(port)])];
   const spawned = spawnMockerProcess([...args, ...listen], options);
-  const address = new RegExp(`(?:on|proxying) http://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`);
+  const address = new RegExp(`(?:on|proxying) https?://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`);
   return new Promise((resolve, reject) => {
     // Registered after spawnMockerProcess's own listener: the chunk is already in stdout().
     spawned.child.stdout!.on('data', () => {

@@ -19,7 +19,7 @@ the PD proxy). Called with (dict "root" $ "role" "engine"|"prefill"|"decode").
 {{- fail (printf "kvEvents: the replay ports overlap the %d event ports from %d" (mul $workers $ranks) (int $values.kvEvents.port)) }}
 {{- end }}
 {{- end }}
-{{- $reserved := list "port" "host" "captures" "shutdown-timeout" "startup-time" "data-parallel-size" "num-workers" "disaggregation-mode" "is-prefill-worker" "is-decode-worker" "kv-events-config" "pd" "threads" }}
+{{- $reserved := list "port" "host" "captures" "shutdown-timeout" "startup-time" "data-parallel-size" "num-workers" "disaggregation-mode" "is-prefill-worker" "is-decode-worker" "kv-events-config" "kv-transfer-allowed-hosts" "pd" "threads" }}
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -80,6 +80,11 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: status.podIP
+            {{- end }}
+            {{- if eq $role "decode" }}
+            # A decode pod pulls KV only from the prefill pods: the addresses their headless Service resolves to.
+            - name: MOCKER_KV_TRANSFER_ALLOWED_HOSTS
+              value: {{ printf "%s-prefill-pods:%d" (include "mocker.fullname" $root) (int $values.port) | quote }}
             {{- end }}
             {{- if $values.kvEvents.enabled }}
             - name: MOCKER_KV_EVENTS_CONFIG

@@ -294,8 +294,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   if (opts.model !== undefined || !run || !store) tokenizer = loadTokenizer(opts.model);
   else {
     const files = store.tokenizerFiles(run);
-    // A capture may come from anyone: its chat template renders sandboxed, as a request's does.
-    tokenizer = files.has('tokenizer.json') ? new ModelTokenizer(run.tokenizerName ?? 'captured', files, { sandboxTemplates: true }) : loadTokenizer();
+    // A capture may come from anyone: its chat template renders sandboxed, as a request's does, and its tokenizer is checked.
+    tokenizer = files.has('tokenizer.json') ? new ModelTokenizer(run.tokenizerName ?? 'captured', files, { fromCapture: true }) : loadTokenizer();
   }
   // Warm the tokenizer, the chat template and the random-token vocabulary (a few hundred ms on first use)
   // so the first request's TTFT is not a cold start.

@@ -50,8 +50,8 @@ export interface PlannedToolCall {
  * characters a token, so a sample stopped past this many would not have fitted anyway.
  */
 const ARGUMENT_CHARS_PER_TOKEN = 8;
-/** And at most this many in all, whatever the room (1 MiB of arguments is no real call; it bounds the work). */
-const MAX_ARGUMENT_CHARS = 1 << 20;
+/** And at most this many in all, whatever the room (256 KiB of arguments is no real call; it bounds the work). */
+const MAX_ARGUMENT_CHARS = 1 << 18;
 
 /**
  * Whether this answer is a tool call (`auto`: with probability `rate`), and which call: a tool of the offer

@@ -7,6 +7,7 @@ import tokenizers from 'tokenizers';
 import { LruCache } from '../util/lruCache.js';
 import { DecodeStream } from './decodeStream.js';
 import { renderIsolated } from './isolatedTemplate.js';
+import { untrustedTokenizerProblem } from './untrustedTokenizer.js';
 
 /** Files a model directory may hold that the tokenizer, the chat template or the limits come from. */
 export const TOKENIZER_FILES = [
@@ -45,6 +46,8 @@ const BUNDLED_CONFIG = {
 const BUNDLED_GENERATION_CONFIG = { eos_token_id: [151645, 151643] };
 
 export class ModelNotFoundError extends Error {}
+/** A capture's tokenizer.json holds something known to take the server down. */
+export class UntrustedTokenizerError extends Error {}
 
 /**
  * Texts longer than this many characters per allowed token are tokenized piecewise by `encodeBounded`; real
@@ -225,11 +228,23 @@ export class ModelTokenizer {
   private readonly specialIds: Set<number>;
   private ordinaryIds: Uint32Array | undefined;
 
-  /** `sandboxTemplates`: the files came with a capture, so their chat template is rendered only in a renderer process. */
-  constructor(name: string, files: Map<string, Buffer>, options: { sandboxTemplates?: boolean } = {}) {
-    this.sandboxTemplates = options.sandboxTemplates === true;
+  /**
+   * `fromCapture`: the files came with a capture, from whoever made it: their chat template renders only in a
+   * renderer process, and a tokenizer.json known to take the server down is refused (untrustedTokenizer.ts).
+   */
+  constructor(name: string, files: Map<string, Buffer>, options: { fromCapture?: boolean } = {}) {
+    this.sandboxTemplates = options.fromCapture === true;
     const json = files.get('tokenizer.json');
     if (!json) throw new ModelNotFoundError(`${name}: tokenizer.json is missing`);
+    if (options.fromCapture) {
+      let problem: string | null;
+      try {
+        problem = untrustedTokenizerProblem(JSON.parse(json.toString('utf8')) as Record<string, unknown>);
+      } catch (err) {
+        problem = `its tokenizer.json is not JSON (${(err as Error).message})`;
+      }
+      if (problem !== null) throw new UntrustedTokenizerError(`the capture's tokenizer (${name}) is not served: ${problem}; pass --model to tokenize with files you trust`);
+    }
     this.name = name;
     this.files = files;
     this.tokenizer = tokenizers.Tokenizer.fromString(json.toString('utf8'));
@@ -267,7 +282,9 @@ export class ModelTokenizer {
     const eosText = this.specialTokens.eos_token;
     const eosId = eosText === undefined ? null : this.tokenizer.tokenToId(eosText);
     if (eosId !== null && eosId !== undefined) eos.add(eosId);
-    this.eosTokenIds = [...eos];
+    // Ids the vocabulary has: a config's odd values ("abc", -5) would be drawn as output tokens.
+    const vocabSize = this.tokenizer.getVocabSize(true);
+    this.eosTokenIds = [...eos].filter((id) => Number.isInteger(id) && id >= 0 && id < vocabSize);
 
     this.maxModelLen = maxModelLenOf(files);
   }

@@ -46,8 +46,6 @@ const BUNDLED_CONFIG = {
 const BUNDLED_GENERATION_CONFIG = { eos_token_id: [151645, 151643] };
 
 export class ModelNotFoundError extends Error {}
-/** A capture's tokenizer.json holds something known to take the server down. */
-export class UntrustedTokenizerError extends Error {}
 
 /**
  * Texts longer than this many characters per allowed token are tokenized piecewise by `encodeBounded`; real
@@ -243,7 +241,7 @@ export class ModelTokenizer {
       } catch (err) {
         problem = `its tokenizer.json is not JSON (${(err as Error).message})`;
       }
-      if (problem !== null) throw new UntrustedTokenizerError(`the capture's tokenizer (${name}) is not served: ${problem}; pass --model to tokenize with files you trust`);
+      if (problem !== null) throw new Error(`the capture's tokenizer (${name}) is not served: ${problem}; pass --model to tokenize with files you trust`);
     }
     this.name = name;
     this.files = files;

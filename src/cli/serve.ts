@@ -334,16 +334,17 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   if (opts.model !== undefined || !run || !store) tokenizer = loadTokenizer(opts.model);
   else {
     const files = store.tokenizerFiles(run);
-    tokenizer = files.has('tokenizer.json') ? new ModelTokenizer(run.tokenizerName ?? 'captured', files) : loadTokenizer();
+    // A capture may come from anyone: its chat template renders sandboxed, as a request's does, and its tokenizer is checked.
+    tokenizer = files.has('tokenizer.json') ? new ModelTokenizer(run.tokenizerName ?? 'captured', files, { fromCapture: true }) : loadTokenizer();
   }
   // Warm the tokenizer, the chat template and the random-token vocabulary (a few hundred ms on first use)
   // so the first request's TTFT is not a cold start.
   await tokenizer.decode(await tokenizer.encode('warm up', false), true);
   if (outputs === 'random' || onMiss === 'random') tokenizer.ordinaryTokenIds();
   try {
-    tokenizer.renderChat({ messages: [{ role: 'user', content: 'warm up' }] });
+    await tokenizer.renderChatGuarded({ messages: [{ role: 'user', content: 'warm up' }] });
   } catch {
-    // A model without a chat template serves completions only.
+    // A model without a chat template serves completions only; a template that fails here fails its chats with a 400.
   }
   const captured = store?.capturedModels() ?? [];
   const servedModels = opts.servedModelName?.length ? opts.servedModelName : captured.length > 0 && outputs === 'captured' ? captured : [tokenizer.name];

@@ -17,6 +17,9 @@ export interface SimulatedEngineOptions {
   kvHoldTimeoutMs?: number;
 }
 
+/** Statistics calls made in one turn of the event loop (a call costs 10 to 50 µs with every metrics flavour observing). */
+const FLUSHED_PER_TURN = 256;
+
 /**
  * One observer that tells several (none: no statistics work at all). The statistics calls (a request, a pass,
  * a finished request) are queued and made a turn later, after the pass's tokens have been handed to the
@@ -59,7 +62,17 @@ class StatisticsFanOut implements EngineObserver {
 
   private defer(call: () => void): void {
     this.queued.push(call);
-    this.scheduled ??= setImmediate(() => this.flush());
+    this.scheduled ??= setImmediate(() => this.flushSome());
+  }
+
+  /**
+   * At most `FLUSHED_PER_TURN` calls, the rest a turn later: a batch of 10,000 prompts finishing in one pass
+   * queues 10,000 requests' statistics, half a second of work that would otherwise hold the loop at once.
+   */
+  private flushSome(): void {
+    this.scheduled = null;
+    for (const call of this.queued.splice(0, FLUSHED_PER_TURN)) call();
+    if (this.queued.length > 0) this.scheduled = setImmediate(() => this.flushSome());
   }
 }
 

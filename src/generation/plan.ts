@@ -100,9 +100,24 @@ export async function chunkTexts(plan: ChoicePlan, kind: EndpointKind, tokenizer
   return texts;
 }
 
+/** The first index whose value is at least `value` in ascending `values` (their length when none is). */
+function firstAtLeast(values: readonly number[], value: number): number {
+  let low = 0;
+  let high = values.length;
+  while (low < high) {
+    const mid = (low + high) >>> 1;
+    if (values[mid] < value) low = mid + 1;
+    else high = mid;
+  }
+  return low;
+}
+
 /**
- * Applies `stop` strings to a plan: the output ends with the chunk in which a stop string first appears; the
- * text is cut before the stop string (or after it with `include_stop_str_in_output`), `stop_reason` = the string.
+ * Applies `stop` strings to a plan: the output ends with the chunk in which a stop string first appears (its last
+ * character is in it, the chunk ends past `min_tokens`); the text is cut before the stop string (or after it with
+ * `include_stop_str_in_output`), `stop_reason` = the string. Each stop string is looked for once, in the whole
+ * text: looking chunk by chunk cost chunks × stop strings × their length (1.6 s for 20,000 tokens and 900 stop
+ * strings of 1,000 characters).
  */
 export async function cutAtStopString(
   plan: ChoicePlan,
@@ -112,25 +127,30 @@ export async function cutAtStopString(
   if (params.stop.length === 0) return plan;
   const field = textField(params.kind);
   const texts = await chunkTexts(plan, params.kind, tokenizer, params.skipSpecialTokens);
+  const first = plan.chunks.findIndex((chunk) => chunk.end > params.minTokens);
+  if (first < 0) return plan;
+  // Where the text ends after each chunk.
+  const ends: number[] = [];
+  let length = 0;
+  for (const t of texts) ends.push((length += t.length));
+  const text = texts.join('');
+  // A stop string seen by the first chunk that may stop the output may have started in the chunks before it.
   const longest = Math.max(...params.stop.map((s) => s.length));
-  let text = '';
-  for (let c = 0; c < plan.chunks.length; c++) {
-    const before = text.length;
-    text += texts[c];
-    const from = Math.max(0, before - longest + 1);
-    let hit: { at: number; stop: string } | undefined;
-    for (const stop of params.stop) {
-      const at = stop.length > 0 ? text.indexOf(stop, from) : -1;
-      if (at >= 0 && (!hit || at < hit.at)) hit = { at, stop };
-    }
-    if (!hit) continue;
-    if (plan.chunks[c].end <= params.minTokens) continue;
-    const cut = hit.at + (params.includeStopStrInOutput ? hit.stop.length : 0);
-    // Chunks that carry other fields only (a thinking span's reasoning) keep their delta as it is.
-    const chunks = plan.chunks.slice(0, c + 1).map((chunk, k) => (chunk.delta && !(field in chunk.delta) ? chunk : { ...chunk, delta: { ...(chunk.delta ?? {}), [field]: texts[k] } }));
-    const last = chunks[c];
-    last.delta = { ...last.delta, [field]: text.slice(before, Math.max(before, cut)) };
-    return endPlan(plan, last.end, chunks, 'stop', hit.stop);
+  const from = Math.max(0, (first === 0 ? 0 : ends[first - 1]) - longest + 1);
+  let hit: { chunk: number; at: number; stop: string } | undefined;
+  for (const stop of params.stop) {
+    const at = stop.length > 0 ? text.indexOf(stop, from) : -1;
+    if (at < 0) continue;
+    const chunk = Math.max(first, firstAtLeast(ends, at + stop.length));
+    if (!hit || chunk < hit.chunk || (chunk === hit.chunk && at < hit.at)) hit = { chunk, at, stop };
   }
-  return plan;
+  if (!hit) return plan;
+  const c = hit.chunk;
+  const before = c === 0 ? 0 : ends[c - 1];
+  const cut = hit.at + (params.includeStopStrInOutput ? hit.stop.length : 0);
+  // Chunks that carry other fields only (a thinking span's reasoning) keep their delta as it is.
+  const chunks = plan.chunks.slice(0, c + 1).map((chunk, k) => (chunk.delta && !(field in chunk.delta) ? chunk : { ...chunk, delta: { ...(chunk.delta ?? {}), [field]: texts[k] } }));
+  const last = chunks[c];
+  last.delta = { ...last.delta, [field]: text.slice(before, Math.max(before, cut)) };
+  return endPlan(plan, last.end, chunks, 'stop', hit.stop);
 }

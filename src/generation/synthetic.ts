@@ -34,9 +34,10 @@ export async function shapeRandomAnswer(
   // A completion's text is the raw tokens: vLLM parses reasoning (and tools) in chats only.
   const thinking = span > 0 && params.kind === 'chat' ? await reasoningChunks(tokenIds, span, tokenizer, params.skipSpecialTokens) : [];
   if (params.tools && !params.ignoreEos && tokenizer.eosTokenIds.length > 0) {
-    const call = await planToolCall(params.tools, config.toolCallRate, rand, tokenizer);
+    // The call and its EOS fit in max_tokens after the span.
+    const call = await planToolCall(params.tools, config.toolCallRate, rand, tokenizer, params.maxTokens - span - 1);
     const eosAt = span + (call?.tokenIds.length ?? 0);
-    if (call && eosAt < params.maxTokens && eosAt >= params.minTokens) {
+    if (call && eosAt >= params.minTokens) {
       const ids = [...tokenIds.slice(0, span), ...call.tokenIds, tokenizer.eosTokenIds[0]];
       const chunks = [...thinking, ...call.chunks.map((c) => ({ ...c, end: c.end + span }))];
       // The EOS's text is skipped: it rides with the call's last chunk.

@@ -1,6 +1,6 @@
 import { badRequest, pythonJsonDumps } from '../http/errors.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
-import { sampleJsonSchema } from './jsonSchemaSample.js';
+import { sampleJsonSchema, SampleTooLarge } from './jsonSchemaSample.js';
 import type { PlannedChunk } from './plan.js';
 
 /** The tools a chat request offers and how it lets the model use them. */
@@ -46,18 +46,38 @@ export interface PlannedToolCall {
 }
 
 /**
+ * Characters a call's arguments may take per token it has room for: sampled words and JSON punctuation take 2 to 4
+ * characters a token, so a sample stopped past this many would not have fitted anyway.
+ */
+const ARGUMENT_CHARS_PER_TOKEN = 8;
+/** And at most this many in all, whatever the room (256 KiB of arguments is no real call; it bounds the work). */
+const MAX_ARGUMENT_CHARS = 1 << 18;
+
+/**
  * Whether this answer is a tool call (`auto`: with probability `rate`), and which call: a tool of the offer
  * with arguments drawn from its `parameters` schema, written as Qwen3 / Hermes models write it
  * (`<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`) and tokenized. `rand` is the answer's seeded stream.
+ *
+ * Null as well when the call would take more than `maxTokens` tokens: the caller then answers as a model that ran
+ * out of tokens (finish_reason "length"). A schema whose values are huge (`"minLength": 1e9`) ends there, its
+ * sample stopped at a bound derived from `maxTokens`, rather than in a 400: vLLM accepts such a schema and its model
+ * writes until max_tokens, so a request vLLM serves is served, and no schema costs more than the bound.
  */
-export async function planToolCall(offer: ToolOffer, rate: number, rand: () => number, tokenizer: ModelTokenizer): Promise<PlannedToolCall | null> {
+export async function planToolCall(offer: ToolOffer, rate: number, rand: () => number, tokenizer: ModelTokenizer, maxTokens: number): Promise<PlannedToolCall | null> {
   if (offer.choice === 'auto' && !(rand() < rate)) return null;
   const choice = offer.choice;
   const tool = typeof choice === 'object' ? offer.tools.find((t) => t.name === choice.name)! : offer.tools[Math.floor(rand() * offer.tools.length)];
-  const args = pythonJsonDumps(sampleJsonSchema(tool.parameters, rand));
+  let args: string;
+  try {
+    args = pythonJsonDumps(sampleJsonSchema(tool.parameters, rand, Math.min(maxTokens * ARGUMENT_CHARS_PER_TOKEN, MAX_ARGUMENT_CHARS)));
+  } catch (err) {
+    if (err instanceof SampleTooLarge) return null;
+    throw err;
+  }
   const head = `<tool_call>\n{"name": ${JSON.stringify(tool.name)}, "arguments": `;
   const text = `${head}${args}}\n</tool_call>`;
   const tokenIds = await tokenizer.encode(text, false);
+  if (tokenIds.length > maxTokens) return null;
   const id = `chatcmpl-tool-${Array.from({ length: 32 }, () => Math.floor(rand() * 16).toString(16)).join('')}`;
   // Where each token's text ends in `text`.
   const ends: number[] = [];

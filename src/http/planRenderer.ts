@@ -29,7 +29,8 @@ export class PlanRenderer {
     private readonly stream: boolean,
   ) {
     this.contexts = plansByPrompt.map((_, i) => ({ ...ctx, promptTokenIds: prompts[i] }));
-    this.firstChoice = plansByPrompt.map((_, i) => plansByPrompt.slice(0, i).reduce((n, plans) => n + plans.length, 0));
+    let choices = 0;
+    this.firstChoice = plansByPrompt.map((plans) => (choices += plans.length) - plans.length);
     this.plans = plansByPrompt.flat();
     this.promptOf = plansByPrompt.flatMap((prompt, i) => prompt.map(() => i));
     this.decoders = this.plans.map(() => tokenizer.decodeStream(skipSpecialTokens));

@@ -7,6 +7,7 @@ import type { OutputResolver } from '../generation/resolver.js';
 import type { MockerMetrics } from '../metrics/mockerMetrics.js';
 import type { PoolingKind, StoredExchange } from '../store/captureStore.js';
 import type { PoolingLatency } from './poolingEndpoints.js';
+import { LoopSlice } from '../util/loopSlice.js';
 import { restamp } from './render.js';
 import { parseBody } from './schemas.js';
 
@@ -35,11 +36,34 @@ export interface PooledRequest {
   body: unknown;
   /** X-Request-Id, else a fresh uuid hex: the new id of a vLLM answer (`embd-<it>`, `rerank-<it>`). */
   requestId: string;
-  synthetic: (body: Json) => Promise<string>;
+  /** The synthetic answer's text, or its parts in order (10,000 embeddings are written part by part). */
+  synthetic: (body: Json) => Promise<string | string[]>;
   forward: () => Promise<void>;
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-/i;
+
+/**
+ * Writes a body's parts and ends it, a slice of the event loop's time at a time, waiting for the client to take
+ * what is buffered (a 160 MB answer is not all held for a slow reader); stops when the client leaves.
+ */
+async function writeParts(res: ServerResponse, parts: string[]): Promise<void> {
+  const slice = new LoopSlice();
+  for (const part of parts) {
+    if (res.destroyed) return;
+    if (!res.write(part)) {
+      await new Promise<void>((resolve) => {
+        const go = () => {
+          res.off('drain', go).off('close', go);
+          resolve();
+        };
+        res.on('drain', go).on('close', go);
+      });
+    }
+    await slice.pause();
+  }
+  res.end();
+}
 
 /** A captured answer's id for a new request: vLLM's prefix with this request's id, a fresh uuid for Cohere's uuid. */
 function freshId(capturedId: string, requestId: string): string {
@@ -60,8 +84,9 @@ export async function answerPooled(config: PooledReplayConfig, res: ServerRespon
   if (resolution.type === 'error') throw resolution.error;
   if (resolution.type === 'forward') return req.forward();
   if (resolution.type === 'synthetic') {
-    const answer = await req.synthetic(body);
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(answer) }).end(answer);
+    const parts = [await req.synthetic(body)].flat();
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': parts.reduce((n, part) => n + Buffer.byteLength(part), 0) });
+    await writeParts(res, parts);
     return;
   }
   const ex = resolution.exchange;

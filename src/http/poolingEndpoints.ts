@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
+import { LoopSlice } from '../util/loopSlice.js';
 import { seededUniform } from '../util/mulberry32.js';
 import { badRequest } from './errors.js';
 import { parseBody } from './schemas.js';
@@ -23,10 +24,12 @@ export interface PoolingLatency {
 export interface PoolingConfig {
   /** The served model a request names (the default one when it names none); an unknown name is a 404. */
   resolveModel: (requested: string | null | undefined) => string;
-  /** One input's token ids as vLLM's embedding endpoint counts them (special tokens added, context length checked). */
-  encode: (text: string) => Promise<number[]>;
+  /** A text's token ids; one far beyond the context length is refused before all of it is tokenized. */
+  encode: (text: string, addSpecialTokens: boolean) => Promise<number[]>;
   /** Throws the 400 for ids outside the vocabulary. */
   checkTokenIds: (ids: number[]) => void;
+  /** Throws vLLM's 400 for an input of this many tokens that the context cannot hold. */
+  checkInputLength: (tokens: number) => void;
   /** `--embedding-dimensions`: the vector length, and the largest `dimensions` a request may ask for. */
   embeddingDimensions: number;
   latency: PoolingLatency;
@@ -114,8 +117,21 @@ async function wait(baseMs: number, perItemMs: number, count: number): Promise<v
 export function poolingEndpoints(config: PoolingConfig) {
   const { latency } = config;
 
-  /** `POST /v1/embeddings`: vLLM's EmbeddingResponse (pydantic field order). */
-  async function embeddings(body: Json): Promise<string> {
+  /**
+   * vLLM tokenizes each (query, document) pair of a rerank and refuses one the context cannot hold: the query
+   * with its special tokens, each document without. A slice of the loop's time at a time, for 10,000 documents.
+   */
+  async function checkPairs(query: string, documents: string[]): Promise<void> {
+    const slice = new LoopSlice();
+    const queryTokens = (await config.encode(query, true)).length;
+    for (const document of documents) {
+      config.checkInputLength(queryTokens + (await config.encode(document, false)).length);
+      await slice.pause();
+    }
+  }
+
+  /** `POST /v1/embeddings`: vLLM's EmbeddingResponse (pydantic field order), in parts. */
+  async function embeddings(body: Json): Promise<string[]> {
     const req = parseBody(embeddingRequest, body);
     const model = config.resolveModel(req.model);
     const input = req.input;
@@ -126,28 +142,31 @@ export function poolingEndpoints(config: PoolingConfig) {
     if (dimensions < 1 || dimensions > config.embeddingDimensions) {
       throw badRequest(`dimensions must be between 1 and ${config.embeddingDimensions} (the model's embedding size), got ${dimensions}.`, 'dimensions');
     }
+    // 10,000 inputs are tokenized, and their vectors written, a slice of the event loop's time at a time.
+    const slice = new LoopSlice();
     const prompts: number[][] = [];
     for (const [i, item] of items.entries()) {
       if (typeof item !== 'string') config.checkTokenIds(item);
-      const ids = typeof item === 'string' ? await config.encode(item) : item;
+      const ids = typeof item === 'string' ? await config.encode(item, true) : item;
       if (ids.length === 0) throw badRequest(`input[${i}] is empty: there is nothing to embed.`, 'input');
+      config.checkInputLength(ids.length);
       prompts.push(ids);
+      await slice.pause();
     }
     await wait(latency.embeddingBaseMs, latency.embeddingPerInputMs, items.length);
     const base64 = req.encoding_format === 'base64';
-    const data = prompts.map((ids, index) => {
+    // The body in parts, one per input: 10,000 vectors of 768 floats are 160 MB of JSON.
+    const data: string[] = [];
+    for (const [index, ids] of prompts.entries()) {
       const vector = embeddingVector(ids, dimensions);
-      return { index, object: 'embedding', embedding: base64 ? base64Floats(vector) : Array.from(vector) };
-    });
+      data.push(`${index > 0 ? ',' : ''}${JSON.stringify({ index, object: 'embedding', embedding: base64 ? base64Floats(vector) : Array.from(vector) })}`);
+      await slice.pause();
+    }
     const promptTokens = prompts.reduce((n, ids) => n + ids.length, 0);
-    return JSON.stringify({
-      id: `embd-${randomUUID().replaceAll('-', '')}`,
-      object: 'list',
-      created: Math.floor(Date.now() / 1000),
-      model,
-      data,
-      usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0, prompt_tokens_details: null },
-    });
+    const head = JSON.stringify({ id: `embd-${randomUUID().replaceAll('-', '')}`, object: 'list', created: Math.floor(Date.now() / 1000), model });
+    const usage = JSON.stringify({ usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0, prompt_tokens_details: null } });
+    // {"id":…,"model":…,"data":[…],"usage":{…}}
+    return [`${head.slice(0, -1)},"data":[`, ...data, `],${usage.slice(1)}`];
   }
 
   /** `POST /v1/ranking`: NVIDIA NIM's reranking, raw logits, best first. */
@@ -155,6 +174,7 @@ export function poolingEndpoints(config: PoolingConfig) {
     const req = parseBody(nimRankingRequest, body);
     config.resolveModel(req.model);
     checkNotEmpty(req.passages, 'passages');
+    await checkPairs(req.query.text, req.passages.map((p) => p.text));
     await wait(latency.rankingBaseMs, latency.rankingPerPassageMs, req.passages.length);
     const rankings = ranked(req.query.text, req.passages.map((p) => p.text)).map(({ index, score }) => ({ index, logit: logit(score) }));
     return JSON.stringify({ rankings });
@@ -164,6 +184,7 @@ export function poolingEndpoints(config: PoolingConfig) {
   async function teiRerank(body: Json): Promise<string> {
     const req = parseBody(teiRerankRequest, body);
     checkNotEmpty(req.texts, 'texts');
+    await checkPairs(req.query, req.texts);
     await wait(latency.rankingBaseMs, latency.rankingPerPassageMs, req.texts.length);
     const results = ranked(req.query, req.texts).map(({ index, score }) => ({
       index,
@@ -179,6 +200,7 @@ export function poolingEndpoints(config: PoolingConfig) {
     config.resolveModel(req.model);
     checkNotEmpty(req.documents, 'documents');
     if (req.top_n !== undefined && req.top_n !== null && req.top_n < 1) throw badRequest(`top_n must be at least 1, got ${req.top_n}.`, 'top_n');
+    await checkPairs(req.query, req.documents);
     await wait(latency.rankingBaseMs, latency.rankingPerPassageMs, req.documents.length);
     const results = ranked(req.query, req.documents)
       .slice(0, req.top_n ?? req.documents.length)

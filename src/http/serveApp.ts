@@ -22,12 +22,13 @@ import { DONE_EVENT, includesUsage, restamp, type RenderContext } from './render
 import { PlanRenderer } from './planRenderer.js';
 import { renderCapturedStream } from './verbatimStream.js';
 import { poolingEndpoints, type PoolingLatency } from './poolingEndpoints.js';
-import { answerPooled } from './pooledReplay.js';
+import { answerPooled, type PooledRequest } from './pooledReplay.js';
 import { tgiEndpoints, type RunCompletion } from './tgi.js';
 import { breaksMidstream, FAULT_HEADER, faultResponse, INJECTED_HEADER, midstreamError, StreamBreaker } from './faults.js';
 import { mockerConfigRoutes, type RuntimeSettings } from './mockerConfig.js';
 import { admitted, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute, type RouteClass } from './access.js';
 import { startupGate } from './startup.js';
+import { LoopSlice } from '../util/loopSlice.js';
 import { chatRequest, checkRequestChatTemplate, checkRequestFields, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
 
 export interface ServeAppConfig {
@@ -259,11 +260,25 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     return requested;
   };
 
+  /**
+   * vLLM's refusal of a prompt the context cannot hold (serving_engine `_validate_input`). A generation keeps a
+   * token for its output (at most max_model_len - 1 prompt tokens). /tokenize and the pooling routes generate
+   * nothing and may fill the context: vLLM 0.11's /tokenize had no limit, its 2026 renderer caps it at
+   * max_model_len (`TokenizeCompletionRequest.build_tok_params`), which is what keeps one request from tokenizing
+   * megabytes here; its pooling routes say it in their own words.
+   */
+  const checkPromptLength = (promptLen: number, use: 'generation' | 'tokenize' | 'pooling'): void => {
+    const limit = config.maxModelLen;
+    if (promptLen < limit || (use !== 'generation' && promptLen === limit)) return;
+    if (use === 'pooling') {
+      throw badRequest(`This model's maximum context length is ${limit} tokens. However, you requested ${promptLen} tokens in the input for embedding generation. Please reduce the length of the input.`);
+    }
+    throw badRequest(`This model's maximum context length is ${limit} tokens. However, your request has ${promptLen} input tokens. Please reduce the length of the input messages.`);
+  };
+
   const checkLength = (promptLen: number, maxTokens: number | null): void => {
     const limit = config.maxModelLen;
-    if (promptLen >= limit) {
-      throw badRequest(`This model's maximum context length is ${limit} tokens. However, your request has ${promptLen} input tokens. Please reduce the length of the input messages.`);
-    }
+    checkPromptLength(promptLen, 'generation');
     if (maxTokens !== null && promptLen + maxTokens > limit) {
       throw badRequest(
         `'max_tokens' or 'max_completion_tokens' is too large: ${maxTokens}. This model's maximum context length is ${limit} tokens and your request has ${promptLen} input tokens (${maxTokens} > ${limit} - ${promptLen}).`,
@@ -329,7 +344,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   const kvCacheText = `the KV cache holds (${kvCache.totalBlocks} blocks of ${kvCache.blockSize} tokens)`;
   const outputBudget = (): OutputBudget => new OutputBudget(kvCacheTokens, kvCacheText);
 
-  async function prepare(kind: EndpointKind, body: Json, rankHeader: string | undefined): Promise<Prepared> {
+  /** `slice`: a batch's prompts are tokenized and checked a slice of the event loop's time at a time. */
+  async function prepare(kind: EndpointKind, body: Json, rankHeader: string | undefined, slice = new LoopSlice()): Promise<Prepared> {
     const req = kind === 'chat' ? parseBody(chatRequest, body) : parseBody(completionRequest, body);
     checkRequestFields(req);
     if ('logprobs' in req && req.logprobs !== null && req.logprobs !== undefined && req.logprobs !== false) {
@@ -348,11 +364,16 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       for (const item of batch) {
         if (typeof item !== 'string') checkTokenIds(item);
         prompts.push(typeof item === 'string' ? await encodePrompt(item, req.add_special_tokens ?? true) : item);
+        await slice.pause();
       }
     }
     if (prompts.some((ids) => ids.length === 0)) throw badRequest('The decoder prompt cannot be empty', 'prompt');
     // The context-length checks, then the sampling values: vLLM's order (preprocessing, then to_sampling_params).
-    const params = prompts.map((ids) => outputParams(kind, req, ids.length));
+    const params: OutputParams[] = [];
+    for (const ids of prompts) {
+      params.push(outputParams(kind, req, ids.length));
+      await slice.pause();
+    }
     checkSampling(req);
     const stream = req.stream === true;
     return {
@@ -402,13 +423,21 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
    */
   async function serveRendered(
     res: ServerResponse, ctx: RenderContext, p: Prepared, plansByPrompt: ChoicePlan[][], arrivalMs: number, abort: AbortController, remotePrefill: boolean,
+    slice = new LoopSlice(),
   ): Promise<void> {
     const signal = abort.signal;
     const batched = plansByPrompt.length > 1;
     const renderer = new PlanRenderer(ctx, p.prompts, plansByPrompt, tokenizer, p.params[0].skipSpecialTokens, p.stream);
-    let streams: EngineStream[];
+    // A batch's prompts each get a signal of their own, all aborted with the request's: an AbortSignal's listeners
+    // are added in time linear in their number, so 10,000 on one signal took 0.85 s.
+    const promptSignals = batched ? plansByPrompt.map(() => new AbortController()) : null;
+    if (promptSignals) signal.addEventListener('abort', () => promptSignals.forEach((c) => c.abort()), { once: true });
+    const streams: EngineStream[] = [];
     try {
-      streams = plansByPrompt.map((prompt, i) => runEngine({ ...ctx, promptTokenIds: p.prompts[i] }, p, batched ? i : null, prompt, arrivalMs, signal, remotePrefill));
+      for (const [i, prompt] of plansByPrompt.entries()) {
+        streams.push(runEngine({ ...ctx, promptTokenIds: p.prompts[i] }, p, batched ? i : null, prompt, arrivalMs, promptSignals?.[i].signal ?? signal, remotePrefill));
+        if (batched) await slice.pause();
+      }
     } catch (err) {
       abort.abort(); // the prompts already submitted leave the engine
       throw err;
@@ -532,7 +561,9 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       if (!res.writableFinished) abort.abort();
     });
     const { bytes: bodyBytes, body } = await readApiJson(c);
-    const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'));
+    // A batch of 10,000 prompts is prepared, planned and submitted in slices: the loop turns meanwhile.
+    const slice = new LoopSlice();
+    const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'), slice);
     if (fault && !breaksMidstream(fault)) {
       config.mockerMetrics?.injectedError(fault);
       const answer = faultResponse(fault, { model: p.model, maxModelLen: config.maxModelLen, promptTokens: p.prompts[0].length, authorization: c.req.header('authorization') });
@@ -546,6 +577,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       config.mockerMetrics?.captureLookup(resolution.lookup);
       if (resolution.type === 'error') throw resolution.error;
       resolutions.push(resolution);
+      await slice.pause();
     }
     const batched = p.prompts.length > 1;
     // The upstream answers a batch whole when one of its prompts is to be forwarded.
@@ -573,7 +605,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const capture = batched ? null : planned[0].verbatim;
     const verbatim = capture && (!p.returnTokenIds || capture.tokenSource === 'engine') && !p.kvTransfer?.do_remote_decode ? capture : null;
     if (verbatim) await serveVerbatim(res, ctx, p, verbatim, planned[0].plans, arrivalMs, abort.signal, remotePrefill);
-    else await serveRendered(res, ctx, p, planned.map((r) => r.plans), arrivalMs, abort, remotePrefill);
+    else await serveRendered(res, ctx, p, planned.map((r) => r.plans), arrivalMs, abort, remotePrefill, slice);
     return RESPONSE_ALREADY_SENT;
   };
 
@@ -628,12 +660,13 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   const pooling = poolingEndpoints({
     ...config.pooling,
     resolveModel,
-    encode: (text) => encodePrompt(text, true),
+    encode: encodePrompt,
     checkTokenIds,
+    checkInputLength: (tokens) => checkPromptLength(tokens, 'pooling'),
   });
   // A capture of the same route, model and inputs answers first (see pooledReplay.ts).
   const pooledReplay = { ...config.pooling, resolver, resolveModel, mockerMetrics: config.mockerMetrics, capturedHeaders };
-  const poolingRoute = (kind: PoolingKind, synthetic: (body: Json) => Promise<string>) => async (c: Context<Env>) => {
+  const poolingRoute = (kind: PoolingKind, synthetic: PooledRequest['synthetic']) => async (c: Context<Env>) => {
     const { bytes, body } = await readApiJson(c);
     const forward = () => forwardMiss(c.env.incoming, bytes, c.env.outgoing);
     await answerPooled(pooledReplay, c.env.outgoing, { url: c.req.path, kind, body, requestId: requestIdFor(c, body ?? {}), synthetic, forward });
@@ -688,9 +721,9 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const req = parseBody(tokenizeRequest, (await readApiJson(c)).body);
     resolveModel(req.model);
     if ((req.prompt === undefined) === (req.messages === undefined)) throw badRequest('Either `prompt` or `messages` must be given.');
-    let ids: number[];
-    if (req.messages !== undefined) ids = await tokenizer.encode(await renderChatPrompt(req as ChatRequest), req.add_special_tokens ?? false);
-    else ids = await tokenizer.encode(req.prompt!, req.add_special_tokens ?? true);
+    const text = req.messages !== undefined ? await renderChatPrompt(req as ChatRequest) : req.prompt!;
+    const ids = await encodePrompt(text, req.add_special_tokens ?? req.messages === undefined);
+    checkPromptLength(ids.length, 'tokenize');
     const tokenStrs = req.return_token_strs ? tokenizer.tokenStrings(ids) : null;
     return c.json({ count: ids.length, max_model_len: config.maxModelLen, tokens: ids, token_strs: tokenStrs });
   });

@@ -8,7 +8,7 @@ export {
   maxModelLenOf,
   ModelNotFoundError,
   ModelTokenizer,
-  REQUEST_TEMPLATE_TIMEOUT_MS,
+  SANDBOXED_TEMPLATE_TIMEOUT_MS,
   TOKENIZER_FILES,
   TooManyTokens,
   type ChatTemplateRequest,

@@ -7,6 +7,7 @@ import tokenizers from 'tokenizers';
 import { LruCache } from '../util/lruCache.js';
 import { DecodeStream } from './decodeStream.js';
 import { renderIsolated } from './isolatedTemplate.js';
+import { untrustedTokenizerProblem } from './untrustedTokenizer.js';
 
 /** Files a model directory may hold that the tokenizer, the chat template or the limits come from. */
 export const TOKENIZER_FILES = [
@@ -20,8 +21,12 @@ export const TOKENIZER_FILES = [
 /** The tokenizer used when no `--model` is given. */
 export const BUNDLED_MODEL = 'Qwen/Qwen3-0.6B';
 
-/** How long a chat template sent with a request may render before it is stopped. */
-export const REQUEST_TEMPLATE_TIMEOUT_MS = 2000;
+/** How long a chat template sent with a request, or stored in a capture, may render before it is stopped. */
+export const SANDBOXED_TEMPLATE_TIMEOUT_MS = 2000;
+/** The model's own template renders a chat whose JSON is longer than this in a renderer process, off the event loop. */
+const LARGE_CHAT_CHARS = 64 * 1024;
+/** And may take this long there: the template is the user's own, only the chat is large. */
+const LARGE_CHAT_TIMEOUT_MS = 30_000;
 
 /** The request brings its own chat template (in `chat_template` or in `chat_template_kwargs`). */
 export function carriesChatTemplate(req: { chat_template?: string | null; chat_template_kwargs?: Record<string, unknown> | null }): boolean {
@@ -212,14 +217,32 @@ export class ModelTokenizer {
   private readonly specialTokens: Record<string, string>;
   private readonly defaultTemplate: string | undefined;
   private readonly toolTemplate: string | undefined;
-  /** Compiled templates by source, numbered for the renderings' keys. */
-  private readonly templates = new Map<string, { template: Template; id: number }>();
+  /** The model's templates compiled here, by source. */
+  private readonly templates = new Map<string, Template>();
+  /** The model's templates (and a capture's) numbered for the renderings' keys. */
+  private readonly templateIds = new Map<string, number>();
+  /** The chat template came with a capture: it renders in a renderer process only, as a request's does. */
+  private readonly sandboxTemplates: boolean;
   private readonly specialIds: Set<number>;
   private ordinaryIds: Uint32Array | undefined;
 
-  constructor(name: string, files: Map<string, Buffer>) {
+  /**
+   * `fromCapture`: the files came with a capture, from whoever made it: their chat template renders only in a
+   * renderer process, and a tokenizer.json known to take the server down is refused (untrustedTokenizer.ts).
+   */
+  constructor(name: string, files: Map<string, Buffer>, options: { fromCapture?: boolean } = {}) {
+    this.sandboxTemplates = options.fromCapture === true;
     const json = files.get('tokenizer.json');
     if (!json) throw new ModelNotFoundError(`${name}: tokenizer.json is missing`);
+    if (options.fromCapture) {
+      let problem: string | null;
+      try {
+        problem = untrustedTokenizerProblem(JSON.parse(json.toString('utf8')) as Record<string, unknown>);
+      } catch (err) {
+        problem = `its tokenizer.json is not JSON (${(err as Error).message})`;
+      }
+      if (problem !== null) throw new Error(`the capture's tokenizer (${name}) is not served: ${problem}; pass --model to tokenize with files you trust`);
+    }
     this.name = name;
     this.files = files;
     this.tokenizer = tokenizers.Tokenizer.fromString(json.toString('utf8'));
@@ -257,7 +280,9 @@ export class ModelTokenizer {
     const eosText = this.specialTokens.eos_token;
     const eosId = eosText === undefined ? null : this.tokenizer.tokenToId(eosText);
     if (eosId !== null && eosId !== undefined) eos.add(eosId);
-    this.eosTokenIds = [...eos];
+    // Ids the vocabulary has: a config's odd values ("abc", -5) would be drawn as output tokens.
+    const vocabSize = this.tokenizer.getVocabSize(true);
+    this.eosTokenIds = [...eos].filter((id) => Number.isInteger(id) && id >= 0 && id < vocabSize);
 
     this.maxModelLen = maxModelLenOf(files);
   }
@@ -350,33 +375,61 @@ export class ModelTokenizer {
     return own.length === this.tokenizer.getVocabSize(false) ? own : null;
   }
 
-  /** Renders a chat request the way vLLM does (transformers' apply_chat_template semantics). */
+  /**
+   * Renders a chat request the way vLLM does (transformers' apply_chat_template semantics) with the model's own
+   * template, here: for files the user gave (`--model`, the bundled tokenizer), never a capture's.
+   */
   renderChat(req: ChatTemplateRequest): string {
+    if (this.sandboxTemplates) throw new Error(`${this.name}'s chat template came with a capture: it renders only in a renderer process (renderChatGuarded)`);
     const { source, context } = this.chatTemplateInput(req);
-    let compiled = this.templates.get(source);
-    if (!compiled) {
-      compiled = { template: new Template(source), id: this.templates.size };
-      this.templates.set(source, compiled);
-    }
-    // A template reading the clock (Llama's date line) renders every time; the rest render the same chat alike.
-    const key = source.includes('strftime_now') ? null : `${compiled.id}:${JSON.stringify(context)}`;
-    let rendered = key === null ? undefined : this.renderings.get(key);
-    if (rendered === undefined) {
-      rendered = compiled.template.render(context);
-      if (key !== null && key.length <= this.maxModelLen * BOUNDED_CHARS_PER_TOKEN) this.renderings.set(key, rendered);
-    }
-    return this.finishChat(req, rendered);
+    const { key, json } = this.renderingKey(source, context);
+    const remembered = key === null ? undefined : this.renderings.get(key);
+    return this.finishChat(req, remembered ?? this.remember(key, json, this.compiled(source).render(context)));
   }
 
   /**
-   * Renders a chat request; a template that came with the request renders in a process of its own: a hostile
-   * template cannot hold the event loop, and is stopped after `REQUEST_TEMPLATE_TIMEOUT_MS` or when it outgrows
-   * its heap. The model's own template renders here.
+   * Renders a chat request without holding the event loop. A template that came with the request or with a
+   * capture renders in a renderer process (isolatedTemplate.ts): a hostile one is stopped after
+   * `SANDBOXED_TEMPLATE_TIMEOUT_MS` or when it outgrows the process's heap. The model's own template renders here,
+   * unless the chat is large (`LARGE_CHAT_CHARS` of JSON): that one renders in a renderer process too, for as long
+   * as it takes up to `LARGE_CHAT_TIMEOUT_MS` (100,000 messages took 2.5 s here, all that time without an answer
+   * to `/health`).
    */
   async renderChatGuarded(req: ChatTemplateRequest): Promise<string> {
-    if (!carriesChatTemplate(req)) return this.renderChat(req);
+    const fromRequest = carriesChatTemplate(req);
     const { source, context } = this.chatTemplateInput(req);
-    return this.finishChat(req, await renderIsolated(source, context, REQUEST_TEMPLATE_TIMEOUT_MS));
+    const { key, json } = this.renderingKey(source, context, fromRequest);
+    const remembered = key === null ? undefined : this.renderings.get(key);
+    if (remembered !== undefined) return this.finishChat(req, remembered);
+    const sandboxed = fromRequest || this.sandboxTemplates;
+    if (!sandboxed && json.length <= LARGE_CHAT_CHARS) return this.finishChat(req, this.remember(key, json, this.compiled(source).render(context)));
+    const rendered = await renderIsolated(source, json, sandboxed ? SANDBOXED_TEMPLATE_TIMEOUT_MS : LARGE_CHAT_TIMEOUT_MS);
+    return this.finishChat(req, this.remember(key, json, rendered));
+  }
+
+  private compiled(source: string): Template {
+    let compiled = this.templates.get(source);
+    if (!compiled) this.templates.set(source, (compiled = new Template(source)));
+    return compiled;
+  }
+
+  /**
+   * The context as JSON, and the key of its rendering among those remembered: null for a request's template (its
+   * renderings are not kept) and for a template reading the clock (Llama's date line renders every time); the
+   * rest render the same chat alike.
+   */
+  private renderingKey(source: string, context: Record<string, unknown>, fromRequest = false): { key: string | null; json: string } {
+    const json = JSON.stringify(context);
+    if (fromRequest || source.includes('strftime_now')) return { key: null, json };
+    let id = this.templateIds.get(source);
+    if (id === undefined) this.templateIds.set(source, (id = this.templateIds.size));
+    return { key: `${id}:${json}`, json };
+  }
+
+  /** A rendering kept for its key, unless that chat is too long to serve (it would hold its text for 511 more). */
+  private remember(key: string | null, json: string, rendered: string): string {
+    if (key !== null && json.length <= this.maxModelLen * BOUNDED_CHARS_PER_TOKEN) this.renderings.set(key, rendered);
+    return rendered;
   }
 
   /** The template a request renders with and the variables it sees (plain data: it may cross to a worker). */

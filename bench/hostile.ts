@@ -8,7 +8,7 @@
  * asks both for /health every 50 ms; RSS is sampled every 250 ms (each serve, and apart its template renderers).
  * Prints crashes, answers by kind, /health latency percentiles and peak RSS with the machine and date, then a JSON
  * line; exits 1 unless there were 0 crashes and 0 invalid answers, the /health p99 was at most 100 ms and each
- * serve's peak RSS at most 1 GB (the issue's acceptance targets). Runs the built CLI: `npm run build` first.
+ * serve's peak RSS, with its template renderers, at most 1 GB (the issue's acceptance targets). Runs the built CLI: `npm run build` first.
  *
  *   npx tsx bench/hostile.ts [--cases 10000] [--seed 1] [--concurrency 16]   (--cases per serve)
  */
@@ -92,9 +92,10 @@ async function main(): Promise<void> {
     Object.entries(probes.ms).map(([name, ms]) => [name, ms.length, round(quantile(ms, 0.5)), round(quantile(ms, 0.99)), round(Math.max(...ms))]),
   );
   const p99 = quantile(healthMs, 0.99);
-  const servePeak = Math.max(peakRss.plain ?? 0, peakRss.captured ?? 0);
+  // A serve's renderers are its own processes: the target holds for the serve with them.
+  const servePeak = Math.max(peakRss['plain with renderers'] ?? 0, peakRss['captured with renderers'] ?? 0);
   console.log();
-  console.log(`crashes: ${dead.size} (${[...dead].join(', ') || 'none'}); invalid answers: ${violations.length}; /health: ${healthMs.length} probes, p99 ${round(p99)} ms (target ≤ ${HEALTH_P99_MS}), ${probes.unhealthy.length} not 200; peak RSS of a serve ${round(servePeak, 1)} MB (target ≤ ${PEAK_RSS_MB}); ${outcomes.length} cases in ${round(seconds, 1)} s`);
+  console.log(`crashes: ${dead.size} (${[...dead].join(', ') || 'none'}); invalid answers: ${violations.length}; /health: ${healthMs.length} probes, p99 ${round(p99)} ms (target ≤ ${HEALTH_P99_MS}), ${probes.unhealthy.length} not 200; peak RSS of a serve with its renderers ${round(servePeak, 1)} MB (target ≤ ${PEAK_RSS_MB}); ${outcomes.length} cases in ${round(seconds, 1)} s`);
   for (const v of [...violations, ...probes.unhealthy].slice(0, 20)) console.log(`  ${v.slice(0, 600)}`);
   console.log(
     JSON.stringify({

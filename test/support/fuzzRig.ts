@@ -49,7 +49,8 @@ export async function startFuzzRig(dir: string): Promise<FuzzRig> {
     const capture = await spawn(['capture', '--upstream', `http://127.0.0.1:${serve.port}`, '--captures', captureFile, '--max-body-bytes', String(FUZZ_MAX_BODY)]);
     const pdEngine = (mode: string) => ['serve', '--disaggregation-mode', mode, '--kv-transfer-bandwidth', '0', '--captures', join(dir, `${mode}.db`), ...engineArgs];
     const prefill = await spawn(pdEngine('prefill'));
-    const decode = await spawn(pdEngine('decode'));
+    // The decode engine pulls KV only from the prefill engines it is told of.
+    const decode = await spawn([...pdEngine('decode'), '--kv-transfer-allowed-hosts', `127.0.0.1:${prefill.port}`]);
     const pdProxy = await spawn([
       'pd-proxy', '--prefill', `http://127.0.0.1:${prefill.port}`, '--decode', `http://127.0.0.1:${decode.port}`, '--max-body-bytes', String(FUZZ_MAX_BODY),
     ]);

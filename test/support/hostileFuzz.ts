@@ -271,6 +271,8 @@ export function hostileRssMb(rig: HostileRig): Record<string, number> {
         return sum; // a renderer that ended meanwhile
       }
     }, 0);
+    // Sampled together: what the serve and its renderers hold at one moment.
+    out[`${name} with renderers`] = out[name] + out[`${name} renderers`];
   }
   return out;
 }

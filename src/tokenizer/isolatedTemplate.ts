@@ -4,8 +4,10 @@ import { setPriority } from 'node:os';
 /**
  * Heap of a renderer process: a template that builds a giant string runs out of it instead of the server. A
  * process, not a worker thread: a worker that reaches its heap limit can take the whole process down with it.
+ * With 1 MB semi-spaces a renderer dying at this limit peaks near 150 MB of RSS (at 128 MB and the default
+ * semi-spaces: near 200 MB, and two renderers with the server passed 1 GB in bench:hostile).
  */
-const RENDER_HEAP_MB = 128;
+const RENDER_HEAP_MB = 96;
 
 /**
  * Renderer processes kept running. Spawning one per render cost 113 ms a render (measured: a Node start and the
@@ -81,7 +83,7 @@ class Renderer {
   private readonly answer: string[] = [];
 
   constructor(private readonly onGone: (renderer: Renderer) => void, private readonly onIdle: () => void) {
-    this.child = spawn(process.execPath, [`--max-old-space-size=${RENDER_HEAP_MB}`, '--input-type=module', '-e', RENDERER_SOURCE, JINJA_URL, String(RENDER_MAX_CHARS)], { stdio: ['pipe', 'pipe', 'ignore'] });
+    this.child = spawn(process.execPath, [`--max-old-space-size=${RENDER_HEAP_MB}`, '--max-semi-space-size=1', '--input-type=module', '-e', RENDERER_SOURCE, JINJA_URL, String(RENDER_MAX_CHARS)], { stdio: ['pipe', 'pipe', 'ignore'] });
     // At nice 19: a template spinning until its stop takes what CPU the server leaves, not the server's own share
     // (four spinning renderers on 2 cores put /health's p99 over 100 ms; bench/hostile.ts).
     try {

@@ -7,48 +7,19 @@
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startServe, type Running, type ServeOptions } from '../src/cli/serve.js';
+import { AccessRig, call, ENV, KEY, SERVE } from './support/accessRig.js';
 import { freePorts } from './support/kvEventsClient.js';
-import { spawnMockerProcess, startMockerProcess, type MockerProcess, type SpawnedMocker } from './support/mockerProcess.js';
+import { spawnMockerProcess } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 type Json = Record<string, unknown>;
 
-const KEY = 'sk-access-test';
-/** The environment without the variables that turn routes on or set a key. */
-const ENV = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(VLLM_|MOCKER_)/.test(k)));
-
-const processes: (MockerProcess | SpawnedMocker)[] = [];
-const inProcess: Running[] = [];
-afterEach(async () => {
-  await Promise.all(processes.splice(0).map(async (p) => void (p.child.kill('SIGTERM'), await p.exited)));
-  await Promise.all(inProcess.splice(0).map((r) => r.close()));
-});
-
-const SERVE = ['serve', '--mode', 'random', '--fast', '--served-model-name', 'm'];
-
-async function mocker(args: string[], env: NodeJS.ProcessEnv = ENV): Promise<{ url: string; process: MockerProcess }> {
-  const p = await startMockerProcess(args, 0, { env });
-  processes.push(p);
-  return { url: `http://127.0.0.1:${p.port}`, process: p };
-}
-
-async function serveInProcess(options: Partial<ServeOptions>): Promise<string> {
-  const running = await startServe({ mode: 'random', captures: ':memory:', timing: 'none', ...options });
-  inProcess.push(running);
-  return `http://127.0.0.1:${running.port}`;
-}
-
-/** One request as a client sends it: a JSON object body on anything but GET. */
-async function call(url: string, method: string, path: string, key?: string): Promise<{ status: number; body: string }> {
-  const headers: Record<string, string> = { ...(key ? { authorization: `Bearer ${key}` } : {}), ...(method === 'GET' ? {} : { 'content-type': 'application/json' }) };
-  const res = await fetch(`${url}${path}`, { method, headers, body: method === 'GET' ? undefined : '{}' });
-  return { status: res.status, body: await res.text() };
-}
+const rig = new AccessRig();
+afterEach(() => rig.close());
 
 describe('issue 33 finding 4: runtime control needs enabling, then the key', () => {
   it('serve: /mocker/config and /reset_prefix_cache are absent (404) without --enable-control-routes; with it they need the key; /mocker/config refuses __proto__, constructor, prototype', async () => {
-    const plain = await mocker([...SERVE, '--api-key', KEY]);
+    const plain = await rig.mocker([...SERVE, '--api-key', KEY]);
     for (const key of [undefined, KEY]) {
       expect((await call(plain.url, 'POST', '/mocker/config', key)).status).toBe(404);
       expect((await call(plain.url, 'GET', '/mocker/config', key)).status).toBe(404);
@@ -57,7 +28,7 @@ describe('issue 33 finding 4: runtime control needs enabling, then the key', () 
       expect((await call(plain.url, 'POST', '/mocker/kv_transfer/pull', key)).status).toBe(404);
     }
 
-    const { url } = await mocker([...SERVE, '--api-key', KEY, '--enable-control-routes']);
+    const { url } = await rig.mocker([...SERVE, '--api-key', KEY, '--enable-control-routes']);
     const post = (body: string, key?: string) =>
       fetch(`${url}/mocker/config`, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) }, body });
     const denied = await post('{"error_rate":100}');
@@ -83,9 +54,9 @@ describe('issue 33 finding 4: runtime control needs enabling, then the key', () 
   });
 
   it('capture never forwards /mocker/* to its upstream (a 404 of its own), and guards the API with --api-key', async () => {
-    const upstream = await serveInProcess({ enableControlRoutes: true, servedModelName: ['m'] });
+    const upstream = await rig.serveInProcess({ enableControlRoutes: true, servedModelName: ['m'] });
     const captures = join(mkdtempSync(join(testTmpdir(), 'mocker-access-')), 'c.db');
-    const { url } = await mocker(['capture', '--upstream', upstream, '--captures', captures, '--api-key', KEY]);
+    const { url } = await rig.mocker(['capture', '--upstream', upstream, '--captures', captures, '--api-key', KEY]);
     for (const key of [undefined, KEY]) {
       const res = await fetch(`${url}/mocker/config`, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) }, body: '{"error_rate":100}' });
       expect(res.status).toBe(404);
@@ -100,9 +71,9 @@ describe('issue 33 finding 4: runtime control needs enabling, then the key', () 
   });
 
   it('pd-proxy guards its API with --api-key', async () => {
-    const prefill = await serveInProcess({ role: 'prefill', servedModelName: ['m'] });
-    const decode = await serveInProcess({ role: 'decode', servedModelName: ['m'] });
-    const { url } = await mocker(['pd-proxy', '--prefill', prefill, '--decode', decode, '--api-key', KEY]);
+    const prefill = await rig.serveInProcess({ role: 'prefill', servedModelName: ['m'] });
+    const decode = await rig.serveInProcess({ role: 'decode', servedModelName: ['m'] });
+    const { url } = await rig.mocker(['pd-proxy', '--prefill', prefill, '--decode', decode, '--api-key', KEY]);
     const complete = (key?: string) =>
       fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) }, body: JSON.stringify({ model: 'm', prompt: 'Hi', max_tokens: 2 }) });
     const denied = await complete();
@@ -117,7 +88,7 @@ describe('issue 33 finding 4: runtime control needs enabling, then the key', () 
     const start = async (args: string[]) => {
       const [port] = await freePorts(1);
       const spawned = spawnMockerProcess([...SERVE, '--port', String(port), ...args], { env: ENV });
-      processes.push(spawned);
+      rig.track(spawned);
       const closed = new Promise<void>((resolve) => spawned.child.once('close', () => resolve()));
       await new Promise<void>((resolve, reject) => {
         spawned.child.stdout!.on('data', () => spawned.stdout().includes(`:${port}`) && resolve());

@@ -11,45 +11,16 @@ import { join } from 'node:path';
 import { Hono } from 'hono';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CAPTURE_ROUTES } from '../src/cli/capture.js';
-import { startServe, type Running, type ServeOptions } from '../src/cli/serve.js';
 import type { ClassifiedRoute } from '../src/http/access.js';
 import { SERVE_ROUTES, serveRoutes } from '../src/http/serveApp.js';
 import { PD_PROXY_ROUTES } from '../src/pd/proxy.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { AccessRig, call, ENV, KEY, SERVE } from './support/accessRig.js';
 import { testTmpdir } from './support/tempRoot.js';
 
-const KEY = 'sk-access-test';
-/** The environment without the variables that turn routes on or set a key. */
-const ENV = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(VLLM_|MOCKER_)/.test(k)));
 const LORA_UPDATING = { ...ENV, VLLM_ALLOW_RUNTIME_LORA_UPDATING: '1' };
 
-const processes: MockerProcess[] = [];
-const inProcess: Running[] = [];
-afterEach(async () => {
-  await Promise.all(processes.splice(0).map((p) => p.stop()));
-  await Promise.all(inProcess.splice(0).map((r) => r.close()));
-});
-
-const SERVE = ['serve', '--mode', 'random', '--fast', '--served-model-name', 'm'];
-
-async function mocker(args: string[], env: NodeJS.ProcessEnv = ENV): Promise<{ url: string; process: MockerProcess }> {
-  const p = await startMockerProcess(args, 0, { env });
-  processes.push(p);
-  return { url: `http://127.0.0.1:${p.port}`, process: p };
-}
-
-async function serveInProcess(options: Partial<ServeOptions>): Promise<string> {
-  const running = await startServe({ mode: 'random', captures: ':memory:', timing: 'none', ...options });
-  inProcess.push(running);
-  return `http://127.0.0.1:${running.port}`;
-}
-
-/** One request as a client sends it: a JSON object body on anything but GET. */
-async function call(url: string, method: string, path: string, key?: string): Promise<{ status: number; body: string }> {
-  const headers: Record<string, string> = { ...(key ? { authorization: `Bearer ${key}` } : {}), ...(method === 'GET' ? {} : { 'content-type': 'application/json' }) };
-  const res = await fetch(`${url}${path}`, { method, headers, body: method === 'GET' ? undefined : '{}' });
-  return { status: res.status, body: await res.text() };
-}
+const rig = new AccessRig();
+afterEach(() => rig.close());
 
 /** A path the route answers: a pattern's `*` stands for one more segment. Any method (`*`) is asked with GET. */
 const sample = (route: ClassifiedRoute) => ({ method: route.method === '*' ? 'GET' : route.method, path: route.path.endsWith('/*') ? `${route.path.slice(0, -1)}config` : route.path });
@@ -98,9 +69,7 @@ describe("every route of every server is classified public, key or control (walk
     process.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING = '1';
     let routes: ClassifiedRoute[];
     try {
-      const running = await startServe({ mode: 'random', captures: ':memory:', timing: 'none', enableControlRoutes: true, role: 'prefill' });
-      inProcess.push(running);
-      routes = running.routes!;
+      routes = (await rig.running({ enableControlRoutes: true, role: 'prefill' })).routes!;
     } finally {
       if (before === undefined) delete process.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING;
       else process.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING = before;
@@ -109,25 +78,25 @@ describe("every route of every server is classified public, key or control (walk
     expect(routes.map((r) => `${r.method} ${r.path}`).sort()).toEqual(Object.entries(SERVE_ROUTES).flatMap(([path, r]) => r.methods.map((m) => `${m} ${path}`)).sort());
     expect(new Set(routes.map((r) => r.class))).toEqual(new Set(['public', 'key', 'control']));
 
-    const all = await mocker([...SERVE, '--api-key', KEY, '--api-key-scope', 'all', '--enable-control-routes', '--disaggregation-mode', 'prefill'], LORA_UPDATING);
+    const all = await rig.mocker([...SERVE, '--api-key', KEY, '--api-key-scope', 'all', '--enable-control-routes', '--disaggregation-mode', 'prefill'], LORA_UPDATING);
     await checkRoutes(all.url, routes, 'all', true);
-    const v1 = await mocker([...SERVE, '--api-key', KEY]);
+    const v1 = await rig.mocker([...SERVE, '--api-key', KEY]);
     await checkRoutes(v1.url, routes, 'v1', false);
   });
 
   it('capture: every entry of CAPTURE_ROUTES, against a spawned capture with --api-key-scope all', async () => {
-    const upstream = await serveInProcess({ enableControlRoutes: true, servedModelName: ['m'] });
+    const upstream = await rig.serveInProcess({ enableControlRoutes: true, servedModelName: ['m'] });
     const captures = join(mkdtempSync(join(testTmpdir(), 'mocker-access-')), 'c.db');
     expect(new Set(CAPTURE_ROUTES.map((r) => r.class))).toEqual(new Set(['public', 'key', 'control']));
-    const { url } = await mocker(['capture', '--upstream', upstream, '--captures', captures, '--api-key', KEY, '--api-key-scope', 'all']);
+    const { url } = await rig.mocker(['capture', '--upstream', upstream, '--captures', captures, '--api-key', KEY, '--api-key-scope', 'all']);
     // The capture has no control routes to turn on: its upstream's are never reached through it.
     await checkRoutes(url, CAPTURE_ROUTES, 'all', false);
   });
 
   it('pd-proxy: every entry of PD_PROXY_ROUTES, against a spawned pd-proxy with --api-key', async () => {
-    const prefill = await serveInProcess({ role: 'prefill', servedModelName: ['m'] });
-    const decode = await serveInProcess({ role: 'decode', servedModelName: ['m'] });
-    const { url } = await mocker(['pd-proxy', '--prefill', prefill, '--decode', decode, '--api-key', KEY]);
+    const prefill = await rig.serveInProcess({ role: 'prefill', servedModelName: ['m'] });
+    const decode = await rig.serveInProcess({ role: 'decode', servedModelName: ['m'] });
+    const { url } = await rig.mocker(['pd-proxy', '--prefill', prefill, '--decode', decode, '--api-key', KEY]);
     await checkRoutes(url, PD_PROXY_ROUTES, 'v1', false);
   });
 });

@@ -23,9 +23,9 @@ const RENDERERS = 2;
 const RENDER_MAX_CHARS = 16 * 1024 * 1024;
 
 /**
- * The renderer: one request a line on stdin (`{ source, context }`), one answer a line on stdout (`{ text }` or
- * `{ error }`); compiled templates are kept by source (a few: a capture's, a request's). It ends with its stdin,
- * so it never outlives the server.
+ * The renderer: a first line `ready` once it has loaded, then one request a line on stdin (`{ source, context }`),
+ * one answer a line on stdout (`{ text }` or `{ error }`); compiled templates are kept by source (a few: a
+ * capture's, a request's). It ends with its stdin, so it never outlives the server.
  */
 const RENDERER_SOURCE = `
 const { Template } = await import(process.argv[1]);
@@ -61,6 +61,7 @@ process.stdin.on('data', (data) => {
   if (from < data.length) pending.push(data.slice(from));
 });
 process.stdin.on('end', () => process.exit(0));
+process.stdout.write('ready\\n');
 `;
 
 const JINJA_URL = import.meta.resolve('@huggingface/jinja');
@@ -77,20 +78,15 @@ interface Job {
 /** One renderer process and the render it is busy with. */
 class Renderer {
   readonly child: ChildProcess;
+  /** Loaded and listening: renders are handed to it only then, so its start never counts against a render's time. */
+  ready = false;
   job: Job | null = null;
   private timer: NodeJS.Timeout | null = null;
   private timedOut = false;
   private readonly answer: string[] = [];
 
-  constructor(private readonly onGone: (renderer: Renderer) => void, private readonly onIdle: () => void) {
+  constructor(private readonly onGone: (renderer: Renderer, why: string) => void, private readonly onIdle: () => void) {
     this.child = spawn(process.execPath, [`--max-old-space-size=${RENDER_HEAP_MB}`, '--max-semi-space-size=1', '--input-type=module', '-e', RENDERER_SOURCE, JINJA_URL, String(RENDER_MAX_CHARS)], { stdio: ['pipe', 'pipe', 'ignore'] });
-    // At nice 19: a template spinning until its stop takes what CPU the server leaves, not the server's own share
-    // (four spinning renderers on 2 cores put /health's p99 over 100 ms; bench/hostile.ts).
-    try {
-      if (this.child.pid !== undefined) setPriority(this.child.pid, 19);
-    } catch {
-      // Not allowed here: the renderer keeps the server's priority.
-    }
     // Idle renderers keep no one waiting: the server exits when it is done (and they with their stdin).
     this.child.unref();
     for (const stream of [this.child.stdin, this.child.stdout] as unknown as { unref?: () => void }[]) stream.unref?.();
@@ -100,7 +96,13 @@ class Renderer {
     this.child.stdin!.on('error', () => {});
     this.child.once('error', (err) => this.end(`the template renderer could not start: ${err.message}`));
     this.child.once('exit', (code, signal) =>
-      this.end(this.timedOut ? `rendering was stopped after ${this.job?.timeoutMs} ms` : `rendering was stopped: its process ended (${signal ?? `exit code ${code}`}), most likely beyond its ${RENDER_HEAP_MB} MB heap`),
+      this.end(
+        !this.ready
+          ? `the template renderer could not start (${signal ?? `exit code ${code}`})`
+          : this.timedOut
+            ? `rendering was stopped after ${this.job?.timeoutMs} ms`
+            : `rendering was stopped: its process ended (${signal ?? `exit code ${code}`}), most likely beyond its ${RENDER_HEAP_MB} MB heap`,
+      ),
     );
   }
 
@@ -116,20 +118,44 @@ class Renderer {
   }
 
   private read(data: string): void {
-    const nl = data.indexOf('\n');
-    if (nl < 0) return void this.answer.push(data);
-    this.answer.push(data.slice(0, nl));
-    const line = this.answer.join('');
-    this.answer.length = 0;
+    let from = 0;
+    for (let nl = data.indexOf('\n'); nl >= 0; nl = data.indexOf('\n', from)) {
+      this.answer.push(data.slice(from, nl));
+      from = nl + 1;
+      const line = this.answer.join('');
+      this.answer.length = 0;
+      if (this.ready) this.answered(line);
+      else this.loaded();
+    }
+    if (from < data.length) this.answer.push(data.slice(from));
+  }
+
+  private answered(line: string): void {
     const job = this.job;
     this.settle();
-    if (!job) return;
+    if (job) {
+      try {
+        const out = JSON.parse(line) as { text?: string; error?: string };
+        if (out.error !== undefined) job.reject(new TemplateRenderError(out.error));
+        else job.resolve(out.text ?? '');
+      } catch {
+        job.reject(new TemplateRenderError('the template renderer answered nothing readable'));
+      }
+    }
+    this.onIdle();
+  }
+
+  /**
+   * Its start ran at the server's priority (at nice 19 on a busy machine, a Node start could take seconds); from
+   * now on at nice 19: a template spinning until its stop takes what CPU the server leaves, not the server's own
+   * share (four spinning renderers on 2 cores put /health's p99 over 100 ms; bench/hostile.ts).
+   */
+  private loaded(): void {
+    this.ready = true;
     try {
-      const out = JSON.parse(line) as { text?: string; error?: string };
-      if (out.error !== undefined) job.reject(new TemplateRenderError(out.error));
-      else job.resolve(out.text ?? '');
+      if (this.child.pid !== undefined) setPriority(this.child.pid, 19);
     } catch {
-      job.reject(new TemplateRenderError('the template renderer answered nothing readable'));
+      // Not allowed here: the renderer keeps the server's priority.
     }
     this.onIdle();
   }
@@ -144,7 +170,7 @@ class Renderer {
   private end(why: string): void {
     const job = this.job;
     this.settle();
-    this.onGone(this);
+    this.onGone(this, why);
     job?.reject(new TemplateRenderError(why));
   }
 }
@@ -161,20 +187,23 @@ class RendererPool {
 
   private dispatch(): void {
     while (this.queue.length > 0) {
-      let idle = [...this.renderers].find((r) => r.job === null);
-      if (!idle && this.renderers.size < RENDERERS) {
-        idle = new Renderer(
-          (gone) => {
-            this.renderers.delete(gone);
-            this.dispatch();
-          },
-          () => this.dispatch(),
-        );
-        this.renderers.add(idle);
+      const idle = [...this.renderers].find((r) => r.ready && r.job === null);
+      if (idle) {
+        idle.run(this.queue.shift()!);
+        continue;
       }
-      if (!idle) return;
-      idle.run(this.queue.shift()!);
+      // Renders wait for one that is loaded or becomes free; as many start as there are renders waiting.
+      const starting = [...this.renderers].filter((r) => !r.ready).length;
+      for (let n = starting; n < this.queue.length && this.renderers.size < RENDERERS; n++) this.renderers.add(new Renderer((gone, why) => this.gone(gone, why), () => this.dispatch()));
+      return;
     }
+  }
+
+  private gone(renderer: Renderer, why: string): void {
+    this.renderers.delete(renderer);
+    // One that could not even start would not start again: the renders waiting fail instead of respawning it for ever.
+    if (!renderer.ready) for (const job of this.queue.splice(0)) job.reject(new TemplateRenderError(why));
+    this.dispatch();
   }
 }
 

@@ -334,3 +334,49 @@ export function classifyReply(c: FuzzCase, res: Reply): string {
 export function describeCase(c: FuzzCase, index: number, seed: number): string {
   return `case ${index} (seed ${seed}, ${c.kind}${c.disconnect ? `, ${c.disconnect}` : ''}): ${c.method} ${c.path} ${c.body.toString('latin1').slice(0, 300)}`;
 }
+
+/** What became of one case. */
+export interface CaseOutcome<Door extends string> {
+  door: Door;
+  index: number;
+  case: FuzzCase;
+  reply: Reply | null;
+  /** "200 completion", "400 BadRequestError", "disconnected"… */
+  kind: string;
+  /** What was wrong with the reply (null: a valid answer or a well-formed error). */
+  violation: string | null;
+  /** Request sent → reply over (ms). */
+  ms: number;
+}
+
+/**
+ * Sends each case (numbered from `firstIndex`) to its door with `concurrency` clients; `classify` names a reply's
+ * kind and throws at one that is not a valid answer or a well-formed vLLM error, which is then a violation.
+ */
+export async function sendCases<Door extends string>(
+  cases: readonly { door: { name: Door; port: number }; case: FuzzCase }[],
+  classify: (c: FuzzCase, reply: Reply) => string,
+  options: { concurrency: number; firstIndex: number; seed: number; r?: Rng },
+): Promise<CaseOutcome<Door>[]> {
+  const outcomes: CaseOutcome<Door>[] = [];
+  let next = 0;
+  const client = async () => {
+    for (let i = next++; i < cases.length; i = next++) {
+      const { door, case: c } = cases[i];
+      const index = options.firstIndex + i;
+      const t0 = performance.now();
+      let reply: Reply | null = null;
+      let kind = 'no reply';
+      let violation: string | null = null;
+      try {
+        reply = await send(door.port, c, options.r);
+        kind = classify(c, reply);
+      } catch (err) {
+        violation = `${door.name}: ${(err as Error).message} — ${describeCase(c, index, options.seed)}`;
+      }
+      outcomes.push({ door: door.name, index, case: c, reply, kind, violation, ms: performance.now() - t0 });
+    }
+  };
+  await Promise.all(Array.from({ length: options.concurrency }, client));
+  return outcomes.sort((a, b) => a.index - b.index);
+}

@@ -8,7 +8,7 @@ import http from 'node:http';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { CaptureStore } from '../../src/store/captureStore.js';
-import { classifyReply, describeCase, promptCount, send, type FuzzCase, type Json, type Reply, type Rng } from './fuzzRequests.js';
+import { classifyReply, describeCase, promptCount, send, sendCases, type CaseOutcome, type FuzzCase, type Json, type Rng } from './fuzzRequests.js';
 import { startMockerProcess, type MockerProcess } from './mockerProcess.js';
 
 /** Largest body the fuzzed processes accept: hostile giant strings go up to just past it. */
@@ -139,46 +139,15 @@ export async function settledEngines(rig: FuzzRig, attempts = 50): Promise<strin
   return busy;
 }
 
-export interface FuzzOutcome {
-  door: DoorName;
-  index: number;
-  case: FuzzCase;
-  reply: Reply | null;
-  /** "200 completion", "400 BadRequestError", "disconnected"… */
-  kind: string;
-  /** What was wrong with the reply (null: a valid answer or a well-formed error). */
-  violation: string | null;
-  /** Request sent → reply over (ms). */
-  ms: number;
-}
+export type FuzzOutcome = CaseOutcome<DoorName>;
 
 /**
  * Sends `cases` (numbered from `firstIndex`), each to a door picked at random, with `concurrency` clients.
  * Returns one outcome per case; a reply that is not a valid answer or a well-formed vLLM error is a violation.
  */
-export async function fuzzBatch(rig: FuzzRig, cases: FuzzCase[], options: { concurrency: number; firstIndex: number; seed: number; r: Rng }): Promise<FuzzOutcome[]> {
-  const doors = cases.map(() => options.r.pick(rig.doors));
-  const outcomes: FuzzOutcome[] = [];
-  let next = 0;
-  const client = async () => {
-    for (let i = next++; i < cases.length; i = next++) {
-      const c = cases[i];
-      const index = options.firstIndex + i;
-      const t0 = performance.now();
-      let reply: Reply | null = null;
-      let kind = 'no reply';
-      let violation: string | null = null;
-      try {
-        reply = await send(doors[i].port, c, options.r);
-        kind = reply.disconnected ? 'disconnected' : classifyReply(c, reply);
-      } catch (err) {
-        violation = `${doors[i].name}: ${(err as Error).message} — ${describeCase(c, index, options.seed)}`;
-      }
-      outcomes.push({ door: doors[i].name, index, case: c, reply, kind, violation, ms: performance.now() - t0 });
-    }
-  };
-  await Promise.all(Array.from({ length: options.concurrency }, client));
-  return outcomes.sort((a, b) => a.index - b.index);
+export function fuzzBatch(rig: FuzzRig, cases: FuzzCase[], options: { concurrency: number; firstIndex: number; seed: number; r: Rng }): Promise<FuzzOutcome[]> {
+  const routed = cases.map((c) => ({ door: options.r.pick(rig.doors), case: c }));
+  return sendCases(routed, (c, reply) => (reply.disconnected ? 'disconnected' : classifyReply(c, reply)), options);
 }
 
 /** The generated text of each choice of a vLLM response, streamed or not, in index order. */

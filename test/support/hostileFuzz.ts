@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CaptureStore } from '../../src/store/captureStore.js';
 import { loadModelFiles } from '../../src/tokenizer/index.js';
-import { classifyReply, describeCase, send, type FuzzCase, type Json, type Reply, type Rng } from './fuzzRequests.js';
+import { classifyReply, sendCases, type CaseOutcome, type FuzzCase, type Json, type Reply, type Rng } from './fuzzRequests.js';
 import { startMockerProcess, type MockerProcess } from './mockerProcess.js';
 
 const JSON_HEADERS = { 'content-type': 'application/json' };
@@ -202,16 +202,7 @@ export function makeHostileRigCase(r: Rng, door: HostileDoor): { door: HostileDo
   return { door, case: r.next() < 0.5 ? makeToolCase(r) : makeTemplateCase(r) };
 }
 
-export interface HostileOutcome {
-  index: number;
-  door: HostileDoor;
-  case: FuzzCase;
-  reply: Reply | null;
-  /** "200 completion", "400 BadRequestError"… */
-  kind: string;
-  violation: string | null;
-  ms: number;
-}
+export type HostileOutcome = CaseOutcome<HostileDoor>;
 
 /** A reply of /tokenize: `{count, max_model_len, tokens, token_strs}` with as many tokens as counted. */
 function classifyTokenize(res: Reply): string {
@@ -221,28 +212,9 @@ function classifyTokenize(res: Reply): string {
 }
 
 /** Sends cases with `concurrency` clients; each reply is classified, anything else is a violation. */
-export async function runHostileCases(rig: HostileRig, cases: { door: HostileDoor; case: FuzzCase }[], options: { concurrency: number; firstIndex: number; seed: number }): Promise<HostileOutcome[]> {
-  const outcomes: HostileOutcome[] = [];
-  let next = 0;
-  const client = async () => {
-    for (let i = next++; i < cases.length; i = next++) {
-      const { door, case: c } = cases[i];
-      const index = options.firstIndex + i;
-      const t0 = performance.now();
-      let reply: Reply | null = null;
-      let kind = 'no reply';
-      let violation: string | null = null;
-      try {
-        reply = await send(rig[door].port, c);
-        kind = reply.status === 200 && c.path === '/tokenize' ? classifyTokenize(reply) : classifyReply(c, reply);
-      } catch (err) {
-        violation = `${door}: ${(err as Error).message} — ${describeCase(c, index, options.seed)}`;
-      }
-      outcomes.push({ index, door, case: c, reply, kind, violation, ms: performance.now() - t0 });
-    }
-  };
-  await Promise.all(Array.from({ length: options.concurrency }, client));
-  return outcomes.sort((a, b) => a.index - b.index);
+export function runHostileCases(rig: HostileRig, cases: { door: HostileDoor; case: FuzzCase }[], options: { concurrency: number; firstIndex: number; seed: number }): Promise<HostileOutcome[]> {
+  const routed = cases.map(({ door, case: c }) => ({ door: { name: door, port: rig[door].port }, case: c }));
+  return sendCases(routed, (c, reply) => (reply.status === 200 && c.path === '/tokenize' ? classifyTokenize(reply) : classifyReply(c, reply)), options);
 }
 
 /** The processes of the rig that exited (a crash: nothing stops them during fuzzing). */

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { setPriority } from 'node:os';
 
 /**
@@ -66,6 +67,27 @@ process.stdout.write('ready\\n');
 
 const JINJA_URL = import.meta.resolve('@huggingface/jinja');
 
+/**
+ * A render's limit is CPU time, not wall time: a renderer at nice 19 on a busy machine may get a few percent of a
+ * core, and a legitimate chat must not fail for that. The wall clock still ends a render after this many times
+ * its limit (a renderer that cannot be measured: after its limit).
+ */
+const WALL_LIMIT_FACTOR = 10;
+
+/** CPU time (ms) process `pid` has used, from /proc (Linux; its clock ticks are 1/100 s); null when unreadable. */
+function cpuMs(pid: number | undefined): number | null {
+  if (pid === undefined) return null;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // After the command name (which may hold spaces): state, then utime and stime are the 12th and 13th fields.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ticks = Number(fields[11]) + Number(fields[12]);
+    return Number.isFinite(ticks) ? ticks * 10 : null;
+  } catch {
+    return null;
+  }
+}
+
 export class TemplateRenderError extends Error {}
 
 interface Job {
@@ -109,11 +131,19 @@ class Renderer {
   run(job: Job): void {
     this.job = job;
     this.timedOut = false;
-    // A render in flight keeps the server's loop alive (the timer is ref'd), an idle renderer does not.
-    this.timer = setTimeout(() => {
-      this.timedOut = true;
-      this.child.kill('SIGKILL');
-    }, job.timeoutMs);
+    const startedMs = performance.now();
+    const startCpuMs = cpuMs(this.child.pid);
+    // Checked when the render could have used its limit of CPU; a render in flight keeps the server's loop alive
+    // (the timer is ref'd), an idle renderer does not.
+    const check = () => {
+      const now = cpuMs(this.child.pid);
+      const used = startCpuMs === null || now === null ? null : now - startCpuMs;
+      if (used === null || used >= job.timeoutMs || performance.now() - startedMs >= job.timeoutMs * WALL_LIMIT_FACTOR) {
+        this.timedOut = true;
+        this.child.kill('SIGKILL');
+      } else this.timer = setTimeout(check, Math.max(job.timeoutMs - used, 50));
+    };
+    this.timer = setTimeout(check, job.timeoutMs);
     this.child.stdin!.write(job.line);
   }
 

@@ -97,6 +97,8 @@ export function fuzzTemplate(r: Rng, depth = 0): string {
     }
     if (roll < 0.6) return `{% set v = ${r.pick(['messages', 'range(10)|list', "'y' * 1000", 'namespace(n=0)'])} %}`;
     if (roll < 0.66) return "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
+    // Spins on small arrays: CPU without memory, what the time limit (not the heap's) is for. Rare: each holds a renderer 2 s.
+    if (roll < 0.665) return '{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}';
     if (roll < 0.74) return r.pick(['{{', '{% for %}', '{% endfor %}', '}}', '{% if %}', '{#', '{{ }}', '{% raw %}']);
     return r.pick(['<|im_start|>user\n', 'text ', '\n', '<|im_end|>', '日本', '']);
   });

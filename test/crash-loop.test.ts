@@ -27,8 +27,11 @@ interface Sent {
   seen: string[] | null;
 }
 
-/** The double answers each request with a text of its own, 1 to 24 tokens long, 4 ms a token. */
-const answerFor = (round: number, k: number) => `Round ${round} answer ${k}:${' go'.repeat(k % 24)}`;
+/**
+ * The double answers each request with a text of its own, 4 ms a token: 1 to 24 tokens long, and one request in
+ * eight 36 tokens longer (within its max_tokens), so that some are mid-way whenever the kill comes.
+ */
+const answerFor = (round: number, k: number) => `Round ${round} answer ${k}:${' go'.repeat((k % 24) + (k % 8 === 7 ? 36 : 0))}`;
 
 function request(port: number, round: number, k: number): { sent: Sent; done: Promise<void> } {
   const chat = k % 2 === 1;
@@ -76,9 +79,11 @@ describe(`kill -9 of capture with ${IN_FLIGHT} streams in flight, ${ROUNDS} time
       const generations = () => upstream.received.filter((q) => q.path.endsWith('completions')).length;
       const before = generations();
       const requests = Array.from({ length: IN_FLIGHT }, (_, k) => request(capture.port, round, k));
-      // Killed once the engine has all 64 requests, a little later each round: some answers have ended, some not.
-      while (generations() - before < IN_FLIGHT) await new Promise((resolve) => setTimeout(resolve, 2));
-      await new Promise((resolve) => setTimeout(resolve, r.int(0, 80)));
+      // Killed once the engine has all 64 requests and two answers have ended (on a loaded machine, where the
+      // recorder at nice 19 gets little CPU, that comes later), a little later each round.
+      const ended = () => requests.filter((q) => q.sent.seen !== null).length;
+      while (generations() - before < IN_FLIGHT || ended() < 2) await new Promise((resolve) => setTimeout(resolve, 2));
+      await new Promise((resolve) => setTimeout(resolve, r.int(0, 20)));
       capture.child.kill('SIGKILL');
       await new Promise((resolve) => capture.child.once('exit', resolve));
       await Promise.all(requests.map((q) => q.done));

@@ -4,8 +4,8 @@ import { forwardExchange } from '../capture/forward.js';
 import { UpstreamPool } from '../capture/upstreamHttp.js';
 import { RecorderThread } from '../capture/recorderThread.js';
 import { listeningServer } from '../http/drain.js';
-import { errorJson } from '../http/errors.js';
-import { admitted, classOf, decodedPath, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../http/access.js';
+import { errorJson, sendJson } from '../http/errors.js';
+import { admitted, classOf, decodedPath, DEFAULT_API_KEY_SCOPE, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../http/access.js';
 import { SERVE_ROUTES } from '../http/serveApp.js';
 import { serverTls, upstreamTls, type TlsFiles } from '../http/tls.js';
 import { CaptureStore } from '../store/captureStore.js';
@@ -46,10 +46,6 @@ export const CAPTURE_ROUTES: readonly ClassifiedRoute[] = [
 ];
 
 const STATS_INTERVAL_MS = 10_000;
-
-function sendJson(res: ServerResponse, status: number, body: string): void {
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
-}
 
 function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
   return new Promise((resolve, reject) => {
@@ -138,7 +134,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
     });
     const recording = new RecordingSink(thread.sink, opts.captures);
     const connections = new UpstreamPool(upstream.url, opts.upstreamTimeoutMs, upstream.tls);
-    const access = opts.access ?? { scope: 'v1' };
+    const access = opts.access ?? { scope: DEFAULT_API_KEY_SCOPE };
     const handler = (req: IncomingMessage, res: ServerResponse) => {
       const path = decodedPath(req.url ?? '/');
       if (path === null) return void sendJson(res, 400, errorJson(400, `Invalid request path ${JSON.stringify((req.url ?? '').slice(0, 200))}: it does not percent-decode.`));

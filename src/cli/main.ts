@@ -25,7 +25,7 @@ import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { DEFAULT_MIN_PREFIX_RATIO } from '../generation/resolver.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { DEFAULT_MIDSTREAM_AFTER_TOKENS, parseFaultTypes } from '../http/faults.js';
-import { API_KEY_SCOPES } from '../http/access.js';
+import { API_KEY_SCOPES, DEFAULT_API_KEY_SCOPE } from '../http/access.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
 
@@ -79,7 +79,7 @@ const tlsFiles = (o: OptionValues) => ({ keyfile: o.sslKeyfile, certfile: o.sslC
 const upstreamCaCerts = () => new Option('--upstream-ca-certs <file>', "CA certificates (PEM) an https: upstream's certificate is checked against, instead of Node's");
 
 const apiKeyScope = () =>
-  new Option('--api-key-scope <scope>', 'what --api-key guards: v1 (/v1/*, as vLLM) | all (every route but health, version and metrics)').choices(API_KEY_SCOPES).default('v1');
+  new Option('--api-key-scope <scope>', 'what --api-key guards: v1 (/v1/*, as vLLM) | all (every route but health, version and metrics)').choices(API_KEY_SCOPES).default(DEFAULT_API_KEY_SCOPE);
 
 /** A TCP port (0: any free one, where `allowAny`). */
 function port(name: string, allowAny = true) {

@@ -13,7 +13,7 @@ import { existsSync } from 'node:fs';
 import { Drain, listen } from '../http/drain.js';
 import { createServeApp, serveRoutes, type EffectiveSettings, type PdConfig } from '../http/serveApp.js';
 import { serverTls, upstreamTls, type TlsFiles } from '../http/tls.js';
-import { exposedControlWarning, type ApiKeyPolicy, type ApiKeyScope, type ClassifiedRoute } from '../http/access.js';
+import { DEFAULT_API_KEY_SCOPE, exposedControlWarning, type ApiKeyPolicy, type ApiKeyScope, type ClassifiedRoute } from '../http/access.js';
 import { LoraAdapters, runtimeLoraUpdating, type LoraModule } from '../http/loraAdapters.js';
 import { badFaultSetting, DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, FAULT_TYPES, FaultInjector, type FaultSettings } from '../http/faults.js';
 import { kvBytesPerToken, parsePeer } from '../pd/kvTransfer.js';
@@ -222,7 +222,7 @@ export function advertisedHost(host: string): string {
 
 /** `serve`'s --api-key (else VLLM_API_KEY, as vLLM) and --api-key-scope. */
 export function apiKeyPolicy(options: Pick<ServeOptions, 'apiKey' | 'apiKeyScope'>): ApiKeyPolicy {
-  return { key: options.apiKey ?? process.env.VLLM_API_KEY, scope: options.apiKeyScope ?? 'v1' };
+  return { key: options.apiKey ?? process.env.VLLM_API_KEY, scope: options.apiKeyScope ?? DEFAULT_API_KEY_SCOPE };
 }
 
 /** vLLM's VLLM_SERVER_DEV_MODE: its development routes (`/reset_prefix_cache`, `/sleep`…) are attached. */

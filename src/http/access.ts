@@ -14,6 +14,8 @@ export type RouteClass = 'public' | 'key' | 'control';
 
 export const API_KEY_SCOPES = ['v1', 'all'] as const;
 export type ApiKeyScope = (typeof API_KEY_SCOPES)[number];
+/** vLLM's: the key guards `/v1/*`. */
+export const DEFAULT_API_KEY_SCOPE: ApiKeyScope = 'v1';
 
 /** `--api-key` (none: every route open) and `--api-key-scope`. */
 export interface ApiKeyPolicy {

@@ -5,9 +5,9 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { listeningServer, type Drain, type DrainResult } from '../http/drain.js';
 import { spliceFirstMember } from '../capture/forward.js';
-import { errorJson } from '../http/errors.js';
+import { errorJson, sendJson } from '../http/errors.js';
 import { serverTls, type TlsFiles } from '../http/tls.js';
-import { admitted, decodedPath, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../http/access.js';
+import { admitted, decodedPath, DEFAULT_API_KEY_SCOPE, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../http/access.js';
 import { requestPull, type KvTransferParams } from './kvTransfer.js';
 
 export interface PdProxyOptions {
@@ -70,11 +70,6 @@ function releaseUnpulled(transfer: unknown, prefill: URL, authorization: string 
 
 const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
 
-function sendJson(res: ServerResponse, status: number, body: string): void {
-  if (res.headersSent) return void res.destroy();
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
-}
-
 async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
   const chunks: Buffer[] = [];
   let size = 0;
@@ -104,7 +99,7 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
   let nextPrefill = 0;
   let nextDecode = 0;
 
-  const access = options.access ?? { scope: 'v1' };
+  const access = options.access ?? { scope: DEFAULT_API_KEY_SCOPE };
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const method = req.method ?? 'GET';
     const path = decodedPath(req.url ?? '/') ?? '';

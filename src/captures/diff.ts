@@ -85,7 +85,7 @@ function canonical(value: unknown): string {
   return JSON.stringify(value);
 }
 
-function requestKey(ex: StoredExchange, byPrompt: boolean): string | null {
+export function requestKey(ex: StoredExchange, byPrompt: boolean): string | null {
   if (byPrompt) return ex.promptIds ? `${ex.model}\0${ex.promptIds.join(',')}` : null;
   let body: unknown;
   try {

@@ -32,6 +32,10 @@ export interface CaptureOptions {
   tls?: TlsFiles;
   /** --upstream-ca-certs: the CAs an https: upstream's certificate is checked against. Default: Node's. */
   upstreamCaCerts?: string;
+  /** The tokenizer's files themselves (`rerun`: the golden run's), instead of finding them from --model or the upstream. */
+  tokenizer?: { name: string; files: Map<string, Buffer> };
+  /** No startup line nor periodic counts (`rerun` prints its own progress). */
+  quiet?: boolean;
 }
 
 /**
@@ -80,7 +84,8 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
     let model: { name: string; files: Map<string, Buffer> };
     /** The bundled tokenizer stands in for the engine's own, which may be found once the engine answers. */
     let standIn = false;
-    if (opts.model !== undefined) model = loadModelFiles(opts.model);
+    if (opts.tokenizer !== undefined) model = opts.tokenizer;
+    else if (opts.model !== undefined) model = loadModelFiles(opts.model);
     else {
       try {
         model = loadModelFiles(identity.modelRoot);
@@ -160,9 +165,9 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       );
     };
     drain.handle(server, handler);
-    console.log(`mocker capture: proxying ${tls ? 'https' : 'http'}://${opts.host}:${port} -> ${upstream.url.href} (${describeEngine(identity)}), recording into ${opts.captures} (run ${runId}, tokenizer ${model.name})`);
+    if (!opts.quiet) console.log(`mocker capture: proxying ${tls ? 'https' : 'http'}://${opts.host}:${port} -> ${upstream.url.href} (${describeEngine(identity)}), recording into ${opts.captures} (run ${runId}, tokenizer ${model.name})`);
     let lastLogged = 0;
-    const stats = setInterval(() => {
+    const stats = opts.quiet ? undefined : setInterval(() => {
       const n = recording.recorded.exchanges;
       if (n === lastLogged) return;
       lastLogged = n;
@@ -171,7 +176,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
         (err: unknown) => console.error(`mocker capture: could not count the captures in ${opts.captures}: ${(err as Error).message}`),
       );
     }, STATS_INTERVAL_MS);
-    stats.unref();
+    stats?.unref();
     return {
       port,
       close: async (graceMs = 0) => {

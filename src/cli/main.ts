@@ -16,6 +16,7 @@ import { parsePeer } from '../pd/kvTransfer.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
+import { rerunCommand } from './rerun.js';
 import { defaultThreads, startServeThreads } from './threads.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
 import { fitCommand } from '../captures/fit.js';
@@ -424,6 +425,8 @@ program
 
 // Every server takes vLLM's TLS flags (listed after its own).
 for (const server of ['serve', 'capture', 'pd-proxy']) for (const option of tlsOptions()) program.commands.find((c) => c.name() === server)!.addOption(option);
+
+program.addCommand(rerunCommand());
 
 /** `mocker captures <command> FILE`: capture files as a product (each command registers itself here). */
 program.command('captures').description('Inspect, export, merge, verify, diff and fit capture files.')

@@ -1,0 +1,424 @@
+/**
+ * A golden capture and a rerun's capture compared exchange by exchange: each golden request paired with the
+ * target's answer to it (same path, model and body), then what changed in preprocessing (prompt token ids, and
+ * where in the request the first change falls), in the output a client sees (token ids, text, reasoning, tool
+ * calls as values, finish and stop reasons, usage; embeddings and scores) and in timing.
+ */
+import kruskalTest from '@stdlib/stats-kruskal-test';
+import { requestKey } from '../captures/diff.js';
+import { RunTokenizers } from '../captures/runTokenizers.js';
+import { CaptureStore, isGeneration, namingCapture, type Generation, type StoredExchange } from '../store/captureStore.js';
+import { distribution } from '../trace/collector.js';
+import type { ModelTokenizer } from '../tokenizer/index.js';
+import { promptPart } from './promptParts.js';
+import type { ChoiceOutput, ExchangeComparison, ExchangeTiming, OutputDifference, Percentiles, PromptComparison, RerunReport, TimingComparison, ToolCall, Verdict } from './report.js';
+
+type Json = Record<string, unknown>;
+
+/** The significance level a timing shift must reach to count as beyond the run-to-run noise. */
+export const TIMING_ALPHA = 0.01;
+/** Text kept of a request or a prompt in the report (per side). */
+const TEXT_LIMIT = 64 * 1024;
+/** Tokens shown on either side of a prompt's first difference. */
+const CONTEXT_TOKENS = 4;
+/** Characters shown of a differing text. */
+const EXCERPT = 80;
+/** Pooling outputs are floats computed on a GPU: equal within this fraction of the vector's largest magnitude. */
+const POOLING_TOLERANCE = 1e-4;
+/** At most this many samples per side go into the significance test (evenly strided): its cost stays small. */
+const TEST_SAMPLES = 10_000;
+const CDF_POINTS = 200;
+
+interface Side {
+  path: string;
+  store: CaptureStore;
+  tokenizers: RunTokenizers;
+}
+
+function open(path: string): Side {
+  const store = CaptureStore.open(path, { readonly: true });
+  return { path, store, tokenizers: new RunTokenizers(store) };
+}
+
+function exchangesOf(side: Side): StoredExchange[] {
+  return namingCapture(side.path, () =>
+    side.store
+      .exchangeIds()
+      .map((id) => side.store.getExchange(id)!) // listed a moment ago, by this reader alone
+      .filter((ex) => ex.endpoint !== null),
+  );
+}
+
+function tokenizerOf(side: Side, ex: StoredExchange): ModelTokenizer | null {
+  return namingCapture(side.path, () => side.tokenizers.get(ex.runId).tokenizer);
+}
+
+function parse(body: Buffer): Json | null {
+  try {
+    const value: unknown = JSON.parse(body.toString('utf8'));
+    return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Json) : null;
+  } catch {
+    return null;
+  }
+}
+
+const cut = (text: string, limit = TEXT_LIMIT) => (text.length > limit ? `${text.slice(0, limit)}…` : text);
+
+function firstDifference<T>(a: readonly T[], b: readonly T[], same: (x: T, y: T) => boolean = (x, y) => x === y): number | null {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) if (!same(a[i], b[i])) return i;
+  return a.length === b.length ? null : n;
+}
+
+function toolCallsOf(deltas: Generation['chunkDeltas']): ToolCall[] {
+  const calls: { name: string; arguments: string }[] = [];
+  for (const delta of deltas) {
+    if (!Array.isArray(delta.tool_calls)) continue;
+    for (const [position, call] of (delta.tool_calls as Json[]).entries()) {
+      const index = typeof call.index === 'number' ? call.index : position;
+      const fn = (call.function ?? {}) as Json;
+      calls[index] ??= { name: '', arguments: '' };
+      if (typeof fn.name === 'string') calls[index].name += fn.name;
+      if (typeof fn.arguments === 'string') calls[index].arguments += fn.arguments;
+    }
+  }
+  return calls.filter(Boolean).map((call) => {
+    try {
+      return { name: call.name, arguments: JSON.parse(call.arguments) as unknown };
+    } catch {
+      return { name: call.name, arguments: call.arguments };
+    }
+  });
+}
+
+/** One choice as the client saw it once the answer was over (a stream's deltas put together). */
+function choiceOutput(ex: StoredExchange, g: Generation): ChoiceOutput {
+  let reasoning: string | null = null;
+  for (const delta of g.chunkDeltas) {
+    // vLLM sends the reasoning as `reasoning_content` (and, since 0.11, the same text again as `reasoning`).
+    const piece = delta.reasoning_content ?? delta.reasoning;
+    if (typeof piece === 'string') reasoning = (reasoning ?? '') + piece;
+  }
+  return {
+    index: g.choiceIndex,
+    // Ids tokenized from the text are one spelling of it, not the engine's: only the text is compared then.
+    tokenIds: ex.tokenSource === 'engine' ? g.outputIds : null,
+    text: g.text,
+    reasoning,
+    toolCalls: toolCallsOf(g.chunkDeltas),
+    finishReason: g.finishReason,
+    stopReason: g.stopReason,
+  };
+}
+
+/** JSON with object keys sorted: tool-call arguments compared as values. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    return `{${Object.keys(value as Json)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Json)[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
+
+function excerpt(text: string, at: number): string {
+  return JSON.stringify(text.slice(at, at + EXCERPT));
+}
+
+function textDifference(field: 'text' | 'reasoning', choice: number, a: string | null, b: string | null): OutputDifference | null {
+  if (a === b) return null;
+  const at = firstDifference([...(a ?? '')], [...(b ?? '')]) ?? 0;
+  const chars = (s: string | null) => (s === null ? 'null' : excerpt([...s].slice(at).join(''), 0));
+  return { field, choice, position: at, golden: chars(a), candidate: chars(b) };
+}
+
+function outputDifferences(golden: ChoiceOutput[], candidate: ChoiceOutput[]): OutputDifference[] {
+  const out: OutputDifference[] = [];
+  if (golden.length !== candidate.length) out.push({ field: 'choices', golden: String(golden.length), candidate: String(candidate.length) });
+  for (let c = 0; c < Math.min(golden.length, candidate.length); c++) {
+    const a = golden[c];
+    const b = candidate[c];
+    if (a.tokenIds !== null && b.tokenIds !== null) {
+      const at = firstDifference(a.tokenIds, b.tokenIds);
+      if (at !== null) out.push({ field: 'token_ids', choice: c, position: at, golden: `${a.tokenIds[at] ?? '(end)'} of ${a.tokenIds.length}`, candidate: `${b.tokenIds[at] ?? '(end)'} of ${b.tokenIds.length}` });
+    }
+    for (const d of [textDifference('text', c, a.text, b.text), textDifference('reasoning', c, a.reasoning, b.reasoning)]) if (d) out.push(d);
+    const calls = (o: ChoiceOutput) => o.toolCalls.map((t) => canonicalJson(t));
+    const callAt = firstDifference(calls(a), calls(b));
+    if (callAt !== null) out.push({ field: 'tool_calls', choice: c, position: callAt, golden: calls(a)[callAt] ?? '(none)', candidate: calls(b)[callAt] ?? '(none)' });
+    if (a.finishReason !== b.finishReason) out.push({ field: 'finish_reason', choice: c, golden: String(a.finishReason), candidate: String(b.finishReason) });
+    if (a.stopReason !== b.stopReason) out.push({ field: 'stop_reason', choice: c, golden: JSON.stringify(a.stopReason), candidate: JSON.stringify(b.stopReason) });
+  }
+  return out;
+}
+
+function usageDifference(golden: unknown, candidate: unknown): OutputDifference | null {
+  const counts = (usage: unknown) => {
+    const u = (usage ?? {}) as Json;
+    return canonicalJson({ prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+  };
+  if (golden === null || golden === undefined || candidate === null || candidate === undefined) return null;
+  return counts(golden) === counts(candidate) ? null : { field: 'usage', golden: counts(golden), candidate: counts(candidate) };
+}
+
+/** An embedding as numbers, whichever `encoding_format` it came in. */
+function vector(value: unknown): number[] | null {
+  if (Array.isArray(value)) return value.map(Number);
+  if (typeof value !== 'string') return null;
+  const bytes = Buffer.from(value, 'base64');
+  return Array.from(new Float32Array(bytes.buffer, bytes.byteOffset, Math.floor(bytes.length / 4)));
+}
+
+function closeEnough(a: readonly number[], b: readonly number[]): boolean {
+  if (a.length !== b.length) return false;
+  const scale = Math.max(1e-12, ...a.map(Math.abs));
+  return a.every((x, i) => Math.abs(x - b[i]) <= POOLING_TOLERANCE * scale);
+}
+
+/** Embeddings (vectors within tolerance) and ranking results (order and scores within tolerance). */
+function poolingDifferences(endpoint: 'embeddings' | 'rerank', golden: StoredExchange, candidate: StoredExchange): OutputDifference[] {
+  const a = parse(golden.responseBody);
+  const b = parse(candidate.responseBody);
+  const show = (v: unknown) => cut(JSON.stringify(v) ?? 'null', 400);
+  if (endpoint === 'embeddings') {
+    const vectors = (body: Json | null) => (Array.isArray(body?.data) ? (body.data as Json[]).map((d) => vector(d.embedding)) : []);
+    const va = vectors(a);
+    const vb = vectors(b);
+    const at = firstDifference(va, vb, (x, y) => x !== null && y !== null && closeEnough(x, y));
+    return at === null ? [] : [{ field: 'embedding', position: at, golden: show(va[at]?.slice(0, 8) ?? null), candidate: show(vb[at]?.slice(0, 8) ?? null) }];
+  }
+  const results = (body: Json | null) => (Array.isArray(body?.results) ? (body.results as Json[]) : Array.isArray(body?.data) ? (body.data as Json[]) : []);
+  const ra = results(a);
+  const rb = results(b);
+  const score = (r: Json) => Number(r.relevance_score ?? r.score);
+  const at = firstDifference(ra, rb, (x, y) => x.index === y.index && closeEnough([score(x)], [score(y)]));
+  return at === null ? [] : [{ field: 'rerank', position: at, golden: show(ra[at] ?? null), candidate: show(rb[at] ?? null) }];
+}
+
+function timingOf(ex: StoredExchange): ExchangeTiming {
+  const firsts = ex.stream ? ex.generations.filter((g) => g.tokenTimes.length > 0).map((g) => g.tokenTimes[0]) : [];
+  return { ttftMs: firsts.length > 0 ? Math.min(...firsts) : null, e2eMs: ex.totalMs };
+}
+
+function gaps(ex: StoredExchange): number[] {
+  if (!ex.stream) return [];
+  const out: number[] = [];
+  for (const g of ex.generations) for (let i = 1; i < g.tokenTimes.length; i++) out.push(g.tokenTimes[i] - g.tokenTimes[i - 1]);
+  return out;
+}
+
+const sourceObserved = (ex: StoredExchange) => ex.tokenSource === 'engine' || ex.tokenSource === 'tokenize-endpoint';
+
+async function decode(tokenizer: ModelTokenizer | null, ids: readonly number[]): Promise<string> {
+  // Special tokens shown: a template's markers are what a preprocessing change moves.
+  return tokenizer ? tokenizer.decode([...ids], false) : ids.join(' ');
+}
+
+async function comparePrompts(golden: Side, exA: StoredExchange, candidate: Side, exB: StoredExchange, request: Json | null, withText: boolean): Promise<PromptComparison> {
+  const a = exA.promptIds ?? [];
+  const b = exB.promptIds ?? [];
+  const at = firstDifference(a, b);
+  const tokA = tokenizerOf(golden, exA);
+  const tokB = tokenizerOf(candidate, exB);
+  let difference: PromptComparison['difference'] = null;
+  if (at !== null) {
+    const part = await promptPart(exA.endpoint === 'chat' ? 'chat' : 'completion', request, (ids) => decode(tokA, ids), a, at);
+    difference = {
+      position: at,
+      goldenToken: a[at] ?? null,
+      candidateToken: b[at] ?? null,
+      before: await decode(tokA, a.slice(Math.max(0, at - CONTEXT_TOKENS), at)),
+      goldenText: await decode(tokA, a.slice(at, at + CONTEXT_TOKENS)),
+      candidateText: await decode(tokB, b.slice(at, at + CONTEXT_TOKENS)),
+      ...part,
+    };
+  }
+  const show = withText || at !== null;
+  return {
+    goldenLength: a.length,
+    candidateLength: b.length,
+    observed: sourceObserved(exA) && sourceObserved(exB),
+    difference,
+    goldenText: show ? cut(await decode(tokA, a)) : '',
+    candidateText: show ? cut(await decode(tokB, b)) : '',
+  };
+}
+
+function samplingOf(request: Json | null): { greedy: boolean; seeded: boolean } {
+  return { greedy: request?.temperature === 0 || request?.top_k === 1, seeded: typeof request?.seed === 'number' };
+}
+
+async function comparePair(golden: Side, exA: StoredExchange, candidate: Side, exB: StoredExchange | undefined): Promise<ExchangeComparison> {
+  const request = parse(exA.requestBody);
+  const { greedy, seeded } = samplingOf(request);
+  const endpoint = exA.endpoint!; // golden exchanges all have one
+  const base = {
+    golden: exA.id,
+    endpoint,
+    path: exA.path,
+    model: exA.model,
+    stream: exA.stream,
+    greedy,
+    seeded,
+  };
+  const goldenOutputs = isGeneration(endpoint) ? exA.generations.map((g) => choiceOutput(exA, g)) : [];
+  const notSame = async (verdict: Verdict, note: string, rest: Pick<ExchangeComparison, 'candidate' | 'status' | 'prompt' | 'output' | 'timing'>): Promise<ExchangeComparison> => ({
+    ...base,
+    verdict,
+    note,
+    request: cut(exA.requestBody.toString('utf8')),
+    ...rest,
+  });
+  if (!exB) {
+    return notSame('regression', 'the target’s answer was not recorded', { candidate: null, status: { golden: exA.status, candidate: null }, prompt: null, output: { differences: [], golden: goldenOutputs, candidate: [] }, timing: { golden: timingOf(exA), candidate: null } });
+  }
+  const status = { golden: exA.status, candidate: exB.status };
+  if (exB.outcome !== 'complete' || exB.status !== exA.status) {
+    const why = exB.status === null ? `the target did not answer (${exB.error ?? exB.outcome})` : `the target answered ${exB.status}${exB.error ? `: ${cut(exB.error, 400)}` : ''}`;
+    return notSame('regression', why, {
+      candidate: exB.id,
+      status,
+      prompt: null,
+      output: { differences: [{ field: 'status', golden: String(exA.status), candidate: String(exB.status) }], golden: goldenOutputs, candidate: [] },
+      timing: { golden: timingOf(exA), candidate: timingOf(exB) },
+    });
+  }
+  const candidateOutputs = isGeneration(endpoint) ? exB.generations.map((g) => choiceOutput(exB, g)) : [];
+  const differences = isGeneration(endpoint) ? outputDifferences(goldenOutputs, candidateOutputs) : poolingDifferences(endpoint, exA, exB);
+  const usage = isGeneration(endpoint) ? usageDifference(exA.usage, exB.usage) : null;
+  if (usage) differences.push(usage);
+  const promptProbe = isGeneration(endpoint) ? firstDifference(exA.promptIds ?? [], exB.promptIds ?? []) : null;
+  let verdict: Verdict = 'same';
+  let note: string | null = null;
+  if (promptProbe !== null) {
+    verdict = 'regression';
+    note = 'the prompt was tokenized differently';
+  } else if (differences.length > 0) {
+    const deterministic = !isGeneration(endpoint) || greedy || seeded;
+    verdict = deterministic ? 'regression' : 'sampled';
+    const fields = [...new Set(differences.map((d) => d.field))].join(', ');
+    note = deterministic ? `the output differs (${fields})` : `the output of a sampled request (no seed) differs (${fields}): reported, not failed`;
+  }
+  const differs = verdict !== 'same';
+  return {
+    ...base,
+    candidate: exB.id,
+    verdict,
+    note,
+    request: differs ? cut(exA.requestBody.toString('utf8')) : '',
+    status,
+    prompt: isGeneration(endpoint) ? await comparePrompts(golden, exA, candidate, exB, request, false) : null,
+    output: { differences, golden: differs ? goldenOutputs : [], candidate: differs ? candidateOutputs : [] },
+    timing: { golden: timingOf(exA), candidate: timingOf(exB) },
+  };
+}
+
+function percentiles(values: number[]): Percentiles {
+  const d = distribution(values);
+  return { count: values.length, p50: d.median, p90: d.p90, p99: d.p99 };
+}
+
+function strided(values: number[], limit: number): number[] {
+  if (values.length <= limit) return values;
+  const step = values.length / limit;
+  return Array.from({ length: limit }, (_, i) => values[Math.floor(i * step)]);
+}
+
+function quantiles(values: number[]): number[] {
+  const sorted = [...values].sort((x, y) => x - y);
+  if (sorted.length <= CDF_POINTS) return sorted;
+  return Array.from({ length: CDF_POINTS }, (_, i) => sorted[Math.round((i * (sorted.length - 1)) / (CDF_POINTS - 1))]);
+}
+
+/** The two samples' percentiles, shift and whether the shift is beyond noise (Kruskal–Wallis of two groups: Mann–Whitney U). */
+export function compareTiming(golden: number[], candidate: number[], alpha = TIMING_ALPHA): TimingComparison {
+  const a = percentiles(golden);
+  const b = percentiles(candidate);
+  let pValue: number | null = null;
+  if (golden.length >= 2 && candidate.length >= 2) {
+    const p = kruskalTest(strided(golden, TEST_SAMPLES), strided(candidate, TEST_SAMPLES)).pValue;
+    // Every value tied: the samples cannot be told apart.
+    pValue = Number.isNaN(p) ? 1 : p;
+  }
+  return {
+    golden: a,
+    candidate: b,
+    shift: { p50: b.p50 - a.p50, p90: b.p90 - a.p90, p99: b.p99 - a.p99 },
+    pValue,
+    beyondNoise: pValue !== null && pValue < alpha,
+    cdf: { golden: quantiles(golden), candidate: quantiles(candidate) },
+  };
+}
+
+export interface CompareInput {
+  golden: string;
+  candidate: string;
+  target: string;
+  skipped: RerunReport['skipped'];
+}
+
+/**
+ * Compares the golden file's complete exchanges with the rerun file's. Requests sent more than once pair in
+ * capture order: the i-th in the golden file with the i-th answer recorded.
+ */
+export async function compareRerun(input: CompareInput): Promise<RerunReport> {
+  const golden = open(input.golden);
+  let candidate: Side | undefined;
+  try {
+    candidate = open(input.candidate);
+    const goldenExchanges = exchangesOf(golden).filter((ex) => ex.outcome === 'complete' && !ex.bodiesRedacted);
+    const waiting = new Map<string, StoredExchange[]>();
+    for (const ex of exchangesOf(candidate)) {
+      const key = requestKey(ex, false);
+      if (key !== null) waiting.set(key, [...(waiting.get(key) ?? []), ex]);
+    }
+    const exchanges: ExchangeComparison[] = [];
+    const ttft: [number[], number[]] = [[], []];
+    const itl: [number[], number[]] = [[], []];
+    const e2e: [number[], number[]] = [[], []];
+    for (const exA of goldenExchanges) {
+      const key = requestKey(exA, false);
+      const exB = key === null ? undefined : waiting.get(key)?.shift();
+      const comparison = await comparePair(golden, exA, candidate, exB);
+      exchanges.push(comparison);
+      // Timing is compared like for like: only exchanges both sides answered in full.
+      if (exB && exB.outcome === 'complete' && comparison.timing.candidate) {
+        const ta = comparison.timing.golden;
+        const tb = comparison.timing.candidate;
+        if (ta.ttftMs !== null && tb.ttftMs !== null) (ttft[0].push(ta.ttftMs), ttft[1].push(tb.ttftMs));
+        itl[0].push(...gaps(exA));
+        itl[1].push(...gaps(exB));
+        e2e[0].push(ta.e2eMs);
+        e2e[1].push(tb.e2eMs);
+      }
+    }
+    const run = namingCapture(input.candidate, () => candidate!.store.latestRun());
+    const count = (verdict: Verdict) => exchanges.filter((e) => e.verdict === verdict).length;
+    return {
+      golden: input.golden,
+      candidate: input.candidate,
+      target: input.target,
+      targetEngine: run?.engine ?? 'unknown',
+      targetVersion: run?.engineVersion ?? null,
+      exchanges,
+      skipped: input.skipped,
+      totals: {
+        compared: exchanges.length,
+        same: count('same'),
+        regressions: count('regression'),
+        sampled: count('sampled'),
+        notCompared: count('not-compared'),
+        promptChanges: exchanges.filter((e) => e.prompt?.difference).length,
+        outputChanges: exchanges.filter((e) => e.output.differences.some((d) => d.field !== 'status')).length,
+      },
+      timing: { ttftMs: compareTiming(...ttft), itlMs: compareTiming(...itl), e2eMs: compareTiming(...e2e) },
+      alpha: TIMING_ALPHA,
+      regression: exchanges.some((e) => e.verdict === 'regression'),
+    };
+  } finally {
+    golden.store.close();
+    candidate?.store.close();
+  }
+}

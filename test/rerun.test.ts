@@ -1,0 +1,273 @@
+/**
+ * `mocker rerun`, spawned as a user runs it: a golden capture of an engine double (made by the spawned
+ * `mocker capture`, traffic from the real `openai` client) sent again to a target, and what the report says.
+ * The oracles: the requests this file sent (how many, which kind), the doubles' own templates and tokenizer
+ * (where a changed template or tokenizer first changes a prompt), and what each double was told to change.
+ */
+import { mkdtempSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { Template } from '@huggingface/jinja';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEngineDouble, type EngineName } from './support/engineDoubles.js';
+import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { startSglangUpstream } from './support/sglangUpstream.js';
+import { CHAT_TEMPLATE, MODEL, promptIds, startUpstream, type Answer, type Upstream } from './support/vllmUpstream.js';
+import { testTmpdir } from './support/tempRoot.js';
+
+type Json = Record<string, unknown>;
+
+const tmp = mkdtempSync(join(testTmpdir(), 'rerun-'));
+const processes: MockerProcess[] = [];
+const closers: (() => Promise<void>)[] = [];
+let counter = 0;
+const file = (name: string) => join(tmp, `${name}-${++counter}.db`);
+
+async function mocker(...args: string[]): Promise<MockerProcess> {
+  const p = await startMockerProcess(args);
+  processes.push(p);
+  return p;
+}
+
+async function stop(p: MockerProcess): Promise<void> {
+  await p.stop();
+  processes.splice(processes.indexOf(p), 1);
+}
+
+afterAll(async () => {
+  await Promise.all(processes.map((p) => p.stop()));
+  await Promise.all(closers.map((close) => close()));
+});
+
+const client = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+
+const TOOLS = [{ type: 'function' as const, function: { name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+
+function lastUser(body: Json): string {
+  if (typeof body.prompt === 'string') return body.prompt;
+  const messages = (body.messages ?? []) as { content?: unknown }[];
+  return String(messages[messages.length - 1]?.content ?? '');
+}
+
+/** The vLLM double's model: reasoning and a tool call for the weather, a story that changes between builds, else a greeting. */
+const script = (story: string) => (body: Json): Answer => {
+  const text = lastUser(body);
+  if (text.includes('weather')) return { reasoning: 'The user wants the weather. I call the tool.', toolCall: { name: 'get_weather', arguments: '{"city": "Paris"}' } };
+  if (text.includes('story')) return { content: story };
+  return { content: 'Hello! How can I help you today?' };
+};
+const GOLDEN_STORY = 'Once upon a time there was a cat.';
+
+/** The chats of the golden run, by name (each its own request, so pairing is by request). */
+const CHATS: Record<string, Json> = {
+  tools: { model: MODEL, messages: [{ role: 'system', content: 'You are a weather bot.' }, { role: 'user', content: 'What is the weather in Paris?' }], tools: TOOLS, max_tokens: 64, temperature: 0 },
+  'tools streamed': { model: MODEL, messages: [{ role: 'system', content: 'You are a weather bot.' }, { role: 'user', content: 'And the weather in Rome?' }], tools: TOOLS, max_tokens: 64, temperature: 0, stream: true },
+  system: { model: MODEL, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hello' }], max_tokens: 32, temperature: 0, stream: true },
+  sampled: { model: MODEL, messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 32 },
+};
+const COMPLETIONS: Json[] = [
+  { model: MODEL, prompt: 'The capital of France is', max_tokens: 16, temperature: 0 },
+  { model: MODEL, prompt: 'Count to three:', max_tokens: 16, temperature: 0, stream: true },
+];
+const EMBEDDINGS: Json = { model: MODEL, input: ['a cat', 'a dog'], encoding_format: 'float' };
+const SENT = Object.keys(CHATS).length + COMPLETIONS.length + 1;
+
+async function post(url: string, path: string, body: Json): Promise<void> {
+  const res = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  expect(res.status, `${path} ${JSON.stringify(body).slice(0, 80)}`).toBe(200);
+  await res.text();
+}
+
+/** Sends the golden traffic through a capture proxy (the openai client for chats, plain POSTs for the rest). */
+async function captureVllmGolden(upstream: Upstream): Promise<string> {
+  const golden = file('golden');
+  const capture = await mocker('capture', '--upstream', upstream.url, '--captures', golden);
+  const url = `http://127.0.0.1:${capture.port}`;
+  for (const body of Object.values(CHATS)) {
+    if (body.stream) for await (const _ of await client(url).chat.completions.create(body as unknown as OpenAI.ChatCompletionCreateParamsStreaming));
+    else await client(url).chat.completions.create(body as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming);
+  }
+  for (const body of COMPLETIONS) await post(url, '/v1/completions', body);
+  await client(url).embeddings.create(EMBEDDINGS as unknown as OpenAI.EmbeddingCreateParams);
+  await stop(capture);
+  return golden;
+}
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** `mocker rerun GOLDEN --target URL [flags]` in a fresh working directory (its default output lands there). */
+async function rerun(golden: string, target: string, ...flags: string[]): Promise<Run & { cwd: string }> {
+  const cwd = mkdtempSync(join(tmp, 'cwd-'));
+  return { ...(await runMockerToExit(['rerun', golden, '--target', target, ...flags], { cwd })), cwd };
+}
+
+interface ReportJson {
+  regression: boolean;
+  totals: { compared: number; same: number; regressions: number; sampled: number; promptChanges: number; outputChanges: number };
+  exchanges: {
+    golden: number;
+    endpoint: string;
+    verdict: string;
+    request: string;
+    prompt: { difference: { position: number; partLabel: string } | null } | null;
+    output: { differences: { field: string }[] };
+  }[];
+}
+
+async function rerunJson(golden: string, target: string): Promise<Run & { report: ReportJson }> {
+  const run = await rerun(golden, target, '--json');
+  return { ...run, report: JSON.parse(run.stdout) as ReportJson };
+}
+
+/** The summary line's counts: "N exchanges compared: S same, R regression(s), …". */
+function summary(stdout: string): { compared: number; same: number; regressions: number; sampled: number } {
+  const m = /(\d+) exchanges compared: (\d+) same, (\d+) regression\(s\), (\d+) sampled/.exec(stdout);
+  expect(m, stdout).not.toBeNull();
+  return { compared: Number(m![1]), same: Number(m![2]), regressions: Number(m![3]), sampled: Number(m![4]) };
+}
+
+describe('mocker rerun of a vLLM capture', () => {
+  let golden: string;
+  let upstream: Upstream;
+
+  beforeAll(async () => {
+    upstream = await startUpstream(script(GOLDEN_STORY));
+    closers.push(() => upstream.close());
+    golden = await captureVllmGolden(upstream);
+  }, 60_000);
+
+  it('against the same engine, with no flag but the file and target: every exchange the same, exit 0, the answers kept as a new capture', async () => {
+    const run = await rerun(golden, upstream.url);
+    expect(run.code, run.stderr).toBe(0);
+    expect(summary(run.stdout)).toEqual({ compared: SENT, same: SENT, regressions: 0, sampled: 0 });
+    expect(readdirSync(join(run.cwd, 'captures')).filter((f) => /^rerun-\d{8}-\d{6}\.db$/.test(f))).toHaveLength(1);
+  });
+
+  it('against a replay of its own capture: every exchange the same, exit 0', async () => {
+    const replay = await mocker('serve', '--mode', 'replay', '--captures', golden);
+    const run = await rerun(golden, `http://127.0.0.1:${replay.port}`);
+    expect(run.code, run.stderr).toBe(0);
+    expect(summary(run.stdout)).toEqual({ compared: SENT, same: SENT, regressions: 0, sampled: 0 });
+    await stop(replay);
+  });
+
+  /** Each chat's first differing prompt position between the golden template and `template`, rendered and tokenized by the double's own code. */
+  async function templateOracle(template: string): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    for (const [name, body] of Object.entries(CHATS)) {
+      const a = await promptIds(body, true);
+      const b = await promptIds(body, true, new Template(template));
+      const n = Math.min(a.length, b.length);
+      let i = 0;
+      while (i < n && a[i] === b[i]) i++;
+      if (i < n || a.length !== b.length) out.set(name, i);
+    }
+    return out;
+  }
+
+  async function withTemplate(template: string): Promise<ReportJson & { code: number | null }> {
+    expect(template).not.toBe(CHAT_TEMPLATE);
+    const changed = await startUpstream(script(GOLDEN_STORY), { chatTemplate: template });
+    try {
+      const run = await rerunJson(golden, changed.url);
+      return { ...run.report, code: run.code };
+    } finally {
+      await changed.close();
+    }
+  }
+
+  const chatExchange = (report: ReportJson, name: string) => report.exchanges.find((e) => e.endpoint === 'chat' && JSON.parse(e.request || '{}').messages?.at(-1)?.content === (CHATS[name].messages as { content: string }[]).at(-1)!.content);
+
+  it('a changed generation prompt in the chat template: each chat a preprocessing regression at its first differing token, in the generation prompt; exit 1', async () => {
+    const template = CHAT_TEMPLATE.replace("{{- '<|im_start|>assistant\\n' }}", "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' }}");
+    const oracle = await templateOracle(template);
+    expect(oracle.size).toBe(Object.keys(CHATS).length);
+    const report = await withTemplate(template);
+    expect(report.code).toBe(1);
+    expect(report.totals.promptChanges).toBe(oracle.size);
+    for (const [name, position] of oracle) {
+      const e = chatExchange(report, name);
+      expect(e?.verdict, name).toBe('regression');
+      expect(e?.prompt?.difference, name).toEqual(expect.objectContaining({ position, partLabel: 'generation prompt' }));
+    }
+    // Completions and embeddings do not go through the template.
+    expect(report.exchanges.filter((e) => e.endpoint !== 'chat').every((e) => e.verdict === 'same')).toBe(true);
+  });
+
+  it('a changed system-prompt rendering is placed in the system prompt, a changed tool rendering in the tool definitions', async () => {
+    const system = CHAT_TEMPLATE.replace("{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}", "{{- '<|im_start|>system\\nYou are Qwen.\\n' + messages[0].content + '<|im_end|>\\n' }}");
+    const systemOracle = await templateOracle(system);
+    expect([...systemOracle.keys()]).toEqual(['system']);
+    const bySystem = await withTemplate(system);
+    expect(bySystem.code).toBe(1);
+    expect(chatExchange(bySystem, 'system')?.prompt?.difference).toEqual(expect.objectContaining({ position: systemOracle.get('system'), partLabel: 'system prompt' }));
+
+    const tools = CHAT_TEMPLATE.replace('{{- tool | tojson }}', '{{- tool.function | tojson }}');
+    const toolsOracle = await templateOracle(tools);
+    expect([...toolsOracle.keys()].sort()).toEqual(['tools', 'tools streamed']);
+    const byTools = await withTemplate(tools);
+    expect(byTools.code).toBe(1);
+    for (const name of ['tools', 'tools streamed']) {
+      expect(chatExchange(byTools, name)?.prompt?.difference, name).toEqual(expect.objectContaining({ position: toolsOracle.get(name), partLabel: 'tool definitions' }));
+    }
+  });
+
+  it('a sampled request (no temperature, no seed) whose output differs is reported, not failed: exit 0', async () => {
+    const changed = await startUpstream(script('A different story, about a dog.'));
+    closers.push(() => changed.close());
+    const run = await rerun(golden, changed.url);
+    expect(run.code, run.stdout).toBe(0);
+    expect(summary(run.stdout)).toEqual({ compared: SENT, same: SENT - 1, regressions: 0, sampled: 1 });
+    expect(run.stdout).toMatch(/^sampled #\d+ chat \/v1\/chat\/completions \(Qwen\/Qwen3-0\.6B\): the output of a sampled request \(no seed\) differs \(token_ids, text/m);
+  });
+
+  it('refuses to run, exit 2: no target, a file that is not a capture, a target that answers nothing', async () => {
+    const noTarget = await runMockerToExit(['rerun', golden], { cwd: tmp });
+    expect(noTarget.code).toBe(2);
+    expect(noTarget.stderr).toMatch(/--target/);
+    const notCapture = await runMockerToExit(['rerun', join(tmp, 'missing.db'), '--target', upstream.url], { cwd: tmp });
+    expect(notCapture.code).toBe(2);
+    expect(notCapture.stderr).toContain('missing.db');
+    const down = await startUpstream(script(GOLDEN_STORY));
+    const url = down.url;
+    await down.close();
+    const unreachable = await rerun(golden, url);
+    expect(unreachable.code).toBe(2);
+    expect(unreachable.stderr).toMatch(/answered none of the \d+ request/);
+  });
+});
+
+describe('mocker rerun of captures of other engines, against the same engine and against a replay', () => {
+  const CASES: [string, () => Promise<{ url: string; model: string; close(): Promise<void> }>][] = [
+    ...(['llama.cpp', 'transformers'] as EngineName[]).map((engine) => [engine, () => startEngineDouble(engine)] as [string, () => Promise<{ url: string; model: string; close(): Promise<void> }>]),
+    ['sglang', async () => ({ ...(await startSglangUpstream(() => 'Привет, мир!')), model: MODEL })],
+  ];
+  for (const [engine, start] of CASES) {
+    it(`${engine}: 0 differences, exit 0, both ways`, async () => {
+      const double = await start();
+      closers.push(() => double.close());
+      const golden = file(engine);
+      const capture = await mocker('capture', '--upstream', double.url, '--captures', golden);
+      const url = `http://127.0.0.1:${capture.port}`;
+      const chat = { model: double.model, messages: [{ role: 'user', content: 'Hello there' }], max_tokens: 6, temperature: 0 };
+      const completion = { model: double.model, prompt: 'Once upon a time', max_tokens: 6, temperature: 0 };
+      for (const stream of [false, true]) {
+        await post(url, '/v1/chat/completions', { ...chat, stream });
+        await post(url, '/v1/completions', { ...completion, stream });
+      }
+      await stop(capture);
+      const same = await rerun(golden, double.url);
+      expect(same.code, same.stdout + same.stderr).toBe(0);
+      expect(summary(same.stdout)).toEqual({ compared: 4, same: 4, regressions: 0, sampled: 0 });
+      const replay = await mocker('serve', '--mode', 'replay', '--captures', golden);
+      const replayed = await rerun(golden, `http://127.0.0.1:${replay.port}`);
+      expect(replayed.code, replayed.stdout + replayed.stderr).toBe(0);
+      expect(summary(replayed.stdout)).toEqual({ compared: 4, same: 4, regressions: 0, sampled: 0 });
+      await stop(replay);
+    });
+  }
+});

@@ -43,7 +43,7 @@ const store = CaptureStore.open(init.captures, { backgroundCheckpoints: true });
 function runTokenizer(): ModelTokenizer {
   const run = store.getRun(init.runId);
   if (!run) throw new Error(`run ${init.runId} is not in ${init.captures}`);
-  return new ModelTokenizer(run.tokenizerName ?? 'captured', store.tokenizerFiles(run));
+  return new ModelTokenizer(run.tokenizerName ?? 'captured', store.tokenizerFiles(run), { fromCapture: init.tokenizerFromCapture === true });
 }
 let local = runTokenizer();
 const tokenizer: RecorderTokenizer = {

@@ -14,6 +14,8 @@ export interface RecordWorkerInit {
   redacted: string[];
   /** `--redact-bodies`: store token ids and timing, no text, request body or response bytes. */
   redactBodies?: boolean;
+  /** The run's tokenizer came from another capture file (`rerun`'s golden): untrusted, checked and its templates sandboxed. */
+  tokenizerFromCapture?: boolean;
 }
 
 /**

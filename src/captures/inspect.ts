@@ -78,7 +78,7 @@ export function listCaptures(store: CaptureStore, filter: ExchangeFilter, withEx
 function runTokenizer(store: CaptureStore, run: StoredRun | undefined): ModelTokenizer | null {
   if (!run) return null;
   const files = store.tokenizerFiles(run);
-  return files.has('tokenizer.json') ? new ModelTokenizer(run.tokenizerName ?? 'captured', files) : null;
+  return files.has('tokenizer.json') ? new ModelTokenizer(run.tokenizerName ?? 'captured', files, { fromCapture: true }) : null;
 }
 
 export interface ChunkTiming {

@@ -123,6 +123,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       upstreamTls: upstream.tls,
       redacted: opts.redactHeaders.map((h) => h.toLowerCase()),
       redactBodies: opts.redactBodies,
+      tokenizerFromCapture: opts.tokenizer !== undefined,
     });
     recorder = thread;
     upstream.onIdentified((later) => {

@@ -74,6 +74,14 @@ describe('mocker trace: a Mooncake trace offline', () => {
     expect(lines.at(-1)).toMatch(/^mocker trace: 3\/3 requests done, simulated \d+\.\d s, \d+\.\d s elapsed$/);
   });
 
+  it('prints each progress line once: the end just after a 5 s line is not said again', async () => {
+    // Online, the second request arrives and ends 6 s in: the 5 s line and the end line would say the same.
+    const { code, stderr } = await runMockerToExit(['trace', '--replay-mode', 'online', '--input-tokens', '16', '--output-tokens', '2', '--request-count', '2', '--arrival-interval-ms', '6000', '--report-json', join(dir, 'progress-once.json')], { cwd: dir });
+    expect(code).toBe(0);
+    const done = stderr.split('\n').map((line) => /^mocker trace: (\d+\/\d+) requests done, /.exec(line)?.[1]).filter((n) => n !== undefined);
+    expect(done).toEqual(['2/2']);
+  });
+
   it('writes the report into a directory under a timestamped name, and into the working directory by default', async () => {
     const into = mkdtempSync(join(dir, 'into-'));
     expect((await trace(['--input-tokens', '256', '--output-tokens', '8', '--request-count', '20', '--report-json', into])).code).toBe(0);

@@ -3,6 +3,8 @@
  * captured by a spawned `mocker capture` in front of it and replayed by a spawned `mocker serve --mode replay`,
  * driven by the official openai client (raw fetch where the client cannot say it). Token-id expectations come
  * from the Python HF tokenizer fixtures (test/fixtures/tokenizer/qwen3.jsonl), never from the double.
+ * Issue #34: the double's knobs for a new build's regressions (tokenizer, detokenizer, tool-call parser), each
+ * checked against the fixtures or against the same double without the knob.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -11,7 +13,7 @@ import type { ChatCompletionCreateParamsNonStreaming, ChatCompletionCreateParams
 import type { CompletionCreateParamsNonStreaming, CompletionCreateParamsStreaming } from 'openai/resources';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
-import { MODEL, startUpstream, type Answer, type Upstream } from './support/vllmUpstream.js';
+import { MODEL, startUpstream, type Answer, type Script, type Upstream, type UpstreamOptions } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 type Json = Record<string, unknown>;
@@ -35,8 +37,10 @@ function oracleChat(firstUserContent: string): { messages: ChatCompletionMessage
   return { messages: row.request.messages, ids: row.ids };
 }
 
-/** Qwen3's <|im_end|>, the EOS ending a chat turn: the last id of an encoded `<|im_start|>user\nhi<|im_end|>`. */
-const IM_END = (oracleIds('<|im_start|>user\nhi<|im_end|>').at(-1) as number);
+/** Qwen3's <|im_start|> and <|im_end|> (the EOS ending a chat turn): the first and last ids of an encoded turn. */
+const TURN = '<|im_start|>user\nhi<|im_end|>';
+const IM_START = oracleIds(TURN)[0];
+const IM_END = (oracleIds(TURN).at(-1) as number);
 const HELLO_WORLD = 'Hello world';
 /** Starts with "Hello world": the same first two tokens (the pre-tokenizer splits at the space and the dot). */
 const HELLO_LONG = 'Hello world. The end.';
@@ -45,9 +49,15 @@ const HELLO_LONG = 'Hello world. The end.';
 const answers = new Map<string, (choice: number) => Answer>();
 function lastText(body: Json): string {
   if (typeof body.prompt === 'string') return body.prompt;
+  if (Array.isArray(body.prompt)) return body.prompt.join(',');
   const messages = (body.messages ?? []) as { content?: unknown }[];
   return String(messages.at(-1)?.content ?? '');
 }
+const scripted: Script = (body, choice) => {
+  const answer = answers.get(lastText(body));
+  if (!answer) throw new Error(`no scripted answer for ${lastText(body)}`);
+  return answer(choice);
+};
 
 let upstream: Upstream;
 let capture: MockerProcess;
@@ -60,11 +70,7 @@ let captured: OpenAI;
 beforeAll(async () => {
   dir = mkdtempSync(join(testTmpdir(), 'mocker-vllm-double-'));
   db = join(dir, 'golden.db');
-  upstream = await startUpstream((body, choice) => {
-    const answer = answers.get(lastText(body));
-    if (!answer) throw new Error(`no scripted answer for ${lastText(body)}`);
-    return answer(choice);
-  });
+  upstream = await startUpstream(scripted);
   capture = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', db]);
   direct = clientOf(upstream.url);
   captured = clientOf(`http://127.0.0.1:${capture.port}`);
@@ -368,5 +374,96 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
       expect(unstamped(await collect(await streamed(replay)))).toEqual(unstamped(through));
       expect(unstamped([(await two(replay)) as unknown as Json])).toEqual(unstamped([twoThrough as unknown as Json]));
     });
+  });
+});
+
+describe("the double's knobs for a new build's regressions: one thing changed, the output ids as before", () => {
+  const builds: Upstream[] = [];
+  afterAll(async () => {
+    await Promise.all(builds.map((b) => b.close()));
+  });
+  /** A double with this regression, and the openai client of it. */
+  async function newBuild(options: UpstreamOptions): Promise<{ client: OpenAI; url: string }> {
+    const build = await startUpstream(scripted, options);
+    builds.push(build);
+    return { client: clientOf(build.url), url: build.url };
+  }
+  const withIds = { return_token_ids: true };
+  /** The chat answer's parts a client reads, streamed or not. */
+  async function chatAnswer(c: OpenAI, messages: ChatCompletionMessageParam[], stream: boolean): Promise<{ content: string; reasoning: string; args: string; ids: number[] }> {
+    if (!stream) {
+      const [choice] = (await c.chat.completions.create(withExtra<ChatCompletionCreateParamsNonStreaming>({ model: MODEL, messages }, withIds))).choices as unknown as {
+        message: { content: string | null; reasoning_content: string | null; tool_calls: { function: { arguments: string } }[] };
+        token_ids: number[];
+      }[];
+      return { content: choice.message.content ?? '', reasoning: choice.message.reasoning_content ?? '', args: choice.message.tool_calls.map((t) => t.function.arguments).join(''), ids: choice.token_ids };
+    }
+    const choices = choicesOf(await collect(await c.chat.completions.create(withExtra<ChatCompletionCreateParamsStreaming>({ model: MODEL, messages, stream: true }, withIds))));
+    const text = (key: string) => choices.map((ch) => (typeof ch.delta?.[key] === 'string' ? ch.delta[key] : '')).join('');
+    const args = choices.flatMap((ch) => (ch.delta?.tool_calls as { function: { arguments: string } }[] | undefined) ?? []).map((t) => t.function.arguments).join('');
+    return { content: text('content'), reasoning: text('reasoning_content'), args, ids: choices.flatMap((ch) => ch.token_ids ?? []) };
+  }
+
+  it('tokenizerIdChanges: the new id where Qwen3 gives the original, in prompt_token_ids (chat and text prompts) and /tokenize; usage as before', async () => {
+    // Beyond Qwen3's tokenizer (its last id is 151668): a special token the new build numbers differently.
+    const NEW_IM_START = 151669;
+    const changed = (ids: number[]) => ids.map((id) => (id === IM_START ? NEW_IM_START : id));
+    const { client, url } = await newBuild({ tokenizerIdChanges: { [IM_START]: NEW_IM_START } });
+    const chat = oracleChat('Hi there');
+    answers.set(lastText({ messages: chat.messages }), () => ({ content: HELLO_WORLD }));
+    answers.set(TURN, () => ({ content: HELLO_WORLD }));
+    answers.set(oracleIds(TURN).join(','), () => ({ content: HELLO_WORLD }));
+    expect(changed(chat.ids)).not.toEqual(chat.ids);
+
+    const full = await client.chat.completions.create(withExtra<ChatCompletionCreateParamsNonStreaming>({ model: MODEL, messages: chat.messages }, withIds));
+    expect((full as unknown as { prompt_token_ids: number[] }).prompt_token_ids).toEqual(changed(chat.ids));
+    expect(full.usage?.prompt_tokens).toBe(chat.ids.length);
+    expect(full.choices[0].message.content).toBe(HELLO_WORLD);
+    const streamed = await collect(await client.chat.completions.create(withExtra<ChatCompletionCreateParamsStreaming>({ model: MODEL, messages: chat.messages, stream: true }, withIds)));
+    expect(streamed[0].prompt_token_ids).toEqual(changed(chat.ids));
+
+    const completion = await client.completions.create(withExtra<CompletionCreateParamsNonStreaming>({ model: MODEL, prompt: TURN, max_tokens: 4 }, withIds));
+    expect((completion.choices[0] as unknown as { prompt_token_ids: number[] }).prompt_token_ids).toEqual(changed(oracleIds(TURN)));
+    // A token-id prompt meets no tokenizer: as sent.
+    const asIds = await client.completions.create(withExtra<CompletionCreateParamsNonStreaming>({ model: MODEL, prompt: oracleIds(TURN), max_tokens: 4 }, withIds));
+    expect((asIds.choices[0] as unknown as { prompt_token_ids: number[] }).prompt_token_ids).toEqual(oracleIds(TURN));
+
+    const tokenize = await fetch(`${url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: chat.messages }) });
+    expect(((await tokenize.json()) as { tokens: number[] }).tokens).toEqual(changed(chat.ids));
+  });
+
+  it('detokenize: the same output ids, other content and completion text, streamed or not; reasoning and tool arguments untouched', async () => {
+    // A detokenizer that leaves SentencePiece's word marks in place of spaces.
+    const { client } = await newBuild({ detokenize: (piece) => piece.replaceAll(' ', '\u2581') });
+    const messages: ChatCompletionMessageParam[] = [{ role: 'user', content: 'Detokenize: think, call, answer' }];
+    const args = '{"city": "Paris"}';
+    answers.set(lastText({ messages }), () => ({ reasoning: 'Let me think about it', toolCall: { name: 'get_weather', arguments: args }, content: HELLO_WORLD }));
+    for (const stream of [false, true]) {
+      const before = await chatAnswer(direct, messages, stream);
+      const after = await chatAnswer(client, messages, stream);
+      expect(after).toEqual({ ...before, content: 'Hello\u2581world' });
+      expect(after.ids.slice(-3)).toEqual([...oracleIds(HELLO_WORLD), IM_END]);
+      expect([after.reasoning, after.args]).toEqual(['Let me think about it', args]);
+    }
+    const prompt = 'Detokenize this completion';
+    answers.set(prompt, () => ({ content: HELLO_WORLD }));
+    const completion = await client.completions.create(withExtra<CompletionCreateParamsNonStreaming>({ model: MODEL, prompt, max_tokens: 8 }, withIds));
+    expect(completion.choices[0]).toMatchObject({ text: 'Hello\u2581world', token_ids: [...oracleIds(HELLO_WORLD), IM_END] });
+    const streamed = choicesOf(await collect(await client.completions.create(withExtra<CompletionCreateParamsStreaming>({ model: MODEL, prompt, max_tokens: 8, stream: true }, withIds))));
+    expect(streamed.map((c) => c.text).join('')).toBe('Hello\u2581world');
+    expect(streamed.flatMap((c) => c.token_ids ?? [])).toEqual([...oracleIds(HELLO_WORLD), IM_END]);
+  });
+
+  it('toolArguments: the same output ids, another arguments string, streamed or not', async () => {
+    // A parser that re-serializes the arguments without spaces.
+    const { client } = await newBuild({ toolArguments: (args) => JSON.stringify(JSON.parse(args)) });
+    const messages: ChatCompletionMessageParam[] = [{ role: 'user', content: 'Tool parser: weather in Paris?' }];
+    answers.set(lastText({ messages }), () => ({ toolCall: { name: 'get_weather', arguments: '{"city": "Paris", "unit": "celsius"}' } }));
+    for (const stream of [false, true]) {
+      const before = await chatAnswer(direct, messages, stream);
+      const after = await chatAnswer(client, messages, stream);
+      expect(before.args).toBe('{"city": "Paris", "unit": "celsius"}');
+      expect(after).toEqual({ ...before, args: '{"city":"Paris","unit":"celsius"}' });
+    }
   });
 });

@@ -351,7 +351,7 @@ program
   .command('trace')
   .description("Replay a Mooncake trace, a synthetic workload or a capture's traffic through simulated workers (offline or online) or against live servers; report like AIPerf (Dynamo's python -m dynamo.replay).")
   .argument('[trace]', 'Mooncake JSONL trace (hash_ids, input_length, output_length, timestamp, session_id, delay)')
-  .option('--from-captures <file>', "replay a capture file's own requests (prompt ids, output lengths, arrival times); with --target also compare the answers")
+  .option('--from-captures <file>', "replay a capture file's own requests (prompt ids, output lengths, arrival times) as load; answers are checked by mocker rerun")
   .addOption(new Option('--replay-mode <mode>', 'offline: virtual clock, as fast as possible | online: real time (default: offline; online with --target)').choices(['offline', 'online']))
   .addOption(new Option('--router-mode <mode>', 'how requests are spread over workers').choices(['round_robin', 'kv_router']).default('round_robin'))
   .option('--num-workers <n>', 'aggregated workers (default 1)', number('--num-workers', { integer: true, min: 1 }))

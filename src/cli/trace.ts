@@ -12,7 +12,7 @@ import { WorkloadDriver, type DriverMode } from '../trace/driver.js';
 import { renderHtmlReport } from '../trace/htmlReport.js';
 import { decodeRouterConfig, KvRouter, parseRouterConfig, prefillRouterConfig, type KvRouterConfig } from '../trace/kvRouter.js';
 import { OfflineReplay, type Fleet } from '../trace/offline.js';
-import { LocalWorker, runOnline, type OnlineAnswer, type OnlineWorker } from '../trace/online.js';
+import { LocalWorker, runOnline, type OnlineWorker } from '../trace/online.js';
 import { FailureTally, formatReportTable, reportJsonPath, writeReportJson } from '../trace/report.js';
 import { RoundRobinRouter, type Router } from '../trace/router.js';
 import { foldIntoVocabulary, mooncakeFileWorkload, normalizeArrivals, syntheticWorkload, type Workload } from '../trace/workload.js';
@@ -122,7 +122,10 @@ interface Progress {
   stop(): void;
 }
 
-/** A bar on a terminal; otherwise a line at the start, every 5 s of wall time, and at the end. */
+/**
+ * A bar on a terminal; otherwise a line at the start, then one at most every 5 s of wall time and one at the end,
+ * each only when more requests are done than the last line said (the end often comes right after a line).
+ */
 function progressReporter(enabled: boolean, total: number, clockName: string): Progress {
   if (!enabled) return { update: () => {}, stop: () => {} };
   const started = performance.now();
@@ -133,23 +136,27 @@ function progressReporter(enabled: boolean, total: number, clockName: string): P
   }
   let last = { done: 0, clockMs: 0 };
   let lastLine = started;
+  /** The count the last line said (null: none yet). */
+  let said: number | null = null;
   // Online, the run's clock is the wall clock: said once.
   const clock = () => (clockName === 'elapsed' ? '' : `${clockName} ${(last.clockMs / 1000).toFixed(1)} s, `);
-  const line = () => console.error(`mocker trace: ${last.done}/${total} requests done, ${clock()}${((performance.now() - started) / 1000).toFixed(1)} s elapsed`);
+  const line = () => {
+    if (last.done === said) return;
+    said = last.done;
+    lastLine = performance.now();
+    console.error(`mocker trace: ${last.done}/${total} requests done, ${clock()}${((lastLine - started) / 1000).toFixed(1)} s elapsed`);
+  };
   console.error(`mocker trace: ${total} requests`);
   return {
     update: (done, clockMs) => {
       last = { done, clockMs };
-      const now = performance.now();
-      if (now - lastLine < 5000) return;
-      lastLine = now;
-      line();
+      if (performance.now() - lastLine >= 5000) line();
     },
     stop: line,
   };
 }
 
-/** Runs `mocker trace`; resolves with the exit code (1: answers differ from the capture). */
+/** Runs `mocker trace`; resolves with the exit code (1: no request completed). */
 export async function runTrace(o: TraceOptions): Promise<number> {
   const source = checkSources(o);
   const targets = o.target ?? [];
@@ -198,7 +205,6 @@ export async function runTrace(o: TraceOptions): Promise<number> {
   for (const path of [jsonPath, o.reportHtml]) if (path !== undefined) checkOutput(path, outputRules);
 
   let workload: Workload;
-  let compare: import('../trace/capturedWorkload.js').AnswerComparison | null = null;
   if (source === 'trace') {
     workload = mooncakeFileWorkload(await readFile(o.trace!, 'utf8').catch((err: Error) => {
       throw new Error(`cannot read the trace ${o.trace}: ${err.message}`);
@@ -211,10 +217,9 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     });
   } else {
     // Loaded on demand: only this source opens SQLite.
-    const { capturedWorkload, AnswerComparison } = await import('../trace/capturedWorkload.js');
+    const { capturedWorkload } = await import('../trace/capturedWorkload.js');
     const captured = namingCapture(o.fromCaptures!, () => capturedWorkload(o.fromCaptures!));
     workload = captured.workload;
-    if (targets.length > 0) compare = new AnswerComparison(captured.expected);
     for (const line of captured.notes) console.error(`mocker trace: ${line}`);
   }
   // A capture's ids are the target's own; generated ones are brought into its vocabulary.
@@ -298,9 +303,8 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     try {
       wallMs = await runOnline(workers, router, driver, collector, {
         onProgress: (done, elapsedMs) => progress.update(done, elapsedMs),
-        onAnswer: (dispatch, answer: OnlineAnswer) => {
+        onAnswer: (answer) => {
           if (answer.error !== null) failures.add(answer.error);
-          if (compare && dispatch.turn.ref !== undefined) compare.check(dispatch.turn.ref, answer);
         },
       });
     } finally {
@@ -320,12 +324,8 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     await writeOutputFile(o.reportHtml, outputRules, (write) => write(page));
     console.log(`Saved HTML report to: ${o.reportHtml}`);
   }
-  if (compare) {
-    const summary = compare.summary();
-    console.log(`Compared ${summary.compared} answers with the capture: ${summary.mismatches} mismatch(es)`);
-    for (const example of summary.examples) console.log(terminalText(`  exchange ${example.ref}: ${example.reason}`));
-    if (summary.mismatches > 0) return 1;
-  }
+  // Sent as token-id completions, a capture's requests skip the target's preprocessing: answers are rerun's to check.
+  if (source === 'captures' && targets.length > 0) console.log(`Answers are not compared here: mocker rerun ${o.fromCaptures!} --target ${targets.length === 1 ? targets[0] : 'URL'} checks them against the capture`);
   if (report.completed_requests === 0 && report.num_requests > 0) {
     console.error(`mocker trace: none of the ${report.num_requests} request(s) completed`);
     return 1;

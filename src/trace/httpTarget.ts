@@ -45,7 +45,7 @@ type Json = Record<string, unknown>;
 
 const isJson = (value: unknown): value is Json => value !== null && typeof value === 'object' && !Array.isArray(value);
 const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
-const failure = (error: string): OnlineAnswer => ({ outputTokenIds: null, text: null, error });
+const failure = (error: string): OnlineAnswer => ({ error });
 
 async function readText(res: IncomingMessage): Promise<string> {
   res.setEncoding('utf8');
@@ -213,9 +213,6 @@ export class HttpTargetWorker implements OnlineWorker {
 
   private async readStream(res: IncomingMessage, sink: OnlineSink): Promise<OnlineAnswer> {
     sink.admitted(0);
-    let text = '';
-    const ids: number[] = [];
-    let everyChunkHadIds = true;
     let error: string | null = null;
     let events = 0;
     /** The body's first bytes, to show what the server sent when it was not an event stream. */
@@ -238,16 +235,7 @@ export class HttpTargetWorker implements OnlineWorker {
         }
         const choice = Array.isArray(chunk.choices) ? chunk.choices.find((c: unknown) => isJson(c) && (c.index ?? 0) === 0) : undefined;
         if (isJson(choice)) {
-          const piece = typeof choice.text === 'string' ? choice.text : '';
-          text += piece;
-          let count: number;
-          if (Array.isArray(choice.token_ids)) {
-            for (const id of choice.token_ids) ids.push(Number(id));
-            count = choice.token_ids.length;
-          } else {
-            everyChunkHadIds = false;
-            count = piece.length > 0 ? 1 : 0;
-          }
+          const count = Array.isArray(choice.token_ids) ? choice.token_ids.length : typeof choice.text === 'string' && choice.text.length > 0 ? 1 : 0;
           if (count > 0) sink.tokens(count);
         }
         const usage = chunk.usage;
@@ -267,7 +255,7 @@ export class HttpTargetWorker implements OnlineWorker {
     }
     if (error !== null) return failure(error);
     if (events === 0) return failure(`${this.name} answered 200 without a server-sent event: ${JSON.stringify(head)}`);
-    return { outputTokenIds: everyChunkHadIds && ids.length > 0 ? ids : null, text, error: null };
+    return { error: null };
   }
 
   onKvEvents(listener: (events: RouterKvEvent[]) => void): void {

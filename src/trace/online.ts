@@ -24,9 +24,8 @@ export interface OnlineSink {
   tokens(count: number): void;
 }
 
+/** How a request ended: a load generator counts failures, it does not read the answers. */
 export interface OnlineAnswer {
-  outputTokenIds: number[] | null;
-  text: string | null;
   /** Why the request failed (status and message), or null. */
   error: string | null;
 }
@@ -68,7 +67,7 @@ export class LocalWorker implements OnlineWorker {
         new AbortController().signal,
       );
     } catch (err) {
-      if (err instanceof EngineRejection) return { outputTokenIds: null, text: null, error: err.message };
+      if (err instanceof EngineRejection) return { error: err.message };
       throw err;
     }
     let emitted = 0;
@@ -82,7 +81,7 @@ export class LocalWorker implements OnlineWorker {
       sink.tokens(last - emitted);
       emitted = last;
     }
-    return { outputTokenIds, text: null, error: null };
+    return { error: null };
   }
 
   onKvEvents(listener: (events: RouterKvEvent[]) => void): void {
@@ -98,7 +97,7 @@ export class LocalWorker implements OnlineWorker {
 
 export interface OnlineOptions {
   /** Called when a request finished (completed, failed or rejected). */
-  onAnswer?: (dispatch: Dispatch, answer: OnlineAnswer) => void;
+  onAnswer?: (answer: OnlineAnswer) => void;
   onProgress?: (finished: number, elapsedMs: number) => void;
   /** Wall-clock ms between chart samples of each worker. */
   sampleEveryMs?: number;
@@ -140,9 +139,9 @@ export async function runOnline(workers: readonly OnlineWorker[], router: Router
     workers[worker]
       .send({ uuid: dispatch.uuid, prompt, maxTokens: Math.max(1, dispatch.turn.outputLength) }, sink)
       .then(
-        (answer) => options.onAnswer?.(dispatch, answer),
+        (answer) => options.onAnswer?.(answer),
         (err: unknown) => {
-          options.onAnswer?.(dispatch, { outputTokenIds: null, text: null, error: err instanceof Error ? err.message : String(err) });
+          options.onAnswer?.({ error: err instanceof Error ? err.message : String(err) });
         },
       )
       .finally(() => {

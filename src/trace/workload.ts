@@ -14,8 +14,6 @@ export interface Turn {
   delayMs: number;
   /** The prompt's token ids, built on demand (packed by the generated workloads). */
   prompt(): TokenIds;
-  /** Where the turn came from (a capture's exchange id), to compare answers with. */
-  ref?: string;
 }
 
 export interface Session {

@@ -154,13 +154,26 @@ class StreamedText {
   }
 }
 
+/** A build's postprocessing, when it differs from Qwen3's: the knobs of `UpstreamOptions` it reads. */
+type Postprocessing = Pick<UpstreamOptions, 'detokenize' | 'toolArguments'>;
+
+/** `text` cut where `like`'s pieces end (the last piece takes the rest): the same steps, another text. */
+function cutLike(like: string[], text: string): string[] {
+  let at = 0;
+  return like.map((piece, i) => {
+    const start = at;
+    at = i === like.length - 1 ? text.length : Math.min(text.length, at + piece.length);
+    return text.slice(start, at);
+  });
+}
+
 /**
  * One choice's output: reasoning, then a tool call (its name's tokens in one step carrying the call's id and
  * name with `"arguments":""`, §9; then the argument text), then the content, then EOS. Ends as the v1 engine
  * does: EOS or a `stop_token_ids` hit (its text skipped, `stop_reason` the id), then `max_tokens`; a stop string
  * found in the content text ends it too (`stop_reason` the string).
  */
-async function generation(answer: Answer, chat: boolean, params: StopParams): Promise<Generation> {
+async function generation(answer: Answer, chat: boolean, params: StopParams, post: Postprocessing): Promise<Generation> {
   const steps: Step[] = [];
   const textKey = chat ? 'content' : 'text';
   const text = new StreamedText(params);
@@ -182,10 +195,11 @@ async function generation(answer: Answer, chat: boolean, params: StopParams): Pr
     if (finish === 'abort') steps.push({ ids: [], delta: { [textKey]: text.next(true) } });
     return { steps, finish, stopReason, errorMessage, answer };
   };
-  /** Reasoning or tool-argument text: one token per step, not looked at for stop strings. */
-  const untracked = async (value: string, make: (piece: string) => Json): Promise<boolean> => {
+  /** Reasoning or tool-argument text (the tokens of `value`, shown as `shown`): one token per step, not looked at for stop strings. */
+  const untracked = async (value: string, make: (piece: string) => Json, shown = value): Promise<boolean> => {
     const ids = await encode(value, false);
-    const ps = await pieces(ids);
+    const original = await pieces(ids);
+    const ps = shown === value ? original : cutLike(original, shown);
     for (const [i, id] of ids.entries()) {
       steps.push({ ids: [id], delta: make(ps[i]) });
       if (ended([id])) return true;
@@ -200,7 +214,8 @@ async function generation(answer: Answer, chat: boolean, params: StopParams): Pr
     const nameIds = await encode(name, false);
     steps.push({ ids: nameIds, delta: { tool_calls: [call] } });
     if (ended(nameIds)) return done();
-    if (await untracked(args, (p) => ({ tool_calls: [{ index: 0, function: { arguments: p } }] }))) return done();
+    const parsed = post.toolArguments?.(args) ?? args;
+    if (await untracked(args, (p) => ({ tool_calls: [{ index: 0, function: { arguments: p } }] }), parsed)) return done();
   }
   const contentIds = answer.content === undefined ? [] : await encode(answer.content, false);
   const ps = await pieces(contentIds);
@@ -214,7 +229,7 @@ async function generation(answer: Answer, chat: boolean, params: StopParams): Pr
       finish = 'stop';
       stopReason = id === EOS ? null : id;
     } else {
-      const hit = text.add(piece, count + 1 > params.minTokens);
+      const hit = text.add(post.detokenize?.(piece) ?? piece, count + 1 > params.minTokens);
       ended([id]);
       if (hit !== null && errorMessage === null) {
         finish = 'stop';
@@ -301,14 +316,14 @@ export function doubleRelevance(query: string, document: string): number {
 }
 
 /** `/v1/embeddings` (EmbeddingResponse) and the rerank routes (RerankResponse) as vLLM ≈0.11 answers them. */
-async function pooling(res: ServerResponse, path: string, body: Json, requestId: string): Promise<void> {
+async function pooling(res: ServerResponse, path: string, body: Json, requestId: string, tokenizeText: Preprocessing['encode']): Promise<void> {
   if (body.model !== undefined && body.model !== MODEL) return error(res, 404, `The model \`${String(body.model)}\` does not exist.`);
   if (path === '/v1/embeddings') {
     const input = body.input;
     const items: (string | number[])[] = typeof input === 'string' ? [input] : Array.isArray(input) && typeof input[0] === 'number' ? [input as number[]] : ((input ?? []) as (string | number[])[]);
     const dimensions = typeof body.dimensions === 'number' ? body.dimensions : DOUBLE_EMBEDDING_DIMENSIONS;
     if (dimensions < 1 || dimensions > DOUBLE_EMBEDDING_DIMENSIONS) return error(res, 400, `dimensions must be between 1 and ${DOUBLE_EMBEDDING_DIMENSIONS}`);
-    const prompts = await Promise.all(items.map((item) => (typeof item === 'string' ? encode(item, true) : item)));
+    const prompts = await Promise.all(items.map((item) => (typeof item === 'string' ? tokenizeText(item, true) : item)));
     const base64 = body.encoding_format === 'base64';
     const data = prompts.map((ids, index) => {
       const vector = doubleEmbedding(ids, dimensions);
@@ -323,7 +338,7 @@ async function pooling(res: ServerResponse, path: string, body: Json, requestId:
   const documents = body.documents as string[];
   const topN = typeof body.top_n === 'number' && body.top_n > 0 ? body.top_n : documents.length;
   let tokens = 0;
-  for (const doc of documents) tokens += (await encode(query, true)).length + (await encode(doc, true)).length;
+  for (const doc of documents) tokens += (await tokenizeText(query, true)).length + (await tokenizeText(doc, true)).length;
   const results = documents
     .map((text, index) => ({ index, document: { text }, relevance_score: doubleRelevance(query, text) }))
     .sort((a, b) => b.relevance_score - a.relevance_score)
@@ -331,10 +346,19 @@ async function pooling(res: ServerResponse, path: string, body: Json, requestId:
   return json(res, 200, { id: `rerank-${requestId}`, model: MODEL, usage: { total_tokens: tokens }, results });
 }
 
-/** Chat prompt ids the way vLLM computes them (the request's `chat_template` if it has one, else the server's). */
-export async function promptIds(body: Json, chat: boolean, serverTemplate: Template = template): Promise<number[]> {
+/** How a build turns request text into prompt ids: its chat template and its tokenizer. */
+export interface Preprocessing {
+  template: Template;
+  encode(text: string, special: boolean): Promise<number[]>;
+}
+
+/** Qwen3's own: the template shipped with the tokenizer, and the tokenizer. */
+const QWEN3: Preprocessing = { template, encode };
+
+/** Prompt ids the way vLLM computes them (for chat the request's `chat_template` if it has one, else the server's). */
+export async function promptIds(body: Json, chat: boolean, build: Preprocessing = QWEN3): Promise<number[]> {
   if (chat) {
-    const chosen = typeof body.chat_template === 'string' ? new Template(body.chat_template) : serverTemplate;
+    const chosen = typeof body.chat_template === 'string' ? new Template(body.chat_template) : build.template;
     const prompt = chosen.render({
       messages: body.messages,
       tools: body.tools,
@@ -343,10 +367,11 @@ export async function promptIds(body: Json, chat: boolean, serverTemplate: Templ
       eos_token: CONFIG.eos_token,
       ...((body.chat_template_kwargs as Json | undefined) ?? {}),
     });
-    return encode(prompt, false);
+    return build.encode(prompt, false);
   }
+  // Token ids are the client's: no tokenizer sees them.
   if (Array.isArray(body.prompt)) return body.prompt as number[];
-  return encode(String(body.prompt), body.add_special_tokens !== false);
+  return build.encode(String(body.prompt), body.add_special_tokens !== false);
 }
 
 export interface Upstream {
@@ -368,8 +393,28 @@ export interface UpstreamOptions {
   legacy?: boolean;
   /** Listen on this port (default: any free one). */
   port?: number;
-  /** The server's chat template (vLLM's --chat-template; default: Qwen3's own, CHAT_TEMPLATE). */
+  /**
+   * The knobs below model a new engine build's regressions, each leaving everything else as it was.
+   * A changed chat template: the server's (vLLM's --chat-template; default: Qwen3's own, CHAT_TEMPLATE).
+   */
   chatTemplate?: string;
+  /**
+   * A changed tokenizer (e.g. a special token with another id): ids Qwen3's tokenizer gives → the ids this build's
+   * gives instead, wherever the double tokenizes request text (chat and text prompts, `/tokenize`, embedding and
+   * rerank inputs), so `prompt_token_ids`, usage and `/tokenize` agree. Token-id prompts are the client's: as sent.
+   */
+  tokenizerIdChanges?: Readonly<Record<number, number>>;
+  /**
+   * A changed detokenizer: the same output ids, other text. Applied to each output token's text piece of the
+   * content (chat) or text (completion), streamed or not, before stop strings are looked for; not to reasoning
+   * nor to tool-call arguments.
+   */
+  detokenize?: (piece: string) => string;
+  /**
+   * A changed tool-call parser: the same output ids, another `arguments` string (the whole scripted one in, what
+   * the build's parser makes of it out); streamed, it is cut where the scripted argument text's pieces were.
+   */
+  toolArguments?: (args: string) => string;
   /** Tokens come when this shared engine produces them (requests in flight share its steps), not at the answers' `ttftMs` / `gapMs`. */
   engine?: PacingEngine;
 }
@@ -386,7 +431,11 @@ function withoutTokenIdFields(value: unknown): unknown {
 export async function startUpstream(script: Script, options: UpstreamOptions = {}): Promise<Upstream> {
   const received: Upstream['received'] = [];
   let abandoned = 0;
-  const serverTemplate = options.chatTemplate === undefined ? template : new Template(options.chatTemplate);
+  const changes = options.tokenizerIdChanges ?? {};
+  const build: Preprocessing = {
+    template: options.chatTemplate === undefined ? template : new Template(options.chatTemplate),
+    encode: async (text, special) => (await encode(text, special)).map((id) => changes[id] ?? id),
+  };
   const server = http.createServer(async (req, res) => {
     res.on('close', () => {
       if (!res.writableFinished) abandoned++;
@@ -408,13 +457,13 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     const mediaType = String(req.headers['content-type'] ?? '').toLowerCase().split(';')[0];
     if (req.method === 'POST' && JSON_ONLY.has(path) && mediaType !== 'application/json') return validationError(res, "Unsupported Media Type: Only 'application/json' is allowed");
     if (path === '/tokenize' && body) {
-      const ids = body.messages ? await promptIds(body, true, serverTemplate) : await encode(String(body.prompt), body.add_special_tokens !== false);
+      const ids = body.messages ? await promptIds(body, true, build) : await build.encode(String(body.prompt), body.add_special_tokens !== false);
       return json(res, 200, { count: ids.length, max_model_len: 40960, tokens: ids, token_strs: null });
     }
     // X-Request-Id, else the body's request_id, else a uuid4 hex (serving_engine `_base_request_id`).
     const header = req.headers['x-request-id'];
     const requestId = (typeof header === 'string' && header) || (typeof body?.request_id === 'string' && body.request_id) || randomUUID().replaceAll('-', '');
-    if (req.method === 'POST' && POOLING.has(path)) return body ? pooling(res, path, body, requestId) : error(res, 400, 'Invalid JSON');
+    if (req.method === 'POST' && POOLING.has(path)) return body ? pooling(res, path, body, requestId, build.encode) : error(res, 400, 'Invalid JSON');
     const chat = path === '/v1/chat/completions';
     if (!chat && path !== '/v1/completions') return json(res, 404, { detail: 'Not Found' });
     if (!body) return error(res, 400, 'Invalid JSON');
@@ -426,7 +475,7 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     const first = answers[0];
     if (first.hang) return;
     if (first.errorStatus) return error(res, first.errorStatus, 'scripted upstream error');
-    const prompt = await promptIds(body, chat, serverTemplate);
+    const prompt = await promptIds(body, chat, build);
     const stopField = body.stop;
     const params: StopParams = {
       maxTokens: Number(body.max_completion_tokens ?? body.max_tokens ?? (chat ? 40960 - prompt.length : 16)),
@@ -435,7 +484,7 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
       stopTokenIds: Array.isArray(body.stop_token_ids) ? (body.stop_token_ids as number[]) : [],
       includeStopStr: body.include_stop_str_in_output === true,
     };
-    const gens = await Promise.all(answers.map((a) => generation(a, chat, params)));
+    const gens = await Promise.all(answers.map((a) => generation(a, chat, params, options)));
     const stream = body.stream === true;
     // Completions turn an aborted output into an error (serving_completion.py: `raise ValueError(output.stop_reason)`).
     const completionAbort = !chat && gens.some((g) => g.finish === 'abort');
@@ -474,7 +523,8 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
       const usage = { ...usageOf(completionTokens), prompt_tokens_details: null };
       if (chat) {
         const choices = gens.map((g, index) => {
-          const call = g.steps[0]?.delta.tool_calls as Json[] | undefined;
+          // The call opens at its name's step, after any reasoning.
+          const call = g.steps.find((step) => step.delta.tool_calls)?.delta.tool_calls as Json[] | undefined;
           const toolCalls = g.answer.toolCall && call
             ? [{ id: call[0].id, type: 'function', function: { name: g.answer.toolCall.name, arguments: g.steps.flatMap((s) => ((s.delta.tool_calls as { function: { arguments: string } }[] | undefined) ?? [])).map((c) => c.function.arguments).join('') } }]
             : [];

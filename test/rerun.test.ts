@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEngineDouble, type EngineName } from './support/engineDoubles.js';
 import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { startSglangUpstream } from './support/sglangUpstream.js';
-import { CHAT_TEMPLATE, MODEL, promptIds, startUpstream, type Answer, type Upstream } from './support/vllmUpstream.js';
+import { CHAT_TEMPLATE, encode, MODEL, promptIds, startUpstream, type Answer, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 type Json = Record<string, unknown>;
@@ -160,7 +160,7 @@ describe('mocker rerun of a vLLM capture', () => {
     const out = new Map<string, number>();
     for (const [name, body] of Object.entries(CHATS)) {
       const a = await promptIds(body, true);
-      const b = await promptIds(body, true, new Template(template));
+      const b = await promptIds(body, true, { template: new Template(template), encode });
       const n = Math.min(a.length, b.length);
       let i = 0;
       while (i < n && a[i] === b[i]) i++;

@@ -3,7 +3,6 @@
  * synthetic workload or a capture file's traffic, replayed offline on a virtual clock, online in real time,
  * or against live servers, through one or many workers, and reported like AIPerf.
  */
-import { SingleBar } from 'cli-progress';
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { loadPerfModel, modelTiming, polynomialPerfModel, type AnySchedulerConfig } from '../engine/index.js';
@@ -19,6 +18,7 @@ import { foldIntoVocabulary, mooncakeFileWorkload, normalizeArrivals, syntheticW
 import { namingCapture } from '../store/captureStore.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { checkOutput, writeOutputFile, type OutputRules } from '../util/outputFile.js';
+import { progressReporter } from '../util/progress.js';
 import { terminalText } from '../util/terminalText.js';
 import { applyEngineArgsObject, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from './engineArgs.js';
 
@@ -117,45 +117,6 @@ function checkSources(o: TraceOptions): 'trace' | 'synthetic' | 'captures' {
   return o.trace !== undefined ? 'trace' : 'captures';
 }
 
-interface Progress {
-  update(done: number, clockMs: number): void;
-  stop(): void;
-}
-
-/**
- * A bar on a terminal; otherwise a line at the start, then one at most every 5 s of wall time and one at the end,
- * each only when more requests are done than the last line said (the end often comes right after a line).
- */
-function progressReporter(enabled: boolean, total: number, clockName: string): Progress {
-  if (!enabled) return { update: () => {}, stop: () => {} };
-  const started = performance.now();
-  if (process.stderr.isTTY) {
-    const bar = new SingleBar({ format: `trace [{bar}] {value}/{total} requests | ${clockName} {clock} s | ETA {eta_formatted}`, stream: process.stderr, hideCursor: true }, undefined);
-    bar.start(total, 0, { clock: '0.0' });
-    return { update: (done, clockMs) => bar.update(done, { clock: (clockMs / 1000).toFixed(1) }), stop: () => bar.stop() };
-  }
-  let last = { done: 0, clockMs: 0 };
-  let lastLine = started;
-  /** The count the last line said (null: none yet). */
-  let said: number | null = null;
-  // Online, the run's clock is the wall clock: said once.
-  const clock = () => (clockName === 'elapsed' ? '' : `${clockName} ${(last.clockMs / 1000).toFixed(1)} s, `);
-  const line = () => {
-    if (last.done === said) return;
-    said = last.done;
-    lastLine = performance.now();
-    console.error(`mocker trace: ${last.done}/${total} requests done, ${clock()}${((lastLine - started) / 1000).toFixed(1)} s elapsed`);
-  };
-  console.error(`mocker trace: ${total} requests`);
-  return {
-    update: (done, clockMs) => {
-      last = { done, clockMs };
-      if (performance.now() - lastLine >= 5000) line();
-    },
-    stop: line,
-  };
-}
-
 /** Runs `mocker trace`; resolves with the exit code (1: no request completed). */
 export async function runTrace(o: TraceOptions): Promise<number> {
   const source = checkSources(o);
@@ -245,7 +206,7 @@ export async function runTrace(o: TraceOptions): Promise<number> {
   let wallMs: number;
   let collector: ReplayCollector;
   const failures = new FailureTally();
-  const progress = progressReporter(o.progress, workload.requests, online ? 'elapsed' : 'simulated');
+  const progress = progressReporter('trace', o.progress, workload.requests, online ? 'elapsed' : 'simulated');
   const started = performance.now();
   if (!online) {
     let fleet: Fleet;

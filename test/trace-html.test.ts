@@ -1,9 +1,10 @@
-import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { delimiter, join } from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ReplayCollector } from '../src/trace/collector.js';
 import { renderHtmlReport } from '../src/trace/htmlReport.js';
+import { launchChromium, openHtmlFile, type OpenedPage } from './support/chromiumPage.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 /** Text that would end the data <script> or add markup if the page inserted it unescaped. */
@@ -19,12 +20,6 @@ const CHART_IDS = [
   'chart-prefix-hit-rate',
   'chart-requests-per-worker',
 ];
-
-function findChromium(): string {
-  const found = (process.env.PATH ?? '').split(delimiter).map((dir) => join(dir, 'chromium')).find((path) => existsSync(path));
-  if (!found) throw new Error('Chromium is not installed (no `chromium` on PATH): install it with `apt-get install -y chromium` to run the HTML report test');
-  return found;
-}
 
 interface ChartState {
   id: string;
@@ -64,23 +59,9 @@ describe('HTML report of mocker trace', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  /** Writes the page, opens it, and records every console error, page error and request off the file. */
-  async function open(name: string, html: string): Promise<{ page: Page; errors: string[]; offFileRequests: string[] }> {
-    const path = join(dir, `${name}.html`);
-    writeFileSync(path, html);
-    browser ??= await chromium.launch({ executablePath: findChromium(), args: ['--no-sandbox'] });
-    const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
-    const errors: string[] = [];
-    const offFileRequests: string[] = [];
-    page.on('console', (message) => {
-      if (message.type() === 'error') errors.push(message.text());
-    });
-    page.on('pageerror', (error) => errors.push(error.message));
-    page.on('request', (request) => {
-      if (!request.url().startsWith('file:')) offFileRequests.push(request.url());
-    });
-    await page.goto(`file://${path}`);
-    return { page, errors, offFileRequests };
+  async function open(name: string, html: string): Promise<OpenedPage> {
+    browser ??= await launchChromium();
+    return openHtmlFile(browser, join(dir, `${name}.html`), html);
   }
 
   it('draws every chart offline, shows the summary, and keeps hostile names as text', async () => {

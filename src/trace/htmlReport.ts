@@ -3,8 +3,7 @@
  * uPlot chart library and its stylesheet are inlined, the run's data is embedded as JSON), with a summary of
  * the report's headline numbers, the run's settings, and charts of ReplayCharts.
  */
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { BASE_STYLE, CHART_HELPERS, escapeHtml, scriptJson, uplotAsset } from '../util/htmlPage.js';
 import type { ReplayCharts, ReplayReport } from './collector.js';
 
 export interface HtmlReportInput {
@@ -48,15 +47,6 @@ const CHARTS: ReadonlyArray<[id: string, heading: string]> = [
   ['chart-requests-per-worker', 'Requests per worker'],
 ];
 
-function escapeHtml(text: string): string {
-  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&#39;');
-}
-
-/** JSON that cannot end its <script> element or open an HTML comment in it: every `<` is written as \u003c. */
-function scriptJson(value: unknown): string {
-  return JSON.stringify(value).replace(/</g, '\\u003c');
-}
-
 function format(value: number, unit: Unit): string {
   switch (unit) {
     case 'count':
@@ -70,13 +60,6 @@ function format(value: number, unit: Unit): string {
     case 'ratio':
       return `${(value * 100).toFixed(1)} %`;
   }
-}
-
-/** A file of the installed uplot package, checked to be safe to inline in its element. */
-function uplotAsset(file: string, closingTag: string): string {
-  const text = readFileSync(createRequire(import.meta.url).resolve(`uplot/dist/${file}`), 'utf8');
-  if (text.toLowerCase().includes(closingTag) || text.includes('<!--')) throw new Error(`uplot/dist/${file} contains ${closingTag} or <!--: it cannot be inlined`);
-  return text;
 }
 
 /** A report value's cell; a key the report lacks shows a dash. */
@@ -103,48 +86,13 @@ function settingsTable(settings: HtmlReportInput['settings']): string {
   return rows.length > 0 ? `<table class="settings">${rows.join('')}</table>` : '<p>none</p>';
 }
 
-const STYLE = `
-body { font: 14px/1.4 system-ui, sans-serif; color: #222; background: #fff; margin: 24px auto; max-width: 1100px; padding: 0 16px; }
-h1 { font-size: 22px; margin: 0 0 16px; word-break: break-word; }
-h2 { font-size: 16px; margin: 24px 0 8px; }
-h3 { font-size: 14px; margin: 0 0 4px; }
-table { border-collapse: collapse; margin-bottom: 8px; }
-th, td { border: 1px solid #ddd; padding: 4px 10px; text-align: left; }
-td { font-variant-numeric: tabular-nums; word-break: break-word; }
-.tables { display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; }
-.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 24px; }
-.chart { min-width: 0; }
-.no-data { color: #888; border: 1px dashed #ccc; padding: 48px 0; text-align: center; margin: 0; }
-`;
-
 /** Draws every chart section from the embedded data; an empty series shows "no data" instead of a chart. */
 const PAGE_SCRIPT = `
 (function () {
   'use strict';
   var charts = JSON.parse(document.getElementById('report-data').textContent);
-  var HEIGHT = 260;
-  function color(i) { return 'hsl(' + Math.round((210 + i * 137.5) % 360) + ', 75%, 42%)'; }
-  function percent(u, splits) { return splits.map(function (v) { return Math.round(v * 100) + '%'; }); }
+${CHART_HELPERS}
   function fromZero(u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; }
-  // uPlot's default y axis width clips tick labels longer than about five characters.
-  function fitTicks(u, values) {
-    var longest = 0;
-    (values || []).forEach(function (v) { longest = Math.max(longest, String(v).length); });
-    return Math.max(50, longest * 7 + 20);
-  }
-  function target(id) { return document.getElementById(id).querySelector('.plot'); }
-  function noData(id) {
-    var p = document.createElement('p');
-    p.className = 'no-data';
-    p.textContent = 'no data';
-    target(id).appendChild(p);
-  }
-  function draw(id, opts, aligned) {
-    var el = target(id);
-    opts.width = el.clientWidth;
-    opts.height = HEIGHT;
-    new uPlot(opts, aligned, el);
-  }
   function cdf(id, sortedMs, name) {
     if (sortedMs.length === 0) return noData(id);
     var fractions = sortedMs.map(function (_, i) { return (i + 1) / sortedMs.length; });
@@ -216,8 +164,8 @@ export function renderHtmlReport(input: HtmlReportInput): string {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${title}</title>
-<style>${uplotAsset('uPlot.min.css', '</style')}</style>
-<style>${STYLE}</style>
+<style>${uplotAsset('uPlot.min.css')}</style>
+<style>${BASE_STYLE}</style>
 </head>
 <body>
 <h1>${title}</h1>
@@ -230,7 +178,7 @@ export function renderHtmlReport(input: HtmlReportInput): string {
 <div class="charts">
 ${sections.join('\n')}
 </div>
-<script>${uplotAsset('uPlot.iife.min.js', '</script')}</script>
+<script>${uplotAsset('uPlot.iife.min.js')}</script>
 <script type="application/json" id="report-data">${scriptJson(input.charts)}</script>
 <script>${PAGE_SCRIPT}</script>
 </body>

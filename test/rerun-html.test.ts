@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { firstDifferenceOffset, rerunHtml } from '../src/rerun/htmlReport.js';
+import { rerunHtml } from '../src/rerun/htmlReport.js';
 import type { ExchangeComparison, PromptComparison, RerunReport } from '../src/rerun/report.js';
 import { launchChromium, openHtmlFile, type OpenedPage } from './support/chromiumPage.js';
 import { sampleReport, TEMPLATE_CHANGE } from './support/rerunReports.js';
@@ -224,41 +224,13 @@ describe('HTML report of mocker rerun, as text', () => {
     ]);
   });
 
-  it('places the first difference only where the excerpts put it in exactly one place', () => {
-    // The role after the second `<|im_end|>\n<|im_start|>`.
-    expect(firstDifferenceOffset(TEMPLATE_CHANGE)).toBe(TEMPLATE_CHANGE.goldenText.indexOf('user\nSay'));
-
-    const difference = TEMPLATE_CHANGE.difference!;
-    // Whole texts cut before the difference: the excerpts are not in them.
+  it('marks the first difference at its offset on each side, and nothing when the prompts were cut before it', () => {
+    const exchange = sampleReport().exchanges[0];
+    const marked = (prompt: PromptComparison) => [...rerunHtml({ ...sampleReport(), exchanges: [{ ...exchange, prompt }] }).matchAll(/<mark class="first-difference">([^<]*)<\/mark>/g)].map((m) => m[1]);
+    // Each side's differing token, from the offset on: `user` in the golden prompt, `human` in the candidate's.
+    expect(marked(TEMPLATE_CHANGE)).toEqual(['user\nSay hi &amp;', 'human\nSay hi &amp;']);
     const cut: PromptComparison = { ...TEMPLATE_CHANGE, goldenText: TEMPLATE_CHANGE.goldenText.slice(0, 40), candidateText: TEMPLATE_CHANGE.candidateText.slice(0, 40) };
-    expect(firstDifferenceOffset(cut)).toBeNull();
-
-    // A text that repeats: `ab` then `X` or `Y` occurs twice before the texts part, once where they do.
-    const repeated: PromptComparison = {
-      ...TEMPLATE_CHANGE,
-      goldenText: 'abX abX abX',
-      candidateText: 'abX abX abY',
-      difference: { ...difference, before: 'ab', goldenText: 'X', candidateText: 'Y' },
-    };
-    expect(firstDifferenceOffset(repeated)).toBe(10);
-
-    // The same text tokenized differently, in a text that repeats: two places fit, so none is shown.
-    const ambiguous: PromptComparison = {
-      ...TEMPLATE_CHANGE,
-      goldenText: 'hello hello',
-      candidateText: 'hello hello',
-      difference: { ...difference, before: '', goldenText: 'hello', candidateText: 'hello' },
-    };
-    expect(firstDifferenceOffset(ambiguous)).toBeNull();
-
-    // The golden prompt is a prefix of the candidate's: nothing on its side, the extra text on the other.
-    const longer: PromptComparison = {
-      ...TEMPLATE_CHANGE,
-      goldenText: 'Hi<|im_end|>',
-      candidateText: 'Hi<|im_end|><|endoftext|>',
-      difference: { ...difference, before: 'Hi<|im_end|>', goldenText: '', candidateText: '<|endoftext|>' },
-    };
-    expect(firstDifferenceOffset(longer)).toBe(12);
-    expect(firstDifferenceOffset({ ...TEMPLATE_CHANGE, difference: null })).toBeNull();
+    expect(marked(cut)).toEqual([]);
+    expect(rerunHtml({ ...sampleReport(), exchanges: [{ ...exchange, prompt: cut }] })).toContain('cut before their first difference');
   });
 });

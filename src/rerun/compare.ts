@@ -11,6 +11,7 @@ import { CaptureStore, isGeneration, namingCapture, type Generation, type Stored
 import { distribution } from '../trace/collector.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { promptPart } from './promptParts.js';
+import { whyNotSent } from './requests.js';
 import type { ChoiceOutput, ExchangeComparison, ExchangeTiming, OutputDifference, Percentiles, PromptComparison, RerunReport, TimingComparison, ToolCall, Verdict } from './report.js';
 
 type Json = Record<string, unknown>;
@@ -230,8 +231,11 @@ async function comparePrompts(golden: Side, exA: StoredExchange, candidate: Side
   const tokB = tokenizerOf(candidate, exB);
   let difference: PromptComparison['difference'] = null;
   if (at !== null) {
-    const part = await promptPart(exA.endpoint === 'chat' ? 'chat' : 'completion', request, (ids) => decode(tokA, ids), a, at);
+    const goldenOffset = (await decode(tokA, a.slice(0, at))).length;
+    const part = promptPart(exA.endpoint === 'chat' ? 'chat' : 'completion', request, await decode(tokA, a), goldenOffset);
     difference = {
+      goldenOffset,
+      candidateOffset: (await decode(tokB, b.slice(0, at))).length,
       position: at,
       goldenToken: a[at] ?? null,
       candidateToken: b[at] ?? null,
@@ -321,6 +325,28 @@ async function comparePair(golden: Side, exA: StoredExchange, candidate: Side, e
   };
 }
 
+/** A golden exchange the rerun did not send (failed in the capture, say): listed, not compared. */
+function notSent(ex: StoredExchange, why: string): ExchangeComparison {
+  const { greedy, seeded } = samplingOf(parse(ex.requestBody));
+  return {
+    golden: ex.id,
+    candidate: null,
+    endpoint: ex.endpoint!, // golden exchanges all have one
+    path: ex.path,
+    model: ex.model,
+    stream: ex.stream,
+    greedy,
+    seeded,
+    verdict: 'not-compared',
+    note: `not sent: ${why}`,
+    request: ex.bodiesRedacted ? '' : cut(ex.requestBody.toString('utf8')),
+    status: { golden: ex.status, candidate: null },
+    prompt: null,
+    output: { differences: [], golden: [], candidate: [] },
+    timing: { golden: timingOf(ex), candidate: null },
+  };
+}
+
 function percentiles(values: number[]): Percentiles {
   const d = distribution(values);
   return { count: values.length, p50: d.median, p90: d.p90, p99: d.p99 };
@@ -374,7 +400,7 @@ export async function compareRerun(input: CompareInput): Promise<RerunReport> {
   let candidate: Side | undefined;
   try {
     candidate = open(input.candidate);
-    const goldenExchanges = exchangesOf(golden).filter((ex) => ex.outcome === 'complete' && !ex.bodiesRedacted);
+    const goldenExchanges = exchangesOf(golden);
     const waiting = new Map<string, StoredExchange[]>();
     for (const ex of exchangesOf(candidate)) {
       const key = requestKey(ex, false);
@@ -385,6 +411,11 @@ export async function compareRerun(input: CompareInput): Promise<RerunReport> {
     const itl: [number[], number[]] = [[], []];
     const e2e: [number[], number[]] = [[], []];
     for (const exA of goldenExchanges) {
+      const why = whyNotSent(exA);
+      if (why !== null) {
+        exchanges.push(notSent(exA, why));
+        continue;
+      }
       const key = requestKey(exA, false);
       const exB = key === null ? undefined : waiting.get(key)?.shift();
       const comparison = await comparePair(golden, exA, candidate, exB);
@@ -411,7 +442,7 @@ export async function compareRerun(input: CompareInput): Promise<RerunReport> {
       exchanges,
       skipped: input.skipped,
       totals: {
-        compared: exchanges.length,
+        compared: exchanges.length - count('not-compared'),
         same: count('same'),
         regressions: count('regression'),
         sampled: count('sampled'),

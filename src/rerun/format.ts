@@ -35,7 +35,7 @@ function describeTiming(name: string, t: TimingComparison, alpha: number): strin
 /** `limit`: at most this many exchanges described (all are counted). */
 export function formatRerunReport(report: RerunReport, limit: number): string {
   const lines = [`rerun of ${report.golden} against ${report.target} (${report.targetEngine}${report.targetVersion ? ` ${report.targetVersion}` : ''}); its answers are in ${report.candidate}`];
-  const shown = [...report.exchanges.filter((e) => e.verdict === 'regression'), ...report.exchanges.filter((e) => e.verdict === 'sampled' || e.verdict === 'not-compared')];
+  const shown = [...report.exchanges.filter((e) => e.verdict === 'regression'), ...report.exchanges.filter((e) => e.verdict === 'sampled')];
   for (const e of shown.slice(0, limit)) lines.push(...describeExchange(e));
   if (shown.length > limit) lines.push(`… and ${shown.length - limit} more (--limit)`);
   lines.push(describeTiming('TTFT', report.timing.ttftMs, report.alpha), describeTiming('ITL', report.timing.itlMs, report.alpha), describeTiming('E2E', report.timing.e2eMs, report.alpha));
@@ -43,7 +43,7 @@ export function formatRerunReport(report: RerunReport, limit: number): string {
   const skipped = report.skipped.length === 0 ? '' : `; not sent: ${report.skipped.map((s) => `${s.count} ${s.reason}`).join(', ')}`;
   lines.push(
     `${t.compared} exchanges compared: ${t.same} same, ${t.regressions} regression(s), ${t.sampled} sampled difference(s) (reported, not failed)` +
-      `${t.notCompared > 0 ? `, ${t.notCompared} not compared` : ''}; ${t.promptChanges} prompt change(s), ${t.outputChanges} output change(s)${skipped}`,
+      `; ${t.promptChanges} prompt change(s), ${t.outputChanges} output change(s)${skipped}`,
   );
   return lines.join('\n');
 }

@@ -98,45 +98,13 @@ function exchangeTable(sorted: ExchangeComparison[], withSection: Set<ExchangeCo
   return `<table class="exchanges">${head}${rows.join('')}</table>${more}`;
 }
 
-function commonPrefixLength(a: string, b: string): number {
-  const end = Math.min(a.length, b.length);
-  let i = 0;
-  while (i < end && a.charCodeAt(i) === b.charCodeAt(i)) i++;
-  return i;
-}
-
-/** Every index where `needle` starts in `text` (overlapping ones too). */
-function occurrences(text: string, needle: string): number[] {
-  const found: number[] = [];
-  // indexOf('', past the end) answers the end again: stop there.
-  for (let at = text.indexOf(needle); at !== -1; at = at < text.length ? text.indexOf(needle, at + 1) : -1) found.push(at);
-  return found;
-}
-
 /**
- * The character offset, in both whole prompt texts, where the first differing token starts; null when the
- * difference's excerpts do not place it in exactly one spot (the texts were cut, or repeat themselves), so that
- * nothing is highlighted rather than the wrong place. The place must be preceded by `before` and followed by each
- * side's excerpt, lie in the texts' common prefix (the tokens before it are the same), and, where the excerpts'
- * texts differ, be where the whole texts first differ.
+ * One side's whole prompt with the first differing token's text marked from `offset` (nothing marked when the
+ * text was cut before it).
  */
-export function firstDifferenceOffset(prompt: PromptComparison): number | null {
-  const difference = prompt.difference;
-  if (difference === null) return null;
-  const { before, goldenText, candidateText } = difference;
-  const shared = commonPrefixLength(prompt.goldenText, prompt.candidateText);
-  const starts = (text: string, excerpt: string) => occurrences(text, before + excerpt).map((at) => at + before.length).filter((start) => start <= shared);
-  const goldenStarts = new Set(starts(prompt.goldenText, goldenText));
-  let places = starts(prompt.candidateText, candidateText).filter((start) => goldenStarts.has(start));
-  const excerptsShare = commonPrefixLength(goldenText, candidateText);
-  if (excerptsShare < Math.min(goldenText.length, candidateText.length)) places = places.filter((start) => start + excerptsShare === shared);
-  return places.length === 1 ? places[0] : null;
-}
-
-/** One side's whole prompt, its first differing excerpt marked at `offset`. */
-function promptText(text: string, offset: number | null, excerpt: string): string {
-  if (offset === null) return escapeHtml(text);
-  const end = offset + excerpt.length;
+function promptText(text: string, offset: number, excerpt: string): string {
+  if (offset > text.length) return escapeHtml(text);
+  const end = offset + Math.max(1, excerpt.length);
   return `${escapeHtml(text.slice(0, offset))}<mark class="first-difference">${escapeHtml(text.slice(offset, end))}</mark>${escapeHtml(text.slice(end))}`;
 }
 
@@ -150,13 +118,12 @@ function promptSection(prompt: PromptComparison): string {
   const difference = prompt.difference;
   if (difference === null) return `<h4>Prompt</h4><p class="prompt-same">Prompts identical (${lengths}).</p>${unobserved}`;
   const token = (id: number | null) => (id === null ? 'none' : String(id));
-  const offset = firstDifferenceOffset(prompt);
-  const located = offset === null ? '<p class="not-located">The first difference could not be placed in the whole texts: nothing is highlighted.</p>' : '';
+  const located = difference.goldenOffset > prompt.goldenText.length ? '<p class="not-located">The prompts were cut before their first difference: nothing is highlighted.</p>' : '';
   const summary =
     `<p class="prompt-difference">First difference at token <b>${difference.position}</b>, in the <b class="part">${escapeHtml(difference.partLabel)}</b> ` +
     `(golden token ${token(difference.goldenToken)}, candidate token ${token(difference.candidateToken)}; ${lengths}).</p>`;
-  const golden = `<pre class="prompt">${promptText(prompt.goldenText, offset, difference.goldenText)}</pre>`;
-  const candidate = `<pre class="prompt">${promptText(prompt.candidateText, offset, difference.candidateText)}</pre>`;
+  const golden = `<pre class="prompt">${promptText(prompt.goldenText, difference.goldenOffset, difference.goldenText)}</pre>`;
+  const candidate = `<pre class="prompt">${promptText(prompt.candidateText, difference.candidateOffset, difference.candidateText)}</pre>`;
   return `<h4>Prompt</h4>${summary}${unobserved}${located}${sideBySide('prompt', golden, candidate)}`;
 }
 

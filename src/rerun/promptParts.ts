@@ -72,14 +72,12 @@ function describe(part: PromptPart): string {
 const labelled = (part: PromptPart) => ({ part, partLabel: describe(part) });
 
 /**
- * The part of `request` that token `position` of `ids` (its rendered, tokenized prompt) belongs to. `decode` turns
- * ids into text with special tokens shown.
+ * The part of `request` that the text at `offset` of `prompt` (its rendered prompt, decoded with special tokens
+ * shown) belongs to.
  */
-export async function promptPart(kind: 'chat' | 'completion', request: Json | null, decode: (ids: number[]) => Promise<string>, ids: readonly number[], position: number): Promise<{ part: PromptPart; partLabel: string }> {
+export function promptPart(kind: 'chat' | 'completion', request: Json | null, prompt: string, offset: number): { part: PromptPart; partLabel: string } {
   const messages = Array.isArray(request?.messages) ? (request.messages as Json[]) : null;
   if (kind === 'completion' || messages === null) return labelled({ kind: 'prompt' });
-  const prompt = await decode([...ids]);
-  const offset = (await decode(ids.slice(0, position))).length;
 
   const tools = toolSpan(prompt, request?.tools);
   if (tools && offset >= tools[0] && offset < tools[1]) return labelled({ kind: 'tools' });

@@ -8,7 +8,7 @@ import type { RecordedEndpoint } from '../store/captureStore.js';
 /**
  * Of one exchange: `same`; `regression` (a difference that fails the run: a changed prompt, a changed output of a
  * greedy or seeded request, a failure); `sampled` (the output of a sampled request without a seed differs: reported,
- * not failed); `not-compared` (the target's answer has nothing to compare with: see `note`).
+ * not failed); `not-compared` (the golden exchange was not sent — it failed in the capture, say: see `note`).
  */
 export type Verdict = 'same' | 'regression' | 'sampled' | 'not-compared';
 
@@ -33,6 +33,12 @@ export interface PromptDifference {
   /** Text of the few tokens from the position on, each side. */
   goldenText: string;
   candidateText: string;
+  /**
+   * Where that token starts in each whole decoded prompt (`PromptComparison.goldenText` / `candidateText`, before
+   * they are cut): the length of the text of the tokens before it.
+   */
+  goldenOffset: number;
+  candidateOffset: number;
   part: PromptPart;
   /** The part in words: "system prompt", "message 2 (user)", "tool definitions", "generation prompt", "prompt". */
   partLabel: string;
@@ -147,6 +153,7 @@ export interface RerunReport {
   /** Golden exchanges not sent, by reason ("failed", "aborted", "bodies redacted", …). */
   skipped: { reason: string; count: number }[];
   totals: {
+    /** Exchanges sent and compared (`notCompared` are the golden ones not sent). */
     compared: number;
     same: number;
     regressions: number;

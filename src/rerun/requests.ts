@@ -2,7 +2,7 @@
  * The requests a rerun sends: every complete exchange of the golden capture whose request can be sent again as
  * the client sent it (its path, body byte for byte and non-secret headers), and how many could not, by why.
  */
-import type { HeaderMap, RecordedEndpoint } from '../store/captureStore.js';
+import type { HeaderMap, RecordedEndpoint, StoredExchange } from '../store/captureStore.js';
 import { CaptureStore } from '../store/captureStore.js';
 
 export interface RerunRequest {
@@ -26,6 +26,13 @@ function sendableHeaders(stored: HeaderMap): Record<string, string | string[]> {
   return out;
 }
 
+/** Why a golden exchange is not sent again (null: it is). */
+export function whyNotSent(ex: Pick<StoredExchange, 'outcome' | 'bodiesRedacted'>): string | null {
+  if (ex.outcome !== 'complete') return `${ex.outcome} in the capture`;
+  if (ex.bodiesRedacted) return 'captured with --redact-bodies (no request body to send)';
+  return null;
+}
+
 export interface GoldenRequests {
   requests: RerunRequest[];
   skipped: { reason: string; count: number }[];
@@ -41,8 +48,8 @@ export function goldenRequests(file: string): GoldenRequests {
     for (const id of store.exchangeIds()) {
       const ex = store.getExchange(id)!; // listed a moment ago, by this reader alone
       if (ex.endpoint === null) continue;
-      if (ex.outcome !== 'complete') skip(`${ex.outcome} in the capture`);
-      else if (ex.bodiesRedacted) skip('captured with --redact-bodies (no request body to send)');
+      const why = whyNotSent(ex);
+      if (why !== null) skip(why);
       else requests.push({ id, startedAt: ex.startedAt, method: ex.method, path: ex.path, endpoint: ex.endpoint, headers: sendableHeaders(ex.requestHeaders), body: ex.requestBody });
     }
   } finally {

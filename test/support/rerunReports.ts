@@ -27,6 +27,9 @@ export const TEMPLATE_CHANGE: PromptComparison = {
     before: '<|im_end|>\n<|im_start|>',
     goldenText: 'user\nSay hi &',
     candidateText: 'human\nSay hi &',
+    // Both after `<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>`: 12 + 7 + 14 + 10 + 1 + 12 characters.
+    goldenOffset: 56,
+    candidateOffset: 56,
     part: { kind: 'message', message: 1, role: 'user' },
     partLabel: 'message 1 (user)',
   },

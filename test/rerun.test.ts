@@ -4,15 +4,19 @@
  * The oracles: the requests this file sent (how many, which kind), the doubles' own templates and tokenizer
  * (where a changed template or tokenizer first changes a prompt), and what each double was told to change.
  */
-import { mkdtempSync, readdirSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import http from 'node:http';
 import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchChromium, openHtmlFile } from './support/chromiumPage.js';
 import { startEngineDouble, type EngineName } from './support/engineDoubles.js';
+import { schemaErrors } from './support/junitSchema.js';
+import { listenOnLoopback } from './support/loopback.js';
 import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { startSglangUpstream } from './support/sglangUpstream.js';
-import { CHAT_TEMPLATE, encode, MODEL, promptIds, startUpstream, type Answer, type Upstream } from './support/vllmUpstream.js';
+import { CHAT_TEMPLATE, encode, MODEL, promptIds, startUpstream, type Answer, type Upstream, type UpstreamOptions } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 type Json = Record<string, unknown>;
@@ -39,7 +43,7 @@ afterAll(async () => {
   await Promise.all(closers.map((close) => close()));
 });
 
-const client = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+const client = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'GOLDEN-SECRET', maxRetries: 0, defaultHeaders: { 'X-Team': 'blue' } });
 
 const TOOLS = [{ type: 'function' as const, function: { name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
 
@@ -71,9 +75,11 @@ const COMPLETIONS: Json[] = [
 ];
 const EMBEDDINGS: Json = { model: MODEL, input: ['a cat', 'a dog'], encoding_format: 'float' };
 const SENT = Object.keys(CHATS).length + COMPLETIONS.length + 1;
+/** Qwen3's <|im_start|> (tokenizer.json's added_tokens). */
+const IM_START = 151644;
 
 async function post(url: string, path: string, body: Json): Promise<void> {
-  const res = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-team': 'blue', authorization: 'Bearer GOLDEN-SECRET' }, body: JSON.stringify(body) });
   expect(res.status, `${path} ${JSON.stringify(body).slice(0, 80)}`).toBe(200);
   await res.text();
 }
@@ -180,7 +186,12 @@ describe('mocker rerun of a vLLM capture', () => {
     }
   }
 
-  const chatExchange = (report: ReportJson, name: string) => report.exchanges.find((e) => e.endpoint === 'chat' && JSON.parse(e.request || '{}').messages?.at(-1)?.content === (CHATS[name].messages as { content: string }[]).at(-1)!.content);
+  /** The golden exchanges are the requests in the order sent (one at a time): the chats first. */
+  const chatExchange = (report: ReportJson, name: string) => {
+    const exchange = report.exchanges[Object.keys(CHATS).indexOf(name)];
+    expect(exchange.endpoint).toBe('chat');
+    return exchange;
+  };
 
   it('a changed generation prompt in the chat template: each chat a preprocessing regression at its first differing token, in the generation prompt; exit 1', async () => {
     const template = CHAT_TEMPLATE.replace("{{- '<|im_start|>assistant\\n' }}", "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' }}");
@@ -214,6 +225,133 @@ describe('mocker rerun of a vLLM capture', () => {
     for (const name of ['tools', 'tools streamed']) {
       expect(chatExchange(byTools, name)?.prompt?.difference, name).toEqual(expect.objectContaining({ position: toolsOracle.get(name), partLabel: 'tool definitions' }));
     }
+  });
+
+  /** The rerun's JSON report against a double started with `options` (closed after). */
+  async function against(options: UpstreamOptions): Promise<ReportJson & { code: number | null }> {
+    const changed = await startUpstream(script(GOLDEN_STORY), options);
+    try {
+      const run = await rerunJson(golden, changed.url);
+      return { ...run.report, code: run.code };
+    } finally {
+      await changed.close();
+    }
+  }
+
+  it('a changed tokenizer (another id for <|im_start|>): each chat a preprocessing regression at that token, in the message it opens; exit 1', async () => {
+    const report = await against({ tokenizerIdChanges: { [IM_START]: IM_START + 100 } });
+    expect(report.code).toBe(1);
+    for (const [name, body] of Object.entries(CHATS)) {
+      const position = (await promptIds(body, true)).indexOf(IM_START);
+      const first = (body.messages as { role: string }[])[0];
+      const part = first.role === 'system' ? 'system prompt' : `message 0 (${first.role})`;
+      expect(chatExchange(report, name)?.prompt?.difference, name).toEqual(expect.objectContaining({ position, partLabel: part }));
+    }
+    // Completion prompts hold no <|im_start|>.
+    expect(report.exchanges.filter((e) => e.endpoint !== 'chat').every((e) => e.verdict === 'same')).toBe(true);
+  });
+
+  it('a changed detokenizer (same ids, other text) is an output change of the greedy requests: text, not token ids; exit 1', async () => {
+    const report = await against({ detokenize: (piece) => piece.replaceAll('o', '0') });
+    expect(report.code).toBe(1);
+    const greeting = chatExchange(report, 'system')!;
+    expect(greeting.verdict).toBe('regression');
+    expect(greeting.prompt?.difference).toBeNull();
+    expect(greeting.output.differences.map((d) => d.field)).toEqual(['text']);
+    // The tool calls' reasoning and arguments are not text the detokenizer writes: unchanged.
+    expect(chatExchange(report, 'tools')?.verdict).toBe('same');
+  });
+
+  it('tool-call arguments are compared as JSON values: other spacing is the same call, another value is an output change; exit 1', async () => {
+    const spacing = await against({ toolArguments: (args) => JSON.stringify(JSON.parse(args)) });
+    expect(spacing.code).toBe(0);
+    expect(spacing.totals.same).toBe(SENT);
+    const value = await against({ toolArguments: (args) => args.replace('Paris', 'paris') });
+    expect(value.code).toBe(1);
+    for (const name of ['tools', 'tools streamed']) {
+      expect(chatExchange(value, name)?.output.differences.map((d) => d.field), name).toEqual(['tool_calls']);
+    }
+  });
+
+  it("--junit writes JUnit XML the CI systems' schema accepts, --report-html a page Chromium renders with its tables and charts", async () => {
+    const changed = await startUpstream(script(GOLDEN_STORY), { chatTemplate: CHAT_TEMPLATE.replace("{{- '<|im_start|>assistant\\n' }}", "{{- '<|im_start|>assistant\\n\\n' }}") });
+    closers.push(() => changed.close());
+    const junit = join(tmp, `junit-${++counter}.xml`);
+    const html = join(tmp, `report-${counter}.html`);
+    const run = await rerun(golden, changed.url, '--junit', junit, '--report-html', html);
+    expect(run.code, run.stderr).toBe(1);
+    const xml = readFileSync(junit, 'utf8');
+    expect(await schemaErrors(xml)).toEqual([]);
+    expect(xml.match(/<testcase /g)).toHaveLength(SENT);
+    // Every chat's prompt changed: one failure each.
+    expect(xml.match(/<failure /g)).toHaveLength(Object.keys(CHATS).length);
+    const browser = await launchChromium();
+    try {
+      const { page, errors } = await openHtmlFile(browser, html, readFileSync(html, 'utf8'));
+      expect(await page.locator('#verdict').textContent()).toContain(`Regression: ${Object.keys(CHATS).length} of ${SENT}`);
+      expect(await page.locator('mark.first-difference').count()).toBe(2 * Object.keys(CHATS).length);
+      for (const chart of ['chart-ttft', 'chart-itl', 'chart-e2e']) expect(await page.locator(`#${chart} canvas`).count(), chart).toBeGreaterThan(0);
+      const shot = await page.screenshot({ fullPage: true });
+      expect(shot.length).toBeGreaterThan(20_000);
+      expect(errors).toEqual([]);
+    } finally {
+      await browser.close();
+    }
+  });
+
+  it("sends each request as its client did (stored headers, body byte for byte), with the key from --api-key, never one from the file", async () => {
+    const target = await startUpstream(script(GOLDEN_STORY));
+    closers.push(() => target.close());
+    const { OPENAI_API_KEY: _, ...env } = process.env;
+    const cwd = mkdtempSync(join(tmp, 'cwd-'));
+    const keyed = await runMockerToExit(['rerun', golden, '--target', target.url, '--api-key', 'NEW-KEY', '--header', 'X-Build: 42'], { cwd, env });
+    expect(keyed.code, keyed.stderr).toBe(0);
+    const generations = target.received.filter((r) => r.path !== '/version' && r.path !== '/v1/models' && r.headers['x-team'] !== undefined);
+    expect(generations).toHaveLength(SENT);
+    for (const r of generations) {
+      expect(r.headers.authorization).toBe('Bearer NEW-KEY');
+      expect(r.headers['x-build']).toBe('42');
+      expect(r.headers['x-team']).toBe('blue');
+    }
+    // The bodies the client sent, byte for byte (the proxy adds return_token_ids to generations, as capture does: not here).
+    const sentBodies = upstream.received.filter((r) => r.headers['x-team'] !== undefined).slice(0, SENT).map((r) => r.raw.toString('utf8').replace('{"return_token_ids":true,', '{'));
+    const rerunBodies = generations.map((r) => r.raw.toString('utf8').replace('{"return_token_ids":true,', '{'));
+    expect(rerunBodies.sort()).toEqual(sentBodies.sort());
+    target.received.length = 0;
+    const keyless = await runMockerToExit(['rerun', golden, '--target', target.url], { cwd, env });
+    expect(keyless.code, keyless.stderr).toBe(0);
+    expect(target.received.filter((r) => r.headers['x-team'] !== undefined).every((r) => r.headers.authorization === undefined)).toBe(true);
+  });
+
+  it('--concurrency N keeps N requests in flight; the default one at a time', async () => {
+    let inFlight = 0;
+    let most = 0;
+    const waiting: (() => void)[] = [];
+    // A server that holds each answer until three are in flight (or 300 ms have passed); the capture proxy's
+    // questions (what are you, /tokenize) are not the requests sent, and get a 404 at once.
+    const gate = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        if (req.method !== 'POST' || !['/v1/chat/completions', '/v1/completions', '/v1/embeddings'].includes(req.url ?? '')) return void res.writeHead(404).end();
+        most = Math.max(most, ++inFlight);
+        const answer = () => {
+          inFlight--;
+          res.writeHead(200, { 'content-type': 'application/json' }).end('{"id":"x","object":"text_completion","choices":[{"index":0,"text":"ok","finish_reason":"stop"}]}');
+        };
+        waiting.push(answer);
+        if (waiting.length >= 3) waiting.splice(0).forEach((release) => release());
+        else setTimeout(() => waiting.includes(answer) && (waiting.splice(waiting.indexOf(answer), 1), answer()), 300);
+      });
+    });
+    const { url, close } = await listenOnLoopback(gate);
+    closers.push(close);
+    const parallel = await rerun(golden, url, '--concurrency', '3');
+    expect(parallel.code).toBe(1);
+    expect(most).toBe(3);
+    most = 0;
+    const serial = await rerun(golden, url);
+    expect(serial.code).toBe(1);
+    expect(most).toBe(1);
   });
 
   it('a sampled request (no temperature, no seed) whose output differs is reported, not failed: exit 0', async () => {

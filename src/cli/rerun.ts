@@ -9,10 +9,12 @@ import { Command, Option } from 'commander';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { compareRerun } from '../rerun/compare.js';
 import { formatRerunReport } from '../rerun/format.js';
+import { rerunHtml } from '../rerun/htmlReport.js';
+import { junitXml } from '../rerun/junit.js';
 import { goldenRequests, type RerunRequest } from '../rerun/requests.js';
 import { sendRequests, type Pacing } from '../rerun/send.js';
 import { CaptureStore, namingCapture } from '../store/captureStore.js';
-import { checkOutput } from '../util/outputFile.js';
+import { checkOutput, writeOutputFile } from '../util/outputFile.js';
 import { progressReporter } from '../util/progress.js';
 import { terminalJson, terminalText } from '../util/terminalText.js';
 import { startCapture } from './capture.js';
@@ -35,6 +37,8 @@ interface RerunOptions {
   upstreamTimeout: number;
   upstreamCaCerts?: string;
   json?: boolean;
+  junit?: string;
+  reportHtml?: string;
   limit: number;
   force?: boolean;
 }
@@ -82,6 +86,12 @@ export async function runRerun(golden: string, o: RerunOptions): Promise<number>
   let tokenizer: ReturnType<typeof goldenTokenizer>;
   try {
     checkOutput(output, { inputs: [golden] });
+    const reports = [o.junit, o.reportHtml].filter((path) => path !== undefined);
+    for (const path of reports) {
+      if (resolve(path) === resolve(output)) throw new ExitError(`${path} is also -o: the rerun's capture file and its report are two files`, COULD_NOT_RUN);
+      checkOutput(path, { inputs: [golden], force: o.force });
+    }
+    if (reports.length === 2 && resolve(reports[0]) === resolve(reports[1])) throw new ExitError(`--junit and --report-html both name ${reports[0]}`, COULD_NOT_RUN);
     ({ requests, skipped } = goldenRequests(golden));
     tokenizer = goldenTokenizer(golden);
   } catch (err) {
@@ -118,6 +128,13 @@ export async function runRerun(golden: string, o: RerunOptions): Promise<number>
   if (unanswered === report.exchanges.length) {
     throw new ExitError(`${o.target} answered none of the ${unanswered} request(s) (${report.exchanges[0]?.note ?? 'no answer'}); what was tried is in ${output}`, COULD_NOT_RUN);
   }
+  const rules = { inputs: [golden, output], force: o.force };
+  try {
+    if (o.junit !== undefined) await writeOutputFile(o.junit, rules, (write) => write(junitXml(report)));
+    if (o.reportHtml !== undefined) await writeOutputFile(o.reportHtml, rules, (write) => write(rerunHtml(report)));
+  } catch (err) {
+    return couldNotRun(err);
+  }
   console.log(o.json ? terminalJson(report) : terminalText(formatRerunReport(report, o.limit), { keepNewlines: true }));
   return report.regression ? 1 : 0;
 }
@@ -139,6 +156,8 @@ export function rerunCommand(): Command {
     .option('--upstream-timeout <ms>', 'give up on an answer after this long without a byte from the target', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
     .option('--upstream-ca-certs <file>', "CA certificates (PEM) an https: target's certificate is checked against, instead of Node's")
     .option('--json', 'print the report as JSON')
+    .option('--junit <file>', 'also write the report as JUnit XML, one test case per exchange (for CI systems)')
+    .option('--report-html <file>', 'also write the report as one self-contained HTML page: the exchanges side by side, timing CDFs')
     .option('--limit <n>', 'describe at most n differing exchanges (all are counted)', number('--limit', { integer: true, min: 1 }), DEFAULT_LIMIT)
     .addOption(forceOption())
     .action(async (file: string, o: RerunOptions) => {

@@ -354,6 +354,48 @@ describe('mocker rerun of a vLLM capture', () => {
     expect(most).toBe(1);
   });
 
+  it("the rerun's file replays: serve --mode replay on it answers the requests as the target did", async () => {
+    const output = join(tmp, `rerun-out-${++counter}.db`);
+    const run = await rerun(golden, upstream.url, '-o', output);
+    expect(run.code, run.stderr).toBe(0);
+    const replay = await mocker('serve', '--mode', 'replay', '--captures', output);
+    const url = `http://127.0.0.1:${replay.port}`;
+    const tools = await client(url).chat.completions.create(CHATS.tools as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const message = tools.choices[0].message as OpenAI.ChatCompletionMessage & { reasoning_content?: string };
+    // The double's script: reasoning, then the weather tool called for Paris.
+    expect(message.reasoning_content).toBe('The user wants the weather. I call the tool.');
+    expect(message.tool_calls?.map((c) => (c.type === 'function' ? [c.function.name, JSON.parse(c.function.arguments)] : null))).toEqual([['get_weather', { city: 'Paris' }]]);
+    const greeting = await client(url).chat.completions.create({ ...(CHATS.system as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming), stream: false });
+    expect(greeting.choices[0].message.content).toBe('Hello! How can I help you today?');
+    // And the whole file against its own replay: nothing differs.
+    const again = await rerun(output, url);
+    expect(again.code, again.stderr).toBe(0);
+    expect(summary(again.stdout)).toEqual({ compared: SENT, same: SENT, regressions: 0, sampled: 0 });
+    await stop(replay);
+  });
+
+  it('--as-captured sends each request at its captured arrival time, divided by --speedup', async () => {
+    const spaced = file('spaced');
+    const capture = await mocker('capture', '--upstream', upstream.url, '--captures', spaced);
+    const url = `http://127.0.0.1:${capture.port}`;
+    for (const [i, body] of COMPLETIONS.entries()) {
+      if (i > 0) await new Promise((r) => setTimeout(r, 800));
+      await post(url, '/v1/completions', { ...body, prompt: `${String(body.prompt)} (spaced)` });
+    }
+    await stop(capture);
+    const target = await startUpstream(script(GOLDEN_STORY));
+    closers.push(() => target.close());
+    const run = await rerun(spaced, target.url, '--as-captured', '--speedup', '2');
+    expect(run.code, run.stderr).toBe(0);
+    const arrivals = target.received.filter((r) => r.path === '/v1/completions').map((r) => r.startedMs);
+    expect(arrivals).toHaveLength(COMPLETIONS.length);
+    // At least 800 ms apart when captured, so at least 400 ms apart now (less what the two hops may shift).
+    expect(arrivals[1] - arrivals[0]).toBeGreaterThan(300);
+    const refused = await rerun(spaced, target.url, '--speedup', '2');
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('--speedup divides the captured arrival times: it needs --as-captured');
+  });
+
   it('a sampled request (no temperature, no seed) whose output differs is reported, not failed: exit 0', async () => {
     const changed = await startUpstream(script('A different story, about a dog.'));
     closers.push(() => changed.close());

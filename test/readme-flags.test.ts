@@ -33,7 +33,7 @@ function acceptedFlags(command: string): string[] {
 }
 
 describe("the README's CLI tables", () => {
-  it.each(['serve', 'capture', 'trace', 'pd-proxy', 'captures list', 'captures show', 'captures export', 'captures import', 'captures merge', 'captures prune', 'captures stats', 'captures verify', 'captures diff', 'captures fit'])('mocker %s: the table documents exactly the flags the CLI accepts', (command) => {
+  it.each(['serve', 'capture', 'trace', 'pd-proxy', 'captures list', 'captures show', 'captures export', 'captures import', 'captures merge', 'captures prune', 'captures stats', 'captures verify', 'captures diff', 'captures fit', 'rerun'])('mocker %s: the table documents exactly the flags the CLI accepts', (command) => {
     const accepted = acceptedFlags(command);
     // Every command has a flag (`captures show` has one, --json): an empty reading is a broken parse, not agreement.
     expect(accepted.length).toBeGreaterThan(0);

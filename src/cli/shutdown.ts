@@ -87,6 +87,9 @@ export function stopSummary(report: StopReport): string {
   return `stopped: ${drained}; ${tally.exchanges} exchange(s) recorded (${tally.aborted} aborted), ${closed}`;
 }
 
+/** How often a command started by npm looks whether npm is still its parent. */
+const ORPHAN_CHECK_MS = 250;
+
 /**
  * Stops what `starting` starts gracefully on the first SIGINT/SIGTERM (stop taking requests, let those in flight
  * finish for up to `timeoutS` seconds, close everything, print one summary line, exit 0); a second signal exits
@@ -96,13 +99,13 @@ export function stopSummary(report: StopReport): string {
  */
 export async function stopOnSignal(command: string, starting: Promise<{ close(graceMs?: number): Promise<StopReport> }>, timeoutS: number): Promise<void> {
   let stopping = false;
-  const onSignal = (signal: NodeJS.Signals) => {
+  const onSignal = (signal: NodeJS.Signals, why: string = signal) => {
     if (stopping) {
       console.error(`mocker ${command}: ${signal} again: exiting at once`);
       process.exit(128 + constants.signals[signal]);
     }
     stopping = true;
-    console.log(`mocker ${command}: ${signal}: draining the requests in flight (up to ${timeoutS} s; ${signal} again exits at once)`);
+    console.log(`mocker ${command}: ${why}: draining the requests in flight (up to ${timeoutS} s; ${signal} again exits at once)`);
     starting.then(
       (running) =>
         running.close(timeoutS * 1000).then(
@@ -121,9 +124,15 @@ export async function stopOnSignal(command: string, starting: Promise<{ close(gr
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  // `npm start` and `npx mocker` exit on a SIGTERM without passing it on: started by npm, the command stops as on
+  // SIGTERM once npm has gone (it is then another process's child), instead of serving on as an orphan.
+  const parent = process.ppid;
+  const orphaned = process.env.npm_command === undefined ? undefined : setInterval(() => process.ppid !== parent && onSignal('SIGTERM', `npm (pid ${parent}), which started it, has exited`), ORPHAN_CHECK_MS);
+  orphaned?.unref();
   try {
     await starting;
   } catch (err) {
+    clearInterval(orphaned);
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     throw err;

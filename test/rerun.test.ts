@@ -8,6 +8,7 @@ import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
+import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { launchChromium, openHtmlFile } from './support/chromiumPage.js';
@@ -54,13 +55,15 @@ function lastUser(body: Json): string {
 }
 
 /** The vLLM double's model: reasoning and a tool call for the weather, a story that changes between builds, else a greeting. */
-const script = (story: string) => (body: Json): Answer => {
+const script = (story: string, fable = GOLDEN_FABLE) => (body: Json): Answer => {
   const text = lastUser(body);
+  if (text.includes('fable')) return { content: fable };
   if (text.includes('weather')) return { reasoning: 'The user wants the weather. I call the tool.', toolCall: { name: 'get_weather', arguments: '{"city": "Paris"}' } };
   if (text.includes('story')) return { content: story };
   return { content: 'Hello! How can I help you today?' };
 };
 const GOLDEN_STORY = 'Once upon a time there was a cat.';
+const GOLDEN_FABLE = 'The fox and the grapes.';
 
 /** The chats of the golden run, by name (each its own request, so pairing is by request). */
 const CHATS: Record<string, Json> = {
@@ -68,6 +71,7 @@ const CHATS: Record<string, Json> = {
   'tools streamed': { model: MODEL, messages: [{ role: 'system', content: 'You are a weather bot.' }, { role: 'user', content: 'And the weather in Rome?' }], tools: TOOLS, max_tokens: 64, temperature: 0, stream: true },
   system: { model: MODEL, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hello' }], max_tokens: 32, temperature: 0, stream: true },
   sampled: { model: MODEL, messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 32 },
+  seeded: { model: MODEL, messages: [{ role: 'user', content: 'Tell me a fable' }], max_tokens: 32, temperature: 0.8, seed: 7 },
 };
 const COMPLETIONS: Json[] = [
   { model: MODEL, prompt: 'The capital of France is', max_tokens: 16, temperature: 0 },
@@ -113,6 +117,7 @@ async function rerun(golden: string, target: string, ...flags: string[]): Promis
 
 interface ReportJson {
   regression: boolean;
+  timing: { itlMs: { shift: { p50: number }; pValue: number | null; beyondNoise: boolean } };
   totals: { compared: number; same: number; regressions: number; sampled: number; promptChanges: number; outputChanges: number };
   exchanges: {
     golden: number;
@@ -150,7 +155,15 @@ describe('mocker rerun of a vLLM capture', () => {
     const run = await rerun(golden, upstream.url);
     expect(run.code, run.stderr).toBe(0);
     expect(summary(run.stdout)).toEqual({ compared: SENT, same: SENT, regressions: 0, sampled: 0 });
-    expect(readdirSync(join(run.cwd, 'captures')).filter((f) => /^rerun-\d{8}-\d{6}\.db$/.test(f))).toHaveLength(1);
+    const made = readdirSync(join(run.cwd, 'captures')).filter((f) => /^rerun-\d{8}-\d{6}\.db$/.test(f));
+    expect(made).toHaveLength(1);
+    // One run, labelled with the golden file, holding what the target said it is (the double's /version).
+    const db = new Database(join(run.cwd, 'captures', made[0]), { readonly: true });
+    try {
+      expect(db.prepare('SELECT label, engine, engine_version AS version FROM runs').all()).toEqual([{ label: `rerun of ${golden}`, engine: 'vllm', version: '0.11.0' }]);
+    } finally {
+      db.close();
+    }
   });
 
   it('against a replay of its own capture: every exchange the same, exit 0', async () => {
@@ -228,8 +241,8 @@ describe('mocker rerun of a vLLM capture', () => {
   });
 
   /** The rerun's JSON report against a double started with `options` (closed after). */
-  async function against(options: UpstreamOptions): Promise<ReportJson & { code: number | null }> {
-    const changed = await startUpstream(script(GOLDEN_STORY), options);
+  async function against(options: UpstreamOptions, answers = script(GOLDEN_STORY)): Promise<ReportJson & { code: number | null }> {
+    const changed = await startUpstream(answers, options);
     try {
       const run = await rerunJson(golden, changed.url);
       return { ...run.report, code: run.code };
@@ -403,6 +416,24 @@ describe('mocker rerun of a vLLM capture', () => {
     expect(run.code, run.stdout).toBe(0);
     expect(summary(run.stdout)).toEqual({ compared: SENT, same: SENT - 1, regressions: 0, sampled: 1 });
     expect(run.stdout).toMatch(/^sampled #\d+ chat \/v1\/chat\/completions \(Qwen\/Qwen3-0\.6B\): the output of a sampled request \(no seed\) differs \(token_ids, text/m);
+  });
+
+  it('a sampled request with a seed whose output differs is a regression: exit 1', async () => {
+    const report = await against({}, script(GOLDEN_STORY, 'The tortoise and the hare.'));
+    expect(report.code).toBe(1);
+    expect(chatExchange(report, 'seeded').verdict).toBe('regression');
+    expect(report.totals).toEqual(expect.objectContaining({ compared: SENT, same: SENT - 1, regressions: 1, sampled: 0 }));
+  });
+
+  it('a slower target is a timing shift beyond noise, reported and never failed: exit 0', async () => {
+    const slow = (body: Json): Answer => ({ ...script(GOLDEN_STORY)(body), gapMs: () => 40 });
+    const report = await against({}, slow);
+    expect(report.code).toBe(0);
+    expect(report.totals.same).toBe(SENT);
+    // The double's own gaps are a few ms: each of the target's is 40 ms, so every ITL sample moved up.
+    expect(report.timing.itlMs.shift.p50).toBeGreaterThan(30);
+    expect(report.timing.itlMs.beyondNoise).toBe(true);
+    expect(report.timing.itlMs.pValue).toBeLessThan(0.01);
   });
 
   it('refuses to run, exit 2: no target, a file that is not a capture, a target that answers nothing', async () => {

@@ -1,12 +1,10 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Browser } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { rerunHtml } from '../src/rerun/htmlReport.js';
 import type { ExchangeComparison, PromptComparison, RerunReport } from '../src/rerun/report.js';
-import { launchChromium, openHtmlFile, type OpenedPage } from './support/chromiumPage.js';
+import { reportPages } from './support/chromiumPage.js';
 import { sampleReport, TEMPLATE_CHANGE } from './support/rerunReports.js';
-import { testTmpdir } from './support/tempRoot.js';
 
 /** The hostile request's markup, as a reader must see it (HOSTILE's start). */
 const HOSTILE_MARKUP = '</script><img src=x onerror="window.pwned=1">]]>&amp;';
@@ -59,23 +57,10 @@ const IMAGE_STATS = (png: string) => `new Promise((resolve, reject) => {
 const cellTexts = (selector: string) => `[...document.querySelectorAll(${JSON.stringify(selector)})].map((row) => [...row.querySelectorAll('td')].map((cell) => cell.textContent))`;
 
 describe('HTML report of mocker rerun', () => {
-  let dir: string;
-  // Launched by the first test, not in beforeAll: a missing Chromium then fails each test instead of skipping them.
-  let browser: Browser | undefined;
+  const pages = reportPages('rerun-html-');
+  const open = pages.open;
 
-  beforeAll(() => {
-    dir = mkdtempSync(join(testTmpdir(), 'rerun-html-'));
-  });
-
-  afterAll(async () => {
-    await browser?.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  async function open(name: string, html: string): Promise<OpenedPage> {
-    browser ??= await launchChromium();
-    return openHtmlFile(browser, join(dir, `${name}.html`), html);
-  }
+  afterAll(() => pages.close());
 
   it('renders the verdict, tables, side by side differences and CDF charts offline, hostile text as text', async () => {
     const { page, errors, offFileRequests } = await open('report', rerunHtml(sampleReport()));
@@ -141,7 +126,7 @@ describe('HTML report of mocker rerun', () => {
     expect(await page.locator('img').count()).toBe(0);
     expect(await page.evaluate('window.pwned')).toBeUndefined();
 
-    const screenshot = join(dir, 'report.png');
+    const screenshot = join(pages.dir, 'report.png');
     await page.screenshot({ path: screenshot, fullPage: true });
     const stats = (await page.evaluate(IMAGE_STATS(readFileSync(screenshot).toString('base64')))) as { width: number; height: number; notWhiteShare: number; colours: number };
     expect(stats.width).toBe(1200);

@@ -1,11 +1,9 @@
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Browser } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { ReplayCollector } from '../src/trace/collector.js';
 import { renderHtmlReport } from '../src/trace/htmlReport.js';
-import { launchChromium, openHtmlFile, type OpenedPage } from './support/chromiumPage.js';
-import { testTmpdir } from './support/tempRoot.js';
+import { reportPages } from './support/chromiumPage.js';
 
 /** Text that would end the data <script> or add markup if the page inserted it unescaped. */
 const HOSTILE = '</script><b>x';
@@ -46,23 +44,10 @@ const READ_CHARTS = `[...document.querySelectorAll('section.chart')].map((sectio
 })`;
 
 describe('HTML report of mocker trace', () => {
-  let dir: string;
-  // Launched by the first test, not in beforeAll: a missing Chromium then fails each test instead of skipping them.
-  let browser: Browser | undefined;
+  const pages = reportPages('trace-html-');
+  const open = pages.open;
 
-  beforeAll(() => {
-    dir = mkdtempSync(join(testTmpdir(), 'trace-html-'));
-  });
-
-  afterAll(async () => {
-    await browser?.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  async function open(name: string, html: string): Promise<OpenedPage> {
-    browser ??= await launchChromium();
-    return openHtmlFile(browser, join(dir, `${name}.html`), html);
-  }
+  afterAll(() => pages.close());
 
   it('draws every chart offline, shows the summary, and keeps hostile names as text', async () => {
     const collector = new ReplayCollector(['worker-a', HOSTILE]);
@@ -115,7 +100,7 @@ describe('HTML report of mocker trace', () => {
     expect(await page.locator('#chart-kv-usage').textContent()).toContain(HOSTILE);
     expect(await page.locator('b').count()).toBe(0);
 
-    const screenshot = join(dir, 'report.png');
+    const screenshot = join(pages.dir, 'report.png');
     await page.screenshot({ path: screenshot, fullPage: true });
     expect(statSync(screenshot).size).toBeGreaterThan(0);
 

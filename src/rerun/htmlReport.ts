@@ -4,7 +4,7 @@
  * a table of the exchanges (regressions first), and, side by side, the request, both prompts with their first
  * difference marked and both outputs of every exchange that is not the same (up to SECTION_LIMIT of them).
  */
-import { BASE_STYLE, CHART_HELPERS, escapeHtml, scriptJson, uplotAsset } from '../util/htmlPage.js';
+import { CHART_HELPERS, escapeHtml, reportPage } from '../util/htmlPage.js';
 import type { ChoiceOutput, ExchangeComparison, ExchangeTiming, OutputDifference, PromptComparison, RerunReport, TimingComparison, Verdict } from './report.js';
 
 /** Exchanges shown side by side, and rows of the exchange table: a report of 100,000 exchanges stays openable. */
@@ -260,17 +260,7 @@ export function rerunHtml(report: RerunReport): string {
   const charts = TIMINGS.map(([key, label, id]) => ({ id, name: label, golden: report.timing[key].cdf.golden, candidate: report.timing[key].cdf.candidate }));
   const chartSections = TIMINGS.map(([, label, id]) => `<section class="chart" id="${id}"><h3>${escapeHtml(label)} (CDF)</h3><div class="plot"></div></section>`);
   const title = 'mocker rerun';
-  return `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${title}</title>
-<style>${uplotAsset('uPlot.min.css')}</style>
-<style>${BASE_STYLE}${STYLE}</style>
-</head>
-<body>
-<h1>${title}: ${escapeHtml(report.golden)} against ${escapeHtml(report.target)}</h1>
+  const body = `<h1>${title}: ${escapeHtml(report.golden)} against ${escapeHtml(report.target)}</h1>
 ${banner(report)}
 <div class="tables">
 <section><h2>Totals</h2>${totalsTable(report)}</section>
@@ -286,11 +276,6 @@ ${chartSections.join('\n')}
 ${exchangeTable(sorted, new Set(shown))}
 <h2>Differences</h2>
 ${shown.length === 0 ? '<p>Every exchange is the same.</p>' : shown.map(exchangeSection).join('\n')}
-${more}
-<script>${uplotAsset('uPlot.iife.min.js')}</script>
-<script type="application/json" id="report-data">${scriptJson(charts)}</script>
-<script>${PAGE_SCRIPT}</script>
-</body>
-</html>
-`;
+${more}`;
+  return reportPage({ title, style: STYLE, body, data: charts, script: PAGE_SCRIPT });
 }

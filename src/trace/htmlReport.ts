@@ -3,7 +3,7 @@
  * uPlot chart library and its stylesheet are inlined, the run's data is embedded as JSON), with a summary of
  * the report's headline numbers, the run's settings, and charts of ReplayCharts.
  */
-import { BASE_STYLE, CHART_HELPERS, escapeHtml, scriptJson, uplotAsset } from '../util/htmlPage.js';
+import { CHART_HELPERS, escapeHtml, reportPage } from '../util/htmlPage.js';
 import type { ReplayCharts, ReplayReport } from './collector.js';
 
 export interface HtmlReportInput {
@@ -156,19 +156,8 @@ ${CHART_HELPERS}
 `;
 
 export function renderHtmlReport(input: HtmlReportInput): string {
-  const title = escapeHtml(input.title);
   const sections = CHARTS.map(([id, heading]) => `<section class="chart" id="${id}"><h3>${escapeHtml(heading)}</h3><div class="plot"></div></section>`);
-  return `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${title}</title>
-<style>${uplotAsset('uPlot.min.css')}</style>
-<style>${BASE_STYLE}</style>
-</head>
-<body>
-<h1>${title}</h1>
+  const body = `<h1>${escapeHtml(input.title)}</h1>
 <div class="tables">
 <section><h2>Summary</h2>${summaryTable(input.report)}</section>
 <section><h2>Latency</h2>${latencyTable(input.report)}</section>
@@ -177,11 +166,6 @@ export function renderHtmlReport(input: HtmlReportInput): string {
 <h2>Charts</h2>
 <div class="charts">
 ${sections.join('\n')}
-</div>
-<script>${uplotAsset('uPlot.iife.min.js')}</script>
-<script type="application/json" id="report-data">${scriptJson(input.charts)}</script>
-<script>${PAGE_SCRIPT}</script>
-</body>
-</html>
-`;
+</div>`;
+  return reportPage({ title: input.title, body, data: input.charts, script: PAGE_SCRIPT });
 }

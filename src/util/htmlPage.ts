@@ -65,3 +65,27 @@ export const CHART_HELPERS = `
     new uPlot(opts, aligned, el);
   }
 `;
+
+/**
+ * A whole self-contained report page: uPlot and its stylesheet inlined, `data` embedded as JSON (read by
+ * `script` from `#report-data`), `body` as given (already escaped).
+ */
+export function reportPage(page: { title: string; style?: string; body: string; data: unknown; script: string }): string {
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${escapeHtml(page.title)}</title>
+<style>${uplotAsset('uPlot.min.css')}</style>
+<style>${BASE_STYLE}${page.style ?? ''}</style>
+</head>
+<body>
+${page.body}
+<script>${uplotAsset('uPlot.iife.min.js')}</script>
+<script type="application/json" id="report-data">${scriptJson(page.data)}</script>
+<script>${page.script}</script>
+</body>
+</html>
+`;
+}

@@ -223,37 +223,30 @@ async function decode(tokenizer: ModelTokenizer | null, ids: readonly number[]):
   return tokenizer ? tokenizer.decode([...ids], false) : ids.join(' ');
 }
 
-async function comparePrompts(golden: Side, exA: StoredExchange, candidate: Side, exB: StoredExchange, request: Json | null, withText: boolean): Promise<PromptComparison> {
+/** The prompts' ids compared; the texts decoded only when they differ (the HTML shows them then). */
+async function comparePrompts(golden: Side, exA: StoredExchange, candidate: Side, exB: StoredExchange, request: Json | null): Promise<PromptComparison> {
   const a = exA.promptIds ?? [];
   const b = exB.promptIds ?? [];
   const at = firstDifference(a, b);
+  const observed = sourceObserved(exA) && sourceObserved(exB);
+  // Loading a tokenizer takes most of a second: only a prompt shown as text needs one.
+  if (at === null) return { goldenLength: a.length, candidateLength: b.length, observed, difference: null, goldenText: '', candidateText: '' };
   const tokA = tokenizerOf(golden, exA);
   const tokB = tokenizerOf(candidate, exB);
-  let difference: PromptComparison['difference'] = null;
-  if (at !== null) {
-    const goldenOffset = (await decode(tokA, a.slice(0, at))).length;
-    const part = promptPart(exA.endpoint === 'chat' ? 'chat' : 'completion', request, await decode(tokA, a), goldenOffset);
-    difference = {
-      goldenOffset,
-      candidateOffset: (await decode(tokB, b.slice(0, at))).length,
-      position: at,
-      goldenToken: a[at] ?? null,
-      candidateToken: b[at] ?? null,
-      before: await decode(tokA, a.slice(Math.max(0, at - CONTEXT_TOKENS), at)),
-      goldenText: await decode(tokA, a.slice(at, at + CONTEXT_TOKENS)),
-      candidateText: await decode(tokB, b.slice(at, at + CONTEXT_TOKENS)),
-      ...part,
-    };
-  }
-  const show = withText || at !== null;
-  return {
-    goldenLength: a.length,
-    candidateLength: b.length,
-    observed: sourceObserved(exA) && sourceObserved(exB),
-    difference,
-    goldenText: show ? cut(await decode(tokA, a)) : '',
-    candidateText: show ? cut(await decode(tokB, b)) : '',
+  const goldenPrompt = await decode(tokA, a);
+  const goldenOffset = (await decode(tokA, a.slice(0, at))).length;
+  const difference = {
+    goldenOffset,
+    candidateOffset: (await decode(tokB, b.slice(0, at))).length,
+    position: at,
+    goldenToken: a[at] ?? null,
+    candidateToken: b[at] ?? null,
+    before: await decode(tokA, a.slice(Math.max(0, at - CONTEXT_TOKENS), at)),
+    goldenText: await decode(tokA, a.slice(at, at + CONTEXT_TOKENS)),
+    candidateText: await decode(tokB, b.slice(at, at + CONTEXT_TOKENS)),
+    ...promptPart(exA.endpoint === 'chat' ? 'chat' : 'completion', request, goldenPrompt, goldenOffset),
   };
+  return { goldenLength: a.length, candidateLength: b.length, observed, difference, goldenText: cut(goldenPrompt), candidateText: cut(await decode(tokB, b)) };
 }
 
 function samplingOf(request: Json | null): { greedy: boolean; seeded: boolean } {
@@ -299,10 +292,10 @@ async function comparePair(golden: Side, exA: StoredExchange, candidate: Side, e
   const differences = isGeneration(endpoint) ? outputDifferences(goldenOutputs, candidateOutputs) : poolingDifferences(endpoint, exA, exB);
   const usage = isGeneration(endpoint) ? usageDifference(exA.usage, exB.usage) : null;
   if (usage) differences.push(usage);
-  const promptProbe = isGeneration(endpoint) ? firstDifference(exA.promptIds ?? [], exB.promptIds ?? []) : null;
+  const prompt = isGeneration(endpoint) ? await comparePrompts(golden, exA, candidate, exB, request) : null;
   let verdict: Verdict = 'same';
   let note: string | null = null;
-  if (promptProbe !== null) {
+  if (prompt?.difference) {
     verdict = 'regression';
     note = 'the prompt was tokenized differently';
   } else if (differences.length > 0) {
@@ -319,7 +312,7 @@ async function comparePair(golden: Side, exA: StoredExchange, candidate: Side, e
     note,
     request: differs ? cut(exA.requestBody.toString('utf8')) : '',
     status,
-    prompt: isGeneration(endpoint) ? await comparePrompts(golden, exA, candidate, exB, request, false) : null,
+    prompt,
     output: { differences, golden: differs ? goldenOutputs : [], candidate: differs ? candidateOutputs : [] },
     timing: { golden: timingOf(exA), candidate: timingOf(exB) },
   };

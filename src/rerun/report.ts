@@ -53,7 +53,7 @@ export interface PromptComparison {
    */
   observed: boolean;
   difference: PromptDifference | null;
-  /** The whole prompts, decoded with special tokens shown (for the HTML side by side); cut at 64 KiB each. */
+  /** The whole prompts when they differ (else empty), decoded with special tokens shown (for the HTML side by side); cut at 64 KiB each. */
   goldenText: string;
   candidateText: string;
 }

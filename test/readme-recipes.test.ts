@@ -67,7 +67,7 @@ describe("the README's recipes", () => {
     }
   }, 120_000);
 
-  it('a mocker started with npx stops when npx is sent SIGTERM (npm does not pass the signal on)', async () => {
+  it('a mocker started with npx stops gracefully when npx is sent SIGTERM (npm does not pass the signal on)', async () => {
     const cwd = workspace();
     const npx = spawn('npx', ['mocker', 'serve', '--host', '127.0.0.1', '--port', '0'], { cwd, env: env(), detached: true, stdio: ['ignore', 'pipe', 'inherit'] });
     groups.push(npx.pid!);
@@ -91,5 +91,10 @@ describe("the README's recipes", () => {
       );
     }
     expect(answering).toBe(false);
+    // Stopped gracefully, once: its stdout (npm's, inherited) got the summary line, not a second signal's exit.
+    await new Promise((r) => setTimeout(r, 500));
+    expect(out).toMatch(/mocker serve: npm \(pid \d+\), which started it, has exited: draining/);
+    expect(out).toMatch(/mocker serve: stopped: /);
+    expect(out).not.toContain('exiting at once');
   }, 60_000);
 });

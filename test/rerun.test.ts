@@ -58,6 +58,7 @@ function lastUser(body: Json): string {
 const script = (story: string, fable = GOLDEN_FABLE) => (body: Json): Answer => {
   const text = lastUser(body);
   if (text.includes('fable')) return { content: fable };
+  if (text.includes('fail')) return { errorStatus: 400 };
   if (text.includes('weather')) return { reasoning: 'The user wants the weather. I call the tool.', toolCall: { name: 'get_weather', arguments: '{"city": "Paris"}' } };
   if (text.includes('story')) return { content: story };
   return { content: 'Hello! How can I help you today?' };
@@ -99,6 +100,8 @@ async function captureVllmGolden(upstream: Upstream): Promise<string> {
   }
   for (const body of COMPLETIONS) await post(url, '/v1/completions', body);
   await client(url).embeddings.create(EMBEDDINGS as unknown as OpenAI.EmbeddingCreateParams);
+  // Failed in the capture: listed as not compared, never sent again.
+  await client(url).chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'please fail' }], max_tokens: 8 }).catch(() => undefined);
   await stop(capture);
   return golden;
 }
@@ -295,7 +298,9 @@ describe('mocker rerun of a vLLM capture', () => {
     expect(run.code, run.stderr).toBe(1);
     const xml = readFileSync(junit, 'utf8');
     expect(await schemaErrors(xml)).toEqual([]);
-    expect(xml.match(/<testcase /g)).toHaveLength(SENT);
+    // The exchange that failed in the capture is a skipped test case.
+    expect(xml.match(/<testcase /g)).toHaveLength(SENT + 1);
+    expect(xml.match(/<skipped>/g)).toHaveLength(1);
     // Every chat's prompt changed: one failure each.
     expect(xml.match(/<failure /g)).toHaveLength(Object.keys(CHATS).length);
     const browser = await launchChromium();
@@ -317,7 +322,8 @@ describe('mocker rerun of a vLLM capture', () => {
     closers.push(() => target.close());
     const { OPENAI_API_KEY: _, ...env } = process.env;
     const cwd = mkdtempSync(join(tmp, 'cwd-'));
-    const keyed = await runMockerToExit(['rerun', golden, '--target', target.url, '--api-key', 'NEW-KEY', '--header', 'X-Build: 42'], { cwd, env });
+    const output = join(cwd, 'rerun.db');
+    const keyed = await runMockerToExit(['rerun', golden, '--target', target.url, '--api-key', 'NEW-KEY', '--header', 'X-Build: 42', '--header', 'X-Secret: s3cr3t-value', '-o', output], { cwd, env });
     expect(keyed.code, keyed.stderr).toBe(0);
     const generations = target.received.filter((r) => r.path !== '/version' && r.path !== '/v1/models' && r.headers['x-team'] !== undefined);
     expect(generations).toHaveLength(SENT);
@@ -325,7 +331,12 @@ describe('mocker rerun of a vLLM capture', () => {
       expect(r.headers.authorization).toBe('Bearer NEW-KEY');
       expect(r.headers['x-build']).toBe('42');
       expect(r.headers['x-team']).toBe('blue');
+      expect(r.headers['x-secret']).toBe('s3cr3t-value');
     }
+    // What --header and --api-key add may be secrets: the rerun's file holds neither.
+    const stored = readFileSync(output);
+    expect(stored.includes('s3cr3t-value')).toBe(false);
+    expect(stored.includes('NEW-KEY')).toBe(false);
     // The bodies the client sent, byte for byte (the proxy adds return_token_ids to generations, as capture does: not here).
     const sentBodies = upstream.received.filter((r) => r.headers['x-team'] !== undefined).slice(0, SENT).map((r) => r.raw.toString('utf8').replace('{"return_token_ids":true,', '{'));
     const rerunBodies = generations.map((r) => r.raw.toString('utf8').replace('{"return_token_ids":true,', '{'));
@@ -436,6 +447,19 @@ describe('mocker rerun of a vLLM capture', () => {
     expect(report.timing.itlMs.pValue).toBeLessThan(0.01);
   });
 
+  it('pairs by the request as sent: a request without a model pairs with the answer of a target serving another name', async () => {
+    const golden = file('no-model');
+    const capture = await mocker('capture', '--upstream', upstream.url, '--captures', golden);
+    await post(`http://127.0.0.1:${capture.port}`, '/v1/completions', { prompt: 'No model named here', max_tokens: 8 });
+    await stop(capture);
+    // Its answers name `my-new-alias`, the golden's `Qwen/Qwen3-0.6B`: the same request all the same.
+    const renamed = await mocker('serve', '--served-model-name', 'my-new-alias');
+    const run = await rerun(golden, `http://127.0.0.1:${renamed.port}`);
+    expect(run.code, run.stdout + run.stderr).toBe(0);
+    expect(summary(run.stdout)).toEqual({ compared: 1, same: 0, regressions: 0, sampled: 1 });
+    await stop(renamed);
+  });
+
   it('refuses to run, exit 2: no target, a file that is not a capture, a target that answers nothing', async () => {
     const noTarget = await runMockerToExit(['rerun', golden], { cwd: tmp });
     expect(noTarget.code).toBe(2);
@@ -449,6 +473,16 @@ describe('mocker rerun of a vLLM capture', () => {
     const unreachable = await rerun(golden, url);
     expect(unreachable.code).toBe(2);
     expect(unreachable.stderr).toMatch(/answered none of the \d+ request/);
+    // A target that wants a key it was not given: not a regression, a run that could not happen.
+    const locked = await listenOnLoopback(http.createServer((req, res) => req.resume().on('end', () => res.writeHead(401, { 'content-type': 'application/json' }).end('{"error":"Unauthorized"}'))));
+    closers.push(locked.close);
+    const refused = await rerun(golden, locked.url);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('refused every request (401): give its key with --api-key or --header');
+    const badHeader = await rerun(golden, upstream.url, '--header', 'Bad Name: x');
+    expect(badHeader.code).toBe(2);
+    expect(badHeader.stderr).toContain('--header "Bad Name: x"');
+    expect(readdirSync(badHeader.cwd)).toEqual([]);
   });
 });
 

@@ -5,6 +5,7 @@
  */
 import { distribution } from '../trace/collector.js';
 import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
+import { firstDifference, requestKey } from './pairing.js';
 import { RunTokenizers } from './runTokenizers.js';
 
 export interface DiffOptions {
@@ -75,31 +76,9 @@ export interface DiffReport {
   differs: boolean;
 }
 
-/** JSON with object keys sorted at every level: two bodies that differ only in key order or spacing are one request. */
-function canonical(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
-  if (value !== null && typeof value === 'object') {
-    const entries = Object.entries(value as Record<string, unknown>).sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0));
-    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
-  }
-  return JSON.stringify(value);
-}
-
-export function requestKey(ex: StoredExchange, byPrompt: boolean): string | null {
+function pairingKey(ex: StoredExchange, byPrompt: boolean): string | null {
   if (byPrompt) return ex.promptIds ? `${ex.model}\0${ex.promptIds.join(',')}` : null;
-  let body: unknown;
-  try {
-    body = JSON.parse(ex.requestBody.toString('utf8'));
-  } catch {
-    body = ex.requestBody.toString('base64');
-  }
-  return `${ex.path}\0${ex.model}\0${canonical(body)}`;
-}
-
-function firstDifference(a: readonly number[], b: readonly number[]): number | null {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
-  return a.length === b.length ? null : n;
+  return requestKey(ex);
 }
 
 /** Tokens shown on either side of a difference. */
@@ -190,14 +169,14 @@ export async function diffCaptures(pathA: string, pathB: string, options: DiffOp
     const waiting = new Map<string, StoredExchange[]>();
     const onlyInB: StoredExchange[] = [];
     for (const ex of b.exchanges) {
-      const key = requestKey(ex, options.byPrompt);
+      const key = pairingKey(ex, options.byPrompt);
       if (key === null) onlyInB.push(ex);
       else waiting.set(key, [...(waiting.get(key) ?? []), ex]);
     }
     const pairs: [StoredExchange, StoredExchange][] = [];
     const onlyInA: StoredExchange[] = [];
     for (const ex of a.exchanges) {
-      const key = requestKey(ex, options.byPrompt);
+      const key = pairingKey(ex, options.byPrompt);
       const match = key === null ? undefined : waiting.get(key)?.shift();
       if (match) pairs.push([ex, match]);
       else onlyInA.push(ex);

@@ -127,13 +127,13 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
     });
     recorder = thread;
     upstream.onIdentified((later) => {
-      console.log(`mocker capture: ${upstream.url.origin} answers now: ${describeEngine(later)}`);
+      if (!opts.quiet) console.log(`mocker capture: ${upstream.url.origin} answers now: ${describeEngine(later)}`);
       const failed = (what: string) => (err: unknown) => console.error(`mocker capture: could not store ${what} in ${opts.captures}: ${(err as Error).message}`);
       thread.updateRun(runColumns(later)).catch(failed("the engine's identity"));
       if (!standIn || later.modelRoot === undefined) return;
       try {
         const own = loadModelFiles(later.modelRoot);
-        thread.setTokenizer(own.name, own.files).then(() => console.log(`mocker capture: tokenizer ${own.name} from now on`), failed('the tokenizer'));
+        thread.setTokenizer(own.name, own.files).then(() => opts.quiet || console.log(`mocker capture: tokenizer ${own.name} from now on`), failed('the tokenizer'));
       } catch (err) {
         console.warn(`mocker capture: ${(err as Error).message}; keeping the bundled tokenizer (pass --model to choose)`);
       }

@@ -49,10 +49,15 @@ function defaultOutput(now = new Date()): string {
   return `captures/rerun-${stamp}.db`;
 }
 
+/** RFC 9110's token (a header's name) and a field value without line breaks or other control characters. */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const HEADER_VALUE = /^[^\x00-\x08\x0a-\x1f\x7f]*$/;
+
 function parseHeader(text: string): [string, string] {
   const colon = text.indexOf(':');
-  if (colon <= 0) throw new ExitError(`--header "${text}": expected "Name: value"`, COULD_NOT_RUN);
-  return [text.slice(0, colon).trim(), text.slice(colon + 1).trim()];
+  const [name, value] = [text.slice(0, colon).trim(), text.slice(colon + 1).trim()];
+  if (colon <= 0 || !HEADER_NAME.test(name) || !HEADER_VALUE.test(value)) throw new ExitError(`--header "${text}": expected "Name: value" (a name of letters, digits and !#$%&'*+.^_\`|~-, a value on one line)`, COULD_NOT_RUN);
+  return [name, value];
 }
 
 /** The golden file's tokenizer (its latest run's): the rerun's local tokenization, where needed, is the golden's. */
@@ -69,7 +74,7 @@ function goldenTokenizer(file: string): { name: string; files: Map<string, Buffe
   }
 }
 
-const couldNotRun = (err: unknown) => {
+const couldNotRun = (err: unknown): never => {
   throw err instanceof ExitError ? err : new ExitError((err as Error).message, COULD_NOT_RUN);
 };
 
@@ -107,8 +112,9 @@ export async function runRerun(golden: string, o: RerunOptions): Promise<number>
     label: `rerun of ${resolve(golden)}`,
     upstreamTimeoutMs: o.upstreamTimeout,
     // The golden requests were accepted once: none is refused for its size now.
-    maxBodyBytes: Math.max(1, ...requests.map((r) => r.body.length)),
-    redactHeaders: [...DEFAULT_REDACTED_HEADERS],
+    maxBodyBytes: requests.reduce((most, r) => Math.max(most, r.body.length), 1),
+    // What --header adds may be a secret too: never stored.
+    redactHeaders: [...DEFAULT_REDACTED_HEADERS, ...Object.keys(headers)],
     upstreamCaCerts: o.upstreamCaCerts,
     tokenizer,
     quiet: true,
@@ -124,10 +130,12 @@ export async function runRerun(golden: string, o: RerunOptions): Promise<number>
   }
 
   const report = await compareRerun({ golden, candidate: output, target: o.target, skipped }).catch(couldNotRun);
-  const unanswered = report.exchanges.filter((e) => e.candidate !== null && e.status.candidate === null).length;
-  if (unanswered === report.exchanges.length) {
-    throw new ExitError(`${o.target} answered none of the ${unanswered} request(s) (${report.exchanges[0]?.note ?? 'no answer'}); what was tried is in ${output}`, COULD_NOT_RUN);
-  }
+  const sent = report.exchanges.filter((e) => e.verdict !== 'not-compared');
+  const unanswered = sent.filter((e) => e.status.candidate === null);
+  if (unanswered.length === sent.length) throw new ExitError(`${o.target} answered none of the ${sent.length} request(s) (${unanswered[0]?.note ?? 'no answer'}); what was tried is in ${output}`, COULD_NOT_RUN);
+  const refused = sent.filter((e) => e.status.candidate === 401 || e.status.candidate === 403);
+  if (refused.length === sent.length) throw new ExitError(`${o.target} refused every request (${refused[0].status.candidate}): give its key with --api-key or --header; what was tried is in ${output}`, COULD_NOT_RUN);
+  console.log(o.json ? terminalJson(report) : terminalText(formatRerunReport(report, o.limit), { keepNewlines: true }));
   const rules = { inputs: [golden, output], force: o.force };
   try {
     if (o.junit !== undefined) await writeOutputFile(o.junit, rules, (write) => write(junitXml(report)));
@@ -135,7 +143,6 @@ export async function runRerun(golden: string, o: RerunOptions): Promise<number>
   } catch (err) {
     return couldNotRun(err);
   }
-  console.log(o.json ? terminalJson(report) : terminalText(formatRerunReport(report, o.limit), { keepNewlines: true }));
   return report.regression ? 1 : 0;
 }
 

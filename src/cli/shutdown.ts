@@ -99,12 +99,14 @@ const ORPHAN_CHECK_MS = 250;
  */
 export async function stopOnSignal(command: string, starting: Promise<{ close(graceMs?: number): Promise<StopReport> }>, timeoutS: number): Promise<void> {
   let stopping = false;
+  let orphaned: NodeJS.Timeout | undefined;
   const onSignal = (signal: NodeJS.Signals, why: string = signal) => {
     if (stopping) {
       console.error(`mocker ${command}: ${signal} again: exiting at once`);
       process.exit(128 + constants.signals[signal]);
     }
     stopping = true;
+    clearInterval(orphaned);
     console.log(`mocker ${command}: ${why}: draining the requests in flight (up to ${timeoutS} s; ${signal} again exits at once)`);
     starting.then(
       (running) =>
@@ -127,7 +129,7 @@ export async function stopOnSignal(command: string, starting: Promise<{ close(gr
   // `npm start` and `npx mocker` exit on a SIGTERM without passing it on: started by npm, the command stops as on
   // SIGTERM once npm has gone (it is then another process's child), instead of serving on as an orphan.
   const parent = process.ppid;
-  const orphaned = process.env.npm_command === undefined ? undefined : setInterval(() => process.ppid !== parent && onSignal('SIGTERM', `npm (pid ${parent}), which started it, has exited`), ORPHAN_CHECK_MS);
+  orphaned = process.env.npm_command === undefined ? undefined : setInterval(() => process.ppid !== parent && onSignal('SIGTERM', `npm (pid ${parent}), which started it, has exited`), ORPHAN_CHECK_MS);
   orphaned?.unref();
   try {
     await starting;

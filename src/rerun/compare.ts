@@ -5,7 +5,7 @@
  * calls as values, finish and stop reasons, usage; embeddings and scores) and in timing.
  */
 import { createRequire } from 'node:module';
-import { requestKey } from '../captures/diff.js';
+import { canonicalJson, firstDifference, requestKey } from '../captures/pairing.js';
 import { RunTokenizers } from '../captures/runTokenizers.js';
 import { CaptureStore, isGeneration, namingCapture, type Generation, type StoredExchange } from '../store/captureStore.js';
 import { distribution } from '../trace/collector.js';
@@ -60,22 +60,20 @@ function tokenizerOf(side: Side, ex: StoredExchange): ModelTokenizer | null {
   return namingCapture(side.path, () => side.tokenizers.get(ex.runId).tokenizer);
 }
 
-function parse(body: Buffer): Json | null {
+function parseJson(body: Buffer): unknown {
   try {
-    const value: unknown = JSON.parse(body.toString('utf8'));
-    return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Json) : null;
+    return JSON.parse(body.toString('utf8')) as unknown;
   } catch {
     return null;
   }
 }
 
-const cut = (text: string, limit = TEXT_LIMIT) => (text.length > limit ? `${text.slice(0, limit)}…` : text);
-
-function firstDifference<T>(a: readonly T[], b: readonly T[], same: (x: T, y: T) => boolean = (x, y) => x === y): number | null {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) if (!same(a[i], b[i])) return i;
-  return a.length === b.length ? null : n;
+function parse(body: Buffer): Json | null {
+  const value = parseJson(body);
+  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Json) : null;
 }
+
+const cut = (text: string, limit = TEXT_LIMIT) => (text.length > limit ? `${text.slice(0, limit)}…` : text);
 
 function toolCallsOf(deltas: Generation['chunkDeltas']): ToolCall[] {
   const calls: { name: string; arguments: string }[] = [];
@@ -116,18 +114,6 @@ function choiceOutput(ex: StoredExchange, g: Generation): ChoiceOutput {
     finishReason: g.finishReason,
     stopReason: g.stopReason,
   };
-}
-
-/** JSON with object keys sorted: tool-call arguments compared as values. */
-function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (value !== null && typeof value === 'object') {
-    return `{${Object.keys(value as Json)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Json)[k])}`)
-      .join(',')}}`;
-  }
-  return JSON.stringify(value) ?? 'null';
 }
 
 function excerpt(text: string, at: number): string {
@@ -186,20 +172,24 @@ function closeEnough(a: readonly number[], b: readonly number[]): boolean {
 
 /** Embeddings (vectors within tolerance) and ranking results (order and scores within tolerance). */
 function poolingDifferences(endpoint: 'embeddings' | 'rerank', golden: StoredExchange, candidate: StoredExchange): OutputDifference[] {
-  const a = parse(golden.responseBody);
-  const b = parse(candidate.responseBody);
   const show = (v: unknown) => cut(JSON.stringify(v) ?? 'null', 400);
   if (endpoint === 'embeddings') {
     const vectors = (body: Json | null) => (Array.isArray(body?.data) ? (body.data as Json[]).map((d) => vector(d.embedding)) : []);
-    const va = vectors(a);
-    const vb = vectors(b);
+    const va = vectors(parse(golden.responseBody));
+    const vb = vectors(parse(candidate.responseBody));
     const at = firstDifference(va, vb, (x, y) => x !== null && y !== null && closeEnough(x, y));
     return at === null ? [] : [{ field: 'embedding', position: at, golden: show(va[at]?.slice(0, 8) ?? null), candidate: show(vb[at]?.slice(0, 8) ?? null) }];
   }
-  const results = (body: Json | null) => (Array.isArray(body?.results) ? (body.results as Json[]) : Array.isArray(body?.data) ? (body.data as Json[]) : []);
-  const ra = results(a);
-  const rb = results(b);
-  const score = (r: Json) => Number(r.relevance_score ?? r.score);
+  // vLLM's and Cohere's `results`, Jina's `data`, NIM's `rankings`; TEI's `/rerank` answers a bare list.
+  const results = (body: unknown): Json[] => {
+    if (Array.isArray(body)) return body as Json[];
+    const b = (body ?? {}) as Json;
+    const list = b.results ?? b.data ?? b.rankings;
+    return Array.isArray(list) ? (list as Json[]) : [];
+  };
+  const ra = results(parseJson(golden.responseBody));
+  const rb = results(parseJson(candidate.responseBody));
+  const score = (r: Json) => Number(r.relevance_score ?? r.score ?? r.logit);
   const at = firstDifference(ra, rb, (x, y) => x.index === y.index && closeEnough([score(x)], [score(y)]));
   return at === null ? [] : [{ field: 'rerank', position: at, golden: show(ra[at] ?? null), candidate: show(rb[at] ?? null) }];
 }
@@ -227,8 +217,9 @@ async function decode(tokenizer: ModelTokenizer | null, ids: readonly number[]):
 async function comparePrompts(golden: Side, exA: StoredExchange, candidate: Side, exB: StoredExchange, request: Json | null): Promise<PromptComparison> {
   const a = exA.promptIds ?? [];
   const b = exB.promptIds ?? [];
-  const at = firstDifference(a, b);
-  const observed = sourceObserved(exA) && sourceObserved(exB);
+  // No ids on a side (a batch of prompts, a render that failed): nothing to compare, not an empty prompt.
+  const at = exA.promptIds === null || exB.promptIds === null ? null : firstDifference(a, b);
+  const observed = sourceObserved(exA) && sourceObserved(exB) && exA.promptIds !== null && exB.promptIds !== null;
   // Loading a tokenizer takes most of a second: only a prompt shown as text needs one.
   if (at === null) return { goldenLength: a.length, candidateLength: b.length, observed, difference: null, goldenText: '', candidateText: '' };
   const tokA = tokenizerOf(golden, exA);
@@ -267,20 +258,21 @@ async function comparePair(golden: Side, exA: StoredExchange, candidate: Side, e
     seeded,
   };
   const goldenOutputs = isGeneration(endpoint) ? exA.generations.map((g) => choiceOutput(exA, g)) : [];
-  const notSame = async (verdict: Verdict, note: string, rest: Pick<ExchangeComparison, 'candidate' | 'status' | 'prompt' | 'output' | 'timing'>): Promise<ExchangeComparison> => ({
+  /** No answer, or an error where the golden had one: always a regression. */
+  const failedAnswer = (note: string, rest: Pick<ExchangeComparison, 'candidate' | 'status' | 'prompt' | 'output' | 'timing'>): ExchangeComparison => ({
     ...base,
-    verdict,
+    verdict: 'regression',
     note,
     request: cut(exA.requestBody.toString('utf8')),
     ...rest,
   });
   if (!exB) {
-    return notSame('regression', 'the target’s answer was not recorded', { candidate: null, status: { golden: exA.status, candidate: null }, prompt: null, output: { differences: [], golden: goldenOutputs, candidate: [] }, timing: { golden: timingOf(exA), candidate: null } });
+    return failedAnswer('the target’s answer was not recorded', { candidate: null, status: { golden: exA.status, candidate: null }, prompt: null, output: { differences: [], golden: goldenOutputs, candidate: [] }, timing: { golden: timingOf(exA), candidate: null } });
   }
   const status = { golden: exA.status, candidate: exB.status };
   if (exB.outcome !== 'complete' || exB.status !== exA.status) {
     const why = exB.status === null ? `the target did not answer (${exB.error ?? exB.outcome})` : `the target answered ${exB.status}${exB.error ? `: ${cut(exB.error, 400)}` : ''}`;
-    return notSame('regression', why, {
+    return failedAnswer(why, {
       candidate: exB.id,
       status,
       prompt: null,
@@ -396,8 +388,10 @@ export async function compareRerun(input: CompareInput): Promise<RerunReport> {
     const goldenExchanges = exchangesOf(golden);
     const waiting = new Map<string, StoredExchange[]>();
     for (const ex of exchangesOf(candidate)) {
-      const key = requestKey(ex, false);
-      if (key !== null) waiting.set(key, [...(waiting.get(key) ?? []), ex]);
+      const key = requestKey(ex);
+      const same = waiting.get(key);
+      if (same) same.push(ex);
+      else waiting.set(key, [ex]);
     }
     const exchanges: ExchangeComparison[] = [];
     const ttft: [number[], number[]] = [[], []];
@@ -409,8 +403,7 @@ export async function compareRerun(input: CompareInput): Promise<RerunReport> {
         exchanges.push(notSent(exA, why));
         continue;
       }
-      const key = requestKey(exA, false);
-      const exB = key === null ? undefined : waiting.get(key)?.shift();
+      const exB = waiting.get(requestKey(exA))?.shift();
       const comparison = await comparePair(golden, exA, candidate, exB);
       exchanges.push(comparison);
       // Timing is compared like for like: only exchanges both sides answered in full.
@@ -418,8 +411,8 @@ export async function compareRerun(input: CompareInput): Promise<RerunReport> {
         const ta = comparison.timing.golden;
         const tb = comparison.timing.candidate;
         if (ta.ttftMs !== null && tb.ttftMs !== null) (ttft[0].push(ta.ttftMs), ttft[1].push(tb.ttftMs));
-        itl[0].push(...gaps(exA));
-        itl[1].push(...gaps(exB));
+        for (const gap of gaps(exA)) itl[0].push(gap);
+        for (const gap of gaps(exB)) itl[1].push(gap);
         e2e[0].push(ta.e2eMs);
         e2e[1].push(tb.e2eMs);
       }

@@ -2,6 +2,7 @@
  * The requests a rerun sends: every complete exchange of the golden capture whose request can be sent again as
  * the client sent it (its path, body byte for byte and non-secret headers), and how many could not, by why.
  */
+import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import type { HeaderMap, RecordedEndpoint, StoredExchange } from '../store/captureStore.js';
 import { CaptureStore } from '../store/captureStore.js';
 
@@ -17,12 +18,15 @@ export interface RerunRequest {
   body: Buffer;
 }
 
-/** Headers the sending client computes for itself (RFC 9110 §7.6.1's hop-by-hop ones, framing, host). */
-const CLIENT_COMPUTED = new Set(['host', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'expect']);
+/**
+ * Headers never sent from the file: those the sending client computes for itself (RFC 9110 §7.6.1's hop-by-hop
+ * ones, framing, host), and secrets — a capture never stores them, but a file imported from JSONL may hold them.
+ */
+const NOT_SENT = new Set(['host', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'expect', ...DEFAULT_REDACTED_HEADERS]);
 
 function sendableHeaders(stored: HeaderMap): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(stored)) if (!CLIENT_COMPUTED.has(name.toLowerCase())) out[name] = value;
+  for (const [name, value] of Object.entries(stored)) if (!NOT_SENT.has(name.toLowerCase())) out[name] = value;
   return out;
 }
 

@@ -5,6 +5,7 @@ import { dirname, join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import tokenizers from 'tokenizers';
 import { LruCache } from '../util/lruCache.js';
+import { conversationMessages } from './chatMessages.js';
 import { DecodeStream } from './decodeStream.js';
 import { renderIsolated } from './isolatedTemplate.js';
 import { untrustedTokenizerProblem } from './untrustedTokenizer.js';
@@ -160,34 +161,6 @@ function topLevelMember(json: Buffer, key: string): unknown {
     // Not JSON: the caller has its slower way.
   }
   return undefined;
-}
-
-/** vLLM flattens text-part lists to one string ("string" content format) and parses tool-call arguments. */
-function prepareMessages(messages: unknown[]): unknown[] {
-  return messages.map((raw) => {
-    if (!raw || typeof raw !== 'object') return raw;
-    const msg = { ...(raw as Json) };
-    if (Array.isArray(msg.content)) {
-      msg.content = (msg.content as Json[])
-        .filter((part) => part && part.type === 'text')
-        .map((part) => String(part.text ?? ''))
-        .join('\n');
-    }
-    if (Array.isArray(msg.tool_calls)) {
-      msg.tool_calls = (msg.tool_calls as Json[]).map((call) => {
-        const fn = call?.function as Json | undefined;
-        if (fn && typeof fn.arguments === 'string') {
-          try {
-            return { ...call, function: { ...fn, arguments: JSON.parse(fn.arguments) } };
-          } catch {
-            return call;
-          }
-        }
-        return call;
-      });
-    }
-    return msg;
-  });
 }
 
 /**
@@ -444,7 +417,7 @@ export class ModelTokenizer {
     const context = {
       ...this.specialTokens,
       ...(req.chat_template_kwargs ?? {}),
-      messages: prepareMessages(req.messages),
+      messages: conversationMessages(req.messages, this.name),
       tools: req.tools ?? undefined,
       documents: req.documents ?? undefined,
       add_generation_prompt: continueFinal ? false : (req.add_generation_prompt ?? true),
@@ -453,7 +426,7 @@ export class ModelTokenizer {
   }
 
   private finishChat(req: ChatTemplateRequest, rendered: string): string {
-    return req.continue_final_message === true ? cutAfterFinalMessage(rendered, prepareMessages(req.messages)) : rendered;
+    return req.continue_final_message === true ? cutAfterFinalMessage(rendered, conversationMessages(req.messages, this.name)) : rendered;
   }
 }
 

@@ -176,4 +176,21 @@ describe('a chat template of the request (rendered in a renderer process) sees t
     const expected = await post(url, '/tokenize', { prompt: '[user|alice|Weather?|][assistant||||Paris][tool||sunny|c1]', add_special_tokens: false });
     expect(res.json.tokens).toEqual(expected.json.tokens);
   });
+
+  it('a template that loops over content gets parts (vLLM\'s "openai" content format): strings and null become lists', async () => {
+    const { url } = await serve('random', ['--trust-request-chat-template']);
+    const template = "{% for m in messages %}{{ m.role }}:{% for p in m['content'] %}<{{ p.type }}={{ p.text }}>{% endfor %}|{% endfor %}";
+    const res = await post(url, '/tokenize', {
+      chat_template: template,
+      add_generation_prompt: false,
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: [{ type: 'text', text: 'a' }, 'b', { type: 'input_text', text: 'c' }] },
+        { role: 'assistant', content: null },
+      ],
+    });
+    expect(res.status, JSON.stringify(res.json)).toBe(200);
+    const expected = await post(url, '/tokenize', { prompt: 'system:<text=Be brief.>|user:<text=a><text=b><text=c>|assistant:|', add_special_tokens: false });
+    expect(res.json.tokens).toEqual(expected.json.tokens);
+  });
 });

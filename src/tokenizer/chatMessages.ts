@@ -1,8 +1,11 @@
 /**
  * A chat request's messages as vLLM's chat preprocessing hands them to the template (`chat_utils.py`
- * `parse_chat_messages`, "string" content format): content null → "", a list of parts → its texts joined by
- * newlines; each message keeps only the fields vLLM passes on; tool-call arguments become objects.
+ * `parse_chat_messages`): content null is no parts, a string one text part; in the "string" content format the
+ * texts are joined by newlines, in the "openai" one (a template that loops over content, contentFormat.ts) they
+ * stay a list of `{"type":"text","text":…}`; each message keeps only the fields vLLM passes on; tool-call
+ * arguments become objects.
  */
+import type { ContentFormat } from './contentFormat.js';
 
 type Json = Record<string, unknown>;
 
@@ -26,9 +29,9 @@ const MEDIA_PARTS = ['image_url', 'input_image', 'image_pil', 'image_embeds', 'a
 /** A part without `type` is a media part when it carries one of these fields (vLLM's shorthand forms). */
 const MEDIA_SHORTHANDS = ['image_url', 'image_pil', 'image_embeds', 'audio_embeds', 'prompt_embeds', 'audio_url', 'input_audio', 'video_url'];
 
-/** A content part's text; undefined for a text part vLLM skips. */
-function partText(part: unknown, model: string): string | undefined {
-  if (typeof part === 'string') return part;
+/** A content part as the template sees it in the "openai" format; undefined for a text part vLLM skips. */
+function templatePart(part: unknown, model: string): Json | undefined {
+  if (typeof part === 'string') return { type: 'text', text: part };
   if (!part || typeof part !== 'object' || Array.isArray(part)) throw new ChatMessageError('Invalid content part: expected a string or an object with a `type` field.');
   const fields = part as Json;
   let type = fields.type;
@@ -46,20 +49,22 @@ function partText(part: unknown, model: string): string | undefined {
     throw new ChatMessageError(`Unsupported chat content part type: '${type}'. Supported types: ${supported}.`);
   }
   const text = fields[field];
-  if (typeof text === 'string') return text;
   if ((text === undefined || text === null) && SKIPPED_WHEN_EMPTY.has(type)) return undefined;
-  throw new ChatMessageError(`Content part of type '${type}' has no string '${field}'.`);
+  if (typeof text !== 'string') throw new ChatMessageError(`Content part of type '${type}' has no string '${field}'.`);
+  return type === 'tool_reference' ? { type, name: text } : { type: 'text', text };
 }
 
-/** vLLM's "string" format: null is no parts, a string one text part; the texts joined by newlines. */
-function contentText(content: unknown, model: string): string {
-  if (content === undefined || content === null) return '';
-  if (typeof content === 'string') return content;
-  if (!Array.isArray(content)) throw new ChatMessageError('Message content must be a string, a list of content parts, or null.');
-  return content
-    .map((part) => partText(part, model))
-    .filter((text) => text !== undefined)
-    .join('\n');
+/** The part's text in the "string" format (a tool reference's is its name). */
+const partText = (part: Json): string => (part.type === 'tool_reference' ? part.name : part.text) as string;
+
+function templateContent(content: unknown, role: unknown, format: ContentFormat, model: string): string | Json[] {
+  if (content !== undefined && content !== null && typeof content !== 'string' && !Array.isArray(content)) {
+    throw new ChatMessageError('Message content must be a string, a list of content parts, or null.');
+  }
+  const parts = content === undefined || content === null ? [] : typeof content === 'string' ? [{ type: 'text', text: content }] : content.map((part) => templatePart(part, model)).filter((part) => part !== undefined);
+  // A tool result of text parts only is one string even for a template of parts (clients send tool results as parts).
+  if (format === 'string' || (role === 'tool' && parts.every((part) => part.type === 'text'))) return parts.map(partText).join('\n');
+  return parts;
 }
 
 /**
@@ -85,11 +90,11 @@ function templateToolCall(call: unknown): unknown {
 }
 
 /** One request message as the template sees it in vLLM. `model` names the model in the refusal of media parts. */
-function conversationMessage(raw: unknown, model: string): Json {
+function conversationMessage(raw: unknown, format: ContentFormat, model: string): Json {
   if (!raw || typeof raw !== 'object' || Array.isArray(raw)) throw new ChatMessageError('Each message must be an object with a `role`.');
   const message = raw as Json;
   const role = message.role;
-  const out: Json = { role, content: contentText(message.content, model) };
+  const out: Json = { role, content: templateContent(message.content, role, format, model) };
   if (role === 'assistant') {
     const calls = message.tool_calls;
     if (calls !== undefined && calls !== null && !Array.isArray(calls)) throw new ChatMessageError('An assistant message\'s `tool_calls` must be a list.');
@@ -110,7 +115,7 @@ function conversationMessage(raw: unknown, model: string): Json {
   return out;
 }
 
-/** The request's messages as vLLM passes them to the chat template (throws `ChatMessageError` for one it refuses). */
-export function conversationMessages(messages: readonly unknown[], model: string): Json[] {
-  return messages.map((message) => conversationMessage(message, model));
+/** The request's messages as vLLM passes them to a template of `format` (throws `ChatMessageError` for one it refuses). */
+export function conversationMessages(messages: readonly unknown[], format: ContentFormat, model: string): Json[] {
+  return messages.map((message) => conversationMessage(message, format, model));
 }

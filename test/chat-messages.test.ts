@@ -148,6 +148,8 @@ describe('messages rendered as vLLM renders them (/tokenize with messages)', () 
     expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
     const error = (refused as InstanceType<typeof OpenAI.BadRequestError>).error as Json;
     expect(error).toMatchObject({ type: 'BadRequestError', code: 400 });
+    // vLLM's "<model> is not a multimodal model", with the part type named.
+    expect(error.message).toContain(`${MODEL} is not a multimodal model`);
     expect(error.message).toContain("'image_url'");
     const tokenized = await post(url, '/tokenize', { messages });
     expect(tokenized.status).toBe(400);

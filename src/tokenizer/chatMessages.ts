@@ -41,7 +41,8 @@ function templatePart(part: unknown, model: string): Json | undefined {
   }
   if (typeof type !== 'string') throw new ChatMessageError("Invalid 'type' field in multimodal part.");
   if (MEDIA_PARTS.includes(type)) {
-    throw new ChatMessageError(`Content part type '${type}' is not supported: the model ${model} takes text only (mocker serves no image, audio or video input).`);
+    // vLLM 0.9–0.11 words it "<model> is not a multimodal model None"; the part's type is named here too.
+    throw new ChatMessageError(`${model} is not a multimodal model: content part type '${type}' is not supported (mocker serves text-only models).`);
   }
   const field = TEXT_PARTS[type];
   if (field === undefined) {
@@ -61,7 +62,9 @@ function templateContent(content: unknown, role: unknown, format: ContentFormat,
   if (content !== undefined && content !== null && typeof content !== 'string' && !Array.isArray(content)) {
     throw new ChatMessageError('Message content must be a string, a list of content parts, or null.');
   }
-  const parts = content === undefined || content === null ? [] : typeof content === 'string' ? [{ type: 'text', text: content }] : content.map((part) => templatePart(part, model)).filter((part) => part !== undefined);
+  let parts: Json[] = [];
+  if (typeof content === 'string') parts = [{ type: 'text', text: content }];
+  else if (Array.isArray(content)) parts = content.map((part) => templatePart(part, model)).filter((part) => part !== undefined);
   // A tool result of text parts only is one string even for a template of parts (clients send tool results as parts).
   if (format === 'string' || (role === 'tool' && parts.every((part) => part.type === 'text'))) return parts.map(partText).join('\n');
   return parts;
@@ -100,7 +103,7 @@ function conversationMessage(raw: unknown, format: ContentFormat, model: string)
     if (calls !== undefined && calls !== null && !Array.isArray(calls)) throw new ChatMessageError('An assistant message\'s `tool_calls` must be a list.');
     // An empty list is dropped: templates keep to their plain assistant path.
     if (Array.isArray(calls) && calls.length > 0) out.tool_calls = calls.map(templateToolCall);
-    // vLLM 0.11 read `reasoning_content`; later releases read `reasoning` and set both for the template.
+    // An incoming `reasoning_content` is read as `reasoning` (vllm-wire-reference §9); templates get both names.
     const reasoning = message.reasoning ?? message.reasoning_content;
     if (reasoning !== undefined && reasoning !== null) {
       out.reasoning = reasoning;

@@ -52,7 +52,8 @@ export const completionRequest = z.looseObject({
 
 const message = z.looseObject({
   role: z.string(),
-  content: z.union([z.string(), z.array(z.looseObject({ type: z.string() })), z.null()]).optional(),
+  // Parts are read as vLLM reads them (src/tokenizer/chatMessages.ts): strings, typed parts, shorthand media parts.
+  content: z.union([z.string(), z.array(z.union([z.string(), z.looseObject({})])), z.null()]).optional(),
 });
 
 export const chatRequest = z.looseObject({

@@ -15,7 +15,7 @@ import { toolOffer } from '../generation/toolCalls.js';
 import { arrivalOf } from './drain.js';
 import { declaredBodyLimit } from './bodyLimit.js';
 import type { PoolingKind, StoredExchange } from '../store/captureStore.js';
-import { TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
+import { ChatMessageError, TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
 import { loadLoraRequest, unloadLoraRequest, type LoraAdapters } from './loraAdapters.js';
 import { DONE_EVENT, includesUsage, restamp, type RenderContext } from './render.js';
@@ -321,6 +321,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     try {
       return await tokenizer.renderChatGuarded(chat);
     } catch (err) {
+      // A message vLLM refuses before any template is its own 400, worded as vLLM words it.
+      if (err instanceof ChatMessageError) throw badRequest(err.message);
       throw badRequest(`Chat template error: ${(err as Error).message}`);
     }
   }

@@ -1,3 +1,4 @@
+export { ChatMessageError } from './chatMessages.js';
 export { DecodeStream } from './decodeStream.js';
 export {
   BUNDLED_MODEL,

@@ -5,6 +5,8 @@ import { dirname, join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import tokenizers from 'tokenizers';
 import { LruCache } from '../util/lruCache.js';
+import { conversationMessages } from './chatMessages.js';
+import { detectContentFormat, type ContentFormat } from './contentFormat.js';
 import { DecodeStream } from './decodeStream.js';
 import { renderIsolated } from './isolatedTemplate.js';
 import { untrustedTokenizerProblem } from './untrustedTokenizer.js';
@@ -162,34 +164,6 @@ function topLevelMember(json: Buffer, key: string): unknown {
   return undefined;
 }
 
-/** vLLM flattens text-part lists to one string ("string" content format) and parses tool-call arguments. */
-function prepareMessages(messages: unknown[]): unknown[] {
-  return messages.map((raw) => {
-    if (!raw || typeof raw !== 'object') return raw;
-    const msg = { ...(raw as Json) };
-    if (Array.isArray(msg.content)) {
-      msg.content = (msg.content as Json[])
-        .filter((part) => part && part.type === 'text')
-        .map((part) => String(part.text ?? ''))
-        .join('\n');
-    }
-    if (Array.isArray(msg.tool_calls)) {
-      msg.tool_calls = (msg.tool_calls as Json[]).map((call) => {
-        const fn = call?.function as Json | undefined;
-        if (fn && typeof fn.arguments === 'string') {
-          try {
-            return { ...call, function: { ...fn, arguments: JSON.parse(fn.arguments) } };
-          } catch {
-            return call;
-          }
-        }
-        return call;
-      });
-    }
-    return msg;
-  });
-}
-
 /**
  * The binding's ids as an array V8 keeps packed, of small integers: its own is holey, of tagged values (and a
  * spread or slice copies that kind), which V8 copies into a typed array (the replay lookup's key) element by
@@ -221,6 +195,8 @@ export class ModelTokenizer {
   private readonly templates = new Map<string, Template>();
   /** The model's templates (and a capture's) numbered for the renderings' keys. */
   private readonly templateIds = new Map<string, number>();
+  /** The content format of each template seen (vLLM's detection, contentFormat.ts). */
+  private readonly contentFormats = new LruCache<string, ContentFormat>(64);
   /** The chat template came with a capture: it renders in a renderer process only, as a request's does. */
   private readonly sandboxTemplates: boolean;
   private readonly specialIds: Set<number>;
@@ -384,7 +360,7 @@ export class ModelTokenizer {
     const { source, context } = this.chatTemplateInput(req);
     const { key, json } = this.renderingKey(source, context);
     const remembered = key === null ? undefined : this.renderings.get(key);
-    return this.finishChat(req, remembered ?? this.remember(key, json, this.compiled(source).render(context)));
+    return this.finishChat(req, context, remembered ?? this.remember(key, json, this.compiled(source).render(context)));
   }
 
   /**
@@ -400,11 +376,11 @@ export class ModelTokenizer {
     const { source, context } = this.chatTemplateInput(req);
     const { key, json } = this.renderingKey(source, context, fromRequest);
     const remembered = key === null ? undefined : this.renderings.get(key);
-    if (remembered !== undefined) return this.finishChat(req, remembered);
+    if (remembered !== undefined) return this.finishChat(req, context, remembered);
     const sandboxed = fromRequest || this.sandboxTemplates;
-    if (!sandboxed && json.length <= LARGE_CHAT_CHARS) return this.finishChat(req, this.remember(key, json, this.compiled(source).render(context)));
+    if (!sandboxed && json.length <= LARGE_CHAT_CHARS) return this.finishChat(req, context, this.remember(key, json, this.compiled(source).render(context)));
     const rendered = await renderIsolated(source, json, sandboxed ? SANDBOXED_TEMPLATE_TIMEOUT_MS : LARGE_CHAT_TIMEOUT_MS);
-    return this.finishChat(req, this.remember(key, json, rendered));
+    return this.finishChat(req, context, this.remember(key, json, rendered));
   }
 
   private compiled(source: string): Template {
@@ -444,7 +420,7 @@ export class ModelTokenizer {
     const context = {
       ...this.specialTokens,
       ...(req.chat_template_kwargs ?? {}),
-      messages: prepareMessages(req.messages),
+      messages: conversationMessages(req.messages, this.contentFormat(source), this.name),
       tools: req.tools ?? undefined,
       documents: req.documents ?? undefined,
       add_generation_prompt: continueFinal ? false : (req.add_generation_prompt ?? true),
@@ -452,15 +428,24 @@ export class ModelTokenizer {
     return { source, context };
   }
 
-  private finishChat(req: ChatTemplateRequest, rendered: string): string {
-    return req.continue_final_message === true ? cutAfterFinalMessage(rendered, prepareMessages(req.messages)) : rendered;
+  /** The content format vLLM detects for a template, remembered by source (a request's template is seen again). */
+  private contentFormat(source: string): ContentFormat {
+    let format = this.contentFormats.get(source);
+    if (format === undefined) this.contentFormats.set(source, (format = detectContentFormat(source)));
+    return format;
+  }
+
+  private finishChat(req: ChatTemplateRequest, context: Record<string, unknown>, rendered: string): string {
+    return req.continue_final_message === true ? cutAfterFinalMessage(rendered, context.messages as Json[]) : rendered;
   }
 }
 
-function cutAfterFinalMessage(rendered: string, messages: unknown[]): string {
-  const last = messages[messages.length - 1] as Json | undefined;
-  const content = typeof last?.content === 'string' ? last.content : '';
-  for (const needle of [content, content.trim()]) {
+/** transformers' `continue_final_message`: the rendering up to the final message's text (a list's last text part). */
+function cutAfterFinalMessage(rendered: string, messages: Json[]): string {
+  const content = messages[messages.length - 1]?.content;
+  const lastText = Array.isArray(content) ? (content as Json[]).findLast((part) => typeof part.text === 'string')?.text : content;
+  const text = typeof lastText === 'string' ? lastText : '';
+  for (const needle of [text, text.trim()]) {
     const at = rendered.lastIndexOf(needle);
     if (needle && at >= 0) return rendered.slice(0, at + needle.length);
   }

@@ -11,6 +11,7 @@ import type { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { BACKEND_METRICS_PATHS, type MetricsSource, type MissingMetrics } from '../metrics/backendMetrics.js';
 import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type KvTransferParams, type PrefillEndpoint } from '../pd/kvTransfer.js';
 import { requestShape } from '../generation/shape.js';
+import { structuredOutput } from '../generation/structured.js';
 import { toolOffer } from '../generation/toolCalls.js';
 import { arrivalOf } from './drain.js';
 import { declaredBodyLimit } from './bodyLimit.js';
@@ -305,6 +306,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       includeStopStrInOutput: req.include_stop_str_in_output ?? false,
       skipSpecialTokens: req.skip_special_tokens ?? true,
       seed: req.seed ?? null,
+      structured: structuredOutput(req),
       ...(kind === 'chat' ? { reasoningEffort: (req as ChatRequest).reasoning_effort ?? null, tools: toolOffer(req as ChatRequest) } : {}),
     };
   };

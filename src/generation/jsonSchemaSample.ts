@@ -75,8 +75,9 @@ const schemaArray = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
  * The first keyword of `schema` (at any depth) the sampler does not honour, with where it is: null when there is
  * none. The walk follows schema positions only, so a property named `not` is no keyword.
  */
-export function unsupportedKeyword(schema: unknown, path = '$'): { keyword: string; path: string } | null {
-  if (!isSchema(schema)) return null;
+export function unsupportedKeyword(schema: unknown, path = '$', depth = 0): { keyword: string; path: string } | null {
+  // Deeper than any value is drawn (the sampler gives up past GIVE_UP_DEPTH): not walked, the stack stays small.
+  if (!isSchema(schema) || depth > GIVE_UP_DEPTH * 4) return null;
   for (const keyword of UNSUPPORTED_KEYWORDS) if (keyword in schema) return { keyword, path };
   if (typeof schema.format === 'string' && !FORMATS.includes(schema.format)) return { keyword: `format: ${JSON.stringify(schema.format)}`, path };
   if (typeof schema.$ref === 'string' && !schema.$ref.startsWith('#')) return { keyword: `$ref: ${JSON.stringify(schema.$ref)}`, path };
@@ -86,7 +87,7 @@ export function unsupportedKeyword(schema: unknown, path = '$'): { keyword: stri
   if (Array.isArray(schema.items)) schema.items.forEach((v, i) => children.push([`items[${i}]`, v]));
   for (const key of ['items', 'additionalProperties']) if (isSchema(schema[key])) children.push([key, schema[key]]);
   for (const [key, child] of children) {
-    const found = unsupportedKeyword(child, `${path}.${key}`);
+    const found = unsupportedKeyword(child, `${path}.${key}`, depth + 1);
     if (found) return found;
   }
   return null;
@@ -155,10 +156,10 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
   const between = (low: number, high: number) => low + Math.floor(rand() * (high - low + 1));
 
   /** The schema as it applies: `$ref`s followed, `allOf` merged, one `anyOf` / `oneOf` branch taken. */
-  const resolve = (raw: unknown): Schema | null => {
+  const resolve = (raw: unknown, nesting = 0): Schema | null => {
     let schema: unknown = raw;
     for (let chain = 0; isSchema(schema); chain++) {
-      if (chain > MAX_REF_CHAIN) giveUp();
+      if (chain > MAX_REF_CHAIN || nesting > GIVE_UP_DEPTH) giveUp();
       if (typeof schema.$ref === 'string') {
         const { $ref, ...siblings } = schema;
         const target = pointAt(root, $ref as string);
@@ -168,7 +169,7 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
       if (Array.isArray(schema.allOf)) {
         const { allOf, ...rest } = schema;
         schema = (allOf as unknown[]).reduce<Schema>((acc, sub) => {
-          const part = resolve(sub);
+          const part = resolve(sub, nesting + 1);
           return part ? merge(acc, part) : acc;
         }, rest);
         continue;
@@ -176,7 +177,7 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
       const branches = Array.isArray(schema.anyOf) ? schema.anyOf : Array.isArray(schema.oneOf) ? schema.oneOf : null;
       if (branches && branches.length > 0) {
         const { anyOf: _a, oneOf: _o, ...rest } = schema;
-        const branch = resolve(pick(branches));
+        const branch = resolve(pick(branches), nesting + 1);
         schema = branch ? merge(rest, branch) : rest;
         continue;
       }
@@ -227,13 +228,15 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
     const required = new Set(schema.required === undefined ? [] : schemaArray(schema.required).filter((k): k is string => typeof k === 'string'));
     const extra = schema.additionalProperties;
     const max = num(schema.maxProperties) ?? Infinity;
-    const keys = Object.keys(properties).filter((key) => required.has(key) || (!minimal && rand() < 0.5));
+    const chosen = new Set(Object.keys(properties).filter((key) => required.has(key) || (!minimal && rand() < 0.5)));
     // Required keys the properties do not describe take the additional properties' schema.
-    for (const key of required) if (!(key in properties)) keys.push(key);
-    // Too few: the optional properties left out, then new keys where additional properties are allowed.
-    const min = num(schema.minProperties) ?? 0;
-    for (const key of Object.keys(properties)) if (keys.length < min && !keys.includes(key)) keys.push(key);
-    for (let i = 0; keys.length < min && extra !== false; i++) if (!keys.includes(`key${i}`)) keys.push(`key${i}`);
+    for (const key of required) chosen.add(key);
+    // Too few: the optional properties left out, then new keys where additional properties are allowed (no more
+    // than the budget could hold: each takes more than a character).
+    const min = Math.min(num(schema.minProperties) ?? 0, Math.max(0, left));
+    for (const key of Object.keys(properties)) if (chosen.size < min) chosen.add(key);
+    for (let i = 0; chosen.size < min && extra !== false; i++) chosen.add(`key${i}`);
+    const keys = [...chosen];
     while (keys.length > Math.max(max, required.size)) {
       const optional = keys.findLastIndex((key) => !required.has(key));
       if (optional < 0) break;

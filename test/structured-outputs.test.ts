@@ -176,6 +176,23 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
     expect(await refused({ guided_regex: 'a', guided_choice: ['a'] })).toContain('You can only use one kind of structured outputs constraint');
     expect(await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: { required: ['a'] } } } } })).toContain('`not`');
     expect(await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', format: 'iri' } } } })).toContain('format');
+    // A regex whose shortest string outgrows max_tokens × 8 characters; one randexp cannot honour.
+    expect(await refused({ guided_regex: 'a{100}', max_tokens: 10 })).toContain('max_tokens');
+    expect(await refused({ structured_outputs: { regex: '(?=b)a' } })).toContain('(?=b)a');
+  });
+
+  it('tools offered with tool_choice auto (every answer a call at --tool-call-rate 1): the constraint holds the answer, no call', async () => {
+    const calling = await serve(['--mode', 'random', '--timing', 'none', '--tool-call-rate', '1']);
+    const tools = [{ type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } } }];
+    const free = await calling.chat.completions.create({ model: MODEL, messages, tools });
+    expect(free.choices[0].message.tool_calls?.length).toBe(1);
+    const constrained = await calling.chat.completions.create({ model: MODEL, messages, tools, n: 3, response_format: { type: 'json_schema', json_schema: { name: 'person', schema: PERSON } } });
+    for (const choice of constrained.choices) {
+      expect(choice.message.tool_calls ?? []).toEqual([]);
+      expectValid(PERSON, choice.message.content!);
+    }
+    // n choices draw n answers.
+    expect(new Set(constrained.choices.map((c) => c.message.content)).size).toBe(3);
   });
 
   it('with --reasoning, the thinking span comes first and the content is the constrained answer', async () => {

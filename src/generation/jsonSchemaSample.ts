@@ -312,7 +312,7 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
           if (err.tooLong) giveUp();
           throw new UnsupportedSchema('pattern', err.message);
         }
-        left -= drawn.length;
+        // A draw of the wrong length is drawn again: each takes at most the budget, 8 of them at most.
         if (fits(drawn)) break;
       }
       return drawn;

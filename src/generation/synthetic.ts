@@ -56,9 +56,9 @@ export async function shapeRandomAnswer(
   if (structured) {
     const room = params.maxTokens - span;
     const { text, complete } = drawStructured(structured, structuredRand, room);
-    const answer = (await tokenizer.encode(text, false)).slice(0, room);
+    let answer = (await tokenizer.encode(text, false)).slice(0, room);
     // An answer that never completes (a schema recursing forever) fills max_tokens: JSON's whitespace continues it.
-    if (!complete && answer.length < room) answer.push(...Array<number>(room - answer.length).fill((await tokenizer.encode(' ', false))[0]));
+    if (!complete && answer.length < room) answer = [...answer, ...Array<number>(room - answer.length).fill((await tokenizer.encode(' ', false))[0])];
     const eos = tokenizer.eosTokenIds[0];
     const used = span + answer.length;
     const eosCount = eos === undefined ? 0 : Math.max(0, Math.min(params.maxTokens - used, params.ignoreEos ? params.maxTokens : Math.max(1, params.minTokens - used + 1)));

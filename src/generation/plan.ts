@@ -1,6 +1,7 @@
 import type { ChunkDelta } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import type { ReasoningEffort } from './reasoning.js';
+import type { StructuredOutput } from './structured.js';
 import type { ToolOffer } from './toolCalls.js';
 
 export type EndpointKind = 'chat' | 'completion';
@@ -24,6 +25,8 @@ export interface OutputParams {
   reasoningEffort?: ReasoningEffort | null;
   /** The chat's tools, when it lets the model call one. */
   tools?: ToolOffer | null;
+  /** The output's constraint (`response_format`, `structured_outputs`, `guided_*`); absent or null: free text. */
+  structured?: StructuredOutput | null;
 }
 
 /** A group of output tokens that goes out as one streamed chunk. */

@@ -70,7 +70,8 @@ export async function planRandom(
     stopReason: null,
   };
   if (synthetic) {
-    const shaped = await shapeRandomAnswer(tokenIds, reachedEos ? length - 1 : length, params, tokenizer, synthetic, rand);
+    const structuredRand = randomStream(promptIds, serverSeed, params.seed, choice);
+    const shaped = await shapeRandomAnswer(tokenIds, reachedEos ? length - 1 : length, params, tokenizer, synthetic, rand, structuredRand);
     if (shaped.toolCall) return shaped.plan;
     plan = shaped.plan;
   }

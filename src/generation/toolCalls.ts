@@ -1,6 +1,6 @@
-import { badRequest, pythonJsonDumps } from '../http/errors.js';
+import { badRequest } from '../http/errors.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
-import { sampleJsonSchema, SampleTooLarge } from './jsonSchemaSample.js';
+import { sampleJsonText, SampleTooLarge, UnsupportedSchema } from './jsonSchemaSample.js';
 import type { PlannedChunk } from './plan.js';
 
 /** The tools a chat request offers and how it lets the model use them. */
@@ -46,12 +46,16 @@ export interface PlannedToolCall {
 }
 
 /**
- * Characters a call's arguments may take per token it has room for: sampled words and JSON punctuation take 2 to 4
- * characters a token, so a sample stopped past this many would not have fitted anyway.
+ * Characters a drawn output (a call's arguments, a structured answer) may take per token it has room for: sampled
+ * words and JSON punctuation take 2 to 4 characters a token, so a sample stopped past this many would not have
+ * fitted anyway.
  */
-const ARGUMENT_CHARS_PER_TOKEN = 8;
+const OUTPUT_CHARS_PER_TOKEN = 8;
 /** And at most this many in all, whatever the room (256 KiB of arguments is no real call; it bounds the work). */
-const MAX_ARGUMENT_CHARS = 1 << 18;
+const MAX_OUTPUT_CHARS = 1 << 18;
+
+/** The characters a drawn output of at most `maxTokens` tokens may take: what bounds the work of drawing it. */
+export const outputCharBudget = (maxTokens: number): number => Math.max(0, Math.min(maxTokens * OUTPUT_CHARS_PER_TOKEN, MAX_OUTPUT_CHARS));
 
 /**
  * Whether this answer is a tool call (`auto`: with probability `rate`), and which call: a tool of the offer
@@ -69,9 +73,10 @@ export async function planToolCall(offer: ToolOffer, rate: number, rand: () => n
   const tool = typeof choice === 'object' ? offer.tools.find((t) => t.name === choice.name)! : offer.tools[Math.floor(rand() * offer.tools.length)];
   let args: string;
   try {
-    args = pythonJsonDumps(sampleJsonSchema(tool.parameters, rand, Math.min(maxTokens * ARGUMENT_CHARS_PER_TOKEN, MAX_ARGUMENT_CHARS)));
+    args = sampleJsonText(tool.parameters, rand, outputCharBudget(maxTokens));
   } catch (err) {
     if (err instanceof SampleTooLarge) return null;
+    if (err instanceof UnsupportedSchema) throw badRequest(`The parameters of tool ${JSON.stringify(tool.name)}: ${err.message}`, 'tools');
     throw err;
   }
   const head = `<tool_call>\n{"name": ${JSON.stringify(tool.name)}, "arguments": `;

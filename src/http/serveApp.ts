@@ -11,6 +11,7 @@ import type { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { BACKEND_METRICS_PATHS, type MetricsSource, type MissingMetrics } from '../metrics/backendMetrics.js';
 import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type KvTransferParams, type PrefillEndpoint } from '../pd/kvTransfer.js';
 import { requestShape } from '../generation/shape.js';
+import { structuredOutput, type StructuredOutput } from '../generation/structured.js';
 import { toolOffer } from '../generation/toolCalls.js';
 import { arrivalOf } from './drain.js';
 import { declaredBodyLimit } from './bodyLimit.js';
@@ -287,7 +288,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     }
   };
 
-  const outputParams = (kind: EndpointKind, req: CompletionRequest | ChatRequest, promptLen: number): OutputParams => {
+  const outputParams = (kind: EndpointKind, req: CompletionRequest | ChatRequest, promptLen: number, structured: StructuredOutput | null): OutputParams => {
     const asked = kind === 'chat' ? ((req as ChatRequest).max_completion_tokens ?? req.max_tokens) : req.max_tokens;
     // A prefill engine computes the prompt and samples one token, whatever was asked.
     const requested = config.pd.role === 'prefill' ? 1 : asked;
@@ -305,6 +306,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       includeStopStrInOutput: req.include_stop_str_in_output ?? false,
       skipSpecialTokens: req.skip_special_tokens ?? true,
       seed: req.seed ?? null,
+      structured,
       ...(kind === 'chat' ? { reasoningEffort: (req as ChatRequest).reasoning_effort ?? null, tools: toolOffer(req as ChatRequest) } : {}),
     };
   };
@@ -350,6 +352,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   async function prepare(kind: EndpointKind, body: Json, rankHeader: string | undefined, slice = new LoopSlice()): Promise<Prepared> {
     const req = kind === 'chat' ? parseBody(chatRequest, body) : parseBody(completionRequest, body);
     checkRequestFields(req);
+    // Read once for all the prompts of a batch (vLLM checks it with the request's fields, before any prompt).
+    const structured = structuredOutput(req);
     if ('logprobs' in req && req.logprobs !== null && req.logprobs !== undefined && req.logprobs !== false) {
       throw new ApiError(400, 'logprobs are only served verbatim from captures that recorded them; this request asks mocker to compute them.', 'BadRequestError', 'logprobs');
     }
@@ -373,7 +377,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     // The context-length checks, then the sampling values: vLLM's order (preprocessing, then to_sampling_params).
     const params: OutputParams[] = [];
     for (const ids of prompts) {
-      params.push(outputParams(kind, req, ids.length));
+      params.push(outputParams(kind, req, ids.length, structured));
       await slice.pause();
     }
     checkSampling(req);

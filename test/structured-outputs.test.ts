@@ -181,6 +181,50 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
     expect(await refused({ structured_outputs: { regex: '(?=b)a' } })).toContain('(?=b)a');
   });
 
+  it('hostile constraints are refused or cut before they cost more than the budget: catastrophic regexes, back-references, exponential allOf, bad $ref', async () => {
+    const refused = async (body: Record<string, unknown>) => {
+      const error = await client.chat.completions.create({ model: MODEL, messages, ...body } as OpenAI.ChatCompletionCreateParamsNonStreaming).then(
+        () => null,
+        (err: unknown) => err,
+      );
+      expect(error).toBeInstanceOf(OpenAI.BadRequestError);
+      return (error as InstanceType<typeof OpenAI.BadRequestError>).message;
+    };
+    // A draw that ignores the lookahead or boundary, tested against the whole regex, backtracks exponentially.
+    expect(await refused({ guided_regex: '(a+)+(?=b)' })).toContain('lookarounds');
+    expect(await refused({ guided_regex: '(a+)+\\B' })).toContain('word boundaries');
+    // A back-reference re-emits its group: 8,000 of a 60,000-character group escape any budget.
+    expect(await refused({ guided_regex: `(a{60000})${'\\1'.repeat(8000)}` })).toContain('back-references');
+    expect(await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { $ref: '#/%' } } } })).toContain('$ref');
+    // 31 levels of allOf over two $refs to the next level: 2^31 resolutions of a small schema, cut by the budget.
+    const $defs: Record<string, unknown> = { a31: { type: 'string' } };
+    for (let i = 0; i < 31; i++) $defs[`a${i}`] = { allOf: [{ $ref: `#/$defs/a${i + 1}` }, { $ref: `#/$defs/a${i + 1}` }] };
+    const deep = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 16, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { $ref: '#/$defs/a0', $defs } } } });
+    expect(deep.choices[0].finish_reason).toBe('length');
+  });
+
+  it('never answers a value its schema refuses: uniqueItems ends the array before a repeat, a pattern its lengths exclude is a 400', async () => {
+    const booleans = { type: 'array', items: { type: 'boolean' }, uniqueItems: true, maxItems: 3 };
+    for (let seed = 0; seed < 24; seed++) {
+      const answer = await client.chat.completions.create({ model: MODEL, messages, seed, max_tokens: 64, response_format: { type: 'json_schema', json_schema: { name: 'flags', schema: booleans } } });
+      expectValid(booleans, answer.choices[0].message.content!);
+    }
+    const error = await client.chat.completions
+      .create({ model: MODEL, messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^[a-z]+$', minLength: 40 } } } })
+      .then(() => null, (err: unknown) => err);
+    expect(error).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((error as Error).message).toContain('minLength/maxLength with pattern');
+  });
+
+  it('tool_choice auto never reads the schema (as vLLM): a keyword mocker cannot honour is no 400, the call is drawn unconstrained', async () => {
+    const calling = await serve(['--mode', 'random', '--timing', 'none', '--tool-call-rate', '1']);
+    const tools = [{ type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', not: { required: ['q'] } } } }];
+    for (let seed = 0; seed < 4; seed++) {
+      const answer = await calling.chat.completions.create({ model: MODEL, messages, tools, seed });
+      expect(answer.choices[0].message.tool_calls?.[0]).toEqual(expect.objectContaining({ type: 'function', function: expect.objectContaining({ name: 'lookup' }) }));
+    }
+  });
+
   it('tools offered with tool_choice auto (every answer a call at --tool-call-rate 1): the constraint holds the answer, no call', async () => {
     const calling = await serve(['--mode', 'random', '--timing', 'none', '--tool-call-rate', '1']);
     const tools = [{ type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } } }];

@@ -17,6 +17,8 @@ const MAX_DEPTH = 8;
 const GIVE_UP_DEPTH = 32;
 /** `$ref`s followed in a row without reaching a schema (`{"$ref":"#/$defs/a"}` pointing at itself). */
 const MAX_REF_CHAIN = 16;
+/** Steps of work that write nothing a character of the budget may pay for (see `spend`). */
+const WORK_PER_CHAR = 4;
 
 const LETTERS = [...'abcdefghijklmnopqrstuvwxyz'];
 
@@ -28,7 +30,7 @@ const LETTERS = [...'abcdefghijklmnopqrstuvwxyz'];
  */
 export class SampleTooLarge extends Error {
   constructor(
-    readonly maxChars: number,
+    maxChars: number,
     readonly prefix: string,
   ) {
     super(`a value of this schema takes more than ${maxChars} characters`);
@@ -99,7 +101,12 @@ function pointAt(root: unknown, ref: string): unknown {
   if (!ref.startsWith('#/')) throw new UnsupportedSchema('$ref', `$ref ${JSON.stringify(ref)} does not point into the schema itself.`);
   let at: unknown = root;
   for (const raw of ref.slice(2).split('/')) {
-    const part = decodeURIComponent(raw).replaceAll('~1', '/').replaceAll('~0', '~');
+    let part: string;
+    try {
+      part = decodeURIComponent(raw).replaceAll('~1', '/').replaceAll('~0', '~');
+    } catch {
+      throw new UnsupportedSchema('$ref', `$ref ${JSON.stringify(ref)} is not a JSON pointer (bad percent-encoding).`);
+    }
     at = isSchema(at) ? at[part] : Array.isArray(at) ? at[Number(part)] : undefined;
     if (at === undefined) throw new UnsupportedSchema('$ref', `$ref ${JSON.stringify(ref)} points at nothing in the schema.`);
   }
@@ -152,7 +159,23 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
   const giveUp = (): never => {
     throw new SampleTooLarge(maxChars, text.slice(0, maxChars));
   };
+  /**
+   * Work that writes nothing (following `$ref`s, merging `allOf`s, intersecting enums) is charged too, at most
+   * WORK_PER_CHAR steps a character of the budget: `allOf` over two `$ref`s of the same definition, 31 deep, is
+   * 2^31 resolutions of a 3 KB schema.
+   */
+  let work = maxChars * WORK_PER_CHAR;
+  const spend = (steps: number) => {
+    work -= steps;
+    if (work < 0) giveUp();
+  };
+  const size = (value: unknown) => (Array.isArray(value) ? value.length : isSchema(value) ? Object.keys(value).length : 0);
+  const mergeCharged = (a: Schema, b: Schema): Schema => {
+    spend(1 + size(a) + size(b) + size(a.enum) + size(b.enum) + size(a.properties) + size(b.properties));
+    return merge(a, b);
+  };
   const pick = <T>(items: readonly T[]): T => items[Math.floor(rand() * items.length)];
+  const word = (n: number) => Array.from({ length: n }, () => pick(LETTERS)).join('');
   const between = (low: number, high: number) => low + Math.floor(rand() * (high - low + 1));
 
   /** The schema as it applies: `$ref`s followed, `allOf` merged, one `anyOf` / `oneOf` branch taken. */
@@ -160,17 +183,18 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
     let schema: unknown = raw;
     for (let chain = 0; isSchema(schema); chain++) {
       if (chain > MAX_REF_CHAIN || nesting > GIVE_UP_DEPTH) giveUp();
+      spend(1);
       if (typeof schema.$ref === 'string') {
         const { $ref, ...siblings } = schema;
         const target = pointAt(root, $ref as string);
-        schema = isSchema(target) ? merge(target, siblings) : target;
+        schema = isSchema(target) ? mergeCharged(target, siblings) : target;
         continue;
       }
       if (Array.isArray(schema.allOf)) {
         const { allOf, ...rest } = schema;
         schema = (allOf as unknown[]).reduce<Schema>((acc, sub) => {
           const part = resolve(sub, nesting + 1);
-          return part ? merge(acc, part) : acc;
+          return part ? mergeCharged(acc, part) : acc;
         }, rest);
         continue;
       }
@@ -178,7 +202,7 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
       if (branches && branches.length > 0) {
         const { anyOf: _a, oneOf: _o, ...rest } = schema;
         const branch = resolve(pick(branches), nesting + 1);
-        schema = branch ? merge(rest, branch) : rest;
+        schema = branch ? mergeCharged(rest, branch) : rest;
         continue;
       }
       return schema;
@@ -258,19 +282,24 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
     const length = minimal ? min : between(min, Math.min(max, min + 3 + prefix.length));
     write('[');
     const seen = new Set<string>();
-    for (let i = 0; i < length; i++) {
+    items: for (let i = 0; i < length; i++) {
       const itemSchema = i < prefix.length ? prefix[i] : rest;
       const start = text.length;
       for (let attempt = 0; ; attempt++) {
         write(i > 0 ? ', ' : '');
         sample(itemSchema, depth + 1);
         const item = text.slice(start + (i > 0 ? 2 : 0));
-        // `uniqueItems`: a repeated item is drawn again, a few times at most (some schemas have too few values).
-        if (schema.uniqueItems !== true || !seen.has(item) || attempt >= 8) {
+        // `uniqueItems`: a repeated item is drawn again, a few times at most (some schemas have too few values);
+        // then the array ends before it if it may, else the schema is one no answer can satisfy here.
+        if (schema.uniqueItems !== true || !seen.has(item)) {
           seen.add(item);
           break;
         }
         text = text.slice(0, start);
+        if (attempt >= 8) {
+          if (i >= min) break items;
+          throw new UnsupportedSchema('uniqueItems', `mocker cannot draw ${min} distinct items for this array schema (uniqueItems).`);
+        }
       }
     }
     write(']');
@@ -301,10 +330,12 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
     if (typeof schema.format === 'string' && FORMATS.includes(schema.format)) return sampleFormat(schema.format);
     const min = num(schema.minLength) ?? Math.min(1, num(schema.maxLength) ?? 1);
     const max = Math.max(min, num(schema.maxLength) ?? Math.max(min, 8));
-    const fits = (s: string) => [...s].length >= min && [...s].length <= max;
     if (typeof schema.pattern === 'string') {
-      let drawn = '';
+      // Only the lengths the schema sets bound a pattern's draw (the defaults above are for free words).
+      const [low, high] = [num(schema.minLength) ?? 0, num(schema.maxLength) ?? Infinity];
+      const fits = (s: string) => [...s].length >= low && [...s].length <= high;
       for (let attempt = 0; attempt < 8; attempt++) {
+        let drawn: string;
         try {
           drawn = sampleRegex(schema.pattern, rand, Math.max(0, left), 'u');
         } catch (err) {
@@ -313,18 +344,14 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
           throw new UnsupportedSchema('pattern', err.message);
         }
         // A draw of the wrong length is drawn again: each takes at most the budget, 8 of them at most.
-        if (fits(drawn)) break;
+        if (fits(drawn)) return drawn;
       }
-      return drawn;
+      throw new UnsupportedSchema('pattern', `mocker cannot draw a string of ${low} to ${high} characters matching the pattern ${JSON.stringify(schema.pattern)} (minLength/maxLength with pattern).`);
     }
     // A word too long to write is cut where the budget ends: the write that follows gives up with its start.
     const length = Math.min(between(min, Math.min(max, min + 8)), Math.max(0, left) + 1);
-    let word = '';
-    for (let i = 0; i < length; i++) word += pick(LETTERS);
-    return word;
+    return word(length);
   };
-
-  const word = (n: number) => Array.from({ length: n }, () => pick(LETTERS)).join('');
   const sampleFormat = (format: string): string => {
     const date = () => `${between(1970, 2030)}-${String(between(1, 12)).padStart(2, '0')}-${String(between(1, 28)).padStart(2, '0')}`;
     const time = () => `${String(between(0, 23)).padStart(2, '0')}:${String(between(0, 59)).padStart(2, '0')}:${String(between(0, 59)).padStart(2, '0')}Z`;

@@ -21,13 +21,39 @@ interface Token {
   options?: Token[][];
   min?: number;
   max?: number | null;
-  value?: Token | number;
+  value?: Token | number | string;
+  followedBy?: boolean;
+  notFollowedBy?: boolean;
 }
 const ROOT = 0;
 const GROUP = 1;
+const POSITION = 2;
 const SET = 3;
 const REPETITION = 5;
+const REFERENCE = 6;
 const CHAR = 7;
+
+/**
+ * What randexp does not generate, found in the parse before anything is drawn: a lookaround, a back-reference
+ * (re-emitted, so its length escapes the budget), a word boundary, or `^` / `$` anywhere but the pattern's ends.
+ * A draw that ignored them would then be tested against the whole regex, whose backtracking on such a string
+ * (`(a+)+(?=b)`) is exponential: refused instead, before either.
+ */
+function unsupportedToken(token: Token, atStart: boolean, atEnd: boolean): string | null {
+  if (token.type === REFERENCE) return 'back-references';
+  if (token.type === POSITION && !((token.value === '^' && atStart) || (token.value === '$' && atEnd))) return 'word boundaries and anchors inside the pattern';
+  if (token.type === GROUP && (token.followedBy || token.notFollowedBy)) return 'lookarounds';
+  if (token.type === REPETITION) return unsupportedToken(token.value as Token, false, false);
+  const stacks = token.options ?? (token.stack ? [token.stack] : []);
+  for (const stack of stacks) {
+    for (const [i, t] of stack.entries()) {
+      // An anchor counts as at an end only in the pattern's own top level.
+      const problem = unsupportedToken(t, token.type === ROOT && i === 0, token.type === ROOT && i === stack.length - 1);
+      if (problem !== null) return problem;
+    }
+  }
+  return null;
+}
 
 /** Repetitions without an upper bound (`*`, `+`, `{n,}`) repeat at most this many more times than their minimum. */
 const OPEN_REPEAT = 16;
@@ -80,6 +106,8 @@ export function sampleRegex(pattern: string, rand: () => number, maxChars: numbe
   generator.randInt = (a: number, b: number) => a + Math.floor(rand() * (b - a + 1));
   // The token tree is private to randexp's types; it is the parse `gen` walks.
   const tree = (generator as unknown as { tokens: Token }).tokens;
+  const unsupported = unsupportedToken(tree, true, true);
+  if (unsupported !== null) throw new RegexUnsupported(`mocker cannot draw a string matching the regular expression ${JSON.stringify(pattern)}: ${unsupported} are not generated.`);
   let extra = OPEN_REPEAT;
   capRepetitions(tree, extra);
   while (longest(tree) > maxChars && extra > 0) capRepetitions(tree, (extra = Math.floor(extra / 4)));

@@ -72,12 +72,16 @@ export async function planToolCall(offer: ToolOffer, rate: number, rand: () => n
   const choice = offer.choice;
   const tool = typeof choice === 'object' ? offer.tools.find((t) => t.name === choice.name)! : offer.tools[Math.floor(rand() * offer.tools.length)];
   let args: string;
+  const sample = (schema: unknown) => sampleJsonText(schema, rand, outputCharBudget(maxTokens));
   try {
-    args = sampleJsonText(tool.parameters, rand, outputCharBudget(maxTokens));
+    args = sample(tool.parameters);
   } catch (err) {
     if (err instanceof SampleTooLarge) return null;
-    if (err instanceof UnsupportedSchema) throw badRequest(`The parameters of tool ${JSON.stringify(tool.name)}: ${err.message}`, 'tools');
-    throw err;
+    if (!(err instanceof UnsupportedSchema)) throw err;
+    // `auto`: vLLM's model writes its call unconstrained and never reads the schema; only a required or named
+    // call is guided by it (and refused when it cannot be).
+    if (choice !== 'auto') throw badRequest(`The parameters of tool ${JSON.stringify(tool.name)}: ${err.message}`, 'tools');
+    args = sample({ type: 'object' });
   }
   const head = `<tool_call>\n{"name": ${JSON.stringify(tool.name)}, "arguments": `;
   const text = `${head}${args}}\n</tool_call>`;

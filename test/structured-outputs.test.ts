@@ -176,9 +176,16 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
     expect(await refused({ guided_regex: 'a', guided_choice: ['a'] })).toContain('You can only use one kind of structured outputs constraint');
     expect(await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: { required: ['a'] } } } } })).toContain('`not`');
     expect(await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', format: 'iri' } } } })).toContain('format');
-    // A regex whose shortest string outgrows max_tokens × 8 characters; one randexp cannot honour.
-    expect(await refused({ guided_regex: 'a{100}', max_tokens: 10 })).toContain('max_tokens');
+    // One randexp cannot honour; one whose shortest string outgrows even the largest budget (256 KiB).
     expect(await refused({ structured_outputs: { regex: '(?=b)a' } })).toContain('(?=b)a');
+    expect(await refused({ guided_regex: 'a{300000}' })).toContain('max_tokens');
+    // Longer than max_tokens × 8 characters but within the largest budget: written until max_tokens stops it, as vLLM's model.
+    const cut = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 10, guided_regex: 'a{100}' } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    expect(cut.choices[0].finish_reason).toBe('length');
+    expect(cut.choices[0].message.content).toMatch(/^a+$/);
+    // Classes beyond ASCII are drawn from (randexp alone draws within printable ASCII, so nothing).
+    const cyrillic = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 32, guided_regex: '[а-я]{3}-[À-ÿ]' } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    expect(cyrillic.choices[0].message.content).toMatch(/^[а-я]{3}-[À-ÿ]$/);
   });
 
   it('hostile constraints are refused or cut before they cost more than the budget: catastrophic regexes, back-references, exponential allOf, bad $ref', async () => {

@@ -104,6 +104,9 @@ export function sampleRegex(pattern: string, rand: () => number, maxChars: numbe
     throw new RegexUnsupported(`Invalid regular expression ${JSON.stringify(pattern)}: ${(err as Error).message}`);
   }
   generator.randInt = (a: number, b: number) => a + Math.floor(rand() * (b - a + 1));
+  // randexp draws classes within printable ASCII: a pattern that names other characters (`[а-я]`) gets the
+  // Basic Multilingual Plane's too (surrogates aside), or its classes would draw nothing.
+  if (/[^\x00-\x7f]|\\u[0-9a-fA-F]{4}|\\x[89a-fA-F][0-9a-fA-F]/.test(pattern)) generator.defaultRange.add(0xa0, 0xd7ff);
   // The token tree is private to randexp's types; it is the parse `gen` walks.
   const tree = (generator as unknown as { tokens: Token }).tokens;
   const unsupported = unsupportedToken(tree, true, true);

@@ -111,7 +111,13 @@ export function drawStructured(output: StructuredOutput, rand: () => number, max
       case 'json_object':
         return { text: sampleJsonText({ type: 'object', additionalProperties: { type: ['string', 'integer', 'boolean'] }, minProperties: 1 }, rand, budget), complete: true };
       case 'regex':
-        return { text: sampleRegex(output.pattern, rand, budget), complete: true };
+        try {
+          return { text: sampleRegex(output.pattern, rand, budget), complete: true };
+        } catch (err) {
+          if (!(err instanceof RegexUnsupported && err.tooLong)) throw err;
+          // vLLM's model writes a match until max_tokens stops it: the start of one drawn within the largest budget.
+          return { text: sampleRegex(output.pattern, rand, outputCharBudget(Infinity)).slice(0, budget), complete: false };
+        }
       case 'choice': {
         const choice = output.choices[Math.floor(rand() * output.choices.length)];
         return choice.length <= budget ? { text: choice, complete: true } : { text: choice.slice(0, budget), complete: false };

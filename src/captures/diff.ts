@@ -3,9 +3,10 @@
  * changed between them: prompts tokenized differently (the preprocessing regression), outputs that differ,
  * requests only one file holds, and the shift of the TTFT and ITL distributions.
  */
-import { distribution } from '../trace/collector.js';
 import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
-import { firstDifference, requestKey } from './pairing.js';
+import { firstDifference, firstTokenMs, percentiles, requestKey, tokenGaps, type Percentiles } from './pairing.js';
+
+export type { Percentiles };
 import { RunTokenizers } from './runTokenizers.js';
 
 export interface DiffOptions {
@@ -43,12 +44,6 @@ export interface Unpaired {
   path: string;
 }
 
-export interface Percentiles {
-  count: number;
-  p50: number;
-  p90: number;
-  p99: number;
-}
 
 export interface TimingShift {
   a: Percentiles;
@@ -139,17 +134,11 @@ function timings(exchanges: StoredExchange[]): { ttft: number[]; itl: number[] }
   const ttft: number[] = [];
   const itl: number[] = [];
   for (const ex of exchanges) {
-    if (!ex.stream) continue;
-    const firsts = ex.generations.filter((g) => g.tokenTimes.length > 0).map((g) => g.tokenTimes[0]);
-    if (firsts.length > 0) ttft.push(Math.min(...firsts));
-    for (const g of ex.generations) for (let i = 1; i < g.tokenTimes.length; i++) itl.push(g.tokenTimes[i] - g.tokenTimes[i - 1]);
+    const first = firstTokenMs(ex);
+    if (first !== null) ttft.push(first);
+    for (const gap of tokenGaps(ex)) itl.push(gap);
   }
   return { ttft, itl };
-}
-
-function percentiles(values: number[]): Percentiles {
-  const d = distribution(values);
-  return { count: values.length, p50: d.median, p90: d.p90, p99: d.p99 };
 }
 
 function shift(a: number[], b: number[]): TimingShift {

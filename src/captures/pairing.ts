@@ -3,6 +3,7 @@
  * that pairs an exchange with the other file's answer to the same request, and where two sequences part.
  */
 import type { StoredExchange } from '../store/captureStore.js';
+import { distribution } from '../trace/collector.js';
 
 /** JSON with object keys sorted at every level: two values that differ only in key order or spacing are one. */
 export function canonicalJson(value: unknown): string {
@@ -33,4 +34,33 @@ export function firstDifference<T>(a: readonly T[], b: readonly T[], same: (x: T
   const n = Math.min(a.length, b.length);
   for (let i = 0; i < n; i++) if (!same(a[i], b[i])) return i;
   return a.length === b.length ? null : n;
+}
+
+/** A streamed exchange's first token (of any choice), ms after the request was sent; null when it streamed none. */
+export function firstTokenMs(ex: StoredExchange): number | null {
+  if (!ex.stream) return null;
+  let first: number | null = null;
+  for (const g of ex.generations) if (g.tokenTimes.length > 0 && (first === null || g.tokenTimes[0] < first)) first = g.tokenTimes[0];
+  return first;
+}
+
+/** The gaps between each choice's successive tokens of a streamed exchange (none for a non-streamed one). */
+export function tokenGaps(ex: StoredExchange): number[] {
+  const out: number[] = [];
+  if (!ex.stream) return out;
+  for (const g of ex.generations) for (let i = 1; i < g.tokenTimes.length; i++) out.push(g.tokenTimes[i] - g.tokenTimes[i - 1]);
+  return out;
+}
+
+export interface Percentiles {
+  count: number;
+  p50: number;
+  p90: number;
+  p99: number;
+}
+
+/** The trace report's percentiles (engine-reference §8.8) of a sample. */
+export function percentiles(values: number[]): Percentiles {
+  const d = distribution(values);
+  return { count: values.length, p50: d.median, p90: d.p90, p99: d.p99 };
 }

@@ -63,23 +63,33 @@ export function includesUsage(stream: boolean, streamOptions: { include_usage?: 
   return stream && !!streamOptions && (streamOptions.include_usage === undefined || streamOptions.include_usage === true);
 }
 
-interface ToolCallAcc {
+export interface FoldedToolCall {
   id?: unknown;
   type?: unknown;
   name: string;
   arguments: string;
 }
 
-/** Folds a choice's streamed deltas into a non-streamed chat message. */
-function chatMessage(deltas: ChunkDelta[]): string {
+/** A choice's deltas put together: the message a client holds once the answer is over (null: no such field came). */
+export interface FoldedChat {
+  content: string | null;
+  reasoningContent: string | null;
+  /** vLLM ≥ 0.11's second name for the reasoning. */
+  reasoning: string | null;
+  /** By index. */
+  toolCalls: FoldedToolCall[];
+}
+
+/** Folds a choice's streamed (or stored) chat deltas into the message they make. */
+export function foldChatDeltas(deltas: readonly ChunkDelta[]): FoldedChat {
   let content: string | null = null;
+  let reasoningContent: string | null = null;
   let reasoning: string | null = null;
-  let reasoningNew: string | null = null;
-  const calls = new Map<number, ToolCallAcc>();
+  const calls = new Map<number, FoldedToolCall>();
   for (const d of deltas) {
     if (typeof d.content === 'string') content = (content ?? '') + d.content;
-    if (typeof d.reasoning_content === 'string') reasoning = (reasoning ?? '') + d.reasoning_content;
-    if (typeof d.reasoning === 'string') reasoningNew = (reasoningNew ?? '') + d.reasoning;
+    if (typeof d.reasoning_content === 'string') reasoningContent = (reasoningContent ?? '') + d.reasoning_content;
+    if (typeof d.reasoning === 'string') reasoning = (reasoning ?? '') + d.reasoning;
     for (const raw of (Array.isArray(d.tool_calls) ? d.tool_calls : []) as Record<string, unknown>[]) {
       const index = Number(raw.index ?? calls.size);
       const acc = calls.get(index) ?? { name: '', arguments: '' };
@@ -91,11 +101,16 @@ function chatMessage(deltas: ChunkDelta[]): string {
       calls.set(index, acc);
     }
   }
-  const toolCalls = [...calls.entries()]
-    .sort(([a], [b]) => a - b)
-    .map(([, c]) => `{"id":${JSON.stringify(c.id ?? null)},"type":${JSON.stringify(c.type ?? 'function')},"function":{"name":${JSON.stringify(c.name)},"arguments":${JSON.stringify(c.arguments)}}}`);
-  const reasoningFields = reasoningNew !== null ? `,"reasoning":${JSON.stringify(reasoningNew)},"reasoning_content":${JSON.stringify(reasoning ?? reasoningNew)}` : `,"reasoning_content":${JSON.stringify(reasoning)}`;
-  return `{"role":"assistant","content":${JSON.stringify(content)},"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[${toolCalls.join(',')}]${reasoningFields}}`;
+  const toolCalls = [...calls.entries()].sort(([a], [b]) => a - b).map(([, c]) => c);
+  return { content, reasoningContent, reasoning, toolCalls };
+}
+
+/** A choice's deltas as a non-streamed chat message. */
+function chatMessage(deltas: ChunkDelta[]): string {
+  const { content, reasoningContent, reasoning, toolCalls } = foldChatDeltas(deltas);
+  const calls = toolCalls.map((c) => `{"id":${JSON.stringify(c.id ?? null)},"type":${JSON.stringify(c.type ?? 'function')},"function":{"name":${JSON.stringify(c.name)},"arguments":${JSON.stringify(c.arguments)}}}`);
+  const reasoningFields = reasoning !== null ? `,"reasoning":${JSON.stringify(reasoning)},"reasoning_content":${JSON.stringify(reasoningContent ?? reasoning)}` : `,"reasoning_content":${JSON.stringify(reasoningContent)}`;
+  return `{"role":"assistant","content":${JSON.stringify(content)},"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[${calls.join(',')}]${reasoningFields}}`;
 }
 
 export interface RenderedChoice {

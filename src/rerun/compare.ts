@@ -5,14 +5,14 @@
  * calls as values, finish and stop reasons, usage; embeddings and scores) and in timing.
  */
 import { createRequire } from 'node:module';
-import { canonicalJson, firstDifference, requestKey } from '../captures/pairing.js';
+import { canonicalJson, firstDifference, firstTokenMs, percentiles, requestKey, tokenGaps } from '../captures/pairing.js';
 import { RunTokenizers } from '../captures/runTokenizers.js';
+import { foldChatDeltas } from '../http/render.js';
 import { CaptureStore, isGeneration, namingCapture, type Generation, type StoredExchange } from '../store/captureStore.js';
-import { distribution } from '../trace/collector.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { promptPart } from './promptParts.js';
 import { whyNotSent } from './requests.js';
-import type { ChoiceOutput, ExchangeComparison, ExchangeTiming, OutputDifference, Percentiles, PromptComparison, RerunReport, TimingComparison, ToolCall, Verdict } from './report.js';
+import type { ChoiceOutput, ExchangeComparison, ExchangeTiming, OutputDifference, PromptComparison, RerunReport, TimingComparison, ToolCall, Verdict } from './report.js';
 
 type Json = Record<string, unknown>;
 
@@ -75,42 +75,23 @@ function parse(body: Buffer): Json | null {
 
 const cut = (text: string, limit = TEXT_LIMIT) => (text.length > limit ? `${text.slice(0, limit)}…` : text);
 
-function toolCallsOf(deltas: Generation['chunkDeltas']): ToolCall[] {
-  const calls: { name: string; arguments: string }[] = [];
-  for (const delta of deltas) {
-    if (!Array.isArray(delta.tool_calls)) continue;
-    for (const [position, call] of (delta.tool_calls as Json[]).entries()) {
-      const index = typeof call.index === 'number' ? call.index : position;
-      const fn = (call.function ?? {}) as Json;
-      calls[index] ??= { name: '', arguments: '' };
-      if (typeof fn.name === 'string') calls[index].name += fn.name;
-      if (typeof fn.arguments === 'string') calls[index].arguments += fn.arguments;
-    }
-  }
-  return calls.filter(Boolean).map((call) => {
-    try {
-      return { name: call.name, arguments: JSON.parse(call.arguments) as unknown };
-    } catch {
-      return { name: call.name, arguments: call.arguments };
-    }
-  });
-}
-
-/** One choice as the client saw it once the answer was over (a stream's deltas put together). */
+/** One choice as the client saw it once the answer was over (a stream's deltas put together, as a replay folds them). */
 function choiceOutput(ex: StoredExchange, g: Generation): ChoiceOutput {
-  let reasoning: string | null = null;
-  for (const delta of g.chunkDeltas) {
-    // vLLM sends the reasoning as `reasoning_content` (and, since 0.11, the same text again as `reasoning`).
-    const piece = delta.reasoning_content ?? delta.reasoning;
-    if (typeof piece === 'string') reasoning = (reasoning ?? '') + piece;
-  }
+  const folded = foldChatDeltas(g.chunkDeltas);
   return {
     index: g.choiceIndex,
     // Ids tokenized from the text are one spelling of it, not the engine's: only the text is compared then.
     tokenIds: ex.tokenSource === 'engine' ? g.outputIds : null,
     text: g.text,
-    reasoning,
-    toolCalls: toolCallsOf(g.chunkDeltas),
+    // vLLM sends the reasoning as `reasoning_content` (and, since 0.11, the same text again as `reasoning`).
+    reasoning: folded.reasoningContent ?? folded.reasoning,
+    toolCalls: folded.toolCalls.map((call): ToolCall => {
+      try {
+        return { name: call.name, arguments: JSON.parse(call.arguments) as unknown };
+      } catch {
+        return { name: call.name, arguments: call.arguments };
+      }
+    }),
     finishReason: g.finishReason,
     stopReason: g.stopReason,
   };
@@ -195,15 +176,7 @@ function poolingDifferences(endpoint: 'embeddings' | 'rerank', golden: StoredExc
 }
 
 function timingOf(ex: StoredExchange): ExchangeTiming {
-  const firsts = ex.stream ? ex.generations.filter((g) => g.tokenTimes.length > 0).map((g) => g.tokenTimes[0]) : [];
-  return { ttftMs: firsts.length > 0 ? Math.min(...firsts) : null, e2eMs: ex.totalMs };
-}
-
-function gaps(ex: StoredExchange): number[] {
-  if (!ex.stream) return [];
-  const out: number[] = [];
-  for (const g of ex.generations) for (let i = 1; i < g.tokenTimes.length; i++) out.push(g.tokenTimes[i] - g.tokenTimes[i - 1]);
-  return out;
+  return { ttftMs: firstTokenMs(ex), e2eMs: ex.totalMs };
 }
 
 const sourceObserved = (ex: StoredExchange) => ex.tokenSource === 'engine' || ex.tokenSource === 'tokenize-endpoint';
@@ -332,11 +305,6 @@ function notSent(ex: StoredExchange, why: string): ExchangeComparison {
   };
 }
 
-function percentiles(values: number[]): Percentiles {
-  const d = distribution(values);
-  return { count: values.length, p50: d.median, p90: d.p90, p99: d.p99 };
-}
-
 function strided(values: number[], limit: number): number[] {
   if (values.length <= limit) return values;
   const step = values.length / limit;
@@ -411,8 +379,8 @@ export async function compareRerun(input: CompareInput): Promise<RerunReport> {
         const ta = comparison.timing.golden;
         const tb = comparison.timing.candidate;
         if (ta.ttftMs !== null && tb.ttftMs !== null) (ttft[0].push(ta.ttftMs), ttft[1].push(tb.ttftMs));
-        for (const gap of gaps(exA)) itl[0].push(gap);
-        for (const gap of gaps(exB)) itl[1].push(gap);
+        for (const gap of tokenGaps(exA)) itl[0].push(gap);
+        for (const gap of tokenGaps(exB)) itl[1].push(gap);
         e2e[0].push(ta.e2eMs);
         e2e[1].push(tb.e2eMs);
       }

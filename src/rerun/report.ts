@@ -3,7 +3,10 @@
  * compared in preprocessing (prompt token ids), output and timing. The text, JSON, JUnit and HTML views all read
  * this one value.
  */
+import type { Percentiles } from '../captures/pairing.js';
 import type { RecordedEndpoint } from '../store/captureStore.js';
+
+export type { Percentiles };
 
 /**
  * Of one exchange: `same`; `regression` (a difference that fails the run: a changed prompt, a changed output of a
@@ -118,12 +121,6 @@ export interface ExchangeComparison {
   timing: { golden: ExchangeTiming; candidate: ExchangeTiming | null };
 }
 
-export interface Percentiles {
-  count: number;
-  p50: number;
-  p90: number;
-  p99: number;
-}
 
 export interface TimingComparison {
   golden: Percentiles;

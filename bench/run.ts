@@ -4,7 +4,7 @@
  * runs each selected benchmark (bench/lib/suite.ts; NAME is an invocation like replay-16 or a group like
  * replay) in a process of its own, one after another, with short settings; reads its final JSON line(s);
  * prints one table of figure, value, baseline, ratio, spread and target; and appends the JSON lines to
- * bench/results/<date>.jsonl (`npm run bench:readme` turns that into the README's table). Each benchmark
+ * bench/results/<date>.jsonl (`npm run bench:docs` turns that into the tables of docs/benchmarks.md and README.md). Each benchmark
  * measures its baseline interleaved with the measured system itself. A benchmark that fails is reported
  * (exit code, no figures) and the others still run; the runner then exits 1. `--trace` is passed to the
  * offline-trace benchmark (its default path, ../shared beside the checkout, is absent in a worktree).

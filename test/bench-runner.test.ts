@@ -4,7 +4,7 @@
  * numbers chosen by hand; every expected cell is computed here from those numbers. No timing.
  */
 import { describe, expect, it } from 'vitest';
-import { formatTable, jsonLinesOf, lastRun, met, readmeSection, README_BEGIN, README_END, replaceBetweenMarkers, toJsonl, type Figure, type RunLine } from '../bench/lib/report.js';
+import { formatTable, HEADLINE_BLOCK, headlineSection, jsonLinesOf, lastRun, met, replaceBetweenMarkers, TABLE_BLOCK, tableSection, toJsonl, type Figure, type RunLine } from '../bench/lib/report.js';
 import { BENCHMARKS, selectBenchmarks } from '../bench/lib/suite.js';
 
 const REPLAY_STDOUT = [
@@ -112,20 +112,30 @@ describe('bench runner', () => {
     expect(back.figures.map((f) => f.figure)).toEqual(['replay --timing none tokens/s, 16 streams']);
   });
 
-  it('rewrites only the README text between the markers, with date, machine and load', () => {
+  it('rewrites only the text between the markers, with date, machine and load', () => {
     const figures = figuresOf('replay-16', REPLAY_STDOUT);
-    const section = readmeSection(lastRun(toJsonl(RUN, figures, [])), 'bench/results/2026-11-24.jsonl');
+    const section = tableSection(lastRun(toJsonl(RUN, figures, [])), 'bench/results/2026-11-24.jsonl');
     expect(section.split('\n')[0]).toBe(
       'Measured 2026-11-24 by `npm run bench` in 42 s (results: `bench/results/2026-11-24.jsonl`) on Test CPU, 2 cores, 23 GiB RAM, Node v20.0.0; ' +
         'load average (1, 5, 15 min) 1.50 1.25 1.00 at the start, 2.00 1.50 1.13 at the end.',
     );
     expect(section).toContain('| replay-16 | replay --timing none tokens/s, 16 streams | 240,000 tokens/s | bare node:http SSE: 400,000 tokens/s | 0.6× | 0.55–0.72× | ≥ 0.7× | NO |');
-    const readme = `# Title\n\nbefore\n${README_BEGIN}\nold table\n${README_END}\n\nprose after\n`;
-    const updated = replaceBetweenMarkers(readme, section);
-    expect(updated.startsWith(`# Title\n\nbefore\n${README_BEGIN}\nMeasured 2026-11-24`)).toBe(true);
-    expect(updated.endsWith(`| NO |\n${README_END}\n\nprose after\n`)).toBe(true);
+    const doc = `# Title\n\nbefore\n${TABLE_BLOCK.begin}\nold table\n${TABLE_BLOCK.end}\n\nprose after\n`;
+    const updated = replaceBetweenMarkers(doc, TABLE_BLOCK, section);
+    expect(updated.startsWith(`# Title\n\nbefore\n${TABLE_BLOCK.begin}\nMeasured 2026-11-24`)).toBe(true);
+    expect(updated.endsWith(`| NO |\n${TABLE_BLOCK.end}\n\nprose after\n`)).toBe(true);
     expect(updated).not.toContain('old table');
-    expect(() => replaceBetweenMarkers('# no markers\n', section)).toThrow(/markers/);
+    expect(() => replaceBetweenMarkers('# no markers\n', TABLE_BLOCK, section)).toThrow(/markers/);
+    // The README's markers are its own: the docs' table does not land there.
+    expect(() => replaceBetweenMarkers(doc, HEADLINE_BLOCK, section)).toThrow(/markers/);
+  });
+
+  it("the README's short table keeps only the figures with a target: value, ratio, target, verdict", () => {
+    const withTarget = figuresOf('replay-16', REPLAY_STDOUT);
+    const without = { ...withTarget[0], figure: 'a figure without a target', target: null };
+    const section = headlineSection(lastRun(toJsonl(RUN, [...withTarget, without], [])), 'bench/results/2026-11-24.jsonl');
+    expect(section).toContain('| replay --timing none tokens/s, 16 streams | 240,000 tokens/s | 0.6× | ≥ 0.7× | NO |');
+    expect(section).not.toContain('a figure without a target');
   });
 
   it('selects benchmarks by invocation or group and refuses unknown names', () => {

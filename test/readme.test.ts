@@ -138,6 +138,19 @@ describe('README.md', () => {
     expect(README).not.toMatch(/\.\.\/shared|seed 00\d|issue #\d/i);
   });
 
+  it('docs/ links only inside the repository, to files that exist, and names nothing outside it', () => {
+    const docs = readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md'));
+    expect(docs.length).toBeGreaterThan(5);
+    for (const doc of docs) {
+      const text = readFileSync(join(ROOT, 'docs', doc), 'utf8');
+      for (const [, link] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        if (/^https?:/.test(link)) continue;
+        expect(existsSync(resolve(ROOT, 'docs', link.split('#')[0] || doc)), `${doc}: ${link}`).toBe(true);
+      }
+      expect(text, doc).not.toMatch(/\.\.\/shared|-reference\.md|seed 00\d|issue #\d/i);
+    }
+  });
+
   it('every shell block runs as written, in order, in a copy of the checkout: nothing fails, and each does what the text says', async () => {
     const all = steps(README);
     const blocks = all.flatMap((s) => (s.kind === 'block' ? [s] : []));

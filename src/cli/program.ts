@@ -123,7 +123,7 @@ function startCaptureWith(o: OptionValues) {
 }
 
 /** The top-level help's examples: each runs in a clone after `npm ci`. */
-const EXAMPLES = `
+export const EXAMPLES = `
 Examples:
   # a simulated vLLM server on port 8000 (see mocker serve --help)
   npx mocker serve

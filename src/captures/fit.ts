@@ -2,7 +2,8 @@
  * `mocker captures fit FILE -o profile.npz`: the perf model learnt from a capture's timings (perfFit.ts),
  * written as the NPZ `serve --planner-profile-data` reads (engine-reference §4.2).
  */
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
+import { GROUPS, laterDefault } from '../cli/help.js';
 import { forceOption, number as numericFlag } from '../cli/flags.js';
 import { DEFAULT_ENGINE_ARGS } from '../cli/engineArgs.js';
 import { npzBytes } from '../engine/perf/npy.js';
@@ -131,11 +132,13 @@ export function fitCommand(): Command {
   return new Command('fit')
     .description("Learn the perf model from a capture's timings and write the NPZ that serve --planner-profile-data reads.")
     .argument('<file>', 'capture file (SQLite), only read')
+    .optionsGroup(GROUPS.fit)
+    .option('--block-size <n>', 'block size the profile will be served with, at least 2 (active KV is counted in whole blocks)', numericFlag('--block-size', { integer: true, min: 2 }), DEFAULT_ENGINE_ARGS.blockSize)
+    .addOption(laterDefault(new Option('--run <id>', 'only this capture run (repeatable)').argParser((v: string, previous: number[] = []) => [...previous, numericFlag('--run', { integer: true, min: 1 })(v)]), 'all'))
+    .option('--model <name>', "fitting points only from this model's requests (all requests still occupy the engine)")
+    .optionsGroup(GROUPS.output)
     .requiredOption('-o, --output <file>', 'where the NPZ goes (written whole, or not at all)')
     .addOption(forceOption())
-    .option('--block-size <n>', 'block size the profile will be served with (active KV is counted in whole blocks)', numericFlag('--block-size', { integer: true, min: 2 }), DEFAULT_ENGINE_ARGS.blockSize)
-    .option('--run <id>', 'only this capture run (repeatable; default: all)', (v: string, previous: number[] = []) => [...previous, numericFlag('--run', { integer: true, min: 1 })(v)])
-    .option('--model <name>', "fitting points only from this model's requests (all requests still occupy the engine)")
     .option('--json', 'the fit report as JSON')
     .action(async (file: string, o: FitCommandOptions & { json?: boolean }) => {
       const fit = await fitCaptureFile(file, o);

@@ -15,6 +15,7 @@ import { FileError } from '../util/fileError.js';
 import { writeOutputFile } from '../util/outputFile.js';
 import { terminalJson, terminalText } from '../util/terminalText.js';
 import { forceOption } from './flags.js';
+import { GROUPS } from './help.js';
 
 function positiveInteger(what: string) {
   return (value: string) => {
@@ -138,11 +139,13 @@ async function writeStdout(text: string): Promise<void> {
 const list = new Command('list')
   .description('What a capture file holds: runs, models, exchanges by outcome and endpoint, date range (filtered).')
   .argument('<file>', 'capture file')
+  .optionsGroup(GROUPS.filters)
   .addOption(modelOption())
   .addOption(new Option('--endpoint <endpoint>', 'only exchanges of this endpoint').choices(['chat', 'completion', 'embeddings', 'rerank']))
   .addOption(outcomeOption())
   .option('--since <time>', 'only exchanges started at or after: a date (2026-11-01, ISO 8601) or an age (7d, 12h)', timePoint('--since'))
   .option('--until <time>', 'only exchanges started before: a date or an age', timePoint('--until'))
+  .optionsGroup(GROUPS.output)
   .option('--exchanges', 'also list every selected exchange (id, run, endpoint, outcome, prompt tokens, duration)')
   .addOption(jsonOption())
   .action(async (file: string, o) => {
@@ -207,10 +210,12 @@ const merge = new Command('merge')
 const prune = new Command('prune')
   .description('Remove exchanges by age, model, outcome or run (runs left empty too), then VACUUM the file.')
   .argument('<file>', 'capture file')
+  .optionsGroup(GROUPS.filters)
   .option('--older-than <age>', 'exchanges started before this age (30d, 12h) or date ago', olderThan)
   .addOption(modelOption())
   .addOption(outcomeOption())
   .option('--run <id>', 'exchanges of this run', positiveInteger('--run'))
+  .optionsGroup(GROUPS.output)
   .option('--dry-run', 'only print what would be removed')
   .addOption(jsonOption())
   .action((file: string, o) => {
@@ -224,7 +229,9 @@ const prune = new Command('prune')
 const stats = new Command('stats')
   .description("Per run, TTFT / ITL / latency / throughput distributions of the captured timing, as mocker trace's report.")
   .argument('<file>', 'capture file')
+  .optionsGroup(GROUPS.filters)
   .option('--run <id>', 'only this run', positiveInteger('--run'))
+  .optionsGroup(GROUPS.output)
   .addOption(jsonOption())
   .action(async (file: string, o) => {
     const runs = await withReadonly(file, (store) => {

@@ -5,6 +5,7 @@ import { formatVerifyReport, verifyCaptures } from '../captures/verify.js';
 import { terminalJson, terminalText } from '../util/terminalText.js';
 import { ExitError } from './exit.js';
 import { number } from './flags.js';
+import { GROUPS } from './help.js';
 
 const limit = number('--limit', { integer: true, min: 1 });
 
@@ -33,7 +34,9 @@ export function capturesDiffCommand(): Command {
     .description('Pair the exchanges of two capture files by request and report prompts tokenized differently, outputs that differ, requests only in one file and the TTFT/ITL shift; exit 1 on any difference but timing, 2 when a file cannot be read.')
     .argument('<a>', 'capture file A (the reference)')
     .argument('<b>', 'capture file B')
+    .optionsGroup(GROUPS.pairing)
     .option('--by-prompt', 'pair by model and prompt token ids instead of model and request body')
+    .optionsGroup(GROUPS.output)
     .option('--json', 'print the report as JSON')
     .option('--limit <n>', `describe at most n of each kind of difference (all are counted)`, limit, DEFAULT_LIMIT)
     .action(async (a: string, b: string, o: { byPrompt?: boolean; json?: boolean; limit: number }) => {

@@ -20,6 +20,7 @@ import { terminalJson, terminalText } from '../util/terminalText.js';
 import { startCapture } from './capture.js';
 import { ExitError } from './exit.js';
 import { forceOption, number } from './flags.js';
+import { GROUPS, laterDefault } from './help.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS } from './serve.js';
 
 /** diff(1)'s exit code for trouble: the rerun could not run. */
@@ -153,15 +154,18 @@ export function rerunCommand(): Command {
         'prompt token ids (preprocessing), outputs, timing. Exit 0: no regression; 1: regressions; 2: it could not run.',
     )
     .argument('<file>', 'the golden capture file (read only)')
+    .optionsGroup(GROUPS.target)
     .requiredOption('--target <url>', 'the server to check (any engine `capture` speaks to)')
-    .option('-o, --output <file>', 'the new capture file of the target\'s answers (never an existing file) (default: captures/rerun-<UTC time>.db)')
+    .option('--header <header>', "add this header to every request (\"Name: value\"; repeatable); stored secrets never exist, so keys come from here or --api-key", (v: string, prev: string[]) => [...prev, v], [] as string[])
+    .addOption(laterDefault(new Option('--api-key <key>', 'send Authorization: Bearer <key>'), '$OPENAI_API_KEY when set'))
+    .option('--upstream-timeout <ms>', 'give up on an answer after this long without a byte from the target', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
+    .option('--upstream-ca-certs <file>', "CA certificates (PEM) an https: target's certificate is checked against, instead of Node's")
+    .optionsGroup(GROUPS.pacing)
     .option('--concurrency <n>', 'requests in flight at once, each sent when one ends', number('--concurrency', { integer: true, min: 1 }), 1)
     .addOption(new Option('--as-captured', 'send each request at its captured arrival time instead (see --speedup)').conflicts('concurrency'))
     .option('--speedup <x>', 'with --as-captured: divide the captured arrival times by x', number('--speedup', { above: 0 }), 1)
-    .option('--header <header>', "add this header to every request (\"Name: value\"; repeatable); stored secrets never exist, so keys come from here or --api-key", (v: string, prev: string[]) => [...prev, v], [] as string[])
-    .option('--api-key <key>', 'send Authorization: Bearer <key> (default: $OPENAI_API_KEY when set)')
-    .option('--upstream-timeout <ms>', 'give up on an answer after this long without a byte from the target', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
-    .option('--upstream-ca-certs <file>', "CA certificates (PEM) an https: target's certificate is checked against, instead of Node's")
+    .optionsGroup(GROUPS.output)
+    .addOption(laterDefault(new Option('-o, --output <file>', "the new capture file of the target's answers (never an existing file)"), 'captures/rerun-<UTC time>.db'))
     .option('--json', 'print the report as JSON')
     .option('--junit <file>', 'also write the report as JUnit XML, one test case per exchange (for CI systems)')
     .option('--report-html <file>', 'also write the report as one self-contained HTML page: the exchanges side by side, timing CDFs')

@@ -121,7 +121,7 @@ export interface Shown {
   requestHeaders: HeaderMap;
   /** The request body as text (bytes that are not UTF-8: base64), null when redacted. */
   requestBody: ExchangeLine['requestBody'];
-  /** As the upstream sent them (a failed exchange's status line and error body included). */
+  /** The response headers as stored (a failed exchange's too). */
   responseHeaders: HeaderMap;
   /** The response body as stored, like the request body. */
   responseBody: ExchangeLine['responseBody'];

@@ -224,6 +224,24 @@ describe('mocker captures show', () => {
     expect(failed.stdout).toContain('outcome: failed (HTTP 500)');
   });
 
+  it("shows a failed exchange's stored response, headers and body, as the client got them (issue 36)", () => {
+    const failedId = String(exchangeIds(golden)[4]);
+    // The oracle: the body the client got through the proxy; the double answers errors as JSON from uvicorn.
+    const clientBody = captured.get('failed')!.text;
+    expect(JSON.parse(clientBody)).toMatchObject({ error: { message: 'scripted upstream error', code: 500 } });
+    const page = captures(['show', golden, failedId]);
+    expect(page.code).toBe(0);
+    expect(page.stdout).toMatch(/^response headers:\n(  .+\n)*  content-type: application\/json\n/m);
+    expect(page.stdout).toMatch(/^  server: uvicorn$/m);
+    expect(page.stdout).toContain(`response body:\n  ${clientBody}\n`);
+    const shown = json(['show', golden, failedId]);
+    expect(shown).toMatchObject({ outcome: 'failed', status: 500, responseBody: clientBody, responseHeaders: { 'content-type': 'application/json', server: 'uvicorn' } });
+    // A complete answer's body is what its choices show: not printed twice.
+    const complete = captures(['show', golden, String(exchangeIds(golden)[0])]);
+    expect(complete.stdout).toContain('response headers:');
+    expect(complete.stdout).not.toContain('response body:');
+  });
+
   it('refuses an unknown id or a bad one', () => {
     refused(['show', golden, '999'], 'no exchange 999');
     refused(['show', golden, 'first'], 'the exchange id must be a positive integer');
@@ -379,6 +397,62 @@ describe('mocker captures stats', () => {
     expect(table.stdout).toContain('NVIDIA AIPerf | LLM Metrics');
     expect(table.stdout).toMatch(/Request Count \(requests\)\s+┃\s+4\.00/);
     refused(['stats', golden, '--run', '7'], 'no run 7');
+  });
+});
+
+describe('mocker captures stats: streamed and non-streamed answers (issue 36)', () => {
+  /** The double's timing: streamed answers start soon; non-streamed ones only after NOT_STREAMED_TTFT_MS. */
+  const STREAMED_TTFT_MS = 30;
+  const NOT_STREAMED_TTFT_MS = 400;
+  const GAP_MS = 25;
+  const streamed = REQUESTS.filter((r) => r.body.stream === true);
+  const notStreamed = REQUESTS.filter((r) => r.name !== 'failed' && r.body.stream !== true);
+  let mixed: string;
+  let onlyNotStreamed: string;
+  let timed: Upstream;
+
+  beforeAll(async () => {
+    timed = await startUpstream((body) => ({ content: ANSWER, ttftMs: body.stream === true ? STREAMED_TTFT_MS : NOT_STREAMED_TTFT_MS, gapMs: () => GAP_MS }));
+    const captureOf = async (file: string, requests: Sent[]) => {
+      const proxy = await startMockerProcess(['capture', '--upstream', timed.url, '--captures', file], 0, { env: ENV });
+      processes.push(proxy);
+      for (const r of requests) expect((await send(`http://127.0.0.1:${proxy.port}`, r)).status).toBe(200);
+      await proxy.stop();
+    };
+    mixed = join(dir, 'mixed.db');
+    onlyNotStreamed = join(dir, 'not-streamed.db');
+    await captureOf(mixed, [...streamed, ...notStreamed]);
+    await captureOf(onlyNotStreamed, notStreamed);
+  });
+
+  afterAll(() => timed?.close());
+
+  it('TTFT, ITL and per-user rate come from the streamed exchanges only; latency and counts from all; the split is reported', () => {
+    const [stats] = json(['stats', mixed]).runs as { exchanges: Json; report: Record<string, number> }[];
+    const r = stats.report;
+    expect([r.num_requests, r.completed_requests, r.total_output_tokens]).toEqual([4, 4, 4 * ANSWER_IDS.length]);
+    // A non-streamed answer's total (≥ 400 ms) is no first token: every TTFT is a streamed one's, ≥ its 30 ms.
+    expect(r.min_ttft_ms).toBeGreaterThanOrEqual(STREAMED_TTFT_MS - 1);
+    expect(r.max_ttft_ms).toBeLessThan(NOT_STREAMED_TTFT_MS);
+    // Its tokens, all in one body, have no gaps between them (not gaps of 0 ms).
+    expect(r.min_itl_ms).toBeGreaterThan(0);
+    // It still counts in the request latency: the double answered it after its TTFT and the gaps.
+    expect(r.max_e2e_latency_ms).toBeGreaterThanOrEqual(NOT_STREAMED_TTFT_MS + (ANSWER_IDS.length - 1) * GAP_MS - 1);
+    expect(stats.exchanges).toEqual({ streamed: 2, notStreamed: 2 });
+    const table = captures(['stats', mixed]);
+    expect(table.stdout).toContain('2 streamed, 2 not streamed generation exchanges: TTFT, ITL and per-user token rate over the 2 streamed only');
+  });
+
+  it('without a streamed exchange there is no TTFT or ITL figure at all (not zeros)', () => {
+    const [stats] = json(['stats', onlyNotStreamed]).runs as { exchanges: Json; report: Record<string, number> }[];
+    expect(Object.keys(stats.report).filter((k) => /ttft|ttst|tpot|itl|per_user/.test(k))).toEqual([]);
+    expect(stats.report.completed_requests).toBe(2);
+    expect(stats.report.min_e2e_latency_ms).toBeGreaterThanOrEqual(NOT_STREAMED_TTFT_MS - 1);
+    expect(stats.exchanges).toEqual({ streamed: 0, notStreamed: 2 });
+    const table = captures(['stats', onlyNotStreamed]);
+    expect(table.stdout).toContain('0 streamed, 2 not streamed generation exchanges: no TTFT, ITL or per-user token rate');
+    expect(table.stdout).not.toContain('Time to First Token');
+    expect(table.stdout).toMatch(/Request Latency \(ms\)/);
   });
 });
 
@@ -601,6 +675,10 @@ describe('terminal output and unreadable files', () => {
     for (const l of lines) {
       if (l.type === 'run') l.label = LABEL;
       if (l.type === 'exchange') l.model = MODEL_NAME;
+      if (l.type === 'exchange' && l.outcome === 'failed') {
+        l.responseBody = `boom${MODEL_NAME}`;
+        l.responseHeaders = { 'x-evil': LABEL };
+      }
     }
     const input = join(dir, 'hostile.jsonl');
     writeFileSync(input, lines.map((l) => JSON.stringify(l)).join('\n'));
@@ -617,6 +695,10 @@ describe('terminal output and unreadable files', () => {
     const show = captures(['show', hostile, String(exchangeIds(hostile)[0])]);
     expect(show.stdout).not.toMatch(CONTROL);
     expect(show.stdout).toContain('model: m\\x1b[2J');
+    const failed = captures(['show', hostile, String(exchangeIds(hostile)[4])]);
+    expect(failed.stdout).not.toMatch(CONTROL);
+    expect(failed.stdout).toContain('  boomm\\x1b[2J\\x9b31mred\\x7f');
+    expect(failed.stdout).toContain('  x-evil: evil\\x1b]0;owned\\x07label');
     const stats = captures(['stats', hostile]);
     expect(stats.stdout).not.toMatch(CONTROL);
     expect(stats.stdout).toContain('evil\\x1b]0;owned\\x07label');

@@ -218,7 +218,7 @@ describe('mocker captures diff', () => {
   /** Qwen3's template with an empty system turn always first: a changed chat template. */
   const WITH_SYSTEM = `{{- '<|im_start|>system\\n<|im_end|>\\n' }}${CHAT_TEMPLATE}`;
   const requests: Request[] = [CHAT('empty system', { stream: true }), COMPLETION('Hi', { max_tokens: 10 })];
-  const files = { a: tempFile('a.db'), same: tempFile('same.db'), b: tempFile('b.db') };
+  const files = { a: tempFile('a.db'), same: tempFile('same.db'), b: tempFile('b.db'), notStreamed: tempFile('not-streamed.db'), empty: tempFile('empty.db') };
   // The oracle: the chat "empty system" with its system turn; without it, what follows that turn (it ends on a special token).
   const chatOracle = JSON.parse(readFileSync(join(import.meta.dirname, 'fixtures', 'tokenizer', 'qwen3.jsonl'), 'utf8').split('\n').find((l) => l.includes('"empty system"'))!) as { ids: number[] };
   const promptA = chatOracle.ids.slice(5);
@@ -229,6 +229,29 @@ describe('mocker captures diff', () => {
     await captureVllm(files.a, requests, answer('Hello world'));
     await captureVllm(files.same, requests, answer('Hello world'));
     await captureVllm(files.b, [...requests, COMPLETION('only in B')], answer('Hello  world'), { chatTemplate: WITH_SYSTEM });
+    await captureVllm(files.notStreamed, requests.map((r) => ({ ...r, body: { ...r.body, stream: false } })), answer('Hello world'));
+    await captureVllm(files.empty, [], answer('Hello world'));
+  });
+
+  it('a side with no sample of a figure (no streamed exchange, or an empty file) prints n/a for it, null in --json, never 0 (issue 36)', async () => {
+    const absent = { count: 0, p50: null, p90: null, p99: null };
+    for (const other of [files.notStreamed, files.empty]) {
+      const { code, json } = await mocker('captures', 'diff', files.a, other, '--json');
+      expect(code).toBe(1);
+      const timing = json.timing as Record<'ttftMs' | 'itlMs', { a: Json; b: Json; change: Json }>;
+      // A's one streamed chat: its first token no sooner than the double's scripted 5 ms.
+      expect(timing.ttftMs.a.count).toBe(1);
+      expect(timing.ttftMs.a.p50).toBeGreaterThanOrEqual(5 - 1);
+      for (const figure of [timing.ttftMs, timing.itlMs]) {
+        expect(figure.b).toEqual(absent);
+        expect(figure.change).toEqual({ p50: null, p90: null, p99: null });
+      }
+      const text = await mocker('captures', 'diff', files.a, other);
+      expect(text.stdout).toMatch(/^TTFT ms \(A 1 \/ B 0 samples\): p50 \d+\.\d\d -> n\/a \(n\/a\), p90 \d+\.\d\d -> n\/a \(n\/a\), p99 \d+\.\d\d -> n\/a \(n\/a\)$/m);
+      expect(text.stdout).toMatch(/^ITL ms \(A \d+ \/ B 0 samples\): p50 \d+\.\d\d -> n\/a \(n\/a\)/m);
+      const reversed = await mocker('captures', 'diff', other, files.a);
+      expect(reversed.stdout).toMatch(/^TTFT ms \(A 0 \/ B 1 samples\): p50 n\/a -> \d+\.\d\d \(n\/a\)/m);
+    }
   });
 
   it('two captures of the same requests and engine: nothing reported, exit 0', async () => {

@@ -142,6 +142,8 @@ export function fitCommand(): Command {
     .option('--json', 'the fit report as JSON')
     .action(async (file: string, o: FitCommandOptions & { json?: boolean }) => {
       const fit = await fitCaptureFile(file, o);
+      // Written all the same (the user asked for this capture's profile), but the reader is told it is weak.
+      for (const warning of fit.warnings) console.error(`mocker captures fit: warning: ${warning}`);
       if (o.json) {
         const { tables: _tables, ...report } = fit;
         console.log(terminalJson({ output: o.output, ...report }));

@@ -121,6 +121,10 @@ export interface Shown {
   requestHeaders: HeaderMap;
   /** The request body as text (bytes that are not UTF-8: base64), null when redacted. */
   requestBody: ExchangeLine['requestBody'];
+  /** The response headers as stored (a failed exchange's too). */
+  responseHeaders: HeaderMap;
+  /** The response body as stored, like the request body. */
+  responseBody: ExchangeLine['responseBody'];
   promptIds: number[] | null;
   /** The prompt ids decoded by the run's tokenizer, special tokens kept (null: no ids or no tokenizer). */
   promptText: string | null;
@@ -178,6 +182,8 @@ export async function showExchange(store: CaptureStore, ex: StoredExchange): Pro
     bodiesRedacted: ex.bodiesRedacted,
     requestHeaders: ex.requestHeaders,
     requestBody: record.requestBody,
+    responseHeaders: ex.responseHeaders,
+    responseBody: record.responseBody,
     promptIds: ex.promptIds,
     promptText: ex.promptIds && tokenizer ? await tokenizer.decode(ex.promptIds, false) : null,
     usage: ex.usage ?? null,
@@ -190,14 +196,27 @@ export interface RunStats {
   engine: string | null;
   label: string | null;
   startedAt: string;
-  /** The trace report's keys and statistics (src/trace/collector.ts), over the run's generation exchanges. */
+  /**
+   * The run's generation exchanges by how they were answered. Only streamed ones have a first-token time and
+   * gaps between tokens: TTFT, ITL and the per-user token rate are over them alone.
+   */
+  exchanges: { streamed: number; notStreamed: number };
+  /**
+   * The trace report's keys and statistics (src/trace/collector.ts), over the run's generation exchanges. The
+   * token-timing keys are absent when no streamed exchange gave such a sample (rather than zeros).
+   */
   report: ReplayReport;
 }
 
+/** Report keys of the figures only streamed answers give: first token; then the gaps between tokens. */
+const FIRST_TOKEN_STATS = ['ttft_ms'];
+const TOKEN_GAP_STATS = ['ttst_ms', 'tpot_ms', 'itl_ms', 'output_token_throughput_per_user'];
+
 /**
  * Per run, the statistics `mocker trace` reports, from the captured timing: each generation exchange is a
- * request arriving at its start (the run's clock starts at its first exchange), its output tokens (all choices)
- * arriving at their captured times. Exchanges that produced no token (failed) count as requests, not completed.
+ * request arriving at its start (the run's clock starts at its first exchange), a streamed one's output tokens
+ * (all choices) arriving at their captured times, a non-streamed one's all at its end. Exchanges that produced
+ * no token (failed) count as requests, not completed.
  */
 export function captureStats(store: CaptureStore, runId?: number): RunStats[] {
   const runs = store.runs().filter((run) => runId === undefined || run.id === runId);
@@ -205,6 +224,9 @@ export function captureStats(store: CaptureStore, runId?: number): RunStats[] {
     const collector = new ReplayCollector([]);
     const exchanges = store.exchangeSummaries({ runId: run.id }).filter((e) => isGeneration(e.endpoint));
     const origin = exchanges.length > 0 ? exchanges[0].startedAt : 0;
+    const counts = { streamed: 0, notStreamed: 0 };
+    let timedFirstTokens = 0;
+    let timedGaps = 0;
     let lastMs = 0;
     for (const summary of exchanges) {
       const ex = store.getExchange(summary.id);
@@ -214,12 +236,23 @@ export function captureStats(store: CaptureStore, runId?: number): RunStats[] {
       const times = ex.generations.flatMap((g) => g.tokenTimes).sort((a, b) => a - b);
       collector.onArrival(uuid, arrival, ex.promptIds?.length ?? 0, times.length);
       collector.onAdmit(uuid, arrival, 0);
-      for (const t of times) collector.onTokens(uuid, arrival + t);
-      if (times.length > 0) lastMs = Math.max(lastMs, arrival + times[times.length - 1]);
+      if (ex.stream) {
+        counts.streamed++;
+        for (const t of times) collector.onTokens(uuid, arrival + t);
+        if (times.length > 0) timedFirstTokens++;
+        if (times.length > 1) timedGaps++;
+      } else {
+        counts.notStreamed++;
+        if (times.length > 0) collector.onAnswered(uuid, arrival + ex.totalMs, times.length);
+      }
+      if (times.length > 0) lastMs = Math.max(lastMs, arrival + (ex.stream ? times[times.length - 1] : ex.totalMs));
     }
     const report = collector.report(lastMs);
     // A capture knows nothing of the engine's prefix cache.
     delete report.prefix_cache_reused_ratio;
-    return { run: run.id, engine: run.engine ?? null, label: run.label ?? null, startedAt: iso(run.startedAt), report };
+    // No sample is no figure, not a zero.
+    const absent = [...(timedFirstTokens === 0 ? FIRST_TOKEN_STATS : []), ...(timedGaps === 0 ? TOKEN_GAP_STATS : [])];
+    for (const key of Object.keys(report)) if (absent.some((suffix) => key.endsWith(`_${suffix}`))) delete report[key];
+    return { run: run.id, engine: run.engine ?? null, label: run.label ?? null, startedAt: iso(run.startedAt), exchanges: counts, report };
   });
 }

@@ -60,6 +60,11 @@ export interface TermFit {
 
 export interface PerfFit {
   tables: PerfTables;
+  /**
+   * Why the profile is not to be trusted as it is: too few points for the form's terms (the terms beyond them are
+   * left out), or a cost fitted negative; each says what to capture more of. Empty for a sound fit.
+   */
+  warnings: string[];
   decode: TermFit & { excluded: { prefillInStep: number; unknownRequestInFlight: number; irregular: number } };
   prefill: TermFit & {
     source: 'prefill steps' | 'idle first tokens';
@@ -84,6 +89,7 @@ export function fitPerfProfile(timeline: CaptureTimeline, { blockSize }: FitOpti
   const prefill = fitPrefill(timeline, steps.prefill, blockSize, decode.predict);
   return {
     tables: { ...prefill.grid, ...decode.grid },
+    warnings: [...decode.warnings, ...prefill.warnings],
     decode: decode.report,
     prefill: prefill.report,
   };
@@ -261,12 +267,15 @@ function fitDecode(points: DecodePoint[], excluded: PerfFit['decode']['excluded'
   }
   const notes: string[] = [];
   const batches = new Set(points.map((p) => p.batch));
-  const terms: Term<DecodePoint>[] = [{ name: 'base', value: () => 1 }];
-  if (batches.size > 1) terms.push({ name: 'per_sequence', value: (p) => batchOf(p.activeKv, p.context) });
+  const terms: Term<DecodePoint>[] = [{ name: 'base', unit: 'step', value: () => 1 }];
+  if (batches.size > 1) terms.push({ name: 'per_sequence', unit: 'sequence in the batch', value: (p) => batchOf(p.activeKv, p.context) });
   else notes.push(`every step had ${[...batches][0]} sequence(s): the per-sequence cost is not learnt`);
-  if (new Set(points.map((p) => p.activeKv)).size > 1) terms.push({ name: 'per_kv_token', value: (p) => p.activeKv });
+  if (new Set(points.map((p) => p.activeKv)).size > 1) terms.push({ name: 'per_kv_token', unit: 'active KV token', value: (p) => p.activeKv });
   else notes.push('every step held the same active KV: the per-token cost is not learnt');
-  const fit = robustFit(points, terms, (p) => p.ms);
+  const more = 'capture more streamed requests (one token per chunk), at several concurrencies and lengths';
+  const learnt = learnableTerms('decode step', terms, points.length, more);
+  const fit = robustFit(points, learnt.terms, (p) => p.ms);
+  const warnings = [...learnt.warnings, ...negativeCosts('decode step', learnt.terms, points, fit, more)];
   const coefficient = (name: string) => fit.coefficients[name] ?? 0;
   const predict = (activeKv: number, context: number) =>
     coefficient('base') + coefficient('per_sequence') * batchOf(activeKv, context) + coefficient('per_kv_token') * activeKv;
@@ -288,7 +297,7 @@ function fitDecode(points: DecodePoint[], excluded: PerfFit['decode']['excluded'
     excluded,
     ranges: { batch: range(points.map((p) => p.batch)), active_kv_tokens: activeKv, context_length: context },
   };
-  return { grid, report, predict };
+  return { grid, report, predict, warnings };
 }
 
 // ---- prefill ----
@@ -342,12 +351,18 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
     );
   }
   const distinct = new Set(points.map((p) => p.tokens)).size;
-  const terms: Term<PrefillPoint>[] = [{ name: 'base', value: () => 1 }];
+  const terms: Term<PrefillPoint>[] = [{ name: 'base', unit: 'prefill', value: () => 1 }];
   const notes: string[] = [];
-  if (distinct > 1) terms.push({ name: 'per_token', value: (p) => p.tokens });
-  if (distinct > 2) terms.push({ name: 'per_token_squared', value: (p) => p.tokens * p.tokens });
+  if (distinct > 1) terms.push({ name: 'per_token', unit: 'prompt token', value: (p) => p.tokens });
+  if (distinct > 2) terms.push({ name: 'per_token_squared', unit: 'prompt token²', value: (p) => p.tokens * p.tokens });
   else notes.push(`only ${distinct} distinct prompt length(s) prefilled: the ${distinct > 1 ? 'quadratic term is' : 'length terms are'} not learnt`);
-  const fit = robustFit(points, terms, (p) => p.ms);
+  const more = underLoad
+    ? 'capture more streamed requests under load, with several prompt lengths'
+    : `capture more streamed requests one at a time, with several prompt lengths (or a load with at least ${MIN_PREFILL_STEPS} prefill steps)`;
+  const what = `prefill (${underLoad ? 'steps under load' : 'requests that met an idle engine'})`;
+  const learnt = learnableTerms(what, terms, points.length, more);
+  const fit = robustFit(points, learnt.terms, (p) => p.ms);
+  const warnings = [...learnt.warnings, ...negativeCosts(what, learnt.terms, points, fit, more)];
   const coefficient = (name: string) => fit.coefficients[name] ?? 0;
   const predict = (t: number) => Math.max(0, coefficient('base') + coefficient('per_token') * t + coefficient('per_token_squared') * t * t);
   const tokens = range(points.map((p) => p.tokens));
@@ -360,14 +375,49 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
     overheadMs: underLoad && idle.length > 0 ? median(idle.map((p) => p.ms - predict(p.tokens))) : null,
     ranges: { new_prompt_tokens: tokens },
   };
-  return { grid: { prefill_isl: axis, prefill_ttft_ms: axis.map(predict) }, report };
+  return { grid: { prefill_isl: axis, prefill_ttft_ms: axis.map(predict) }, report, warnings };
 }
 
 // ---- least squares ----
 
 interface Term<P> {
   name: string;
+  /** What one unit of the term is (its coefficient is ms per unit). */
+  unit: string;
   value: (point: P) => number;
+}
+
+const names = <P>(terms: Term<P>[]) => terms.map((t) => t.name).join(', ');
+
+/**
+ * The terms `points` points can fit with a residual left over: fewer terms than points (the last, highest-order
+ * ones go first). As many terms as points go through every point exactly (R² 1 whatever the noise) and say
+ * nothing of the engine; the warnings say so and what to capture.
+ */
+function learnableTerms<P>(what: string, terms: Term<P>[], points: number, more: string): { terms: Term<P>[]; warnings: string[] } {
+  if (points > terms.length) return { terms, warnings: [] };
+  const kept = terms.slice(0, Math.max(1, points - 1));
+  const dropped = terms.slice(kept.length);
+  const fate = dropped.length > 0 ? `${names(dropped)} not learnt` : 'an exact fit with no residual, not to be trusted';
+  return {
+    terms: kept,
+    warnings: [`${what}: only ${points} point(s) for the ${terms.length} term(s) of its form (${names(terms)}): ${fate}; ${terms.length + 1} points are needed: ${more}`],
+  };
+}
+
+/**
+ * A cost fitted negative that matters (it takes off more than the typical residual across the points' range):
+ * more work in less time, which no engine does, so the fit followed noise or something else than the form.
+ */
+function negativeCosts<P>(what: string, terms: Term<P>[], points: P[], fit: { coefficients: Record<string, number>; medianAbsResidualMs: number }, more: string): string[] {
+  return terms
+    .filter((t) => t.name !== 'base')
+    .filter((t) => {
+      const [low, high] = range(points.map(t.value));
+      const c = fit.coefficients[t.name];
+      return c < 0 && -c * (high - low) > fit.medianAbsResidualMs;
+    })
+    .map((t) => `${what}: the ${t.name} cost is fitted negative (${fit.coefficients[t.name].toPrecision(3)} ms per ${t.unit}): more work in less time is no engine's timing, the profile is not to be trusted; ${more}`);
 }
 
 /** Huber's tuning constant: 95 % efficiency on Gaussian noise, bounded pull of outliers. */

@@ -6,7 +6,7 @@ import { once } from 'node:events';
 import { createReadStream, openSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { importCaptures, mergeCaptures, pruneCaptures, type PruneResult } from '../captures/edit.js';
-import { captureStats, listCaptures, showExchange, type Listing, type Shown } from '../captures/inspect.js';
+import { captureStats, listCaptures, showExchange, type Listing, type RunStats, type Shown } from '../captures/inspect.js';
 import { exportJsonl } from '../captures/jsonl.js';
 import { parseAge, parseTimePoint, TimeArgumentError } from '../captures/time.js';
 import { CaptureStore, namingCapture, type ExchangeFilter } from '../store/captureStore.js';
@@ -92,13 +92,27 @@ function printListing(file: string, l: Listing): void {
 const ms = (v: number | null) => (v === null ? '-' : v.toFixed(1));
 const indent = (text: string) => text.split('\n').map((line) => `  ${line}`).join('\n');
 
+const headerLines = (headers: Shown['requestHeaders']) => indent(Object.entries(headers).map(([k, v]) => `${inline(k)}: ${inline(Array.isArray(v) ? v.join(', ') : v)}`).join('\n') || '-');
+
+/** A stored body shown on a page at most this long (`--json` and `captures export` give it whole). */
+const BODY_CHARS = 64 * 1024;
+
+function bodyText(body: NonNullable<Shown['requestBody']>): string {
+  const text = typeof body === 'string' ? body : `base64: ${body.base64}`;
+  if (text === '') return '(empty)';
+  return text.length > BODY_CHARS ? `${text.slice(0, BODY_CHARS)}\n… (${text.length - BODY_CHARS} more characters: --json shows it whole)` : text;
+}
+
 function printShown(s: Shown): void {
   const lines = [`exchange ${s.id} · run ${s.run} · ${s.startedAt} · ${inline(s.method)} ${inline(s.path)}${s.stream ? ' · stream' : ''}`];
   lines.push(`model: ${inline(s.model ?? '-')}   outcome: ${s.outcome}${s.status === null ? '' : ` (HTTP ${s.status})`}   total: ${ms(s.totalMs)} ms   token ids from: ${s.tokenSource ?? '-'}`);
   if (s.error) lines.push(`error: ${inline(s.error)}`);
   if (s.bodiesRedacted) lines.push('bodies: redacted at capture (--redact-bodies): no request body, response bytes or text were stored; the texts below are decoded from the token ids');
-  lines.push('request headers (as stored: secrets never are):', indent(Object.entries(s.requestHeaders).map(([k, v]) => `${inline(k)}: ${inline(Array.isArray(v) ? v.join(', ') : v)}`).join('\n') || '-'));
-  if (s.requestBody !== null) lines.push('request body:', indent(typeof s.requestBody === 'string' ? s.requestBody : `base64: ${s.requestBody.base64}`));
+  lines.push('request headers (as stored: secrets never are):', headerLines(s.requestHeaders));
+  if (s.requestBody !== null) lines.push('request body:', indent(bodyText(s.requestBody)));
+  lines.push('response headers:', headerLines(s.responseHeaders));
+  // The choices below present a complete answer's body; what did not complete (or has no choices) shows it as stored.
+  if (s.responseBody !== null && (s.outcome !== 'complete' || s.choices.length === 0)) lines.push('response body:', indent(bodyText(s.responseBody)));
   if (s.promptIds) {
     lines.push(`prompt (${s.promptIds.length} tokens):`);
     if (s.promptText !== null) lines.push(indent(s.promptText));
@@ -226,6 +240,14 @@ const prune = new Command('prune')
     else printPrune(file, result);
   });
 
+/** Which exchanges the timing figures are over: a non-streamed answer has no first token or gaps. */
+function timingCoverage({ exchanges: { streamed, notStreamed } }: RunStats): string {
+  const counts = `${streamed} streamed, ${notStreamed} not streamed generation exchanges`;
+  if (notStreamed === 0) return counts;
+  if (streamed === 0) return `${counts}: no TTFT, ITL or per-user token rate (a non-streamed answer has no token timing); latency and counts over all`;
+  return `${counts}: TTFT, ITL and per-user token rate over the ${streamed} streamed only (a non-streamed answer has no token timing); latency and counts over all`;
+}
+
 const stats = new Command('stats')
   .description("Per run, TTFT / ITL / latency / throughput distributions of the captured timing, as mocker trace's report.")
   .argument('<file>', 'capture file')
@@ -239,7 +261,7 @@ const stats = new Command('stats')
       return captureStats(store, o.run);
     });
     if (o.json) return printJson({ file, runs });
-    print(runs.map((r) => `run ${r.run}${r.engine ? ` (${inline(r.engine)})` : ''}${r.label ? ` ${inline(r.label)}` : ''}, started ${r.startedAt}\n${formatReportTable(r.report)}`).join('\n\n'));
+    print(runs.map((r) => `run ${r.run}${r.engine ? ` (${inline(r.engine)})` : ''}${r.label ? ` ${inline(r.label)}` : ''}, started ${r.startedAt}\n${timingCoverage(r)}\n${formatReportTable(r.report)}`).join('\n\n'));
   });
 
 export { list as capturesList, show as capturesShow, exportCommand as capturesExport, importCommand as capturesImport, merge as capturesMerge, prune as capturesPrune, stats as capturesStats };

@@ -124,6 +124,8 @@ interface RequestRecord {
   firstMs: number;
   secondMs: number;
   lastMs: number;
+  /** Its tokens came one by one (false: all at once, in a non-streamed answer). */
+  streamed: boolean;
 }
 
 export interface PerRequestRecord {
@@ -200,7 +202,7 @@ export class ReplayCollector {
 
   onArrival(uuid: string, arrivalMs: number, inputLength: number, outputLength: number, turn?: { sessionId: string; turnIndex: number }): void {
     this.requests.set(uuid, {
-      uuid, sessionId: turn?.sessionId ?? null, turnIndex: turn?.turnIndex ?? null, arrivalMs, admittedMs: null, reusedTokens: 0, inputLength, outputLength, worker: null, decodeWorker: null, tokens: 0, firstMs: 0, secondMs: 0, lastMs: 0,
+      uuid, sessionId: turn?.sessionId ?? null, turnIndex: turn?.turnIndex ?? null, arrivalMs, admittedMs: null, reusedTokens: 0, inputLength, outputLength, worker: null, decodeWorker: null, tokens: 0, firstMs: 0, secondMs: 0, lastMs: 0, streamed: true,
     });
   }
 
@@ -230,6 +232,15 @@ export class ReplayCollector {
       record.lastMs = timeMs;
       record.tokens++;
     }
+  }
+
+  /**
+   * A non-streamed answer: its `count` tokens all at `timeMs`. It counts as a completed request with its tokens
+   * and end-to-end latency, but has no first-token time or gaps between tokens (nor a per-user token rate).
+   */
+  onAnswered(uuid: string, timeMs: number, count: number): void {
+    const record = this.record(uuid);
+    Object.assign(record, { streamed: false, tokens: count, firstMs: timeMs, secondMs: timeMs, lastMs: timeMs });
   }
 
   /** A worker's cache state after a pass; kept at most every `minGapMs` of the run's clock per worker. */
@@ -293,8 +304,9 @@ export class ReplayCollector {
       output += r.outputLength;
       reused += r.reusedTokens;
       durationMs = Math.max(durationMs, r.lastMs);
-      ttft.push(Math.max(0, r.firstMs - r.arrivalMs));
       e2e.push(Math.max(0, r.lastMs - r.arrivalMs));
+      if (!r.streamed) continue;
+      ttft.push(Math.max(0, r.firstMs - r.arrivalMs));
       if (r.tokens >= 2) {
         ttst.push(Math.max(0, r.secondMs - r.firstMs));
         tpot.push(Math.max(0, (r.lastMs - r.firstMs) / (r.tokens - 1)));
@@ -363,7 +375,7 @@ export class ReplayCollector {
       spread(r.arrivalMs, r.lastMs, 0, inFlightMs, true);
     }
     return {
-      ttftMs: sorted(done.map((r) => Math.max(0, r.firstMs - r.arrivalMs))),
+      ttftMs: sorted(done.filter((r) => r.streamed).map((r) => Math.max(0, r.firstMs - r.arrivalMs))),
       itlMs: thin(this.gaps.sorted()),
       e2eMs: sorted(done.map((r) => Math.max(0, r.lastMs - r.arrivalMs))),
       timeline: {

@@ -16,6 +16,7 @@ import { parsePeer } from '../pd/kvTransfer.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
+import { DEFAULT_REPORTS_DIR } from '../trace/report.js';
 import { rerunCommand } from './rerun.js';
 import { defaultThreads, startServeThreads } from './threads.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
@@ -378,7 +379,7 @@ program
   .option('--kv-events <endpoints>', "with --target: each server's ZMQ KV events endpoint (comma list, e.g. tcp://host:5557), for --router-mode kv_router", (v: string) => v.split(',').map((e) => e.trim()))
   .option('--model <name>', "with --target: the model to ask for (default: the first of each server's /v1/models)")
   .option('--request-timeout <s>', 'with --target: give up a request after this many seconds without a byte from its server (0: never)', number('--request-timeout', { min: 0 }), 600)
-  .option('--report-json <path>', 'where the JSON report goes (a directory: a timestamped file inside; default: ./dynamo_replay_report_<time>.json)')
+  .option('--report-json <path>', `where the JSON report goes (a directory: a timestamped file inside; default: ${DEFAULT_REPORTS_DIR}/dynamo_replay_report_<time>.json)`)
   .option('--report-html <file>', 'also write a self-contained HTML report with latency CDFs, throughput, KV usage and prefix hits over time')
   .addOption(forceOption())
   .option('--no-progress', 'no progress bar or progress lines on stderr')

@@ -31,14 +31,18 @@ COPY --from=build /app/dist ./dist
 COPY migrations ./migrations
 COPY scripts/container-entrypoint.sh ./scripts/
 # Captures are mounted read-only at /captures (a replay only reads; --on-miss record needs it writable).
-# Every flag is also MOCKER_<FLAG>: `-e MOCKER_MODE=replay` is `--mode replay`.
+# Every flag is also MOCKER_<FLAG>: `-e MOCKER_MODE=replay` is `--mode replay`. Every command listens on
+# MOCKER_PORT (capture's own default is 8001): the port exposed and health-checked (set it, not --port, to move it).
 ENV NODE_ENV=production \
     MOCKER_CAPTURES=/captures/mocker.db \
+    MOCKER_PORT=8000 \
     HF_HOME=/models/huggingface
 # A numeric user, so Kubernetes' runAsNonRoot can check it.
 USER 10001:10001
 EXPOSE 8000
+# Healthy while mocker takes requests, whichever command runs: /mocker/health is answered by serve (as its
+# /health: 503 during --startup-time), pd-proxy and capture themselves (a capture's /health is its upstream's).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s \
-  CMD ["node", "-e", "fetch(`http://127.0.0.1:${process.env.MOCKER_PORT || 8000}/health`).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+  CMD ["node", "-e", "fetch(`http://127.0.0.1:${process.env.MOCKER_PORT}/mocker/health`).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 ENTRYPOINT ["/app/scripts/container-entrypoint.sh"]
 CMD ["serve"]

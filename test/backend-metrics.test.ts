@@ -198,7 +198,7 @@ describe('backend metrics of an aggregated server', () => {
     expect(value(vllm, 'vllm:prompt_tokens_total')).toBe(PROMPT_TOKENS);
     expect(value(vllm, 'vllm:generation_tokens_total')).toBe(GENERATED);
     // /vllm/metrics is vLLM's alone: mocker's own counters stay on /metrics.
-    expect(vllm.some((f) => f.name.startsWith('mocker:'))).toBe(false);
+    expect(vllm.some((f) => f.name.startsWith('mocker_'))).toBe(false);
 
     const sglang = got['/sglang/metrics'].families;
     expect(value(sglang, 'sglang:num_requests_total')).toBe(n);

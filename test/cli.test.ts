@@ -254,6 +254,28 @@ describe('defaults: each command with no flag but the required ones', () => {
   });
 });
 
+describe('start lines: each says which engine it is and only the settings that apply', () => {
+  it('serve --pd 2P2D: each engine line names its role and index, the role its /mocker/engine reports', async () => {
+    const [port] = await freePorts(1);
+    const { process: p } = await mocker(['serve', '--pd', '2P2D'], { port });
+    const engines = [...p.stdout().matchAll(/^mocker serve: (\w+) engine (\d+), .* on (http:\/\/127\.0\.0\.1:\d+)$/gm)].map((m) => ({ role: m[1], index: Number(m[2]), url: m[3] }));
+    expect(engines.map((e) => `${e.role} ${e.index}`).sort()).toEqual(['decode 0', 'decode 1', 'prefill 0', 'prefill 1']);
+    expect(new Set(engines.map((e) => e.url)).size).toBe(4);
+    for (const e of engines) expect((await engineView(e.url)).config.disaggregation_mode, e.url).toBe(e.role);
+  });
+
+  it('random mode names no miss policy (it looks nothing up); simulate mode does; --timing none names no speedup', async () => {
+    const startLine = (p: MockerProcess) => p.stdout().split('\n').find((line) => / on http:\/\//.test(line))!;
+    const random = startLine((await mocker(['serve', '--mode', 'random'])).process);
+    expect(random).toMatch(/^mocker serve: random mode \(outputs random, timing fixed: 25 ms per step, speedup 1, /);
+    expect(random).not.toContain('miss');
+    const simulate = startLine((await mocker(['serve'])).process);
+    expect(simulate).toMatch(/^mocker serve: simulate mode \(outputs captured, on miss random, timing model: /);
+    const untimed = startLine((await mocker(['serve', '--mode', 'random', '--timing', 'none'])).process);
+    expect(untimed).toMatch(/^mocker serve: random mode \(outputs random, timing none, \d+ rank\(s\)/);
+  });
+});
+
 describe('every flag of the README CLI tables, through spawned processes', () => {
   it('serve: engine, server and PD-transfer flags in one random-mode process', async () => {
     const { url } = await mocker([

@@ -4,10 +4,13 @@
  * its ENV. SIGTERM while a stream is in flight drains it and exits 0, so `docker stop` / a pod's termination
  * reaches mocker's drain and not a shell.
  */
-import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { freePorts } from './support/kvEventsClient.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { testTmpdir } from './support/tempRoot.js';
 
 const ROOT = join(import.meta.dirname, '..');
 const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8').replace(/\\\n\s*/g, ' ');
@@ -16,9 +19,13 @@ const instruction = (name: string) => [...dockerfile.matchAll(new RegExp(`^${nam
 /** The image lays the repository out under /app (WORKDIR). */
 const onHost = (path: string) => path.replace(/^\/app\//, `${ROOT}/`);
 
+const imageEnv = Object.fromEntries([...instruction('ENV').matchAll(/(\w+)=(\S+)/g)].map((m) => [m[1], m[2]]));
+const dir = mkdtempSync(join(testTmpdir(), 'mocker-image-'));
+
 const processes: MockerProcess[] = [];
 afterAll(() => {
   for (const p of processes) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
 });
 
 describe('the image entrypoint', () => {
@@ -26,7 +33,6 @@ describe('the image entrypoint', () => {
     const entrypoint = (JSON.parse(instruction('ENTRYPOINT')) as string[]).map(onHost);
     const cmd = JSON.parse(instruction('CMD')) as string[];
     expect(cmd).toEqual(['serve']);
-    const imageEnv = Object.fromEntries([...instruction('ENV').matchAll(/(\w+)=(\S+)/g)].map((m) => [m[1], m[2]]));
     expect(imageEnv.MOCKER_CAPTURES).toBe('/captures/mocker.db');
     // The flags a deployment would set by environment: 20 tokens, 100 ms apart.
     const env = { ...process.env, ...imageEnv, MOCKER_MODE: 'random', MOCKER_TIMING: 'fixed', MOCKER_FORWARD_TIME_MS: '100' };
@@ -60,5 +66,54 @@ describe('the image entrypoint', () => {
     expect(serve.stdout()).toContain('mocker serve: random mode');
     await serve.stop();
     expect(await serve.exited).toEqual({ code: 0, signal: null });
+  });
+});
+
+describe('the image HEALTHCHECK, run as Docker runs it (its CMD in the container, with the image ENV)', () => {
+  const entrypoint = (JSON.parse(instruction('ENTRYPOINT')) as string[]).map(onHost);
+  const check = instruction('HEALTHCHECK');
+  const command = JSON.parse(check.slice(check.indexOf('CMD ') + 'CMD '.length)) as string[];
+  /** Whether the check passes against a container whose MOCKER_PORT is `port` (Docker: exit 0 healthy, 1 unhealthy). */
+  const healthy = (port: number) => {
+    const run = spawnSync(command[0], command.slice(1), { env: { ...process.env, ...imageEnv, MOCKER_PORT: String(port) }, encoding: 'utf8', timeout: 10_000 });
+    expect([0, 1], run.stderr).toContain(run.status);
+    return run.status === 0;
+  };
+  /** A command as the image runs it: the entrypoint, the image ENV, the port from MOCKER_PORT (no --port flag). */
+  const start = async (args: string[], env: NodeJS.ProcessEnv = {}) => {
+    const [port] = await freePorts(1);
+    const started = await startMockerProcess(args, port, { launcher: entrypoint, env: { ...process.env, ...imageEnv, ...env, MOCKER_PORT: String(port) }, portFlag: false, cwd: dir });
+    processes.push(started);
+    return started;
+  };
+
+  it('every command listens on the port the image exposes and checks', () => {
+    expect(imageEnv.MOCKER_PORT).toBe(instruction('EXPOSE'));
+    expect(command.join(' ')).toContain('process.env.MOCKER_PORT');
+  });
+
+  it('serve, serve --pd, pd-proxy and capture are healthy while they serve; a capture whose upstream is down is too; a server starting up or gone is not', async () => {
+    const serve = await start(['serve'], { MOCKER_MODE: 'random' });
+    const engine = `http://127.0.0.1:${serve.port}`;
+    const pd = await start(['serve', '--pd', '1P1D'], { MOCKER_MODE: 'random' });
+    const proxy = await start(['pd-proxy', '--prefill', engine, '--decode', engine]);
+    const capture = await start(['capture', '--upstream', engine, '--captures', join(dir, 'capture.db')]);
+    const [closed] = await freePorts(1);
+    const orphan = await start(['capture', '--upstream', `http://127.0.0.1:${closed}`, '--captures', join(dir, 'orphan.db')]);
+    for (const [what, p] of [['serve', serve], ['serve --pd', pd], ['pd-proxy', proxy], ['capture', capture], ['capture, upstream down', orphan]] as const) {
+      expect(healthy(p.port), what).toBe(true);
+    }
+    // The PD proxy answers /health as an engine does (routers in front of vLLM do too): 200, no body.
+    const health = await fetch(`http://127.0.0.1:${proxy.port}/health`);
+    expect([health.status, await health.text()]).toEqual([200, '']);
+    // A capture's /health is its upstream's, forwarded: here, no upstream. Its container still serves.
+    expect((await fetch(`http://127.0.0.1:${orphan.port}/health`)).status).not.toBe(200);
+
+    // A simulated engine still loading (--startup-time) takes no requests: unhealthy, as its /health says.
+    const loading = await start(['serve', '--startup-time', '600'], { MOCKER_MODE: 'random' });
+    expect((await fetch(`http://127.0.0.1:${loading.port}/health`)).status).toBe(503);
+    expect(healthy(loading.port)).toBe(false);
+    await capture.stop();
+    expect(healthy(capture.port)).toBe(false);
   });
 });

@@ -105,7 +105,7 @@ function increments(before: Record<string, number>, after: Record<string, number
   return Object.fromEntries(Object.keys(after).map((k) => [k, after[k] - (before[k] ?? 0)]));
 }
 
-const NO_LOOKUP = { 'mocker:capture_hits_total': 0, 'mocker:capture_misses_total{no_match}': 0, 'mocker:capture_misses_total{too_short}': 0 };
+const NO_LOOKUP = { 'mocker_capture_hits_total': 0, 'mocker_capture_misses_total{no_match}': 0, 'mocker_capture_misses_total{too_short}': 0 };
 
 describe('mocker serve with no mode flag, over a file written by mocker capture', () => {
   let dir: string;
@@ -161,7 +161,7 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
     expect(streamed).toMatchObject({ text: CAPITAL, finish: 'stop' });
     expect(streamed.pieces).toHaveLength(capital.ids.length);
     expect(streamed.pieces.at(-1)).toBe('');
-    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker:capture_hits_total': 2 });
+    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker_capture_hits_total': 2 });
   });
 
   it('answers a new prompt with random tokens of the real vocabulary: max_tokens of them, else up to 128 ending with EOS; the same for the same request, others for another seed', async () => {
@@ -170,7 +170,7 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
     const again = await askChat(client, NEW_QUESTION, { max_tokens: 12 });
     const seeded = await askChat(client, NEW_QUESTION, { max_tokens: 12, seed: 1 });
     const free = await askChat(client, NEW_QUESTION);
-    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker:capture_misses_total{no_match}': 4 });
+    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker_capture_misses_total{no_match}': 4 });
 
     // Exactly max_tokens, none of them special; the text is what those ids decode to.
     expect(first.finish).toBe('length');
@@ -192,7 +192,7 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
   it('a capture that ended by stop answers a request allowing more tokens: a hit, not a too_short miss', async () => {
     const before = await mockerCounters(serve.port);
     expect(await askChat(client, QUESTION, { max_tokens: 200 })).toEqual(capital);
-    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker:capture_hits_total': 1 });
+    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker_capture_hits_total': 1 });
   });
 
   it('a capture that ended by length: a smaller max_tokens is a hit; a larger one is too_short, the captured tokens then random ones up to max_tokens', async () => {
@@ -204,8 +204,8 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
     for await (const chunk of await client.completions.create({ model: MODEL, prompt: COUNT_PROMPT, max_tokens: 20, stream: true })) longerStreamed += chunk.choices[0]?.text ?? '';
     expect(increments(before, await mockerCounters(serve.port))).toMatchObject({
       ...NO_LOOKUP,
-      'mocker:capture_hits_total': 1,
-      'mocker:capture_misses_total{too_short}': 3,
+      'mocker_capture_hits_total': 1,
+      'mocker_capture_misses_total{too_short}': 3,
     });
 
     expect(shorter.ids).toEqual(counting.ids.slice(0, 5));
@@ -227,7 +227,7 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
   it('a capture that ended by length whose tokens hold a stop string answers a larger max_tokens in full: a hit that stops there', async () => {
     const before = await mockerCounters(serve.port);
     const stopped = await askCompletion(client, COUNT_PROMPT, { max_tokens: 20, stop: [' four'] });
-    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker:capture_hits_total': 1 });
+    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker_capture_hits_total': 1 });
     // As vLLM: the text ends before the stop string, the token that completed it is kept, stop_reason names it.
     expect(stopped).toMatchObject({ text: ' one two three', finish: 'stop', stopReason: ' four', ids: counting.ids.slice(0, 4) });
   });
@@ -280,7 +280,7 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
       (err: unknown) => err,
     );
     expect(partial).toBeInstanceOf(OpenAI.NotFoundError);
-    expect(increments(counters, await mockerCounters(strict.port))).toMatchObject({ ...NO_LOOKUP, 'mocker:capture_misses_total{too_short}': 1 });
+    expect(increments(counters, await mockerCounters(strict.port))).toMatchObject({ ...NO_LOOKUP, 'mocker_capture_misses_total{too_short}': 1 });
   });
 });
 

@@ -31,7 +31,7 @@ async function metric(url: string, name: string): Promise<{ labels: Record<strin
   const families = parsePrometheusTextFormat(await (await fetch(`${url}/metrics`)).text());
   return (families.find((f) => f.name === name)?.metrics ?? []).map((m) => ({ labels: m.labels ?? {}, value: Number(m.value) }));
 }
-const injected = async (url: string, type: string) => (await metric(url, 'mocker:injected_errors_total')).find((s) => s.labels.type === type)?.value;
+const injected = async (url: string, type: string) => (await metric(url, 'mocker_injected_errors_total')).find((s) => s.labels.type === type)?.value;
 const successes = async (url: string, reason: string) => (await metric(url, 'vllm:request_success_total')).find((s) => s.labels.finished_reason === reason)?.value;
 
 const engineRank = async (url: string) => ((await (await fetch(`${url}/mocker/engine`)).json()) as { ranks: Json[] }).ranks[0];

@@ -91,9 +91,9 @@ describe('issue 33 finding 3: kv_transfer_params make no request to a host of th
       expect(((await res.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(3);
     }
     expect(target.seen).toEqual([]);
-    expect(await counter(decode.url, 'mocker:kv_pull_failures_total', 'peer_not_allowed')).toBe(4);
-    expect(await counter(decode.url, 'mocker:kv_pull_failures_total', 'unreachable')).toBe(0);
-    expect(await counter(decode.url, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(0);
+    expect(await counter(decode.url, 'mocker_kv_pull_failures_total', 'peer_not_allowed')).toBe(4);
+    expect(await counter(decode.url, 'mocker_kv_pull_failures_total', 'unreachable')).toBe(0);
+    expect(await counter(decode.url, 'mocker_kv_pull_failures_total', 'unknown_blocks')).toBe(0);
     // The log says the same of an open port and a closed one (nothing was tried): which ports are open stays unknown.
     const lines = decode.process.stderr().split('\n').filter((l) => l.includes('KV pull failed'));
     expect(lines).toHaveLength(4);
@@ -104,7 +104,7 @@ describe('issue 33 finding 3: kv_transfer_params make no request to a host of th
     const kv = ((await p.json()) as { kv_transfer_params: Json }).kv_transfer_params;
     expect(kv).toMatchObject({ remote_host: '127.0.0.1', remote_port: prefillPort });
     expect((await complete(decode.url, { prompt: prompt(400), kv_transfer_params: kv })).status).toBe(200);
-    expect(await counter(decode.url, 'mocker:kv_pulls_total')).toBe(1);
+    expect(await counter(decode.url, 'mocker_kv_pulls_total')).toBe(1);
   });
 
   it('a hold is named by a random id: the ids are unrelated uuids, and a guessed id frees nothing', async () => {

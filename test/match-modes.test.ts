@@ -108,9 +108,9 @@ describe('--match prefix', () => {
     expect(unstamped(exact.text)).toBe(unstamped(captured.short.text));
 
     expect(await mockerCounters(Number(new URL(url).port))).toMatchObject({
-      'mocker:capture_hits_total': 1,
-      'mocker:capture_prefix_hits_total': 2,
-      'mocker:capture_misses_total{no_match}': 1,
+      'mocker_capture_hits_total': 1,
+      'mocker_capture_prefix_hits_total': 2,
+      'mocker_capture_misses_total{no_match}': 1,
     });
   });
 

@@ -44,19 +44,19 @@ describe('--on-miss', () => {
       await upstream.close();
       const again = await ask(server.port);
       const counters = await mockerCounters(server.port);
-      const noErrors = { 'mocker:upstream_errors_total{timeout}': 0, 'mocker:upstream_errors_total{broken_stream}': 0, 'mocker:upstream_errors_total{error_status}': 0 };
+      const noErrors = { 'mocker_upstream_errors_total{timeout}': 0, 'mocker_upstream_errors_total{broken_stream}': 0, 'mocker_upstream_errors_total{error_status}': 0 };
       if (policy === 'record') {
         expect(storedExchanges(db)).toBe(1);
         expect(again.status).toBe(200);
         expect(again.json.choices?.[0].text).toBe(ANSWER);
         // The first ask missed and was recorded; the second hit the new capture.
         expect(counters).toEqual({
-          'mocker:capture_hits_total': 1,
-          'mocker:capture_prefix_hits_total': 0,
-          'mocker:capture_misses_total{no_match}': 1,
-          'mocker:capture_misses_total{too_short}': 0,
-          'mocker:captures_written_total': 1,
-          'mocker:upstream_errors_total{unreachable}': 0,
+          'mocker_capture_hits_total': 1,
+          'mocker_capture_prefix_hits_total': 0,
+          'mocker_capture_misses_total{no_match}': 1,
+          'mocker_capture_misses_total{too_short}': 0,
+          'mocker_captures_written_total': 1,
+          'mocker_upstream_errors_total{unreachable}': 0,
           ...noErrors,
         });
       } else {
@@ -65,12 +65,12 @@ describe('--on-miss', () => {
         expect(again.status).toBe(502);
         // Both asks missed; the second found the upstream gone.
         expect(counters).toEqual({
-          'mocker:capture_hits_total': 0,
-          'mocker:capture_prefix_hits_total': 0,
-          'mocker:capture_misses_total{no_match}': 2,
-          'mocker:capture_misses_total{too_short}': 0,
-          'mocker:captures_written_total': 0,
-          'mocker:upstream_errors_total{unreachable}': 1,
+          'mocker_capture_hits_total': 0,
+          'mocker_capture_prefix_hits_total': 0,
+          'mocker_capture_misses_total{no_match}': 2,
+          'mocker_capture_misses_total{too_short}': 0,
+          'mocker_captures_written_total': 0,
+          'mocker_upstream_errors_total{unreachable}': 1,
           ...noErrors,
         });
       }
@@ -101,7 +101,7 @@ describe('several captures of one prompt', () => {
     running.push(replay);
     // Asked again and again: whichever capture comes first, the answer is the one that holds 10 tokens.
     for (let i = 0; i < 4; i++) expect(await askFor(replay.port, 10)).toEqual(long);
-    expect((await mockerCounters(replay.port))['mocker:capture_misses_total{too_short}']).toBe(0);
+    expect((await mockerCounters(replay.port))['mocker_capture_misses_total{too_short}']).toBe(0);
   });
 });
 

@@ -133,7 +133,7 @@ describe('mocker prefill + decode engines behind mocker pd-proxy', () => {
     // The prefill engine computed every prompt; the decode engine pulled them and charged no prefill compute.
     expect((await engineState(pd.prefill)).ranks[0].prefillMs).toBeGreaterThan(0);
     expect((await engineState(pd.decode)).ranks[0].prefillMs).toBe(0);
-    expect(await counter(pd.decode, 'mocker:kv_pulls_total')).toBe(CASES.length);
+    expect(await counter(pd.decode, 'mocker_kv_pulls_total')).toBe(CASES.length);
   });
 
   it('TTFT includes the transfer: prompt tokens × --kv-bytes-per-token ÷ --kv-transfer-bandwidth', async () => {
@@ -216,7 +216,7 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     // A second pull of the same hold finds nothing.
     const again = await fetch(`${decode}/v1/completions`, { method: 'POST', headers, body: JSON.stringify({ ...original, kv_transfer_params: kv }) });
     expect(again.status).toBe(200);
-    expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(1);
+    expect(await counter(decode, 'mocker_kv_pull_failures_total', 'unknown_blocks')).toBe(1);
   });
 
   it('a prefill that ends other than by length answers kv_transfer_params null and holds nothing', async () => {
@@ -358,9 +358,9 @@ describe('failed pulls fall back to local recompute, counted', () => {
     const down = await send(closedPort);
     expect(down.status).toBe(200);
     expect(down.json.usage.completion_tokens).toBe(4);
-    expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(1);
-    expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unreachable')).toBe(1);
-    expect(await counter(decode, 'mocker:kv_pulls_total')).toBe(0);
+    expect(await counter(decode, 'mocker_kv_pull_failures_total', 'unknown_blocks')).toBe(1);
+    expect(await counter(decode, 'mocker_kv_pull_failures_total', 'unreachable')).toBe(1);
+    expect(await counter(decode, 'mocker_kv_pulls_total')).toBe(0);
     // Recomputed here: prefill compute is charged.
     expect((await engineState(decode)).ranks[0].prefillMs).toBeGreaterThan(0);
   });
@@ -379,8 +379,8 @@ describe('a pull whose answer breaks off', () => {
       const res = await completeWithRemoteKv(decode, dying.port, { promptFrom: 700, maxTokens: 4 });
       expect(res.status).toBe(200);
       expect(((await res.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(4);
-      expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unreachable')).toBe(1);
-      expect(await counter(decode, 'mocker:kv_pulls_total')).toBe(0);
+      expect(await counter(decode, 'mocker_kv_pull_failures_total', 'unreachable')).toBe(1);
+      expect(await counter(decode, 'mocker_kv_pulls_total')).toBe(0);
       expect((await engineState(decode)).ranks[0].prefillMs).toBeGreaterThan(0);
     } finally {
       await dying.close();
@@ -407,7 +407,7 @@ describe('a client that leaves while its KV is pulled', () => {
       await answer;
       // The pull's answer comes 300 ms later; a request that ran anyway would have finished within this wait.
       await sleep(1500);
-      expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(1);
+      expect(await counter(decode, 'mocker_kv_pull_failures_total', 'unknown_blocks')).toBe(1);
       expect(await counter(decode, 'vllm:generation_tokens_total')).toBe(0);
       expect(await activeBlocks(decode)).toBe(0);
     } finally {
@@ -432,7 +432,7 @@ describe('the prefill side releases held blocks', () => {
       body: JSON.stringify({ ...body, max_tokens: 3, kv_transfer_params: kv }),
     });
     expect(late.status).toBe(200);
-    expect(await counter(decode, 'mocker:kv_pull_failures_total', 'unknown_blocks')).toBe(1);
+    expect(await counter(decode, 'mocker_kv_pull_failures_total', 'unknown_blocks')).toBe(1);
   });
 });
 
@@ -477,7 +477,7 @@ describe('mocker serve --pd', () => {
       expect(inOne.text.length).toBeGreaterThan(0);
       expect(inOne.text, `${kind} stream=${stream}`).toBe((await ask(proxy, kind, stream)).text);
     }
-    expect(await counter(decode, 'mocker:kv_pulls_total')).toBe(CASES.length);
+    expect(await counter(decode, 'mocker_kv_pulls_total')).toBe(CASES.length);
   });
 
   it('1P1D with one --kv-events-config: each engine publishes on its own port (engine i on port + i), the same vLLM hashes', async () => {

@@ -219,7 +219,7 @@ describe('serve --engine-type sglang: /metrics in SGLang names', () => {
     // Idle: no generation; nothing was retracted.
     expect(value(families, 'sglang:gen_throughput')).toBe(0);
     expect(value(families, 'sglang:num_retracted_reqs')).toBe(0);
-    expect(families.filter((f) => f.name.startsWith('mocker:')).length).toBeGreaterThan(0);
+    expect(families.filter((f) => f.name.startsWith('mocker_')).length).toBeGreaterThan(0);
   });
 });
 

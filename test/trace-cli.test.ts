@@ -2,13 +2,15 @@
  * `mocker trace` as users run it: the built CLI, with the flags of Dynamo's `python -m dynamo.replay`
  * (engine-reference §10.2), on a real Mooncake trace and on synthetic workloads.
  */
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runMockerToExit } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 
-const TRACE = join(import.meta.dirname, 'fixtures', 'traces', 'conversation_trace_200.jsonl');
+const ROOT = join(import.meta.dirname, '..');
+const TRACE = join(ROOT, 'test', 'fixtures', 'traces', 'conversation_trace_200.jsonl');
 const dir = mkdtempSync(join(testTmpdir(), 'trace-cli-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -82,16 +84,28 @@ describe('mocker trace: a Mooncake trace offline', () => {
     expect(done).toEqual(['2/2']);
   });
 
-  it('writes the report into a directory under a timestamped name, and into the working directory by default', async () => {
+  it('writes the report into a directory under a timestamped name, and by default under reports/ (made when needed, git-ignored), beside an HTML report named there', async () => {
     const into = mkdtempSync(join(dir, 'into-'));
     expect((await trace(['--input-tokens', '256', '--output-tokens', '8', '--request-count', '20', '--report-json', into])).code).toBe(0);
     const [file] = readdirSync(into);
     expect(file).toMatch(/^dynamo_replay_report_\d{8}_\d{6}\.json$/);
     const report = readReport(join(into, file));
     expect([report.completed_requests, report.total_input_tokens, report.total_output_tokens]).toEqual([20, 5120, 160]);
+    // As the docs run it in a fresh checkout: no reports/ yet; nothing is left in the working directory itself.
     const cwd = mkdtempSync(join(dir, 'cwd-'));
-    expect((await trace(['--input-tokens', '64', '--output-tokens', '2', '--request-count', '3'], cwd)).code).toBe(0);
-    expect(readdirSync(cwd)).toEqual([expect.stringMatching(/^dynamo_replay_report_\d{8}_\d{6}\.json$/)]);
+    const run = await trace(['--input-tokens', '64', '--output-tokens', '2', '--request-count', '3', '--report-html', 'reports/trace.html'], cwd);
+    expect(run.code).toBe(0);
+    expect(readdirSync(cwd)).toEqual(['reports']);
+    const [json, html] = readdirSync(join(cwd, 'reports')).sort();
+    expect(json).toMatch(/^dynamo_replay_report_\d{8}_\d{6}\.json$/);
+    expect(html).toBe('trace.html');
+    expect(run.stdout).toContain(`Saved full report to: reports/${json}`);
+    expect(readReport(join(cwd, 'reports', json)).completed_requests).toBe(3);
+    expect(readFileSync(join(cwd, 'reports', html), 'utf8')).toMatch(/^<!DOCTYPE html>/i);
+    // The repository's .gitignore keeps them out of commits (git itself says so; exit 1 would be "not ignored").
+    const ignored = spawnSync('git', ['check-ignore', '--no-index', `reports/${json}`, 'reports/trace.html'], { cwd: ROOT, encoding: 'utf8' });
+    expect(ignored.status, ignored.stderr).toBe(0);
+    expect(ignored.stdout.trim().split('\n')).toEqual([`reports/${json}`, 'reports/trace.html']);
   });
 
   it('runs sessions closed-loop, and a disaggregated fleet', async () => {

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { forwardExchange } from '../capture/forward.js';
 import { UpstreamPool } from '../capture/upstreamHttp.js';
 import { RecorderThread } from '../capture/recorderThread.js';
-import { listeningServer } from '../http/drain.js';
+import { listeningServer, OWN_HEALTH_PATH } from '../http/drain.js';
 import { errorJson, sendJson } from '../http/errors.js';
 import { admitted, classOf, decodedPath, DEFAULT_API_KEY_SCOPE, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../http/access.js';
 import { SERVE_ROUTES } from '../http/serveApp.js';
@@ -41,10 +41,12 @@ export interface CaptureOptions {
 /**
  * Every route of the capture proxy, with its access class (access.ts), by path (any method): what `serve` keeps
  * public stays public through it; mocker's own routes (`/mocker/*`: runtime control, KV pulls) are never
- * forwarded, whatever the upstream (a 404 from the proxy itself); everything else is forwarded as the API's.
+ * forwarded, whatever the upstream (a 404 from the proxy itself, but for its own health check, which it
+ * answers); everything else is forwarded as the API's.
  */
 export const CAPTURE_ROUTES: readonly ClassifiedRoute[] = [
-  ...[...new Set(Object.entries(SERVE_ROUTES).filter(([, r]) => r.class === 'public').map(([path]) => path))].map((path) => ({ method: '*', path, class: 'public' as const })),
+  ...[...new Set(Object.entries(SERVE_ROUTES).filter(([path, r]) => r.class === 'public' && !path.startsWith('/mocker/')).map(([path]) => path))].map((path) => ({ method: '*', path, class: 'public' as const })),
+  { method: 'GET', path: OWN_HEALTH_PATH, class: 'public' },
   { method: '*', path: '/mocker/*', class: 'control' },
   { method: '*', path: '/*', class: 'key' },
 ];
@@ -144,6 +146,8 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
     const handler = (req: IncomingMessage, res: ServerResponse) => {
       const path = decodedPath(req.url ?? '/');
       if (path === null) return void sendJson(res, 400, errorJson(400, `Invalid request path ${JSON.stringify((req.url ?? '').slice(0, 200))}: it does not percent-decode.`));
+      // The proxy's own health, not its upstream's (whose /health is forwarded): it takes requests. Never forwarded.
+      if (path === OWN_HEALTH_PATH) return void (req.method === 'GET' ? res.writeHead(200).end() : sendJson(res, 405, '{"detail":"Method Not Allowed"}'));
       // Every path matches the catch-all.
       const routeClass = classOf(CAPTURE_ROUTES, path)!;
       // The capture has no control routes to enable: the upstream's are not this proxy's to expose.

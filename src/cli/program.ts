@@ -15,6 +15,7 @@ import { parsePeer } from '../pd/kvTransfer.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { runTrace } from './trace.js';
+import { DEFAULT_REPORTS_DIR } from '../trace/report.js';
 import { rerunCommand } from './rerun.js';
 import { defaultThreads, startServeThreads } from './threads.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
@@ -416,7 +417,7 @@ export function buildProgram(): Command {
     .addOption(laterDefault(new Option('--model <name>', 'the model to ask for'), "the first of each server's /v1/models"))
     .option('--request-timeout <s>', 'give up a request after this many seconds without a byte from its server (0: never)', number('--request-timeout', { min: 0 }), 600)
     .optionsGroup(GROUPS.output)
-    .addOption(laterDefault(new Option('--report-json <path>', 'where the JSON report goes (a directory: a timestamped file inside)'), './dynamo_replay_report_<time>.json'))
+    .addOption(laterDefault(new Option('--report-json <path>', 'where the JSON report goes (a directory: a timestamped file inside)'), `${DEFAULT_REPORTS_DIR}/dynamo_replay_report_<time>.json`))
     .option('--report-html <file>', 'also write a self-contained HTML report with latency CDFs, throughput, KV usage and prefix hits over time')
     .addOption(forceOption())
     .option('--no-progress', 'no progress bar or progress lines on stderr')

@@ -120,6 +120,8 @@ export interface ServeOptions {
   kvTrace?: boolean;
   /** --disaggregation-mode. Default agg. */
   role?: PdConfig['role'];
+  /** `serve --pd`: this engine's index among the deployment's engines of its role (its startup line names it). */
+  roleIndex?: number;
   /** --kv-bytes-per-token; default from the model's config.json and --kv-cache-dtype. */
   kvBytesPerToken?: number;
   /** --kv-cache-dtype. Default auto (the model's dtype). */
@@ -552,10 +554,19 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const exposed = exposedControlWarning('serve', opts.host, access, controlPaths);
   if (exposed && !quiet) console.warn(exposed);
   const ports = servers.map((s) => (s.address() as AddressInfo).port);
+  // Only what applies: a miss policy where captures are looked up, a speedup where there are durations to divide.
+  const described = [
+    `outputs ${outputs}`,
+    ...(outputs === 'captured' ? [`on miss ${onMiss}`] : []),
+    `timing ${timingDescription}`,
+    ...(timing === 'none' ? [] : [`speedup ${args.speedupRatio}`]),
+  ];
+  // A PD engine says which it is (several print the same settings under `serve --pd`).
+  const engineName = role === 'agg' ? '' : `${role} engine${opts.roleIndex === undefined ? '' : ` ${opts.roleIndex}`}, `;
   const startupLine: StartupLine = {
     scheme: tls ? 'https' : 'http',
     head:
-      `mocker serve: ${opts.mode} mode (outputs ${outputs}, on miss ${onMiss}, timing ${timingDescription}, speedup ${args.speedupRatio}, ` +
+      `mocker serve: ${engineName}${opts.mode} mode (${described.join(', ')}, ` +
       `${args.engineType === 'sglang' ? `SGLang scheduler (${args.sglang.schedulePolicy}, radix cache), ` : ''}${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
       `serving ${servedModels.join(', ')} on `,
     host: opts.host,

@@ -4,8 +4,15 @@ import type { TLSSocket } from 'node:tls';
 import type { ServerTls } from './tls.js';
 import { errorJson } from './errors.js';
 
-/** Health checks: vLLM's `/health` and `/ping` (a bodiless 503 when its engine is dead), the PD proxy's `/healthcheck`. */
-const HEALTH_PATHS = new Set(['/health', '/ping', '/healthcheck']);
+/**
+ * The health check every long-running command (`serve`, `capture`, `pd-proxy`) answers itself, never forwards:
+ * 200 while this process takes requests, whatever is behind it (the container image's HEALTHCHECK asks it). A
+ * capture proxy's `/health` is its upstream's (forwarded like any route), so it cannot say whether the proxy serves.
+ */
+export const OWN_HEALTH_PATH = '/mocker/health';
+
+/** Health checks: vLLM's `/health` and `/ping` (a bodiless 503 when its engine is dead), the PD proxy's `/healthcheck`, mocker's own. */
+const HEALTH_PATHS = new Set(['/health', '/ping', '/healthcheck', OWN_HEALTH_PATH]);
 
 /** What a drain did with the requests in flight when it began. */
 export interface DrainResult {

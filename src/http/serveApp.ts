@@ -13,7 +13,7 @@ import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type 
 import { requestShape } from '../generation/shape.js';
 import { structuredOutput, type StructuredOutput } from '../generation/structured.js';
 import { toolOffer } from '../generation/toolCalls.js';
-import { arrivalOf } from './drain.js';
+import { arrivalOf, OWN_HEALTH_PATH } from './drain.js';
 import { declaredBodyLimit } from './bodyLimit.js';
 import type { PoolingKind, StoredExchange } from '../store/captureStore.js';
 import { ChatMessageError, TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
@@ -116,6 +116,8 @@ type Json = Record<string, unknown>;
  */
 export const SERVE_ROUTES: Record<string, { methods: string[]; class: RouteClass }> = {
   '/health': { methods: ['GET'], class: 'public' },
+  // An engine takes requests when vLLM's /health says so: the same answer (503 while starting up or draining).
+  [OWN_HEALTH_PATH]: { methods: ['GET'], class: 'public' },
   '/ping': { methods: ['GET', 'POST'], class: 'public' },
   '/version': { methods: ['GET'], class: 'public' },
   '/metrics': { methods: ['GET'], class: 'public' },
@@ -662,6 +664,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/v1/completions', generate('completion'));
   app.post('/v1/chat/completions', generate('chat'));
   app.get('/health', (c) => c.body(null, 200));
+  app.get(OWN_HEALTH_PATH, (c) => c.body(null, 200));
   // Seed 003's (AIPerf's mock server's) endpoints beside vLLM's.
   const pooling = poolingEndpoints({
     ...config.pooling,

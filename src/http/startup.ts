@@ -1,8 +1,9 @@
 import type { MiddlewareHandler } from 'hono';
+import { OWN_HEALTH_PATH } from './drain.js';
 import { errorJson } from './errors.js';
 
-/** Paths that answer while starting up: Prometheus scrapes (every backend's and DCGM's) and the mocker's own admin routes. */
-const OPEN_WHILE_STARTING = (path: string) => path.endsWith('/metrics') || path.startsWith('/mocker/');
+/** Paths that answer while starting up: Prometheus scrapes (every backend's and DCGM's) and the mocker's own admin routes (not its health check). */
+const OPEN_WHILE_STARTING = (path: string) => path.endsWith('/metrics') || (path.startsWith('/mocker/') && path !== OWN_HEALTH_PATH);
 
 /**
  * Dynamo's `--startup-time`: until `readyAtMs` (performance.now() ms), `/health` and the API answer 503 in vLLM's

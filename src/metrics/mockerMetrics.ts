@@ -7,7 +7,7 @@ const MISS_REASONS = ['no_match', 'too_short'] as const;
 const FAILURES: UpstreamFailure[] = ['unreachable', 'timeout', 'broken_stream', 'error_status'];
 const PULL_FAILURES = ['incomplete_params', 'peer_not_allowed', 'unknown_blocks', 'unreachable'] as const;
 
-/** The mocker's own metrics, beside vLLM's on `/metrics` (prefix `mocker:`). */
+/** The mocker's own metrics, beside vLLM's on `/metrics` (prefix `mocker_`: Prometheus reserves colons for recording rules; vLLM's `vllm:` names are vLLM's own). */
 export class MockerMetrics {
   private readonly hits;
   private readonly prefixHits;
@@ -23,35 +23,35 @@ export class MockerMetrics {
   constructor(registry: Registry, modelName: string, faultTypes: readonly string[] = []) {
     const registers = [registry];
     this.labels = { model_name: modelName };
-    this.hits = new Counter({ name: 'mocker:capture_hits_total', help: 'Requests answered from a capture of the same prompt.', labelNames: ['model_name'], registers });
+    this.hits = new Counter({ name: 'mocker_capture_hits_total', help: 'Requests answered from a capture of the same prompt.', labelNames: ['model_name'], registers });
     this.prefixHits = new Counter({
-      name: 'mocker:capture_prefix_hits_total',
+      name: 'mocker_capture_prefix_hits_total',
       help: 'Requests answered from a capture of another prompt sharing a long enough prefix with theirs (--match prefix).',
       labelNames: ['model_name'],
       registers,
     });
     this.misses = new Counter({
-      name: 'mocker:capture_misses_total',
+      name: 'mocker_capture_misses_total',
       help: 'Requests no capture could answer, by reason: no_match (no capture of this prompt), too_short (the capture ended by length before max_tokens).',
       labelNames: ['model_name', 'reason'],
       registers,
     });
-    this.written = new Counter({ name: 'mocker:captures_written_total', help: 'Exchanges recorded into the capture file (--on-miss record).', labelNames: ['model_name'], registers });
+    this.written = new Counter({ name: 'mocker_captures_written_total', help: 'Exchanges recorded into the capture file (--on-miss record).', labelNames: ['model_name'], registers });
     this.upstreamErrors = new Counter({
-      name: 'mocker:upstream_errors_total',
+      name: 'mocker_upstream_errors_total',
       help: 'Forwarded requests the upstream failed, by reason: unreachable, timeout, broken_stream, error_status.',
       labelNames: ['model_name', 'reason'],
       registers,
     });
-    this.kvPulls = new Counter({ name: 'mocker:kv_pulls_total', help: "Decode requests whose prompt KV was pulled from a prefill engine's hold.", labelNames: ['model_name'], registers });
+    this.kvPulls = new Counter({ name: 'mocker_kv_pulls_total', help: "Decode requests whose prompt KV was pulled from a prefill engine's hold.", labelNames: ['model_name'], registers });
     this.kvPullFailures = new Counter({
-      name: 'mocker:kv_pull_failures_total',
+      name: 'mocker_kv_pull_failures_total',
       help: 'Decode requests whose KV pull failed and that recomputed the prompt locally, by reason: incomplete_params, peer_not_allowed, unknown_blocks, unreachable.',
       labelNames: ['model_name', 'reason'],
       registers,
     });
     this.injected = new Counter({
-      name: 'mocker:injected_errors_total',
+      name: 'mocker_injected_errors_total',
       help: 'Generation requests failed on purpose (--error-rate, --fail-first, X-Mocker-Error), by error type.',
       labelNames: ['model_name', 'type'],
       registers,

@@ -3,7 +3,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { listeningServer, type Drain, type DrainResult } from '../http/drain.js';
+import { listeningServer, OWN_HEALTH_PATH, type Drain, type DrainResult } from '../http/drain.js';
 import { spliceFirstMember } from '../capture/forward.js';
 import { errorJson, sendJson } from '../http/errors.js';
 import { serverTls, type TlsFiles } from '../http/tls.js';
@@ -84,6 +84,9 @@ async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | n
 /** Every route of the proxy, with its access class (access.ts): what `handle` answers; any other path is a 404. */
 export const PD_PROXY_ROUTES: readonly ClassifiedRoute[] = [
   { method: 'GET', path: '/healthcheck', class: 'public' },
+  // As an engine's (and the routers' in front of vLLM: vllm-router, SGLang's, Dynamo's frontend): 200 while serving.
+  { method: 'GET', path: '/health', class: 'public' },
+  { method: 'GET', path: OWN_HEALTH_PATH, class: 'public' },
   { method: 'POST', path: '/v1/completions', class: 'key' },
   { method: 'POST', path: '/v1/chat/completions', class: 'key' },
 ];
@@ -110,6 +113,8 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     if (route.path === '/healthcheck') {
       return sendJson(res, 200, JSON.stringify({ status: 'ok', prefill_instances: options.prefill.length, decode_instances: options.decode.length }));
     }
+    // vLLM's /health answer: no body (the drain answers 503 once stopping).
+    if (route.path === '/health' || route.path === OWN_HEALTH_PATH) return void res.writeHead(200).end();
     const raw = await readBody(req, options.maxBodyBytes);
     if (raw === null) return sendJson(res, 413, errorJson(413, `Request body is larger than ${options.maxBodyBytes} bytes.`, 'Request Entity Too Large'));
     let body: Json;

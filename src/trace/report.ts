@@ -70,7 +70,10 @@ const stamp = (d: Date) => {
   return `${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}_${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`;
 };
 
-/** Where the JSON report goes: `path`, a timestamped file inside it when it is a directory, else one in the working directory. */
+/** Where reports go unless a path is given: a directory of the working directory (made when needed; git-ignored). */
+export const DEFAULT_REPORTS_DIR = 'reports';
+
+/** Where the JSON report goes: `path`, a timestamped file inside it when it is a directory, else one in DEFAULT_REPORTS_DIR. */
 export function reportJsonPath(path: string | undefined, now = new Date()): string {
   const fileName = `dynamo_replay_report_${stamp(now)}.json`;
   try {
@@ -78,7 +81,7 @@ export function reportJsonPath(path: string | undefined, now = new Date()): stri
   } catch {
     // Not there yet: a file path.
   }
-  return path ?? fileName;
+  return path ?? join(DEFAULT_REPORTS_DIR, fileName);
 }
 
 /** Writes the JSON report to `target` (its directory made if need be) under the output rules. */

@@ -1,5 +1,5 @@
 /**
- * Seed 003's (AIPerf's mock server's) endpoints on `mocker serve`: embeddings (checked with the `openai`
+ * AIPerf's mock server's (AIPerf's mock server's) endpoints on `mocker serve`: embeddings (checked with the `openai`
  * client), NIM / TEI / Cohere reranking, TGI generation through the engine, the custom multimodal endpoint,
  * `GET /`, and their errors. Every server is the built CLI in its own process.
  */
@@ -180,7 +180,7 @@ describe('TGI and the custom multimodal endpoint', () => {
     expect(after.prompt - before.prompt).toBe(oracleIdsWithSpecial('Hello world').length);
   });
 
-  it('/v1/custom-multimodal: seed 003\'s answer, tokens used counted from the joined text fragments', async () => {
+  it('/v1/custom-multimodal: AIPerf\'s mock server\'s answer, tokens used counted from the joined text fragments', async () => {
     const answer = (await postJson(main, '/v1/custom-multimodal', {
       modality_bundle: { text_fragments: ['Hello', 'world'], visual_assets: { images: [], videos: [] }, audio_streams: [] },
       inference_params: { model_id: MODEL, max_tokens: 4 },

@@ -1,5 +1,5 @@
 /**
- * Seed 003's other metrics endpoints of `mocker serve` (`/vllm/metrics` … `/dcgm2/metrics`), each read with a real
+ * AIPerf's mock server's other metrics endpoints of `mocker serve` (`/vllm/metrics` … `/dcgm2/metrics`), each read with a real
  * Prometheus text-format parser from the built CLI. The expected names are the ones each project's source gives
  * (test/fixtures/prometheus/backend-metrics.md); the counts and token totals are worked out from the requests sent.
  */

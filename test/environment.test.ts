@@ -1,7 +1,7 @@
 /**
- * Configuration by environment, through spawned processes: `MOCKER_<FLAG>` variables and seed 004's variables
+ * Configuration by environment, through spawned processes: `MOCKER_<FLAG>` variables and the variables of vLLM's NPU mock model
  * (vLLM's mock model for NPUs) start the same server the equivalent flags do (the oracle: a second process
- * started with those flags), flags win over variables, and the seed 004 scripts under scripts/seed004/ run.
+ * started with those flags), flags win over variables, and the NPU mock model's scripts under scripts/npu-mock/ run.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -17,7 +17,7 @@ type Json = Record<string, unknown>;
 const SEED_004 = ['CAPTURE_MODE', 'REPLAY_MODE', 'RANDOM_MODE', 'FORWARD_TIME', 'SIMULATE_ELAPSED_TIME', 'MOCK_CAPTURE_DIR', 'MOCK_CAPTURE_FILE', 'KV_CACHE_MODE', 'PREFILL_PROCESS'];
 /** The user's environment without anything that stands in for a flag. */
 const CLEAN = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(VLLM_|DYN_MOCKER_|MOCKER_|PYTHONHASHSEED$)/.test(k) && !SEED_004.includes(k)));
-const SCRIPTS = join(import.meta.dirname, '..', 'scripts', 'seed004');
+const SCRIPTS = join(import.meta.dirname, '..', 'scripts', 'npu-mock');
 
 const processes: MockerProcess[] = [];
 const upstreams: Upstream[] = [];
@@ -106,14 +106,14 @@ describe('MOCKER_<FLAG>', () => {
   });
 });
 
-describe("seed 004's variables", () => {
+describe("the variables of vLLM's NPU mock model", () => {
   it('RANDOM_MODE with FORWARD_TIME is random mode with that step time', async () => {
     const { settings } = await expectSameServer({ RANDOM_MODE: '1', FORWARD_TIME: '40' }, ['--mode', 'random', '--forward-time-ms', '40']);
     expect(settings.config).toMatchObject({ mode: 'random', timing: 'fixed', forward_time_ms: 40 });
   });
 
   it('REPLAY_MODE replays as fast as possible, or as captured with SIMULATE_ELAPSED_TIME', async () => {
-    // Seed 004: "SIMULATE_ELAPSED_TIME on REPLAY_MODE will simulate time for computing output as it took on the NPUs".
+    // vLLM's NPU mock model: "SIMULATE_ELAPSED_TIME on REPLAY_MODE will simulate time for computing output as it took on the NPUs".
     const fast = await expectSameServer({ REPLAY_MODE: '1' }, ['--mode', 'replay', '--timing', 'none'], ['--on-miss', 'random']);
     expect(fast.settings.config).toMatchObject({ mode: 'replay', timing: 'none' });
     const timed = await expectSameServer({ REPLAY_MODE: '1', SIMULATE_ELAPSED_TIME: '1' }, ['--mode', 'replay', '--timing', 'captured'], ['--on-miss', 'random']);

@@ -3,8 +3,8 @@ import { InvalidArgumentError, type Command, type Option } from 'commander';
 
 /**
  * Configuration by environment: every flag of every command as `MOCKER_<FLAG>` (`--max-num-seqs` →
- * `MOCKER_MAX_NUM_SEQS`), and for `serve` the variables of vLLM's mock model for NPUs (seed 004), so that its
- * users keep their scripts. Precedence: a flag on the command line, then `MOCKER_<FLAG>`, then a seed 004
+ * `MOCKER_MAX_NUM_SEQS`), and for `serve` the variables of vLLM's mock model for NPUs (vLLM's NPU mock model), so that its
+ * users keep their scripts. Precedence: a flag on the command line, then `MOCKER_<FLAG>`, then a variable of vLLM's NPU mock model
  * variable, then the default.
  */
 
@@ -56,7 +56,7 @@ function setFromText(command: Command, option: Option, text: string, variable: s
 const setAlready = (command: Command, option: Option) => !['default', undefined].includes(command.getOptionValueSource(option.attributeName()));
 
 /**
- * Applies `MOCKER_<FLAG>` variables, then (for `serve`) seed 004's, to the options the command line left
+ * Applies `MOCKER_<FLAG>` variables, then (for `serve`) vLLM's NPU mock model's, to the options the command line left
  * alone. Returns the names of the variables that took effect (their values may be secrets: never printed).
  */
 export function applyEnvironment(command: Command, env: NodeJS.ProcessEnv, allCommands: readonly Command[]): string[] {
@@ -75,7 +75,7 @@ export function applyEnvironment(command: Command, env: NodeJS.ProcessEnv, allCo
     applied.push(variable);
   }
   if (command.name() === 'serve') {
-    for (const [flag, { value, from }] of Object.entries(seed004Flags(env))) {
+    for (const [flag, { value, from }] of Object.entries(npuMockFlags(env))) {
       const option = options.find((o) => o.long === flag)!;
       if (setAlready(command, option)) continue;
       setFromText(command, option, value, from.join(' + '));
@@ -89,7 +89,7 @@ export function applyEnvironment(command: Command, env: NodeJS.ProcessEnv, allCo
   return applied;
 }
 
-/** Seed 004's variables that mean nothing here, each with why. */
+/** vLLM's NPU mock model's variables that mean nothing here, each with why. */
 const SEED_004_IGNORED: Record<string, string> = {
   MOCK_CAPTURE_FILE_LOCK: 'SQLite locks the capture file itself',
   MOCK_COMPUTE_LOGITS: 'there are no logits to mock',
@@ -97,19 +97,19 @@ const SEED_004_IGNORED: Record<string, string> = {
   NO_NPU_MOCK: 'no accelerator is ever needed',
 };
 
-/** True when a seed 004 mode variable asks for capture: `serve` then runs `mocker capture` on its own port. */
-export function seed004Capture(env: NodeJS.ProcessEnv): boolean {
-  return seed004Modes(env).includes('CAPTURE_MODE');
+/** True when a mode variable of vLLM's NPU mock model asks for capture: `serve` then runs `mocker capture` on its own port. */
+export function npuMockCapture(env: NodeJS.ProcessEnv): boolean {
+  return npuMockModes(env).includes('CAPTURE_MODE');
 }
 
-function seed004Modes(env: NodeJS.ProcessEnv): string[] {
+function npuMockModes(env: NodeJS.ProcessEnv): string[] {
   const modes = ['CAPTURE_MODE', 'REPLAY_MODE', 'RANDOM_MODE'].filter((v) => env[v] !== undefined && truth(v, env[v]!));
   if (modes.length > 1) throw new InvalidArgumentError(`${modes.join(' and ')} are exclusive: set one`);
   return modes;
 }
 
 /**
- * `serve` flags meant by seed 004's variables, each with the variables it comes from:
+ * `serve` flags meant by the variables of vLLM's NPU mock model, each with the variables it comes from:
  * - `REPLAY_MODE=1` → `--mode replay`, as fast as possible unless `SIMULATE_ELAPSED_TIME=1` (`--timing captured`,
  *   the captured elapsed time) or `FORWARD_TIME` (`--timing fixed`);
  * - `RANDOM_MODE=1` → `--mode random` (its steps take `FORWARD_TIME` ms, 25 by default as the seed's example);
@@ -117,10 +117,10 @@ function seed004Modes(env: NodeJS.ProcessEnv): string[] {
  * - `MOCK_CAPTURE_DIR` + `MOCK_CAPTURE_FILE` → `--captures DIR/FILE`;
  * - `KV_CACHE_MODE=1` → PD: `--disaggregation-mode decode`, or `prefill` with `PREFILL_PROCESS=1`.
  */
-export function seed004Flags(env: NodeJS.ProcessEnv): Record<string, { value: string; from: string[] }> {
+export function npuMockFlags(env: NodeJS.ProcessEnv): Record<string, { value: string; from: string[] }> {
   const flags: Record<string, { value: string; from: string[] }> = {};
   const on = (v: string) => env[v] !== undefined && truth(v, env[v]!);
-  const [mode] = seed004Modes(env);
+  const [mode] = npuMockModes(env);
   if (mode === 'REPLAY_MODE') flags['--mode'] = { value: 'replay', from: [mode] };
   if (mode === 'RANDOM_MODE') flags['--mode'] = { value: 'random', from: [mode] };
   if (env.FORWARD_TIME !== undefined) flags['--forward-time-ms'] = { value: env.FORWARD_TIME, from: ['FORWARD_TIME'] };

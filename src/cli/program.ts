@@ -4,7 +4,7 @@ import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { dynamoKvEventsConfigs, parseKvEventsConfig, type KvEventsConfig, type KvEventsFormat } from '../events/index.js';
 import { startCapture } from './capture.js';
 import { capturesExport, capturesImport, capturesList, capturesMerge, capturesPrune, capturesShow, capturesStats } from './captures.js';
-import { applyEnvironment, seed004Capture } from './environment.js';
+import { applyEnvironment, npuMockCapture } from './environment.js';
 import { everyCommand, GROUPS, laterDefault, useOptionStyle } from './help.js';
 import { forceOption, number } from './flags.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type EngineArgs } from './engineArgs.js';
@@ -104,7 +104,7 @@ function portList(name: string) {
   return (value: string) => value.split(',').map((part) => port(name, false)(part.trim()));
 }
 
-/** `mocker capture` from its flags (also `serve` under seed 004's CAPTURE_MODE=1, which has them all but --label). */
+/** `mocker capture` from its flags (also `serve` under vLLM's NPU mock model's CAPTURE_MODE=1, which has them all but --label). */
 function startCaptureWith(o: OptionValues) {
   return startCapture({
     upstream: o.upstream,
@@ -270,8 +270,8 @@ export function buildProgram(): Command {
     .addOption(laterDefault(new Option('--api-key <key>', 'require Authorization: Bearer <key> on /v1/*'), '$VLLM_API_KEY'))
     .addOption(apiKeyScope())
     .action(async (o, command: Command) => {
-      // Seed 004's CAPTURE_MODE=1: the engine's own process recorded; here, the capture proxy on serve's address.
-      if (seed004Capture(process.env) && command.getOptionValueSource('mode') === 'default') {
+      // vLLM's NPU mock model's CAPTURE_MODE=1: the engine's own process recorded; here, the capture proxy on serve's address.
+      if (npuMockCapture(process.env) && command.getOptionValueSource('mode') === 'default') {
         if (!o.upstream) throw new Error('CAPTURE_MODE=1 records a real engine: give its URL with --upstream (or MOCKER_UPSTREAM)');
         console.log('mocker serve: CAPTURE_MODE=1: running as mocker capture');
         await stopOnSignal('capture', startCaptureWith(o), o.shutdownTimeout);

@@ -137,7 +137,7 @@ export interface ServeOptions {
   kvTransferAllowedHosts?: string[];
   /** How long a prefill engine holds KV for a decode that never comes. Default VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). */
   kvHoldTimeoutMs?: number;
-  /** Embeddings and reranking (seed 003): vector size and latency knobs. Defaults: DEFAULT_POOLING. */
+  /** Embeddings and reranking (AIPerf's mock server): vector size and latency knobs. Defaults: DEFAULT_POOLING. */
   pooling?: Partial<PoolingOptions>;
   /** --tool-call-rate: share of random `tool_choice: "auto"` answers that call a tool. Default DEFAULT_TOOL_CALL_RATE. */
   toolCallRate?: number;
@@ -172,7 +172,7 @@ function matchingOf(given: ServeOptions['matching']): Required<NonNullable<Serve
   return { ...matching, ignoreFields: [...new Set(matching.ignoreFields)] };
 }
 
-/** Seed 003's embedding and ranking settings (its defaults: 768 dimensions, 10 ms + 2 ms per input, 10 ms + 1 ms per passage). */
+/** AIPerf's mock server's embedding and ranking settings (its defaults: 768 dimensions, 10 ms + 2 ms per input, 10 ms + 1 ms per passage). */
 export interface PoolingOptions {
   embeddingDimensions: number;
   embeddingBaseLatencyMs: number;
@@ -478,7 +478,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     }, STATS_LOG_INTERVAL_MS);
     logTimer.unref();
     timers.push(logTimer);
-    // Seed 003's other backends' metrics and DCGM telemetry, from the same engine.
+    // AIPerf's mock server's other backends' metrics and DCGM telemetry, from the same engine.
     const backends = backendMetrics({
       vllm: vllmConfig,
       blockSize: args.blockSize,

@@ -7,13 +7,13 @@ import { badRequest } from './errors.js';
 import { parseBody } from './schemas.js';
 
 /**
- * Embeddings and reranking as AIPerf's mock server answers them (seed 003): no engine, a latency of its own
+ * Embeddings and reranking as AIPerf's mock server answers them (AIPerf's mock server): no engine, a latency of its own
  * (base + per item × items), vectors and scores drawn from hashes of the inputs so every run and every process
  * gives the same answer. Wire shapes: OpenAI's embeddings (as vLLM serves them), NVIDIA NIM's /v1/ranking,
  * Hugging Face TEI's /rerank and Cohere's /v2/rerank.
  */
 
-/** Seed 003's latency knobs, in ms (already 0 under `--timing none`). */
+/** AIPerf's mock server's latency knobs, in ms (already 0 under `--timing none`). */
 export interface PoolingLatency {
   embeddingBaseMs: number;
   embeddingPerInputMs: number;
@@ -108,7 +108,7 @@ function checkNotEmpty(items: unknown[], field: string): void {
   if (items.length === 0) throw badRequest(`\`${field}\` must not be empty.`, field);
 }
 
-/** Seed 003's latency for `count` items; nothing under `--timing none`. */
+/** AIPerf's mock server's latency for `count` items; nothing under `--timing none`. */
 async function wait(baseMs: number, perItemMs: number, count: number): Promise<void> {
   const ms = baseMs + perItemMs * count;
   if (ms > 0) await sleep(ms);

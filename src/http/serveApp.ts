@@ -72,7 +72,7 @@ export interface ServeAppConfig {
   /** vLLM's --trust-request-chat-template: a `chat_template` in the request is used (rendered in a worker), not refused. */
   trustRequestChatTemplate?: boolean;
   /**
-   * Embeddings and reranking (seed 003's endpoints): the vector size and their own latency; under `--timing
+   * Embeddings and reranking (AIPerf's mock server's endpoints): the vector size and their own latency; under `--timing
    * captured`, how long a captured answer takes.
    */
   pooling: { embeddingDimensions: number; latency: PoolingLatency; capturedDuration?: (capturedMs: number) => number };
@@ -665,7 +665,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/v1/chat/completions', generate('chat'));
   app.get('/health', (c) => c.body(null, 200));
   app.get(OWN_HEALTH_PATH, (c) => c.body(null, 200));
-  // Seed 003's (AIPerf's mock server's) endpoints beside vLLM's.
+  // AIPerf's mock server's (AIPerf's mock server's) endpoints beside vLLM's.
   const pooling = poolingEndpoints({
     ...config.pooling,
     resolveModel,

@@ -6,7 +6,7 @@ import type { ModelTokenizer } from '../tokenizer/index.js';
 import { parseBody } from './schemas.js';
 
 /**
- * Hugging Face TGI's `/generate` and `/generate_stream`, and seed 003's `/v1/custom-multimodal`, answered by
+ * Hugging Face TGI's `/generate` and `/generate_stream`, and AIPerf's mock server's `/v1/custom-multimodal`, answered by
  * the completions path: each request is translated into a completion body, planned and run by the same
  * resolver and engine as `/v1/completions` (so it queues, shares the KV cache and counts in the metrics), and
  * the engine's token events are rendered in the endpoint's own shape.
@@ -149,7 +149,7 @@ export function tgiEndpoints(runCompletion: RunCompletion, tokenizer: ModelToken
     if (!abort.signal.aborted) res.end();
   }
 
-  /** `POST /v1/custom-multimodal`: seed 003's answer shape, the text generated from the joined text fragments. */
+  /** `POST /v1/custom-multimodal`: AIPerf's mock server's answer shape, the text generated from the joined text fragments. */
   async function customMultimodal(res: ServerResponse, body: Json, arrivalMs: number): Promise<void> {
     const req = parseBody(multimodalRequest, body);
     const abort = abortOnClose(res);

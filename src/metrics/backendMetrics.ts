@@ -16,7 +16,7 @@ export interface MissingMetrics {
   notFound: string;
 }
 
-/** Seed 003's metrics paths besides `/metrics`. */
+/** AIPerf's mock server's metrics paths besides `/metrics`. */
 export const BACKEND_METRICS_PATHS = [
   '/vllm/metrics',
   '/sglang/metrics',

@@ -47,14 +47,14 @@ export interface DcgmConfig {
   seed: number;
 }
 
-/** Seed 003's defaults (`--dcgm-*`); without a seed, each start draws one. */
+/** AIPerf's mock server's defaults (`--dcgm-*`); without a seed, each start draws one. */
 export const DEFAULT_DCGM: Omit<DcgmConfig, 'seed'> = { gpuName: 'h200', numGpus: 2, autoLoad: true, minThroughput: 100, windowSec: 1, hostname: 'localhost' };
 
 /** vLLM's default --gpu-memory-utilization: the framebuffer it takes at start-up, whatever the load. */
 const MEMORY_UTILIZATION = 0.9;
 
 /**
- * Seed 003's auto-scaling rule: throughput is the tokens of the last `window` over the window, the peak the
+ * AIPerf's mock server's auto-scaling rule: throughput is the tokens of the last `window` over the window, the peak the
  * largest throughput seen (at least `minThroughput`), the load their ratio.
  */
 class ThroughputLoad {
@@ -211,7 +211,7 @@ class DcgmExporter {
 }
 
 /**
- * Simulated DCGM telemetry for `/dcgm1/metrics` and `/dcgm2/metrics` (seed 003): two dcgm-exporter instances whose
+ * Simulated DCGM telemetry for `/dcgm1/metrics` and `/dcgm2/metrics` (AIPerf's mock server): two dcgm-exporter instances whose
  * GPUs' utilisation, power, temperature and SM clock go from the GPU model's idle to its maximum with the load, the
  * load following the engine's generated tokens. The clock is read when tokens are recorded and when a scrape reads.
  */

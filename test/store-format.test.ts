@@ -132,13 +132,19 @@ describe('a capture file of the layout before encoding 1', () => {
       proxied.push({ ...r, text: await res.text() });
     }
     await capture.stop();
-    // The same exchanges, written into a file of the old layout row by row (runs and tokenizer files as they are).
+    // The same exchanges, written into a file of the old layout row by row (runs as they are, tokenizer files
+    // uncompressed as that layout stored them).
     const exchanges = allExchanges(recorded);
     expect(exchanges.map((e) => e.outcome)).toEqual(requests.map(() => 'complete'));
     const file = oldLayoutFile(oldFile);
     file.exec(`ATTACH '${recorded}' AS recorded`);
-    file.exec('INSERT INTO runs SELECT * FROM recorded.runs; INSERT INTO blobs SELECT * FROM recorded.blobs;');
+    file.exec('INSERT INTO runs SELECT * FROM recorded.runs');
     file.exec('DETACH recorded');
+    const store = CaptureStore.open(recorded, { readonly: true });
+    for (const run of store.runs()) {
+      for (const data of store.tokenizerFiles(run).values()) file.prepare('INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)').run(sha256(data), data.length, data);
+    }
+    store.close();
     for (const ex of exchanges) writeOldExchange(file, ex);
     file.close();
   });

@@ -90,7 +90,7 @@ export async function mergeCaptures(sources: readonly string[], out: string, { f
             const read = <T>(work: () => T) => namingCapture(sources[i], work);
             for (const run of read(() => source.runs())) {
               const { id: _, startedAt, tokenizerFiles: __, ...info } = run;
-              const runId = target.startRun(info, read(() => source.tokenizerFiles(run)), startedAt);
+              const runId = target.startRun(info, read(() => source.storedTokenizerFiles(run)), startedAt);
               runs++;
               for (const id of read(() => source.exchangeIds(run.id))) {
                 const ex = read(() => source.getExchange(id));

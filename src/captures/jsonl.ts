@@ -3,7 +3,9 @@
  * can be reviewed, edited and diffed in git, and turned back into a capture file without losing a byte.
  *
  * Lines, in this order: a header; the tokenizer files (`blob`, content-addressed as in the store, shared by
- * runs); then each run followed by its exchanges in captured order. Runs are numbered 1, 2, … in the file (the
+ * runs; brotli-compressed as the store keeps them: `"encoding":"brotli"`, the file's `size` and the compressed
+ * bytes; version 1 files, which carried them as they are, still import); then each run followed by its exchanges
+ * in captured order. Runs are numbered 1, 2, … in the file (the
  * store's own ids are not carried: they are not stable across files), and each exchange names its run by that
  * number. Bytes are a string when they are UTF-8 (the usual JSON bodies and SSE streams), else `{"base64": …}`;
  * a body `null` was redacted at capture (`--redact-bodies`). Token ids and timings are plain arrays (JSON
@@ -11,11 +13,13 @@
  */
 import { z } from 'zod';
 import type { CaptureStore, Exchange, RunInfo, StoredExchange, StoredRun } from '../store/captureStore.js';
+import { BLOB_BROTLI, BLOB_RAW, inflated, type StoredBlob } from '../store/fileBlobs.js';
 import { FileError } from '../util/fileError.js';
 import { sha256Hex } from '../util/sha256.js';
 
 export const FORMAT = 'mocker-captures';
-export const FORMAT_VERSION = 1;
+/** 2: tokenizer files compressed (1: as they are; still read). */
+export const FORMAT_VERSION = 2;
 
 type Bytes = string | { base64: string };
 
@@ -34,8 +38,16 @@ const u32 = z.number().int().min(0).max(0xffffffff);
 const headerMap = z.record(z.string(), z.union([z.string(), z.array(z.string())]));
 const jsonObject = z.record(z.string(), z.unknown());
 
-const headerLine = z.strictObject({ type: z.literal('header'), format: z.literal(FORMAT), version: z.literal(FORMAT_VERSION) });
-const blobLine = z.strictObject({ type: z.literal('blob'), sha256: z.string().regex(/^[0-9a-f]{64}$/), data: bytes });
+const headerLine = z.strictObject({ type: z.literal('header'), format: z.literal(FORMAT), version: z.union([z.literal(1), z.literal(FORMAT_VERSION)]) });
+const blobLine = z.strictObject({
+  type: z.literal('blob'),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  /** Absent: `data` is the file itself. */
+  encoding: z.literal('brotli').optional(),
+  /** The file's own size (with `encoding`). */
+  size: z.number().int().min(0).optional(),
+  data: bytes,
+});
 const runLine = z.strictObject({
   type: z.literal('run'),
   run: z.number().int().min(1),
@@ -103,8 +115,9 @@ export function headerJsonl(): string {
   return json({ type: 'header', format: FORMAT, version: FORMAT_VERSION });
 }
 
-export function blobJsonl(sha256: string, data: Buffer): string {
-  return json({ type: 'blob', sha256, data: encodeBytes(data) });
+export function blobJsonl(blob: StoredBlob): string {
+  if (blob.encoding === BLOB_RAW) return json({ type: 'blob', sha256: blob.sha256, data: encodeBytes(blob.data) });
+  return json({ type: 'blob', sha256: blob.sha256, encoding: 'brotli', size: blob.size, data: encodeBytes(blob.data) });
 }
 
 export function runJsonl(run: StoredRun, ordinal: number): string {
@@ -174,11 +187,10 @@ export async function exportJsonl(store: CaptureStore, write: (text: string) => 
   const runs = store.runs();
   const written = new Set<string>();
   for (const run of runs) {
-    for (const [name, data] of store.tokenizerFiles(run)) {
-      const hash = run.tokenizerFiles[name];
-      if (written.has(hash)) continue;
-      written.add(hash);
-      await write(blobJsonl(hash, data));
+    for (const blob of store.storedTokenizerFiles(run).values()) {
+      if (written.has(blob.sha256)) continue;
+      written.add(blob.sha256);
+      await write(blobJsonl(blob));
     }
   }
   for (const [i, run] of runs.entries()) {
@@ -197,7 +209,7 @@ export interface ImportedRun {
   ordinal: number;
   info: RunInfo;
   startedAt: number;
-  tokenizerFiles: Map<string, Buffer>;
+  tokenizerFiles: Map<string, StoredBlob>;
 }
 
 /** An exchange line, checked, and the number of its run in the file. */
@@ -243,7 +255,7 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  * tokenizer files. Errors name `source` and the line.
  */
 export async function* readJsonl(input: AsyncIterable<Buffer>, source: string): AsyncGenerator<ImportedRun | ImportedExchange> {
-  const blobs = new Map<string, Buffer>();
+  const blobs = new Map<string, StoredBlob>();
   const runs = new Set<number>();
   let sawHeader = false;
   let number = 0;
@@ -281,14 +293,23 @@ export async function* readJsonl(input: AsyncIterable<Buffer>, source: string): 
       if (sawHeader) throw fail('a second header');
       sawHeader = true;
     } else if (l.type === 'blob') {
-      const data = decodeBytes(l.data);
+      if ((l.encoding === undefined) !== (l.size === undefined)) throw fail('encoding and size come together (a compressed file) or not at all');
+      const stored = decodeBytes(l.data);
+      const blob: StoredBlob = { sha256: l.sha256, size: l.size ?? stored.length, encoding: l.encoding === undefined ? BLOB_RAW : BLOB_BROTLI, data: stored };
+      let data: Buffer;
+      try {
+        data = inflated(blob);
+      } catch (err) {
+        throw fail(`data: ${(err as Error).message}`);
+      }
       const hash = sha256Hex(data);
       if (hash !== l.sha256) throw fail(`sha256: the blob's data hashes to ${hash}, not ${l.sha256}`);
-      blobs.set(hash, data);
+      // Kept as it came (compressed, the store's form): memory holds the compressed files, and the store need not compress them again.
+      blobs.set(hash, blob);
     } else if (l.type === 'run') {
       if (runs.has(l.run)) throw fail(`run ${l.run} is defined twice`);
       runs.add(l.run);
-      const files = new Map<string, Buffer>();
+      const files = new Map<string, StoredBlob>();
       for (const [name, hash] of Object.entries(l.tokenizerFiles)) {
         const data = blobs.get(hash);
         if (!data) throw fail(`tokenizerFiles.${name}: no blob line ${hash} before this run`);

@@ -29,6 +29,7 @@ import {
   writeU32,
 } from './pack.js';
 import { BackgroundCheckpointer } from './checkpointer.js';
+import { BLOB_RAW, blobOf, fileOf, type BlobEncoding, type StoredBlob } from './fileBlobs.js';
 import { PromptTree } from './promptTree.js';
 import * as schema from './schema.js';
 
@@ -216,8 +217,9 @@ export function promptKey(model: string, promptIds: ArrayLike<number>): string {
 const LEGACY_MIGRATIONS = 2;
 /**
  * The migrations of the compact layout's tables (0002_compact_store). Later ones only add indexes, which make
- * lookups faster but which a file opened read-only does without: a new migration that changes tables or columns
- * must raise this.
+ * lookups faster but which a file opened read-only does without, or `blobs.encoding` (0004_blob_encoding), whose
+ * absence means every blob is stored as it is: a new migration that changes tables or columns otherwise must
+ * raise this.
  */
 const COMPACT_MIGRATIONS = 3;
 
@@ -538,6 +540,8 @@ export class CaptureStore {
   private readonly db: Db;
   /** A file at the schema before encoding 1, opened read-only: no `encoding`, `prompt_node` or prompt tree. */
   private readonly legacy: boolean;
+  /** Whether `blobs` has its `encoding` column (a file opened read-only may predate it). */
+  private readonly blobsEncoded: boolean;
   private readonly tree: PromptTree | null;
   /** The statements that write exchanges (none for a legacy file: its tables lack their columns). */
   private readonly writes;
@@ -588,6 +592,7 @@ export class CaptureStore {
     }
     this.sqlite = sqlite;
     this.legacy = legacy;
+    this.blobsEncoded = sqlite.prepare(`select 1 from pragma_table_info('blobs') where name = 'encoding'`).get() !== undefined;
     this.slicedReads = readonly && sqlite.pragma('journal_mode', { simple: true }) !== 'wal';
     this.tree = legacy ? null : new PromptTree(sqlite);
 
@@ -713,10 +718,11 @@ export class CaptureStore {
   }
 
   /**
-   * Starts a capture run; tokenizer files are stored content-addressed (deduplicated across runs). `startedAt`
-   * is given when a run is copied from another file (import, merge).
+   * Starts a capture run; tokenizer files are stored compressed and content-addressed (deduplicated across runs):
+   * each as its bytes, or as another capture file stored it (import, merge: carried as they are). `startedAt` is
+   * given when a run is copied from another file.
    */
-  startRun(info: RunInfo, tokenizerFiles: Map<string, Buffer>, startedAt = Date.now()): number {
+  startRun(info: RunInfo, tokenizerFiles: Map<string, Buffer | StoredBlob>, startedAt = Date.now()): number {
     return this.sqlite.transaction(() => {
       const files = this.storeFiles(tokenizerFiles);
       const row = this.db
@@ -736,12 +742,15 @@ export class CaptureStore {
     })();
   }
 
-  private storeFiles(tokenizerFiles: Map<string, Buffer>): Record<string, string> {
+  private storeFiles(tokenizerFiles: Map<string, Buffer | StoredBlob>): Record<string, string> {
     const files: Record<string, string> = {};
-    for (const [name, data] of tokenizerFiles) {
-      const hash = sha256Hex(data);
-      this.db.insert(schema.blobs).values({ sha256: hash, size: data.length, data }).onConflictDoNothing().run();
+    const stored = this.sqlite.prepare<[string], 1>('select 1 from blobs where sha256 = ?').pluck();
+    for (const [name, file] of tokenizerFiles) {
+      const hash = Buffer.isBuffer(file) ? sha256Hex(file) : file.sha256;
       files[name] = hash;
+      // Compressing takes 0.4 s on Qwen3's tokenizer: not again for a file the capture holds already.
+      if (stored.get(hash) !== undefined) continue;
+      this.db.insert(schema.blobs).values(Buffer.isBuffer(file) ? blobOf(file, hash) : file.encoding === BLOB_RAW ? blobOf(file.data, hash) : file).onConflictDoNothing().run();
     }
     return files;
   }
@@ -918,18 +927,42 @@ export class CaptureStore {
     };
   }
 
-  /** The tokenizer files a run recorded, by file name. */
+  /** The tokenizer files a run recorded, by file name: inflated, and checked (see `fileOf`). */
   tokenizerFiles(run: StoredRun): Map<string, Buffer> {
+    return this.checkedBlobs(run, fileOf);
+  }
+
+  /** The tokenizer files a run recorded, by file name, as stored, once checked: what export and merge carry into another file. */
+  storedTokenizerFiles(run: StoredRun): Map<string, StoredBlob> {
+    return this.checkedBlobs(run, (blob) => (fileOf(blob), blob));
+  }
+
+  /** `read` of each tokenizer file of the run; a file that fails its check fails naming the capture file and the tokenizer file. */
+  private checkedBlobs<T>(run: StoredRun, read: (blob: StoredBlob) => T): Map<string, T> {
     const hashes = Object.values(run.tokenizerFiles);
-    const out = new Map<string, Buffer>();
+    const out = new Map<string, T>();
     if (hashes.length === 0) return out;
-    const rows = this.db.select().from(schema.blobs).where(inArray(schema.blobs.sha256, hashes)).all();
-    const byHash = new Map(rows.map((r) => [r.sha256, r.data]));
+    const byHash = new Map(this.blobRows(hashes).map((r) => [r.sha256, r]));
     for (const [name, hash] of Object.entries(run.tokenizerFiles)) {
-      const data = byHash.get(hash);
-      if (data) out.set(name, data);
+      const blob = byHash.get(hash);
+      if (!blob) continue;
+      try {
+        out.set(name, read(blob));
+      } catch (err) {
+        throw new CaptureFileError(this.path, `tokenizer file ${name} (blob ${hash}): ${(err as Error).message}`);
+      }
     }
     return out;
+  }
+
+  private blobRows(hashes: string[]): StoredBlob[] {
+    // A file opened read-only before migration 0004_blob_encoding has no `encoding` column: its blobs are raw.
+    const encoding = this.blobsEncoded ? 'encoding' : `${BLOB_RAW} as encoding`;
+    return this.sqlite
+      .prepare<string[], { sha256: string; size: number; encoding: BlobEncoding; data: Buffer }>(
+        `select sha256, size, ${encoding}, data from blobs where sha256 in (${hashes.map(() => '?').join(', ')})`,
+      )
+      .all(...hashes);
   }
 
   /** Models that have complete captures: those with generations first (the first is `serve`'s default model), then by name. */

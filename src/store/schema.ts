@@ -1,11 +1,17 @@
 import { sql } from 'drizzle-orm';
 import { blob, index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 
-/** Content-addressed files (tokenizer files of the capture), keyed by their SHA-256. */
+/** Content-addressed files (tokenizer files of the capture), keyed by the SHA-256 of the file's own bytes. */
 export const blobs = sqliteTable('blobs', {
   sha256: text('sha256').primaryKey(),
+  /** The file's own size (before compression). */
   size: integer('size').notNull(),
   data: blob('data', { mode: 'buffer' }).notNull(),
+  /**
+   * How `data` holds the file (store/fileBlobs.ts). 0: as it is (every file written before migration
+   * 0004_blob_encoding; read as it is). 1: brotli-compressed.
+   */
+  encoding: integer('encoding').notNull().default(0),
 });
 
 /** One `mocker capture` (or record-on-miss) session: the engine's identity and the tokenizer it used. */

@@ -1,0 +1,1 @@
+ALTER TABLE `blobs` ADD `encoding` integer DEFAULT 0 NOT NULL;

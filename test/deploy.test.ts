@@ -168,13 +168,13 @@ describe('the chart, rendered for each values file in ci/', () => {
     expect(monitor.spec.endpoints).toEqual([{ port: 'http', path: '/metrics', interval: '15s' }]);
   });
 
-  it('agg-replay: the ConfigMap mounted read-only at /captures, MOCKER_CAPTURES naming its file', () => {
+  it('agg-replay: the PersistentVolumeClaim mounted read-only at /captures, MOCKER_CAPTURES naming its file', () => {
     const docs = render(ciValues('agg-replay-values.yaml'));
     const engine = find(docs, 'Deployment', 'mocker-engine');
     const c = container(engine);
     expect(env(c)).toMatchObject({ MOCKER_CAPTURES: '/captures/golden.db', MOCKER_MODE: 'replay', MOCKER_ON_MISS: 'error', MOCKER_SPEEDUP_RATIO: '2' });
     expect(c.volumeMounts).toContainEqual({ name: 'captures', mountPath: '/captures', readOnly: true });
-    expect(engine.spec.template.spec.volumes).toContainEqual({ name: 'captures', configMap: { name: 'mocker-captures' } });
+    expect(engine.spec.template.spec.volumes).toContainEqual({ name: 'captures', persistentVolumeClaim: { claimName: 'mocker-captures', readOnly: true } });
   });
 
   it('disagg 2P4D: prefill and decode Deployments, the PD proxy pointing at their Services, KV pulled from the prefill pod itself', () => {

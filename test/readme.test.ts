@@ -206,15 +206,18 @@ describe('README.md', () => {
     }
   }, 600_000);
 
-  it('a mocker started with npx stops gracefully when npx is sent SIGTERM (npm does not pass the signal on)', async () => {
+  it.each([
+    ['npx mocker serve', ['npx', 'mocker', 'serve', '--host', '127.0.0.1']],
+    ['npm start', ['npm', 'start']],
+  ])('a server started with %s stops gracefully when npm is sent SIGTERM (npm does not pass the signal on)', async (_, [command, ...args]) => {
     const cwd = checkoutCopy();
     const port = await freePort();
-    const npx = spawn('npx', ['mocker', 'serve', '--host', '127.0.0.1', '--port', String(port)], { cwd, env: env(), detached: true, stdio: ['ignore', 'pipe', 'inherit'] });
-    groups.push(npx.pid!);
+    const npm = spawn(command, args, { cwd, env: env({ MOCKER_PORT: String(port) }), detached: true, stdio: ['ignore', 'pipe', 'inherit'] });
+    groups.push(npm.pid!);
     let out = '';
-    npx.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    await untilHealthy(port, { output: () => out }, new Promise<Ran>((r) => npx.once('exit', (code, signal) => r({ code, signal, output: out }))));
-    npx.kill('SIGTERM');
+    npm.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    await untilHealthy(port, { output: () => out }, new Promise<Ran>((r) => npm.once('exit', (code, signal) => r({ code, signal, output: out }))));
+    npm.kill('SIGTERM');
     let answering = true;
     for (let i = 0; i < 100 && answering; i++) {
       await new Promise((r) => setTimeout(r, 100));

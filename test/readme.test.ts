@@ -21,7 +21,7 @@ const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
 const FOREGROUND = '<!-- readme-test: foreground server -->';
 const STOP_FOREGROUND = '<!-- readme-test: stop foreground server -->';
 /** Where the README writes: made fresh in the copy, never linked to the checkout's own. */
-const WRITTEN = new Set(['captures', 'reports', 'rerun.xml', 'rerun.html']);
+const WRITTEN = new Set(['captures', 'reports']);
 const groups: number[] = [];
 
 afterAll(() => {
@@ -164,7 +164,7 @@ describe('README.md', () => {
     const ports = await portsOf(blocks.map((b) => b.code));
     const cwd = checkoutCopy();
     let foreground: { child: ChildProcess; done: Promise<Ran>; output: () => string } | undefined;
-    const outputs = new Map<string, string>();
+    const outputs: { heading: string; code: string; output: string }[] = [];
     for (const step of all) {
       if (step.kind === 'stop foreground') {
         expect(foreground, `${STOP_FOREGROUND} with no foreground server`).toBeDefined();
@@ -172,6 +172,7 @@ describe('README.md', () => {
         const ran = await foreground!.done;
         // Ctrl-C ends npm by the signal, as in a terminal; the server under it has drained and stopped.
         expect(ran.code === 0 || ran.signal === 'SIGINT', ran.output).toBe(true);
+        expect(ran.output).toMatch(/mocker serve: SIGINT: draining/);
         expect(ran.output).toMatch(/mocker serve: stopped: /);
         foreground = undefined;
         continue;
@@ -186,19 +187,37 @@ describe('README.md', () => {
       }
       const ran = await start(code, cwd).done;
       expect(ran.code, `README block in "${step.heading}" failed:\n${step.code}\n--- its output:\n${ran.output}`).toBe(0);
-      outputs.set(step.heading, `${outputs.get(step.heading) ?? ''}${ran.output}`);
+      outputs.push({ heading: step.heading, code: step.code, output: ran.output });
     }
     expect(foreground, 'the foreground server was never stopped').toBeUndefined();
 
     // What the text around the blocks promises.
-    expect(outputs.get('A first request')).toMatch(/"object":"chat\.completion"/);
-    expect(outputs.get('Record and replay')).toMatch(/captures\/golden\.db/);
-    expect(outputs.get('Check a new build against the golden run')).toMatch(/^2 exchanges compared: 2 same, 0 regression\(s\)/m);
-    expect(await schemaErrors(readFileSync(join(cwd, 'rerun.xml'), 'utf8'))).toEqual([]);
-    expect(readFileSync(join(cwd, 'rerun.html'), 'utf8')).toContain('No regression: 2 exchanges compared');
+    const of = (heading: string) => outputs.filter((o) => o.heading === heading);
+    const [curl, sdk] = of('A first request');
+    expect(JSON.parse(curl.output)).toMatchObject({ object: 'chat.completion', model: 'Qwen/Qwen3-0.6B', usage: { completion_tokens: 16 } });
+    expect(sdk.output.trim().length, 'the SDK printed the streamed text').toBeGreaterThan(0);
+    // Recorded, then replayed: the same answer (a fresh id and created, as every vLLM response has).
+    const [recorded, replayed] = of('Record and replay');
+    expect(recorded.output).toMatch(/captures\/golden\.db: 2 exchanges \(2 complete/);
+    const chat = (output: string) => {
+      const { id, created, ...answer } = JSON.parse(output.split('\n').find((line) => line.startsWith('{"id":"chatcmpl-'))!) as Record<string, unknown>;
+      expect([typeof id, typeof created]).toEqual(['string', 'number']);
+      return answer;
+    };
+    expect(chat(replayed.output)).toEqual(chat(recorded.output));
+    const [rerun] = of('Check a new build against the golden run');
+    expect(rerun.output).toMatch(/^2 exchanges compared: 2 same, 0 regression\(s\)/m);
+    expect(await schemaErrors(readFileSync(join(cwd, 'reports', 'rerun.xml'), 'utf8'))).toEqual([]);
+    expect(readFileSync(join(cwd, 'reports', 'rerun.html'), 'utf8')).toContain('No regression: 2 exchanges compared');
     expect(existsSync(join(cwd, 'reports', 'fleet.html'))).toBe(true);
     expect(readdirSync(join(cwd, 'reports')).some((f) => /^dynamo_replay_report_.*\.json$/.test(f))).toBe(true);
-    expect(outputs.get('Deploy')).toMatch(/^kind: Deployment$/m);
+    expect(of('Prefill/decode disaggregation')[0].output).toMatch(/"object":"text_completion"/);
+    expect(of('Deploy')[0].output).toMatch(/^kind: Deployment$/m);
+    // Every background server drained and stopped, each with its summary line, before its block ended.
+    for (const { code, output } of outputs.filter((o) => o.code.includes('& '))) {
+      const started = (code.match(/ & \w+=\$!/g) ?? []).length;
+      expect((output.match(/^mocker \S+: stopped: /gm) ?? []).length, code).toBe(started);
+    }
     // Every server a block started has stopped: both capture files were closed self-contained.
     for (const file of ['golden.db', 'rerun.db']) {
       expect(existsSync(join(cwd, 'captures', file)), file).toBe(true);

@@ -457,6 +457,10 @@ describe('mocker rerun of a vLLM capture', () => {
     const run = await rerun(golden, `http://127.0.0.1:${renamed.port}`);
     expect(run.code, run.stdout + run.stderr).toBe(0);
     expect(summary(run.stdout)).toEqual({ compared: 1, same: 0, regressions: 0, sampled: 1 });
+    // Not streamed: no first token or gaps on either side, so those figures are absent (n/a), not zeros.
+    expect(run.stdout).toMatch(/TTFT ms \(golden 0 \/ target 0 samples\): p50 n\/a -> n\/a \(n\/a\), p90 n\/a -> n\/a \(n\/a\), p99 n\/a -> n\/a \(n\/a\)/);
+    expect(run.stdout).toMatch(/ITL ms \(golden 0 \/ target 0 samples\): p50 n\/a/);
+    expect(run.stdout).toMatch(/E2E ms \(golden 1 \/ target 1 samples\): p50 \d+\.\d\d -> \d+\.\d\d/);
     await stop(renamed);
   });
 

@@ -4,7 +4,7 @@
  * requests only one file holds, and the shift of the TTFT and ITL distributions.
  */
 import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
-import { firstDifference, firstTokenMs, percentiles, requestKey, tokenGaps } from './pairing.js';
+import { firstDifference, firstTokenMs, formatMs as ms, formatSignedMs as signed, percentiles, percentileShift, requestKey, tokenGaps, type Percentiles } from './pairing.js';
 import { RunTokenizers } from './runTokenizers.js';
 
 export interface DiffOptions {
@@ -43,17 +43,9 @@ export interface Unpaired {
 }
 
 
-/** Percentiles of one side's sample (ms); null when it has no sample: an absent figure, not a zero. */
-export interface SidePercentiles {
-  count: number;
-  p50: number | null;
-  p90: number | null;
-  p99: number | null;
-}
-
 export interface TimingShift {
-  a: SidePercentiles;
-  b: SidePercentiles;
+  a: Percentiles;
+  b: Percentiles;
   /** B − A, per percentile (ms); null unless both sides have a sample. */
   change: { p50: number | null; p90: number | null; p99: number | null };
 }
@@ -147,13 +139,10 @@ function timings(exchanges: StoredExchange[]): { ttft: number[]; itl: number[] }
   return { ttft, itl };
 }
 
-const sidePercentiles = (values: number[]): SidePercentiles => (values.length > 0 ? percentiles(values) : { count: 0, p50: null, p90: null, p99: null });
-
 function shift(a: number[], b: number[]): TimingShift {
-  const pa = sidePercentiles(a);
-  const pb = sidePercentiles(b);
-  const change = (x: number | null, y: number | null) => (x === null || y === null ? null : y - x);
-  return { a: pa, b: pb, change: { p50: change(pa.p50, pb.p50), p90: change(pa.p90, pb.p90), p99: change(pa.p99, pb.p99) } };
+  const pa = percentiles(a);
+  const pb = percentiles(b);
+  return { a: pa, b: pb, change: percentileShift(pa, pb) };
 }
 
 const unpaired = (ex: StoredExchange): Unpaired => ({ exchangeId: ex.id, model: ex.model ?? '', path: ex.path });
@@ -241,8 +230,6 @@ export async function diffCaptures(pathA: string, pathB: string, options: DiffOp
   }
 }
 
-const ms = (v: number | null) => (v === null ? 'n/a' : v.toFixed(2));
-const signed = (v: number | null) => `${v !== null && v >= 0 ? '+' : ''}${ms(v)}`;
 
 function describeChange(kind: string, c: TokenChange): string {
   const choice = c.choice === undefined ? '' : ` choice ${c.choice}`;

@@ -52,15 +52,28 @@ export function tokenGaps(ex: StoredExchange): number[] {
   return out;
 }
 
+/** A sample's percentiles (ms); null when it has no sample: an absent figure, not a zero. */
 export interface Percentiles {
   count: number;
-  p50: number;
-  p90: number;
-  p99: number;
+  p50: number | null;
+  p90: number | null;
+  p99: number | null;
 }
 
-/** The trace report's percentiles (engine-reference §8.8) of a sample. */
+/** The trace report's percentiles of a sample (Dynamo's replay report: nearest rank). */
 export function percentiles(values: number[]): Percentiles {
+  if (values.length === 0) return { count: 0, p50: null, p90: null, p99: null };
   const d = distribution(values);
   return { count: values.length, p50: d.median, p90: d.p90, p99: d.p99 };
 }
+
+/** `after` − `before`, per percentile; null where either side has no sample. */
+export function percentileShift(before: Percentiles, after: Percentiles): { p50: number | null; p90: number | null; p99: number | null } {
+  const change = (x: number | null, y: number | null) => (x === null || y === null ? null : y - x);
+  return { p50: change(before.p50, after.p50), p90: change(before.p90, after.p90), p99: change(before.p99, after.p99) };
+}
+
+/** A figure in ms for a report's text: two decimals, `n/a` when absent. */
+export const formatMs = (v: number | null): string => (v === null ? 'n/a' : v.toFixed(2));
+/** A shift in ms with its sign: `+1.25`, `-0.50`, `n/a`. */
+export const formatSignedMs = (v: number | null): string => `${v !== null && v >= 0 ? '+' : ''}${formatMs(v)}`;

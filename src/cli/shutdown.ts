@@ -124,8 +124,9 @@ export async function stopOnSignal(command: string, starting: Promise<{ close(gr
       () => undefined,
     );
   };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
+  // Node passes the signal's number as a second argument, which is not a reason to print: only the name is passed on.
+  process.on('SIGINT', (signal) => onSignal(signal));
+  process.on('SIGTERM', (signal) => onSignal(signal));
   // `npm start` and `npx mocker` exit on a SIGTERM without passing it on: started by npm, the command stops as on
   // SIGTERM once npm has gone (it is then another process's child), instead of serving on as an orphan.
   const parent = process.ppid;

@@ -3,9 +3,8 @@
  * synthetic workload or a capture file's traffic, replayed offline on a virtual clock, online in real time,
  * or against live servers, through one or many workers, and reported like AIPerf.
  */
-import { mkdirSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { dirname, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { loadPerfModel, modelTiming, polynomialPerfModel, type AnySchedulerConfig } from '../engine/index.js';
 import { ReplayCollector } from '../trace/collector.js';
 import { WorkloadDriver, type DriverMode } from '../trace/driver.js';
@@ -283,8 +282,6 @@ export async function runTrace(o: TraceOptions): Promise<number> {
   console.log(`Saved full report to: ${jsonPath}`);
   if (o.reportHtml !== undefined) {
     const page = renderHtmlReport({ title: `mocker trace — ${settings.workload}`, report, charts: collector.charts(), settings });
-    // Its directory made if need be, as the JSON report's (`--report-html reports/trace.html` from a fresh checkout).
-    mkdirSync(dirname(o.reportHtml), { recursive: true });
     await writeOutputFile(o.reportHtml, outputRules, (write) => write(page));
     console.log(`Saved HTML report to: ${o.reportHtml}`);
   }

@@ -5,7 +5,7 @@
  * calls as values, finish and stop reasons, usage; embeddings and scores) and in timing.
  */
 import { createRequire } from 'node:module';
-import { canonicalJson, firstDifference, firstTokenMs, percentiles, requestKey, tokenGaps } from '../captures/pairing.js';
+import { canonicalJson, firstDifference, firstTokenMs, percentiles, percentileShift, requestKey, tokenGaps } from '../captures/pairing.js';
 import { RunTokenizers } from '../captures/runTokenizers.js';
 import { foldChatDeltas } from '../http/render.js';
 import { CaptureStore, isGeneration, namingCapture, type Generation, type StoredExchange } from '../store/captureStore.js';
@@ -330,7 +330,7 @@ export function compareTiming(golden: number[], candidate: number[], alpha = TIM
   return {
     golden: a,
     candidate: b,
-    shift: { p50: b.p50 - a.p50, p90: b.p90 - a.p90, p99: b.p99 - a.p99 },
+    shift: percentileShift(a, b),
     pValue,
     beyondNoise: pValue !== null && pValue < alpha,
     cdf: { golden: quantiles(golden), candidate: quantiles(candidate) },

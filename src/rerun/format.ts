@@ -1,8 +1,6 @@
 /** The rerun report as lines for a terminal (regressions first, then sampled differences, then timing and totals). */
+import { formatMs as ms, formatSignedMs as signed } from '../captures/pairing.js';
 import type { ExchangeComparison, OutputDifference, RerunReport, TimingComparison } from './report.js';
-
-const ms = (v: number) => v.toFixed(2);
-const signed = (v: number) => `${v >= 0 ? '+' : ''}${ms(v)}`;
 
 function describeOutput(d: OutputDifference): string {
   const where = `${d.choice === undefined ? '' : ` choice ${d.choice}`}${d.position === undefined ? '' : ` at ${d.position}`}`;

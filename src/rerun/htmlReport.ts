@@ -5,6 +5,7 @@
  * difference marked and both outputs of every exchange that is not the same (up to SECTION_LIMIT of them).
  */
 import { CHART_HELPERS, escapeHtml, reportPage } from '../util/htmlPage.js';
+import { formatMs, formatSignedMs } from '../captures/pairing.js';
 import type { ChoiceOutput, ExchangeComparison, ExchangeTiming, OutputDifference, PromptComparison, RerunReport, TimingComparison, Verdict } from './report.js';
 
 /** Exchanges shown side by side, and rows of the exchange table: a report of 100,000 exchanges stays openable. */
@@ -77,9 +78,9 @@ function timingTable(report: RerunReport): string {
     const cells = [
       cell('golden.count', String(t.golden.count)),
       cell('candidate.count', String(t.candidate.count)),
-      ...PERCENTILES.map((p) => cell(`golden.${p}`, t.golden[p].toFixed(2))),
-      ...PERCENTILES.map((p) => cell(`candidate.${p}`, t.candidate[p].toFixed(2))),
-      ...PERCENTILES.map((p) => cell(`shift.${p}`, `${t.shift[p] > 0 ? '+' : ''}${t.shift[p].toFixed(2)}`)),
+      ...PERCENTILES.map((p) => cell(`golden.${p}`, formatMs(t.golden[p]))),
+      ...PERCENTILES.map((p) => cell(`candidate.${p}`, formatMs(t.candidate[p]))),
+      ...PERCENTILES.map((p) => cell(`shift.${p}`, formatSignedMs(t.shift[p]))),
       cell('pValue', t.pValue === null ? '—' : t.pValue.toPrecision(3)),
       cell('beyondNoise', t.beyondNoise ? 'yes' : 'no'),
     ];

@@ -125,8 +125,8 @@ export interface ExchangeComparison {
 export interface TimingComparison {
   golden: Percentiles;
   candidate: Percentiles;
-  /** candidate − golden, per percentile (ms). */
-  shift: { p50: number; p90: number; p99: number };
+  /** candidate − golden, per percentile (ms); null unless both sides have a sample. */
+  shift: { p50: number | null; p90: number | null; p99: number | null };
   /**
    * Two-sided p-value that both samples come from one distribution (Kruskal–Wallis with two groups, which is the
    * Mann–Whitney U test); null with fewer than two samples on a side.

@@ -2,8 +2,8 @@
  * The report's two faces, as Dynamo's replay prints them (engine-reference §8.8): an AIPerf-style table on
  * stdout and a JSON file (keys sorted, two-space indent, floats written as Python writes them).
  */
-import { mkdirSync, statSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
 import { writeOutputFile, type OutputRules } from '../util/outputFile.js';
 import type { ReplayReport } from './collector.js';
 
@@ -84,9 +84,8 @@ export function reportJsonPath(path: string | undefined, now = new Date()): stri
   return path ?? join(DEFAULT_REPORTS_DIR, fileName);
 }
 
-/** Writes the JSON report to `target` (its directory made if need be) under the output rules. */
+/** Writes the JSON report to `target` under the output rules. */
 export async function writeReportJson(report: ReplayReport, target: string, rules: OutputRules): Promise<void> {
-  mkdirSync(dirname(target), { recursive: true });
   await writeOutputFile(target, rules, (write) => write(reportJson(report)));
 }
 

@@ -6,7 +6,7 @@
  * the old file as it was.
  */
 import { randomBytes } from 'node:crypto';
-import { closeSync, fsyncSync, linkSync, lstatSync, openSync, readSync, renameSync, statSync, unlinkSync, writeSync, type Stats } from 'node:fs';
+import { closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readSync, renameSync, statSync, unlinkSync, writeSync, type Stats } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { FileError } from './fileError.js';
 
@@ -86,6 +86,8 @@ function discardOutput(path: string): void {
  */
 export async function writeOutput<T>(path: string, rules: OutputRules, write: (tempPath: string) => T | Promise<T>): Promise<T> {
   checkOutput(path, rules);
+  // Its directory made if need be: `--junit reports/rerun.xml` works in a fresh checkout.
+  mkdirSync(dirname(path), { recursive: true });
   const temp = join(dirname(path), `.${basename(path)}.${process.pid}-${randomBytes(4).toString('hex')}.tmp`);
   try {
     const result = await write(temp);

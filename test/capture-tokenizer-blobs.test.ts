@@ -191,3 +191,25 @@ describe('a stored tokenizer that inflates past the bound', () => {
     expect(statSync(file).size).toBeLessThan(3 * MB);
   }, 60_000);
 });
+
+describe('a capture file written by a newer mocker (a migration this one does not know)', () => {
+  it('is refused by name, read-only or for writing, and left as it was', async () => {
+    const file = join(dir, 'newer.db');
+    copyFileSync(captured, file);
+    const db = new Database(file);
+    db.prepare('insert into __drizzle_migrations (hash, created_at) values (?, ?)').run('a-future-migration', Date.now() + 86_400_000);
+    db.close();
+    const before = sha256(readFileSync(file));
+    for (const args of [
+      ['serve', '--mode', 'replay', '--captures', file, '--port', '0'],
+      ['captures', 'prune', file, '--older-than', '1d'],
+      ['captures', 'list', file],
+    ]) {
+      const r = await runMockerToExit(args);
+      expect(r.code, args.join(' ')).not.toBe(0);
+      expect(r.code, args.join(' ')).not.toBeNull();
+      expect(r.stderr, args.join(' ')).toMatch(/written by a newer mocker \(schema \d+; this one knows \d+\): upgrade mocker to read it/);
+    }
+    expect(sha256(readFileSync(file))).toBe(before);
+  }, 60_000);
+});

@@ -230,11 +230,21 @@ const COMPACT_MIGRATIONS = 3;
 function checkMigrated(sqlite: Database.Database): boolean {
   const table = sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get();
   if (!table) throw new Error('not a mocker capture file (no capture tables)');
-  const { n } = sqlite.prepare('select count(*) as n from __drizzle_migrations').get() as { n: number };
+  const n = appliedMigrations(sqlite);
   const expected = migrationCount();
+  refuseNewer(n, expected);
   if (n >= COMPACT_MIGRATIONS) return false;
   if (n === LEGACY_MIGRATIONS) return true;
   throw new Error(`written by an older mocker (schema ${n} of ${expected}); open it once for writing (e.g. mocker serve --on-miss record) to upgrade it`);
+}
+
+function appliedMigrations(sqlite: Database.Database): number {
+  return (sqlite.prepare('select count(*) as n from __drizzle_migrations').get() as { n: number }).n;
+}
+
+/** A file a newer mocker wrote may hold what this one cannot read (a compressed tokenizer, say): refused by name. */
+function refuseNewer(applied: number, known: number): void {
+  if (applied > known) throw new Error(`written by a newer mocker (schema ${applied}; this one knows ${known}): upgrade mocker to read it`);
 }
 
 /** Why a capture file could not be opened, in words that say what to do. */
@@ -583,6 +593,7 @@ export class CaptureStore {
       this.db = drizzle(sqlite, { schema });
       if (readonly) legacy = checkMigrated(sqlite);
       else {
+        if (sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get()) refuseNewer(appliedMigrations(sqlite), migrationCount());
         migrate(this.db, { migrationsFolder: MIGRATIONS });
         indexOlderPrompts(sqlite);
       }

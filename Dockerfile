@@ -6,7 +6,7 @@
 #   docker run --rm -p 8000:8000 -v "$PWD/captures:/captures:ro" mocker --mode replay
 #
 # Both base images are Node 20 on Debian bookworm; override them where no registry is reachable
-# (README, "Container image").
+# (docs/deploy.md, "Container image").
 ARG BUILD_BASE=node:20-bookworm
 ARG RUN_BASE=node:20-bookworm-slim
 

@@ -2,7 +2,7 @@
  * Issue 33, finding 4 (runtime control without authentication), through the built CLI. Oracles: vLLM's
  * AuthenticationMiddleware (vllm-wire-reference.md §1.2: a 401 `{"error":"Unauthorized"}` on paths starting with
  * `/v1` without `Authorization: Bearer <key>`), vLLM's dev-mode routes (absent unless enabled, §3) and the
- * README's rules for control routes. Every route of every server is walked in route-classes.test.ts.
+ * rules for control routes (docs/capture.md, "Access and TLS"). Every route of every server is walked in route-classes.test.ts.
  */
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';

@@ -1,7 +1,8 @@
 /**
  * The CLI as a user launches it: every process here is the built `node dist/cli/main.js` with the flags a user
- * types. With no flag, the settings are the README's CLI tables' defaults (the oracle: the expected values are
- * copied from README.md, not from the code); every flag of those tables has an observable effect.
+ * types. With no flag, the settings are the documented defaults (the oracle: the expected values were copied from
+ * the CLI reference as written by hand, vLLM's where mocker follows vLLM, not from the code); every flag has an
+ * observable effect.
  */
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -108,8 +109,8 @@ function storedHashes(subscriber: EventSubscriber): string[] {
   );
 }
 
-/** `mocker serve`'s settings with no flag, each from its row of the README's CLI table (and the modes table). */
-const README_SERVE_DEFAULTS = {
+/** `mocker serve`'s settings with no flag, each as documented (docs/cli.md, and the modes table of docs/serve.md). */
+const DOCUMENTED_SERVE_DEFAULTS = {
   mode: 'simulate',
   // simulate: "the capture when one matches, else random" and on a miss "random"; timing "`model` (perf model)".
   outputs: 'captured',
@@ -149,10 +150,10 @@ const README_SERVE_DEFAULTS = {
 };
 
 describe('defaults: each command with no flag but the required ones', () => {
-  it('serve: the README defaults; prefix caching on in /metrics; a 9,000-token prompt is admitted (chunked prefill)', async () => {
+  it('serve: the documented defaults; prefix caching on in /metrics; a 9,000-token prompt is admitted (chunked prefill)', async () => {
     const cwd = tempDir();
     const { url, process: spawned } = await mocker(['serve'], { cwd });
-    expect((await engineView(url)).config).toEqual(README_SERVE_DEFAULTS);
+    expect((await engineView(url)).config).toEqual(DOCUMENTED_SERVE_DEFAULTS);
     const [cacheConfig] = await metricSamples(url, 'vllm:cache_config_info');
     expect(cacheConfig.labels).toMatchObject({ enable_prefix_caching: 'True', block_size: '64', num_gpu_blocks: '16384', prefix_caching_hash_algo: 'sha256_cbor' });
 
@@ -276,7 +277,7 @@ describe('start lines: each says which engine it is and only the settings that a
   });
 });
 
-describe('every flag of the README CLI tables, through spawned processes', () => {
+describe('every flag of the CLI reference, through spawned processes', () => {
   it('serve: engine, server and PD-transfer flags in one random-mode process', async () => {
     const { url } = await mocker([
       'serve', '--mode', 'random', '--forward-time-ms', '7', '--speedup-ratio', '2', '--decode-speedup-ratio', '3',
@@ -335,7 +336,7 @@ describe('every flag of the README CLI tables, through spawned processes', () =>
 
   it('serve --is-prefill-worker --kv-cache-dtype fp8 (and the positive --enable-* spellings): one token and kv_transfer_params; 1-byte KV elements', async () => {
     const { url } = await mocker(['serve', '--is-prefill-worker', '--kv-cache-dtype', 'fp8', '--enable-prefix-caching', '--enable-chunked-prefill']);
-    // README: layers × 2 × KV heads × head dim × dtype bytes = 28 × 2 × 8 × 128 × 1 for the bundled Qwen3-0.6B.
+    // docs/engine.md: layers × 2 × KV heads × head dim × dtype bytes = 28 × 2 × 8 × 128 × 1 for the bundled Qwen3-0.6B.
     expect((await engineView(url)).config).toMatchObject({
       disaggregation_mode: 'prefill', kv_bytes_per_token: 28 * 2 * 8 * 128 * 1, enable_prefix_caching: true, enable_chunked_prefill: true,
     });
@@ -351,7 +352,7 @@ describe('every flag of the README CLI tables, through spawned processes', () =>
 
   it('serve: Dynamo KV event ports per worker, map layout, sha256 hashes, --model, --planner-profile-data, --extra-engine-args file', async () => {
     const [events0, events1, replay0, replay1] = await freePorts(4);
-    // README: kv_bytes_per_token = layers × 2 × KV heads × head dim × dtype bytes.
+    // docs/engine.md: kv_bytes_per_token = layers × 2 × KV heads × head dim × dtype bytes.
     const model = modelDir({ max_position_embeddings: 3000, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 4, head_dim: 64, torch_dtype: 'float32' });
     const profile = tempDir();
     writeFileSync(join(profile, 'prefill_raw_data.json'), JSON.stringify({ prefill_isl: [100, 1000], prefill_ttft: [20, 60] }));
@@ -443,7 +444,7 @@ describe('every flag of the README CLI tables, through spawned processes', () =>
 
     // --mode replay --on-miss record: a miss is forwarded once and stored (without the redacted header), then replayed.
     const replay = await mocker(['serve', '--mode', 'replay', '--on-miss', 'record', '--upstream', engine.url, '--captures', captures, '--upstream-timeout', '400', '--redact-header', 'X-Other']);
-    // README modes table: replay times tokens as captured.
+    // docs/serve.md modes table: replay times tokens as captured.
     expect((await engineView(replay.url)).config).toMatchObject({ mode: 'replay', outputs: 'captured', timing: 'captured', on_miss: 'record', upstream_timeout: 400 });
     const recording = client(replay.url);
     for (let i = 0; i < 2; i++) {

@@ -1,6 +1,6 @@
 /**
  * The container image's main process, run as the image runs it but without a container tool (none can run
- * containers on this machine: README, "Container image"): the Dockerfile's ENTRYPOINT script with its CMD and
+ * containers on this machine: docs/deploy.md, "Container image"): the Dockerfile's ENTRYPOINT script with its CMD and
  * its ENV. SIGTERM while a stream is in flight drains it and exits 0, so `docker stop` / a pod's termination
  * reaches mocker's drain and not a shell.
  */

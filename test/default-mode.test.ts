@@ -1,6 +1,6 @@
 /**
  * Issue #10 item 6, through spawned CLI processes (`node dist/cli/main.js …`) and a capture file written by a
- * spawned `mocker capture`: `mocker serve` with no mode flag as README.md's "Serve modes" section describes it,
+ * spawned `mocker capture`: `mocker serve` with no mode flag as docs/serve.md describes it,
  * the capture's default header redaction, and the PD proxy's prefill hop as the prefill engine receives it
  * (vllm-wire-reference.md §7).
  */

@@ -221,7 +221,7 @@ describe('the chart, rendered for each values file in ci/', () => {
     expect(c.args).toEqual(['serve', '--threads', '2']);
     expect(env(c)).toMatchObject({ MOCKER_NUM_WORKERS: '2', MOCKER_DATA_PARALLEL_SIZE: '2', MOCKER_KV_EVENTS_FORMAT: 'map', PYTHONHASHSEED: '0' });
     expect(JSON.parse(env(c).MOCKER_KV_EVENTS_CONFIG!)).toEqual({ enable_kv_cache_events: true, publisher: 'zmq', endpoint: 'tcp://*:5557', replay_endpoint: 'tcp://*:5600' });
-    // 2 workers x 2 ranks (README: worker w's ports offset by w x DP size, rank r by r): 5557..5560, 5600..5603.
+    // 2 workers x 2 ranks (docs/deploy.md: worker w's ports offset by w x DP size, rank r by r): 5557..5560, 5600..5603.
     const ports = Object.fromEntries(c.ports!.map((x) => [x.name, x.containerPort]));
     expect(ports).toEqual({
       http: 8000, 'http-1': 8001,

@@ -73,7 +73,7 @@ describe('MOCKER_<FLAG>', () => {
       },
       ['--mode', 'random', '--forward-time-ms', '7', '--max-num-seqs', '8', '--preemption-mode', 'fifo', '--no-enable-prefix-caching', '--no-enable-chunked-prefill', '--served-model-name', 'alpha', 'beta', '--seed', '9'],
     );
-    // Not the defaults (the README's CLI table): the variables did something.
+    // Not the defaults (docs/cli.md): the variables did something.
     expect(settings.config).toMatchObject({ mode: 'random', forward_time_ms: 7, max_num_seqs: 8, preemption_mode: 'fifo', enable_prefix_caching: false, enable_chunked_prefill: false, seed: 9 });
     expect(settings.models).toEqual(['alpha', 'beta']);
     // Which variables took effect is said by name (never their values: they may be keys).

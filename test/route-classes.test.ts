@@ -2,7 +2,7 @@
  * Every route of every server classified public, key or control (issue 33), checked through the built CLI.
  * Oracles: vLLM's AuthenticationMiddleware (vllm-wire-reference.md §1.2: a 401 `{"error":"Unauthorized"}` on
  * paths starting with `/v1` without `Authorization: Bearer <key>`), vLLM's dev-mode routes (absent unless
- * enabled, §3) and the README's rules for `--api-key-scope all` and control routes.
+ * enabled, §3) and the documented rules (docs/capture.md) for `--api-key-scope all` and control routes.
  * The routes walked are the routers' own lists (hono's `app.routes` through `startServe`, and the tables the
  * capture proxy and the PD proxy dispatch by), not a list kept here: a new route cannot be left out.
  */

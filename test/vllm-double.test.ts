@@ -331,7 +331,7 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
     expect(await viaClient(captured)).toEqual(await viaClient(direct));
     expect((await viaClient(direct)).message).toContain(message);
 
-    // A stream that ended in an error is stored as failed: a replay does not answer from it (README: never replayed).
+    // A stream that ended in an error is stored as failed: a replay does not answer from it (docs/capture.md: never replayed).
     await withReplay(async (replay) => {
       const miss = await replay.completions.create({ model: MODEL, prompt, max_tokens: 8, stream: true }).then(() => null, (e: unknown) => e);
       expect((miss as APIError).status).toBe(404);

@@ -90,7 +90,7 @@ export function applyEnvironment(command: Command, env: NodeJS.ProcessEnv, allCo
 }
 
 /** vLLM's NPU mock model's variables that mean nothing here, each with why. */
-const SEED_004_IGNORED: Record<string, string> = {
+const NPU_MOCK_IGNORED: Record<string, string> = {
   MOCK_CAPTURE_FILE_LOCK: 'SQLite locks the capture file itself',
   MOCK_COMPUTE_LOGITS: 'there are no logits to mock',
   TORCH_COMPILE_MODE_MOCK: 'there is no torch graph',
@@ -134,6 +134,6 @@ export function npuMockFlags(env: NodeJS.ProcessEnv): Record<string, { value: st
   const prefill = on('PREFILL_PROCESS');
   if (on('KV_CACHE_MODE')) flags['--disaggregation-mode'] = { value: prefill ? 'prefill' : 'decode', from: prefill ? ['KV_CACHE_MODE', 'PREFILL_PROCESS'] : ['KV_CACHE_MODE'] };
   else if (prefill) throw new InvalidArgumentError('PREFILL_PROCESS=1 marks the prefill node of PD separation, which needs KV_CACHE_MODE=1 too');
-  for (const [name, why] of Object.entries(SEED_004_IGNORED)) if (env[name] !== undefined) console.warn(`mocker: ${name} is ignored: ${why}`);
+  for (const [name, why] of Object.entries(NPU_MOCK_IGNORED)) if (env[name] !== undefined) console.warn(`mocker: ${name} is ignored: ${why}`);
   return flags;
 }

@@ -10,7 +10,7 @@ import type { SyntheticConfig } from './synthetic.js';
 
 export type OutputsMode = 'captured' | 'random';
 export type MissPolicy = 'error' | 'random' | 'passthrough' | 'record';
-/** `serve --match`: which captures answer a prompt (README "Matching modes"). */
+/** `serve --match`: which captures answer a prompt (docs/serve.md, "Matching modes"). */
 export type MatchMode = 'exact' | 'prefix' | 'sequence';
 /** `--min-prefix-ratio`'s default: a prefix hit shares at least 80 % of the request's prompt. */
 export const DEFAULT_MIN_PREFIX_RATIO = 0.8;

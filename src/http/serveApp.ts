@@ -665,7 +665,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/v1/chat/completions', generate('chat'));
   app.get('/health', (c) => c.body(null, 200));
   app.get(OWN_HEALTH_PATH, (c) => c.body(null, 200));
-  // AIPerf's mock server's (AIPerf's mock server's) endpoints beside vLLM's.
+  // AIPerf's mock server's endpoints beside vLLM's.
   const pooling = poolingEndpoints({
     ...config.pooling,
     resolveModel,

@@ -17,7 +17,7 @@ export const END = '<!-- end generated -->';
 const root = join(import.meta.dirname, '..');
 const built = (module: string) => import(pathToFileURL(join(root, 'dist', 'cli', module)).href);
 const { buildProgram, EXAMPLES } = (await built('program.js')) as typeof import('../src/cli/program.js');
-const { everyCommand, optionChoices, optionDefault } = (await built('help.js')) as typeof import('../src/cli/help.js');
+const { everyCommand, optionDefault } = (await built('help.js')) as typeof import('../src/cli/help.js');
 
 /** Text in a Markdown table cell: no HTML (`<key>` is a placeholder, not a tag), no column break. */
 const cell = (text: string) => text.replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;').replaceAll('|', '\\|').replaceAll('\n', ' ');

@@ -232,8 +232,8 @@ describe('mocker captures show', () => {
     expect(JSON.parse(clientBody)).toMatchObject({ error: { message: 'scripted upstream error', code: 500 } });
     const page = captures(['show', golden, failedId]);
     expect(page.code).toBe(0);
-    expect(page.stdout).toMatch(/^response headers:\n(  .+\n)*  content-type: application\/json\n/m);
-    expect(page.stdout).toMatch(/^  server: uvicorn$/m);
+    expect(page.stdout).toMatch(/^response headers:\n( {2}.+\n)* {2}content-type: application\/json\n/m);
+    expect(page.stdout).toMatch(/^ {2}server: uvicorn$/m);
     expect(page.stdout).toContain(`response body:\n  ${clientBody}\n`);
     const shown = json(['show', golden, failedId]);
     expect(shown).toMatchObject({ outcome: 'failed', status: 500, responseBody: clientBody, responseHeaders: { 'content-type': 'application/json', server: 'uvicorn' } });

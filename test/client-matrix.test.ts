@@ -19,7 +19,7 @@ import OpenAI from 'openai';
 import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { CLIENTS, cellTitle, matrixCells, TARGETS, type Client, type Scenario, type Target } from './support/clientMatrix.js';
+import { type CLIENTS, cellTitle, matrixCells, TARGETS, type Client, type Scenario, type Target } from './support/clientMatrix.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 

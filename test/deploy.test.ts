@@ -23,7 +23,7 @@ const ROOT = join(import.meta.dirname, '..');
 const CHART = 'deploy/helm/mocker';
 const HELM = helmBinary();
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- manifests are plain parsed YAML, checked by the schemas below
+// biome-ignore lint/suspicious/noExplicitAny: manifests are plain parsed YAML, checked by the schemas below
 type Manifest = Record<string, any>;
 
 type Model = new (data: Manifest) => { validate(): void };

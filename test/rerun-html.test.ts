@@ -200,7 +200,7 @@ describe('HTML report of mocker rerun, as text', () => {
     // uPlot, the data and the page script: three elements, each closed once.
     expect(html.match(/<script/g)).toHaveLength(3);
     expect(html.match(/<\/script/g)).toHaveLength(3);
-    const data = /<script type="application\/json" id="report-data">([^]*?)<\/script>/.exec(html)?.[1] ?? '';
+    const data = /<script type="application\/json" id="report-data">([\s\S]*?)<\/script>/.exec(html)?.[1] ?? '';
     expect(data).not.toContain('<');
     expect(JSON.parse(data)).toEqual([
       { id: 'chart-ttft', name: 'Time to first token', ...report.timing.ttftMs.cdf },

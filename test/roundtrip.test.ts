@@ -15,7 +15,7 @@ function lastUser(body: Record<string, unknown>): string {
   return String(messages[messages.length - 1]?.content ?? '');
 }
 
-export function script(body: Record<string, unknown>): Answer {
+function script(body: Record<string, unknown>): Answer {
   const text = lastUser(body);
   if (text.includes('weather')) return { toolCall: { name: 'get_weather', arguments: '{"city": "Paris", "unit": "celsius"}' } };
   if (text.includes('think')) return { reasoning: 'The user greets me. I should answer briefly.', content: 'Hi there!' };
@@ -26,7 +26,7 @@ export function script(body: Record<string, unknown>): Answer {
 
 
 /** Removes what vLLM regenerates per request (top-level id and created). */
-export function normalize(text: string): string {
+function normalize(text: string): string {
   return text.replace(/\{"id":"[^"]*","object":"([^"]*)","created":\d+/g, '{"id":"X","object":"$1","created":0');
 }
 

@@ -126,7 +126,7 @@ describe(`SGLang core invariants over ${WORKLOADS} random workloads`, () => {
         // A retracted request holds nothing and keeps its outputs (none of its tokens come back).
         for (const id of pass.preempted) {
           const view = core.view(id);
-          if (!view || view.status !== 'preempted' || view.numComputedTokens !== 0 || view.numAllocatedTokens !== 0) problems.push(`${id} retracted but holds ${JSON.stringify(view)}`);
+          if (view?.status !== 'preempted' || view.numComputedTokens !== 0 || view.numAllocatedTokens !== 0) problems.push(`${id} retracted but holds ${JSON.stringify(view)}`);
           else if (view.generated !== (received.get(id) ?? 0)) problems.push(`${id} retracted with ${view.generated} outputs, ${received.get(id) ?? 0} sent`);
         }
         const prefilled = pass.scheduledTokens - pass.tokens.length;

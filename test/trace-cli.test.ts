@@ -65,7 +65,7 @@ describe('mocker trace: a Mooncake trace offline', () => {
       }),
     );
     expect(runs[0]).toBe(runs[1]);
-    expect(runs[0]).toMatch(/^\{\n  "completed_requests": 200,\n/);
+    expect(runs[0]).toMatch(/^\{\n {2}"completed_requests": 200,\n/);
   });
 
   it('says how far it got on stderr when not asked to be quiet (no terminal: lines, not a bar)', async () => {

@@ -279,7 +279,7 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
     const choices = choicesOf(fromDouble);
     expect(choices.map((c) => c.delta?.content ?? '').join('')).toBe(HELLO_WORLD);
     expect(choices.at(-1)).toMatchObject({ finish_reason: 'abort', stop_reason: null });
-    expect((fromDouble.at(-1)?.usage as { completion_tokens: number }).completion_tokens).toBe(oracleIds(HELLO_WORLD).length);
+    expect((fromDouble.at(-1)!.usage as { completion_tokens: number }).completion_tokens).toBe(oracleIds(HELLO_WORLD).length);
     const through = await collect(await streamed(captured));
     expect(unstamped(through)).toEqual(unstamped(fromDouble));
 

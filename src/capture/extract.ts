@@ -95,7 +95,7 @@ export function parseResponse(
     return b;
   };
   let promptIds: number[] | null = null;
-  let usage: unknown = undefined;
+  let usage: unknown ;
   let model: string | null = null;
   let error: string | null = null;
   const eventTokens: number[] = eventEnds.map(() => 0);

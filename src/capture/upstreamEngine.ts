@@ -89,7 +89,7 @@ async function probe(pool: UpstreamPool, url: URL): Promise<Probe | null> {
 }
 
 function json(p: Probe | null): Record<string, unknown> | undefined {
-  if (!p || p.status !== 200) return undefined;
+  if (p?.status !== 200) return undefined;
   try {
     const value = JSON.parse(p.text) as unknown;
     return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;

@@ -54,7 +54,7 @@ export function optionDefault(option: Option): string | undefined {
   return shown ? option.defaultValueDescription || JSON.stringify(option.defaultValue) : undefined;
 }
 
-export const optionChoices = (option: Option): string | undefined => option.argChoices?.map((choice) => JSON.stringify(choice)).join(', ');
+const optionChoices = (option: Option): string | undefined => option.argChoices?.map((choice) => JSON.stringify(choice)).join(', ');
 
 /** An option's description as `--help` prints it: `… (required, choices: …, default: …)`. */
 export function optionDescription(option: Option): string {

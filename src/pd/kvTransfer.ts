@@ -65,7 +65,7 @@ export function peerKey(host: string, port: number): string | null {
 
 /** A peer key's host (IPv6 unbracketed) and port. */
 function splitPeer(key: string): { host: string; port: number } | null {
-  const m = /^(?:\[([^\]]+)\]|([^:\[\]]+)):(\d{1,5})$/.exec(key.trim());
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(key.trim());
   return m ? { host: m[1] ?? m[2], port: Number(m[3]) } : null;
 }
 

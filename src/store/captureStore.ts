@@ -340,6 +340,7 @@ interface ExchangeReader {
 }
 
 // The head's fields, assigned in the constructor: declared by merging, as a class cannot list a type's fields.
+// biome-ignore lint/correctness/noUnusedVariables: merged into the class below
 interface FoundExchange extends Omit<StoredExchange, LazyKey> {}
 
 /**
@@ -347,6 +348,7 @@ interface FoundExchange extends Omit<StoredExchange, LazyKey> {}
  * use and kept. Getters on the prototype and no closure per exchange: a lookup costs a few µs over its query.
  * Assigning a value works as on a plain object; `plain` (and `toJSON`) give every value.
  */
+// biome-ignore lint/suspicious/noUnsafeDeclarationMerging: the constructor assigns every field the interface above declares
 class FoundExchange implements StoredExchange {
   readonly #reader: ExchangeReader;
   readonly #row: ExchangeHead;

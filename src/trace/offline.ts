@@ -29,10 +29,8 @@ export interface DisaggregatedFleet {
 
 export type Fleet = AggregatedFleet | DisaggregatedFleet;
 
-export interface OfflineProgress {
-  /** Requests finished, and the virtual time (ms). */
-  (completed: number, nowMs: number): void;
-}
+/** Requests finished, and the virtual time (ms). */
+export type OfflineProgress = (completed: number, nowMs: number) => void;
 
 interface InFlight {
   dispatch: Dispatch;

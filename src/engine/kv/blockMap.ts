@@ -1,3 +1,4 @@
+// biome-ignore-all lint/suspicious/noSelfCompare: an empty slot holds NaN, and `k !== k` is the hot path's NaN test
 /**
  * A map from block ids to non-negative integers: open addressing with linear probing over typed arrays. Block
  * ids are 53-bit numbers (chained hashes) or small negatives; a Map keyed by them boxes every key it stores and

@@ -1,7 +1,8 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { poolingInputs, poolingKey } from '../generation/poolingKey.js';
 import { requestShape } from '../generation/shape.js';
-import { isGeneration, type CaptureStore, type Exchange, type Generation, type PoolingKind, type TokenSource } from '../store/captureStore.js';
+import { isGeneration, type CaptureStore, type Exchange, type PoolingKind, type TokenSource } from '../store/captureStore.js';
+import type { Generation } from '../store/generation.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { parseResponse, withOutputIds } from './extract.js';
 import { redactHeaders, type ExchangeSink, type RawExchange } from './forward.js';

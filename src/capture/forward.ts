@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import { errorJson } from '../http/errors.js';
+import { errorJson } from '../wire/errors.js';
 import { poolingEndpoint } from '../generation/poolingKey.js';
 import type { HeaderMap, RecordedEndpoint } from '../store/captureStore.js';
 import type { TokenizeDialect, UpstreamEngine } from './upstreamEngine.js';

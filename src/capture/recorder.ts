@@ -7,7 +7,8 @@ import type { ModelTokenizer } from '../tokenizer/index.js';
 import { parseResponse, withOutputIds } from './extract.js';
 import { redactHeaders, type ExchangeSink, type RawExchange } from './forward.js';
 import type { TokenizeDialect } from './upstreamEngine.js';
-import { UpstreamPool, type UpstreamTls } from './upstreamHttp.js';
+import { UpstreamPool } from './upstreamHttp.js';
+import type { UpstreamTls } from '../wire/tls.js';
 
 type Json = Record<string, unknown>;
 

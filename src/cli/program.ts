@@ -27,7 +27,7 @@ import { DEFAULT_LATENCY_KNOBS } from '../engine/index.js';
 import { DEFAULT_MIN_PREFIX_RATIO } from '../generation/resolver.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, parseFaultTypes } from '../http/faults.js';
-import { API_KEY_SCOPES, DEFAULT_API_KEY_SCOPE } from '../http/access.js';
+import { API_KEY_SCOPES, DEFAULT_API_KEY_SCOPE } from '../wire/access.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
 

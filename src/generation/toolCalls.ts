@@ -1,4 +1,4 @@
-import { badRequest } from '../http/errors.js';
+import { badRequest } from '../wire/errors.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { sampleJsonText, SampleTooLarge, UnsupportedSchema } from './jsonSchemaSample.js';
 import type { PlannedChunk } from './chunk.js';

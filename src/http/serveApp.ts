@@ -3,7 +3,7 @@ import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:
 import type { HttpBindings } from '@hono/node-server';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono, type Context } from 'hono';
-import { forwardExchange, generationEndpoint, hideTokenIds, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
+import { forwardExchange, generationEndpoint, hideTokenIds, upstreamFailure, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
 import { EngineRejection, type Engine, type EngineStream, type LoraAdapter, type TokenEvent } from '../engine/index.js';
 import type { ChoicePlan, EndpointKind, OutputParams } from '../generation/plan.js';
 import { OutputBudget, type OutputResolver, type Resolution } from '../generation/resolver.js';
@@ -550,7 +550,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     if (!config.forward) throw new ApiError(500, 'on-miss forwarding needs --upstream', 'InternalServerError');
     const record = config.forward.sink;
     await forwardExchange(config.forward.config, reqNode, bodyBytes, res, async (raw) => {
-      config.mockerMetrics?.forwarded(raw);
+      config.mockerMetrics?.forwarded(upstreamFailure(raw));
       if (!record) return;
       await record(raw);
       config.mockerMetrics?.captureWritten();

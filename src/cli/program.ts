@@ -19,7 +19,7 @@ import { DEFAULT_REPORTS_DIR } from '../trace/report.js';
 import { rerunCommand } from './rerun.js';
 import { defaultThreads, startServeThreads } from './threads.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
-import { fitCommand } from '../captures/fit.js';
+import { fitCommand } from './capturesFit.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 import { parseReasoningConfig } from '../generation/reasoning.js';
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';

@@ -3,7 +3,8 @@
  * configurations and asserted numbers. Unless stated: no speedup scaling, prefix caching off.
  */
 import { describe, expect, it } from 'vitest';
-import { EngineCore, type CoreRequest, type SchedulerConfig } from '../src/engine/core.js';
+import { EngineCore, type SchedulerConfig } from '../src/engine/core.js';
+import type { CoreRequest } from '../src/engine/contract.js';
 import { LruEvictor } from '../src/engine/kv/evictor.js';
 import { KvBlockManager, type KvCacheEvent, type MoveBlock } from '../src/engine/kv/blockManager.js';
 import { runOffline } from '../src/engine/offlineDriver.js';

@@ -6,7 +6,8 @@
  * hand from the algorithm in engine-reference §2 (comments show the arithmetic).
  */
 import { describe, expect, it } from 'vitest';
-import type { CacheEvent, CoreRequest, EngineCore, PassResult } from '../src/engine/core.js';
+import type { EngineCore } from '../src/engine/core.js';
+import type { CacheEvent, CoreRequest, PassResult } from '../src/engine/contract.js';
 import { chainHash, contentHash } from '../src/engine/kv/fastHash.js';
 import { eventBlockHash, hashBlockTokens, noneHash } from '../src/engine/kv/vllmBlockHash.js';
 import { runOffline } from '../src/engine/offlineDriver.js';

@@ -4,7 +4,8 @@
  * says while keeping outputs, and every request ends with exactly its tokens within a bounded number of passes.
  */
 import { describe, expect, it } from 'vitest';
-import type { CacheEvent, EngineCore } from '../src/engine/core.js';
+import type { EngineCore } from '../src/engine/core.js';
+import type { CacheEvent } from '../src/engine/contract.js';
 import { runOffline, type TimedRequest } from '../src/engine/offlineDriver.js';
 import { polynomialPerfModel } from '../src/engine/perf/perfModel.js';
 import { SglangCore, type SglangSchedulerConfig } from '../src/engine/sglang/core.js';

@@ -1,4 +1,4 @@
-import type { ChunkDelta, Generation } from '../store/captureStore.js';
+import type { ChunkDelta, Generation } from '../store/generation.js';
 
 type Json = Record<string, unknown>;
 

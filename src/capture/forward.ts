@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import { errorJson } from '../http/errors.js';
+import { errorJson } from '../wire/errors.js';
 import { poolingEndpoint } from '../generation/poolingKey.js';
+import type { UpstreamFailure } from '../metrics/mockerMetrics.js';
 import type { HeaderMap, RecordedEndpoint } from '../store/captureStore.js';
 import type { TokenizeDialect, UpstreamEngine } from './upstreamEngine.js';
 import type { UpstreamPool, UpstreamRequest } from './upstreamHttp.js';
@@ -78,8 +79,6 @@ export interface RawExchange {
  * `responseBody` (see there); everything else in the exchange stays the caller's.
  */
 export type ExchangeSink = (raw: RawExchange) => Promise<void>;
-
-export type UpstreamFailure = 'unreachable' | 'timeout' | 'broken_stream' | 'error_status';
 
 /** How the upstream failed this exchange, or null (it answered, or the client went away first). */
 export function upstreamFailure(raw: RawExchange): UpstreamFailure | null {

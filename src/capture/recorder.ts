@@ -1,12 +1,14 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { poolingInputs, poolingKey } from '../generation/poolingKey.js';
 import { requestShape } from '../generation/shape.js';
-import { isGeneration, type CaptureStore, type Exchange, type Generation, type PoolingKind, type TokenSource } from '../store/captureStore.js';
+import { isGeneration, type CaptureStore, type Exchange, type PoolingKind, type TokenSource } from '../store/captureStore.js';
+import type { Generation } from '../store/generation.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { parseResponse, withOutputIds } from './extract.js';
 import { redactHeaders, type ExchangeSink, type RawExchange } from './forward.js';
 import type { TokenizeDialect } from './upstreamEngine.js';
-import { UpstreamPool, type UpstreamTls } from './upstreamHttp.js';
+import { UpstreamPool } from './upstreamHttp.js';
+import type { UpstreamTls } from '../wire/tls.js';
 
 type Json = Record<string, unknown>;
 

@@ -1,7 +1,7 @@
 import { Worker } from 'node:worker_threads';
 import type { CaptureStore, Outcome } from '../store/captureStore.js';
 import type { ExchangeSink, RawExchange } from './forward.js';
-import type { UpstreamTls } from './upstreamHttp.js';
+import type { UpstreamTls } from '../wire/tls.js';
 
 /** What the worker is started with (its `workerData`). */
 export interface RecordWorkerInit {

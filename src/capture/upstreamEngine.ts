@@ -2,7 +2,8 @@
  * Which engine a capture proxies, told from what it answers, and how to speak to it: each engine has its own
  * way (or none) to report token ids and its own tokenizer endpoint.
  */
-import { UpstreamPool, type UpstreamTls } from './upstreamHttp.js';
+import { UpstreamPool } from './upstreamHttp.js';
+import type { UpstreamTls } from '../wire/tls.js';
 
 /** The engines mocker knows how to capture from; `openai` is any other OpenAI-compatible server. */
 export type EngineKind = 'vllm' | 'sglang' | 'llama.cpp' | 'transformers' | 'openai' | 'unknown';

@@ -8,6 +8,7 @@
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
+import type { UpstreamTls } from '../wire/tls.js';
 
 export interface ResponseHandler {
   /** The final (non-1xx) status line and headers, as node:http would give them. */
@@ -241,11 +242,6 @@ export interface TextAnswer {
   status: number;
   headers: IncomingHttpHeaders;
   text: string;
-}
-
-/** How to trust an https: upstream: `ca` (PEM, `--upstream-ca-certs`) in place of Node's CA list; verification is never off. */
-export interface UpstreamTls {
-  ca?: string;
 }
 
 /** A kept-alive connection waiting for its next exchange, watched so a close or stray bytes drop it. */

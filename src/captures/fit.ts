@@ -2,14 +2,9 @@
  * `mocker captures fit FILE -o profile.npz`: the perf model learnt from a capture's timings (perfFit.ts),
  * written as the NPZ `serve --planner-profile-data` reads (engine-reference §4.2).
  */
-import { Command, Option } from 'commander';
-import { GROUPS, laterDefault } from '../cli/help.js';
-import { forceOption, number as numericFlag } from '../cli/flags.js';
-import { DEFAULT_ENGINE_ARGS } from '../cli/engineArgs.js';
 import { npzBytes } from '../engine/perf/npy.js';
 import { CaptureStore, namingCapture, type StoredExchange } from '../store/captureStore.js';
 import { writeOutputFile } from '../util/outputFile.js';
-import { terminalJson, terminalText } from '../util/terminalText.js';
 import { fitPerfProfile, type CaptureTimeline, type PerfFit, type TermFit } from './perfFit.js';
 
 export interface FitCommandOptions {
@@ -126,27 +121,4 @@ export function formatFitReport(fit: PerfFit, output: string): string {
       `up to ${number(last(tables.decode_active_kv_tokens))} active KV tokens, context ${number(tables.decode_context_length[0])}–${number(last(tables.decode_context_length))}`,
   ];
   return lines.join('\n');
-}
-
-export function fitCommand(): Command {
-  return new Command('fit')
-    .description("Learn the perf model from a capture's timings and write the NPZ that serve --planner-profile-data reads.")
-    .argument('<file>', 'capture file (SQLite), only read')
-    .optionsGroup(GROUPS.fit)
-    .option('--block-size <n>', 'block size the profile will be served with, at least 2 (active KV is counted in whole blocks)', numericFlag('--block-size', { integer: true, min: 2 }), DEFAULT_ENGINE_ARGS.blockSize)
-    .addOption(laterDefault(new Option('--run <id>', 'only this capture run (repeatable)').argParser((v: string, previous: number[] = []) => [...previous, numericFlag('--run', { integer: true, min: 1 })(v)]), 'all'))
-    .option('--model <name>', "fitting points only from this model's requests (all requests still occupy the engine)")
-    .optionsGroup(GROUPS.output)
-    .requiredOption('-o, --output <file>', 'where the NPZ goes (written whole, or not at all)')
-    .addOption(forceOption())
-    .option('--json', 'the fit report as JSON')
-    .action(async (file: string, o: FitCommandOptions & { json?: boolean }) => {
-      const fit = await fitCaptureFile(file, o);
-      // Written all the same (the user asked for this capture's profile), but the reader is told it is weak.
-      for (const warning of fit.warnings) console.error(`mocker captures fit: warning: ${warning}`);
-      if (o.json) {
-        const { tables: _tables, ...report } = fit;
-        console.log(terminalJson({ output: o.output, ...report }));
-      } else console.log(terminalText(formatFitReport(fit, o.output), { keepNewlines: true }));
-    });
 }

@@ -5,7 +5,7 @@
  */
 import { parseResponse, type ParsedResponse } from '../capture/extract.js';
 import type { ChoicePlan, EndpointKind } from '../generation/plan.js';
-import { ApiError } from '../http/errors.js';
+import { ApiError } from '../wire/errors.js';
 import { PlanRenderer } from '../http/planRenderer.js';
 import { includesUsage, restamp, type RenderContext } from '../http/render.js';
 import { chatRequest, completionRequest, parseBody } from '../http/schemas.js';

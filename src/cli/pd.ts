@@ -1,5 +1,5 @@
-import { listeningServer } from '../http/drain.js';
-import { serverTls } from '../http/tls.js';
+import { listeningServer } from '../wire/drain.js';
+import { serverTls } from '../wire/tls.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { DEFAULT_MAX_BODY_BYTES, advertisedHost, apiKeyPolicy, startServe, type Running, type ServeOptions } from './serve.js';
 import { totalRecorded } from './shutdown.js';

@@ -19,7 +19,7 @@ import { DEFAULT_REPORTS_DIR } from '../trace/report.js';
 import { rerunCommand } from './rerun.js';
 import { defaultThreads, startServeThreads } from './threads.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
-import { fitCommand } from '../captures/fit.js';
+import { fitCommand } from './capturesFit.js';
 import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
 import { parseReasoningConfig } from '../generation/reasoning.js';
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
@@ -27,7 +27,7 @@ import { DEFAULT_LATENCY_KNOBS } from '../engine/index.js';
 import { DEFAULT_MIN_PREFIX_RATIO } from '../generation/resolver.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, parseFaultTypes } from '../http/faults.js';
-import { API_KEY_SCOPES, DEFAULT_API_KEY_SCOPE } from '../http/access.js';
+import { API_KEY_SCOPES, DEFAULT_API_KEY_SCOPE } from '../wire/access.js';
 
 const DEFAULT_CAPTURES = 'captures/mocker.db';
 

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
 import type { ExchangeSink } from '../capture/forward.js';
-import type { DrainResult } from '../http/drain.js';
+import type { DrainResult } from '../wire/drain.js';
 import { CaptureFileError } from '../store/captureStore.js';
 
 /** How a command stopped: what its drain did, and what it recorded (capture, `serve --on-miss record`). */

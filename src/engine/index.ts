@@ -1,4 +1,5 @@
-export { EngineCore, type CacheEvent, type CoreRequest, type EngineStats, type KvTraceEntry, type PassResult, type PreemptionMode, type SchedulerConfig, type TokenIds } from './core.js';
+export { EngineCore, type PreemptionMode, type SchedulerConfig } from './core.js';
+export type { CacheEvent, CoreRequest, EngineStats, KvTraceEntry, PassResult, TokenIds } from './contract.js';
 export type { VllmKvEvent, VllmKvEventOptions } from './kv/vllmKvEvents.js';
 export type { LoraAdapter } from './kv/blockManager.js';
 export { defaultHashSeed, type BlockHashAlgo } from './kv/vllmBlockHash.js';
@@ -22,6 +23,7 @@ export {
   type TimingMode,
   type TokenEvent,
 } from './types.js';
-export { createSchedulerCore, type AnySchedulerConfig, type SchedulerCore } from './scheduler.js';
+export { createSchedulerCore, type AnySchedulerConfig } from './scheduler.js';
+export type { SchedulerCore } from './contract.js';
 export { SglangCore, type SglangSchedulerConfig } from './sglang/core.js';
 export type { SglangSchedulePolicy } from './sglang/policy.js';

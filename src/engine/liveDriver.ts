@@ -1,5 +1,5 @@
-import type { EngineStats, PassResult, TokenOut } from './core.js';
-import type { SchedulerCore } from './scheduler.js';
+import type { EngineStats, PassResult, TokenOut } from './contract.js';
+import type { SchedulerCore } from './contract.js';
 import { capturedDueTimes } from './timing.js';
 import { EngineRejection, type EngineObserver, type EngineRequest, type EngineStream, type FinishedRequest, type KvHold, type TokenEvent } from './types.js';
 

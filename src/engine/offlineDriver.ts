@@ -1,5 +1,5 @@
-import type { CoreRequest, PassResult } from './core.js';
-import type { SchedulerCore } from './scheduler.js';
+import type { CoreRequest, PassResult } from './contract.js';
+import type { SchedulerCore } from './contract.js';
 
 export interface TimedRequest {
   request: CoreRequest;

@@ -1,5 +1,5 @@
 import { isFullBlock, type BlockId, type BlockTokens, type LoraAdapter, type MoveBlock, type UseMove } from './kv/blockManager.js';
-import type { TokenIds } from './core.js';
+import type { TokenIds } from './contract.js';
 import { blockHashes, chainHash, contentHash, loraChainSeed } from './kv/fastHash.js';
 
 /**

@@ -1,4 +1,4 @@
-import type { CacheEvent, KvTraceEntry } from './core.js';
+import type { CacheEvent, KvTraceEntry } from './contract.js';
 import type { LoraAdapter } from './kv/blockManager.js';
 import type { VllmKvEvent } from './kv/vllmKvEvents.js';
 
@@ -84,7 +84,7 @@ export interface Engine {
 }
 
 export interface EngineState {
-  ranks: (import('./core.js').EngineStats & { rank: number })[];
+  ranks: (import('./contract.js').EngineStats & { rank: number })[];
   timing: string;
 }
 

@@ -1,6 +1,7 @@
-import type { Generation } from '../store/captureStore.js';
+import type { Generation } from '../store/generation.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
-import { cutAtStopString, cutAtStopToken, endPlan, textField, type ChoicePlan, type OutputParams, type PlannedChunk } from './plan.js';
+import { cutAtStopString, cutAtStopToken, endPlan, textField, type ChoicePlan, type OutputParams } from './plan.js';
+import type { PlannedChunk } from './chunk.js';
 
 /** The request needs more tokens than the capture holds (the capture ended by `length`). */
 export class PartialHit {

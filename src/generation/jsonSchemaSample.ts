@@ -6,7 +6,7 @@
  * `anyOf` / `oneOf`. json-schema-faker covers more but is a large dependency with faker data. The text is written
  * as Python's json.dumps writes it (", " and ": "), what models and vLLM's parsers emit.
  */
-import { pythonJsonDumps } from '../http/errors.js';
+import { pythonJsonDumps } from '../wire/errors.js';
 import { RegexUnsupported, sampleRegex } from './regexSample.js';
 
 type Schema = Record<string, unknown>;

@@ -1,8 +1,8 @@
-import type { ChunkDelta } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import type { ReasoningEffort } from './reasoning.js';
 import type { StructuredOutput } from './structured.js';
 import type { ToolOffer } from './toolCalls.js';
+import type { PlannedChunk } from './chunk.js';
 
 export type EndpointKind = 'chat' | 'completion';
 
@@ -27,14 +27,6 @@ export interface OutputParams {
   tools?: ToolOffer | null;
   /** The output's constraint (`response_format`, `structured_outputs`, `guided_*`); absent or null: free text. */
   structured?: StructuredOutput | null;
-}
-
-/** A group of output tokens that goes out as one streamed chunk. */
-export interface PlannedChunk {
-  /** Index one past this chunk's last token. */
-  end: number;
-  /** The chunk's payload; absent = the text is detokenized from the token ids when it is sent. */
-  delta?: ChunkDelta;
 }
 
 /** Everything one choice will produce, decided before the engine runs. */

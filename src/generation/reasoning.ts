@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { ModelTokenizer } from '../tokenizer/index.js';
-import type { PlannedChunk } from './plan.js';
+import type { PlannedChunk } from './chunk.js';
 
 /**
  * The message field vLLM's reasoning parser fills: `reasoning_content` up to vLLM 0.11 (the release mocker

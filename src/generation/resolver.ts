@@ -1,4 +1,4 @@
-import { ApiError, badRequest } from '../http/errors.js';
+import { ApiError, badRequest } from '../wire/errors.js';
 import { promptKey, type CaptureStore, type PoolingKind, type StoredExchange } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { extendPlan, PartialHit, planFromCapture } from './captured.js';

@@ -1,4 +1,4 @@
-import { ApiError } from '../http/errors.js';
+import { ApiError } from '../wire/errors.js';
 
 /** Request fields that do not change the shape of the response bytes (the prompt is the lookup key). */
 const NOT_SHAPE = new Set(['messages', 'prompt', 'model', 'request_id', 'user', 'return_token_ids']);

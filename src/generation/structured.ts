@@ -1,4 +1,4 @@
-import { badRequest } from '../http/errors.js';
+import { badRequest } from '../wire/errors.js';
 import { sampleJsonText, SampleTooLarge, UnsupportedSchema, unsupportedKeyword } from './jsonSchemaSample.js';
 import { RegexUnsupported, sampleRegex } from './regexSample.js';
 import { outputCharBudget } from './toolCalls.js';

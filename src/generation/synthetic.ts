@@ -1,5 +1,6 @@
 import type { ModelTokenizer } from '../tokenizer/index.js';
-import type { ChoicePlan, OutputParams, PlannedChunk } from './plan.js';
+import type { PlannedChunk } from './chunk.js';
+import type { ChoicePlan, OutputParams } from './plan.js';
 import { reasoningChunks, thinkingSpanLength, type ReasoningSpan } from './reasoning.js';
 import { drawStructured } from './structured.js';
 import { planToolCall } from './toolCalls.js';

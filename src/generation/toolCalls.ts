@@ -1,7 +1,7 @@
-import { badRequest } from '../http/errors.js';
+import { badRequest } from '../wire/errors.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { sampleJsonText, SampleTooLarge, UnsupportedSchema } from './jsonSchemaSample.js';
-import type { PlannedChunk } from './plan.js';
+import type { PlannedChunk } from './chunk.js';
 
 /** The tools a chat request offers and how it lets the model use them. */
 export interface ToolOffer {

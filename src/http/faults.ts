@@ -1,6 +1,6 @@
 import type { EngineStream, TokenEvent } from '../engine/index.js';
 import { mulberry32 } from '../util/mulberry32.js';
-import { ApiError, errorJson, modelNotFound } from './errors.js';
+import { ApiError, errorJson, modelNotFound } from '../wire/errors.js';
 
 /** Failures `--error-types` can inject. All but the last two answer at once; those two break an answer after some tokens. */
 export const FAULT_TYPES = ['rate_limit', 'invalid_api_key', 'context_length', 'server_error', 'invalid_request', 'model_not_found', 'timeout', 'midstream', 'disconnect'] as const;

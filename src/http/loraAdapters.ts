@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { LoraAdapter } from '../engine/index.js';
-import { ApiError } from './errors.js';
+import { ApiError } from '../wire/errors.js';
 
 /** vLLM's LoRAModulePath: one `--lora-modules` entry. */
 export interface LoraModule {

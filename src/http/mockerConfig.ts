@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import { badLatencyKnob, type LatencyKnobs } from '../engine/index.js';
-import { ApiError, badRequest } from './errors.js';
+import { ApiError, badRequest } from '../wire/errors.js';
 import { badFaultSetting, parseFaultTypes, type FaultInjector, type FaultSettings } from './faults.js';
 
 /** What `/mocker/config` reads and changes: the failure settings, and the latency knobs under `--timing latency` (else null). */

@@ -1,5 +1,5 @@
 import { textField, type ChoicePlan } from '../generation/plan.js';
-import type { ChunkDelta } from '../store/captureStore.js';
+import type { ChunkDelta } from '../store/generation.js';
 import type { DecodeStream, ModelTokenizer } from '../tokenizer/index.js';
 import { chunkEvent, DONE_EVENT, fullResponse, roleEvent, usageEvent, type RenderContext } from './render.js';
 

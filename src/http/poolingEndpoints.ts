@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { LoopSlice } from '../util/loopSlice.js';
 import { seededUniform } from '../util/mulberry32.js';
-import { badRequest } from './errors.js';
+import { badRequest } from '../wire/errors.js';
 import { parseBody } from './schemas.js';
 
 /**

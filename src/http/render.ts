@@ -1,5 +1,5 @@
 import type { ChoicePlan, EndpointKind } from '../generation/plan.js';
-import type { ChunkDelta } from '../store/captureStore.js';
+import type { ChunkDelta } from '../store/generation.js';
 
 /**
  * vLLM's response formats (≈v0.10.2–0.11: `return_token_ids`, `reasoning_content`), field for field and

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { kvTransferParams } from '../pd/kvTransfer.js';
-import { ApiError, badRequest } from './errors.js';
+import { ApiError, badRequest } from '../wire/errors.js';
 import { carriesChatTemplate } from '../tokenizer/index.js';
 
 const int = z.number().int();

@@ -3,7 +3,7 @@ import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:
 import type { HttpBindings } from '@hono/node-server';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono, type Context } from 'hono';
-import { forwardExchange, generationEndpoint, hideTokenIds, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
+import { forwardExchange, generationEndpoint, hideTokenIds, upstreamFailure, type ExchangeSink, type ForwardConfig } from '../capture/forward.js';
 import { EngineRejection, type Engine, type EngineStream, type LoraAdapter, type TokenEvent } from '../engine/index.js';
 import type { ChoicePlan, EndpointKind, OutputParams } from '../generation/plan.js';
 import { OutputBudget, type OutputResolver, type Resolution } from '../generation/resolver.js';
@@ -13,11 +13,11 @@ import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type 
 import { requestShape } from '../generation/shape.js';
 import { structuredOutput, type StructuredOutput } from '../generation/structured.js';
 import { toolOffer } from '../generation/toolCalls.js';
-import { arrivalOf, OWN_HEALTH_PATH } from './drain.js';
+import { arrivalOf, OWN_HEALTH_PATH } from '../wire/drain.js';
 import { declaredBodyLimit } from './bodyLimit.js';
 import type { PoolingKind, StoredExchange } from '../store/captureStore.js';
 import { ChatMessageError, TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
-import { ApiError, badRequest, errorJson, modelNotFound } from './errors.js';
+import { ApiError, badRequest, errorJson, modelNotFound } from '../wire/errors.js';
 import { loadLoraRequest, unloadLoraRequest, type LoraAdapters } from './loraAdapters.js';
 import { DONE_EVENT, includesUsage, restamp, type RenderContext } from './render.js';
 import { PlanRenderer } from './planRenderer.js';
@@ -27,7 +27,7 @@ import { answerPooled, type PooledRequest } from './pooledReplay.js';
 import { tgiEndpoints, type RunCompletion } from './tgi.js';
 import { breaksMidstream, FAULT_HEADER, faultResponse, INJECTED_HEADER, midstreamError, StreamBreaker } from './faults.js';
 import { mockerConfigRoutes, type RuntimeSettings } from './mockerConfig.js';
-import { admitted, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute, type RouteClass } from './access.js';
+import { admitted, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute, type RouteClass } from '../wire/access.js';
 import { startupGate } from './startup.js';
 import { LoopSlice } from '../util/loopSlice.js';
 import { chatRequest, checkRequestChatTemplate, checkRequestFields, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
@@ -550,7 +550,7 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     if (!config.forward) throw new ApiError(500, 'on-miss forwarding needs --upstream', 'InternalServerError');
     const record = config.forward.sink;
     await forwardExchange(config.forward.config, reqNode, bodyBytes, res, async (raw) => {
-      config.mockerMetrics?.forwarded(raw);
+      config.mockerMetrics?.forwarded(upstreamFailure(raw));
       if (!record) return;
       await record(raw);
       config.mockerMetrics?.captureWritten();

@@ -1,6 +1,6 @@
 import type { MiddlewareHandler } from 'hono';
-import { OWN_HEALTH_PATH } from './drain.js';
-import { errorJson } from './errors.js';
+import { OWN_HEALTH_PATH } from '../wire/drain.js';
+import { errorJson } from '../wire/errors.js';
 
 /** Paths that answer while starting up: Prometheus scrapes (every backend's and DCGM's) and the mocker's own admin routes (not its health check). */
 const OPEN_WHILE_STARTING = (path: string) => path.endsWith('/metrics') || (path.startsWith('/mocker/') && path !== OWN_HEALTH_PATH);

@@ -1,11 +1,13 @@
 import { Counter, type Registry } from 'prom-client';
-import { upstreamFailure, type RawExchange, type UpstreamFailure } from '../capture/forward.js';
 import type { CaptureLookup } from '../generation/resolver.js';
-import type { PullOutcome } from '../pd/kvTransfer.js';
 
 const MISS_REASONS = ['no_match', 'too_short'] as const;
-const FAILURES: UpstreamFailure[] = ['unreachable', 'timeout', 'broken_stream', 'error_status'];
+/** How the upstream failed a forwarded exchange: `mocker_upstream_errors_total`'s reasons (capture/forward.ts classifies). */
+const FAILURES = ['unreachable', 'timeout', 'broken_stream', 'error_status'] as const;
+export type UpstreamFailure = (typeof FAILURES)[number];
+/** Why a KV pull from a prefill engine failed: the failure counter's reasons (pd/kvTransfer.ts reports them). */
 const PULL_FAILURES = ['incomplete_params', 'peer_not_allowed', 'unknown_blocks', 'unreachable'] as const;
+export type PullFailure = (typeof PULL_FAILURES)[number];
 
 /** The mocker's own metrics, beside vLLM's on `/metrics` (prefix `mocker_`: Prometheus reserves colons for recording rules; vLLM's `vllm:` names are vLLM's own). */
 export class MockerMetrics {
@@ -72,12 +74,12 @@ export class MockerMetrics {
     else if (lookup !== null) this.misses.labels({ ...this.labels, reason: lookup }).inc();
   }
 
-  forwarded(raw: RawExchange): void {
-    const failure = upstreamFailure(raw);
+  /** A forwarded exchange ended: counted when the upstream failed it (null: it did not). */
+  forwarded(failure: UpstreamFailure | null): void {
     if (failure) this.upstreamErrors.labels({ ...this.labels, reason: failure }).inc();
   }
 
-  kvPull(outcome: PullOutcome): void {
+  kvPull(outcome: { ok: true } | { ok: false; reason: PullFailure }): void {
     if (outcome.ok) this.kvPulls.labels(this.labels).inc();
     else this.kvPullFailures.labels({ ...this.labels, reason: outcome.reason }).inc();
   }

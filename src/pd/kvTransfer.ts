@@ -1,6 +1,7 @@
 import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { z } from 'zod';
+import type { PullFailure } from '../metrics/mockerMetrics.js';
 
 /**
  * vLLM's NIXL-connector `kv_transfer_params` (vllm-wire-reference.md §7). Unknown keys pass through
@@ -44,7 +45,7 @@ export const KV_PULL_PATH = '/mocker/kv_transfer/pull';
 
 export const kvPullRequest = z.strictObject({ remote_engine_id: z.string(), remote_request_id: z.string() });
 
-export type PullOutcome = { ok: true } | { ok: false; reason: 'incomplete_params' | 'peer_not_allowed' | 'unknown_blocks' | 'unreachable'; detail: string };
+export type PullOutcome = { ok: true } | { ok: false; reason: PullFailure; detail: string };
 
 /** RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens. */
 const HOST_NAME = /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/i;

@@ -3,11 +3,11 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { listeningServer, OWN_HEALTH_PATH, type Drain, type DrainResult } from '../http/drain.js';
+import { listeningServer, OWN_HEALTH_PATH, type Drain, type DrainResult } from '../wire/drain.js';
 import { spliceFirstMember } from '../capture/forward.js';
-import { errorJson, sendJson } from '../http/errors.js';
-import { serverTls, type TlsFiles } from '../http/tls.js';
-import { admitted, decodedPath, DEFAULT_API_KEY_SCOPE, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../http/access.js';
+import { errorJson, sendJson } from '../wire/errors.js';
+import { serverTls, type TlsFiles } from '../wire/tls.js';
+import { admitted, decodedPath, DEFAULT_API_KEY_SCOPE, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../wire/access.js';
 import { requestPull, type KvTransferParams } from './kvTransfer.js';
 
 export interface PdProxyOptions {

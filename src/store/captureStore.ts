@@ -30,6 +30,7 @@ import {
 } from './pack.js';
 import { BackgroundCheckpointer } from './checkpointer.js';
 import { BLOB_RAW, blobOf, fileOf, type BlobEncoding, type StoredBlob } from './fileBlobs.js';
+import type { ChunkDelta, Generation } from './generation.js';
 import { PromptTree } from './promptTree.js';
 import * as schema from './schema.js';
 
@@ -85,9 +86,6 @@ export interface CaptureContents {
 export type Outcome = 'complete' | 'failed' | 'aborted';
 export type TokenSource = 'engine' | 'tokenize-endpoint' | 'local';
 export type HeaderMap = Record<string, string | string[]>;
-/** One streamed chunk's payload for one choice: `{text}` for completions, the chat delta (minus role) for chat. */
-export type ChunkDelta = Record<string, unknown>;
-
 export interface RunInfo {
   kind: 'capture' | 'record';
   upstream?: string;
@@ -99,17 +97,6 @@ export interface RunInfo {
   modelsJson?: string;
   maxModelLen?: number;
   tokenizerName?: string;
-}
-
-export interface Generation {
-  choiceIndex: number;
-  outputIds: number[];
-  tokenTimes: number[];
-  chunkTokens: number[];
-  chunkDeltas: ChunkDelta[];
-  text: string;
-  finishReason: string | null;
-  stopReason: string | number | null;
 }
 
 /** Embeddings and reranking endpoints (see generation/poolingKey.ts): stored and replayed whole, no token ids. */

@@ -1,6 +1,6 @@
 /** Packed binary encodings for token ids and timings: format 0's raw little-endian arrays, format 1's compact ones. */
 import { brotliCompressSync, brotliDecompressSync, inflateRawSync, constants as zlibConstants } from 'node:zlib';
-import type { ChunkDelta, Generation } from './captureStore.js';
+import type { ChunkDelta, Generation } from './generation.js';
 
 /**
  * Writes `values` as u32 into `into` from its start. A loop: Uint32Array.from walks a JS array through the iterator

@@ -4,7 +4,7 @@
  * plain JS number (a Map key with no allocation). Collision odds for a million blocks are about 1e-4 of a
  * percent; vLLM-compatible hashes for KV events are computed separately (sha256_cbor).
  */
-import type { TokenIds } from '../core.js';
+import type { TokenIds } from '../contract.js';
 
 const C1 = 0xcc9e2d51;
 const C2 = 0x1b873593;

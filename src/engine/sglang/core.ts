@@ -1,8 +1,8 @@
-import type { Admission, CacheEvent, CoreRequest, EngineStats, KvTraceEntry, PassResult, RequestView, TokenOut } from '../core.js';
+import type { Admission, CacheEvent, CoreRequest, EngineStats, KvTraceEntry, PassResult, RequestView, TokenOut } from '../contract.js';
 import type { KvCacheEvent } from '../kv/blockManager.js';
 import { VllmKvEventLog, type VllmKvEvent, type VllmKvEventOptions } from '../kv/vllmKvEvents.js';
 import type { PassTiming } from '../timingModels.js';
-import type { SchedulerCore } from '../scheduler.js';
+import type { SchedulerCore } from '../contract.js';
 import { WaitQueue } from '../waitQueue.js';
 import { mulberry32 } from '../../util/mulberry32.js';
 import { lpmOrder, type SglangSchedulePolicy } from './policy.js';

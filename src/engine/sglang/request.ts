@@ -1,4 +1,4 @@
-import type { CoreRequest, RequestStatus } from '../core.js';
+import type { CoreRequest, RequestStatus } from '../contract.js';
 import type { RadixNode } from './radixCache.js';
 
 /**

@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { ServerOptions } from 'node:https';
 import { createSecureContext } from 'node:tls';
-import type { UpstreamTls } from '../capture/upstreamHttp.js';
 
 /** vLLM's (uvicorn's) TLS flags, the same on every server: `--ssl-keyfile`, `--ssl-certfile`, `--ssl-ca-certs`, `--ssl-cert-reqs`. */
 export interface TlsFiles {
@@ -52,6 +51,11 @@ export function serverTls(files: TlsFiles = {}): ServerTls | undefined {
     throw new Error(`--ssl-keyfile ${files.keyfile} / --ssl-certfile ${files.certfile}${files.caCerts ? ` / --ssl-ca-certs ${files.caCerts}` : ''}: ${(err as Error).message}`);
   }
   return { options, optionalClientCert: certReqs === 1 };
+}
+
+/** How to trust an https: upstream: `ca` (PEM, `--upstream-ca-certs`) in place of Node's CA list; verification is never off. */
+export interface UpstreamTls {
+  ca?: string;
 }
 
 /** `--upstream-ca-certs`: the CAs an https: upstream's certificate is checked against, instead of Node's. */

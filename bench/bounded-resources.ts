@@ -49,7 +49,9 @@ function memoryMb(pid: number): { peak: number; now: number } {
 }
 
 async function startServer(extra: string[]): Promise<{ pid: number; port: number; stop: () => void }> {
-  const child = spawn(process.execPath, [MAIN, 'serve', '--mode', 'random', '--timing', 'none', '--host', '127.0.0.1', '--port', '0', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [MAIN, 'serve', '--mode', 'random', '--timing', 'none', '--host', '127.0.0.1', '--port', '0', ...extra], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   return new Promise((resolve, reject) => {
     let out = '';
     child.stdout.on('data', (d: Buffer) => {
@@ -77,7 +79,12 @@ async function run(c: Case, trustFlag: boolean): Promise<void> {
     const before = memoryMb(server.pid);
     const started = performance.now();
     let answer: string | null = null;
-    const request = fetch(`${base}${c.path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(TIMEOUT_MS) })
+    const request = fetch(`${base}${c.path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+      signal: AbortSignal.timeout(TIMEOUT_MS),
+    })
       .then(async (res) => (answer = `${res.status} ${(await res.text()).slice(0, 110).replaceAll('\n', ' ')}`))
       .catch((err: Error) => (answer = `no answer (${err.name})`));
     let slowestHealthMs = 0;

@@ -67,9 +67,16 @@ const ALL_FLAVOURS: { name: string; args: (n: number) => EngineArgs; code: () =>
 const CHOSEN = stringArg('flavours', ALL_FLAVOURS.map((f) => f.name).join(',')).split(',');
 /** vllm always runs, first: the others' ratios are to it. */
 const FLAVOURS = ALL_FLAVOURS.filter((f) => f.name === 'vllm' || CHOSEN.includes(f.name));
-for (const name of CHOSEN) if (!ALL_FLAVOURS.some((f) => f.name === name)) throw new Error(`--flavours takes ${ALL_FLAVOURS.map((f) => f.name).join(', ')}; got ${name}`);
+for (const name of CHOSEN)
+  if (!ALL_FLAVOURS.some((f) => f.name === name)) throw new Error(`--flavours takes ${ALL_FLAVOURS.map((f) => f.name).join(', ')}; got ${name}`);
 function sglang(pageSize: number): EngineArgs {
-  return { ...DEFAULT_ENGINE_ARGS, engineType: 'sglang', numGpuBlocks: KV_TOKENS / pageSize, blockSize: pageSize, sglang: { ...DEFAULT_ENGINE_ARGS.sglang, pageSize } };
+  return {
+    ...DEFAULT_ENGINE_ARGS,
+    engineType: 'sglang',
+    numGpuBlocks: KV_TOKENS / pageSize,
+    blockSize: pageSize,
+    sglang: { ...DEFAULT_ENGINE_ARGS.sglang, pageSize },
+  };
 }
 
 setFlagsFromString('--expose-gc');
@@ -80,7 +87,8 @@ const collectGarbage = runInNewContext('gc') as () => void;
 function measure(code: Code, args: EngineArgs, n: number, seed: number): number {
   const { createSchedulerCore, modelTiming, polynomialPerfModel } = code.engine;
   const core = createSchedulerCore(code.args.schedulerConfig(args, modelTiming(polynomialPerfModel, 1, 1), seed));
-  for (let i = 0; i < n; i++) core.add({ id: `r${i}`, promptTokenIds: Array.from({ length: PROMPT }, (_, t) => i * PROMPT + t + 1), maxOutputTokens: (SETTLE_PASSES + PASSES) * 4 });
+  for (let i = 0; i < n; i++)
+    core.add({ id: `r${i}`, promptTokenIds: Array.from({ length: PROMPT }, (_, t) => i * PROMPT + t + 1), maxOutputTokens: (SETTLE_PASSES + PASSES) * 4 });
   let now = 0;
   // Until every request is past its prefill and decoding.
   for (;;) {
@@ -148,9 +156,14 @@ class FlavourProcess {
 }
 
 async function parent(): Promise<void> {
-  const loadAverage = () => loadavg().map((l) => l.toFixed(2)).join(' ');
+  const loadAverage = () =>
+    loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ');
   const spread = (values: number[], digits: number) => `${round(Math.min(...values), digits)}–${round(Math.max(...values), digits)}`;
-  console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model.trim()}, node ${process.version}; ${new Date().toISOString()}; load average ${loadAverage()}`);
+  console.log(
+    `machine: ${cpus().length} cores, ${cpus()[0]?.model.trim()}, node ${process.version}; ${new Date().toISOString()}; load average ${loadAverage()}`,
+  );
   console.log(`prompt ${PROMPT} tokens, ${PASSES} timed passes, ${RUNS} interleaved rounds per size, each flavour in its own process`);
   const rows: (string | number)[][] = [];
   const results: Record<string, Record<number, { median: number; min: number; max: number }>> = {};
@@ -178,12 +191,11 @@ async function parent(): Promise<void> {
   } finally {
     for (const p of processes) p.stop();
   }
-  printTable(
-    ['running', ...FLAVOURS.flatMap((f, i) => [`${f.name} µs/pass`, 'min–max', ...(i === 0 ? [] : [`${f.name} ÷ vllm (min–max)`])])],
-    rows,
-  );
+  printTable(['running', ...FLAVOURS.flatMap((f, i) => [`${f.name} µs/pass`, 'min–max', ...(i === 0 ? [] : [`${f.name} ÷ vllm (min–max)`])])], rows);
   console.log(`load average at the end: ${loadAverage()}`);
-  console.log(JSON.stringify({ bench: 'engine-pass', prompt: PROMPT, passes: PASSES, runs: RUNS, kvTokens: KV_TOKENS, usPerPass: results, ratioToVllm: ratios }));
+  console.log(
+    JSON.stringify({ bench: 'engine-pass', prompt: PROMPT, passes: PASSES, runs: RUNS, kvTokens: KV_TOKENS, usPerPass: results, ratioToVllm: ratios }),
+  );
 }
 
 const CHILD = stringArg('child', '');

@@ -17,7 +17,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { makeProcessFuzzCase } from '../test/support/fuzzRequests.js';
 import {
-  deadProcesses, FUZZ_MAX_BODY, fuzzBatch, RSS_BOUND_MB, rssMb, settledEngines, startFuzzRig, verifyCaptureFile, type FuzzOutcome,
+  deadProcesses,
+  FUZZ_MAX_BODY,
+  fuzzBatch,
+  RSS_BOUND_MB,
+  rssMb,
+  settledEngines,
+  startFuzzRig,
+  verifyCaptureFile,
+  type FuzzOutcome,
 } from '../test/support/fuzzRig.js';
 import { prng } from '../test/support/prng.js';
 import { startHealthProber, type HealthProbes } from './lib/healthProber.js';
@@ -35,7 +43,9 @@ const countBy = (xs: string[]) => Object.fromEntries([...xs.reduce((m, x) => m.s
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'mocker-bench-fuzz-'));
   const rig = await startFuzzRig(dir);
-  const prober = startHealthProber(Object.entries(rig.processes).map(([name, p]) => ({ name, port: p.port, path: name === 'pd-proxy' ? '/healthcheck' : '/health' })));
+  const prober = startHealthProber(
+    Object.entries(rig.processes).map(([name, p]) => ({ name, port: p.port, path: name === 'pd-proxy' ? '/healthcheck' : '/health' })),
+  );
   const peakRss: Record<string, number> = {};
   let polling = true;
   const poller = (async () => {
@@ -59,7 +69,9 @@ async function main(): Promise<void> {
       const concurrency = (first / BATCH) % 2 === 0 ? 1 : CONCURRENCY;
       outcomes.push(...(await fuzzBatch(rig, cases, { concurrency, firstIndex: first, seed: SEED, r: net })));
       for (const d of deadProcesses(rig)) dead.add(d);
-      console.log(`… ${outcomes.length}/${REQUESTS} requests, ${outcomes.filter((o) => o.violation).length} violations, ${round((performance.now() - start) / 1000, 1)} s`);
+      console.log(
+        `… ${outcomes.length}/${REQUESTS} requests, ${outcomes.filter((o) => o.violation).length} violations, ${round((performance.now() - start) / 1000, 1)} s`,
+      );
       if (dead.size > 0) break;
     }
     for (const [name, mb] of Object.entries(rssMb(rig))) peakRss[name] = Math.max(peakRss[name] ?? 0, mb);
@@ -88,9 +100,12 @@ async function main(): Promise<void> {
   console.log();
   printTable(['generator', 'requests'], Object.entries(byKind));
   console.log();
-  printTable(['process', 'peak RSS MB'], Object.entries(peakRss).map(([name, mb]) => [name, round(mb, 1)]));
+  printTable(
+    ['process', 'peak RSS MB'],
+    Object.entries(peakRss).map(([name, mb]) => [name, round(mb, 1)]),
+  );
   console.log();
-  console.log('slowest answers (sequential batches, so the time is the request\'s own):');
+  console.log("slowest answers (sequential batches, so the time is the request's own):");
   const sequential = outcomes.filter((o) => Math.floor(o.index / BATCH) % 2 === 0 && o.kind !== 'disconnected');
   for (const o of sequential.sort((a, b) => b.ms - a.ms).slice(0, 8)) {
     console.log(`  ${round(o.ms, 1)} ms ${o.door} ${o.kind} (${o.case.kind}, ${o.case.body.length} bytes): ${o.case.body.toString('latin1').slice(0, 160)}`);
@@ -104,7 +119,9 @@ async function main(): Promise<void> {
   );
   console.log();
   const latency = { p50: quantile(healthMs, 0.5), p99: quantile(healthMs, 0.99), max: Math.max(...healthMs) };
-  console.log(`/health: ${healthMs.length} probes, p50 ${round(latency.p50)} ms, p99 ${round(latency.p99)} ms, max ${round(latency.max)} ms; ${unhealthy.length} not 200`);
+  console.log(
+    `/health: ${healthMs.length} probes, p50 ${round(latency.p50)} ms, p99 ${round(latency.p99)} ms, max ${round(latency.max)} ms; ${unhealthy.length} not 200`,
+  );
   console.log(`${outcomes.length} requests in ${round(seconds, 1)} s; processes dead: ${[...dead].join(', ') || 'none'}; engines left busy: ${busy.length}`);
   console.log(
     `capture file: integrity ${verified?.integrity ?? 'not checked'}, ${verified?.replayed ?? 0} completed exchanges replayed, ${verified?.batches ?? 0} batches of prompts stored whole (never replayed), ${verified?.problems.length ?? 0} problems`,
@@ -113,13 +130,31 @@ async function main(): Promise<void> {
   const maxPeak = Math.max(...Object.values(peakRss));
   console.log(
     JSON.stringify({
-      benchmark: 'fuzz', requests: outcomes.length, seed: SEED, concurrency: CONCURRENCY, seconds: round(seconds, 1), byStatus, byKind,
-      violations: violations.length, dead: dead.size, unhealthy: unhealthy.length, healthP50Ms: round(latency.p50), healthP99Ms: round(latency.p99),
-      healthMaxMs: round(latency.max), peakRssMb: round(maxPeak, 1), rssBoundMb: RSS_BOUND_MB, enginesBusy: busy.length,
-      integrity: verified?.integrity ?? null, replayed: verified?.replayed ?? 0, batchesNotReplayed: verified?.batches ?? 0, replayProblems: verified?.problems.length ?? null,
+      benchmark: 'fuzz',
+      requests: outcomes.length,
+      seed: SEED,
+      concurrency: CONCURRENCY,
+      seconds: round(seconds, 1),
+      byStatus,
+      byKind,
+      violations: violations.length,
+      dead: dead.size,
+      unhealthy: unhealthy.length,
+      healthP50Ms: round(latency.p50),
+      healthP99Ms: round(latency.p99),
+      healthMaxMs: round(latency.max),
+      peakRssMb: round(maxPeak, 1),
+      rssBoundMb: RSS_BOUND_MB,
+      enginesBusy: busy.length,
+      integrity: verified?.integrity ?? null,
+      replayed: verified?.replayed ?? 0,
+      batchesNotReplayed: verified?.batches ?? 0,
+      replayProblems: verified?.problems.length ?? null,
     }),
   );
-  const failed = violations.length + dead.size + unhealthy.length + busy.length + (verified ? verified.problems.length + (verified.integrity === 'ok' ? 0 : 1) : 1) > 0 || maxPeak >= RSS_BOUND_MB;
+  const failed =
+    violations.length + dead.size + unhealthy.length + busy.length + (verified ? verified.problems.length + (verified.integrity === 'ok' ? 0 : 1) : 1) > 0 ||
+    maxPeak >= RSS_BOUND_MB;
   process.exitCode = failed ? 1 : 0;
 }
 

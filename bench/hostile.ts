@@ -15,7 +15,15 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { deadHostile, hostileRssMb, makeHostileRigCase, runHostileCases, startHostileRig, type HostileDoor, type HostileOutcome } from '../test/support/hostileFuzz.js';
+import {
+  deadHostile,
+  hostileRssMb,
+  makeHostileRigCase,
+  runHostileCases,
+  startHostileRig,
+  type HostileDoor,
+  type HostileOutcome,
+} from '../test/support/hostileFuzz.js';
 import { prng } from '../test/support/prng.js';
 import { startHealthProber, type HealthProbes } from './lib/healthProber.js';
 import { numberArg, printTable, quantile, round } from './lib/stats.js';
@@ -33,7 +41,9 @@ const countBy = (xs: string[]) => Object.fromEntries([...xs.reduce((m, x) => m.s
 
 async function main(): Promise<void> {
   const date = new Date().toISOString();
-  console.log(`bench:hostile ${date}; machine: ${cpus().length} cores, ${cpus()[0]?.model.trim() ?? '?'}, ${Math.round(totalmem() / 2 ** 30)} GiB, node ${process.version}, load average ${loadavg()[0].toFixed(2)}`);
+  console.log(
+    `bench:hostile ${date}; machine: ${cpus().length} cores, ${cpus()[0]?.model.trim() ?? '?'}, ${Math.round(totalmem() / 2 ** 30)} GiB, node ${process.version}, load average ${loadavg()[0].toFixed(2)}`,
+  );
   const dir = mkdtempSync(join(tmpdir(), 'mocker-bench-hostile-'));
   const rig = await startHostileRig(dir);
   const prober = startHealthProber([
@@ -63,7 +73,9 @@ async function main(): Promise<void> {
         const cases = Array.from({ length: Math.min(BATCH, CASES - first) }, () => makeHostileRigCase(r, door));
         outcomes.push(...(await runHostileCases(rig, cases, { concurrency: CONCURRENCY, firstIndex: outcomes.length, seed: SEED })));
         for (const d of deadHostile(rig)) dead.add(d);
-        console.log(`… ${door}: ${first + cases.length}/${CASES} cases, ${outcomes.filter((o) => o.violation).length} violations, ${round((performance.now() - start) / 1000, 1)} s`);
+        console.log(
+          `… ${door}: ${first + cases.length}/${CASES} cases, ${outcomes.filter((o) => o.violation).length} violations, ${round((performance.now() - start) / 1000, 1)} s`,
+        );
       }
     }
     sampleRss();
@@ -82,9 +94,13 @@ async function main(): Promise<void> {
   printTable(['answer', 'cases'], Object.entries(countBy(outcomes.map((o) => o.kind))));
   console.log();
   console.log('slowest answers:');
-  for (const o of [...outcomes].sort((a, b) => b.ms - a.ms).slice(0, 5)) console.log(`  ${round(o.ms, 1)} ms ${o.door} ${o.kind}: ${o.case.body.toString('utf8').slice(0, 160)}`);
+  for (const o of [...outcomes].sort((a, b) => b.ms - a.ms).slice(0, 5))
+    console.log(`  ${round(o.ms, 1)} ms ${o.door} ${o.kind}: ${o.case.body.toString('utf8').slice(0, 160)}`);
   console.log();
-  printTable(['process', 'peak RSS MB'], Object.entries(peakRss).map(([name, mb]) => [name, round(mb, 1)]));
+  printTable(
+    ['process', 'peak RSS MB'],
+    Object.entries(peakRss).map(([name, mb]) => [name, round(mb, 1)]),
+  );
   console.log();
   const healthMs = Object.values(probes.ms).flat();
   printTable(
@@ -95,14 +111,27 @@ async function main(): Promise<void> {
   // A serve's renderers are its own processes: the target holds for the serve with them.
   const servePeak = Math.max(peakRss['plain with renderers'] ?? 0, peakRss['captured with renderers'] ?? 0);
   console.log();
-  console.log(`crashes: ${dead.size} (${[...dead].join(', ') || 'none'}); invalid answers: ${violations.length}; /health: ${healthMs.length} probes, p99 ${round(p99)} ms (target ≤ ${HEALTH_P99_MS}), ${probes.unhealthy.length} not 200; peak RSS of a serve with its renderers ${round(servePeak, 1)} MB (target ≤ ${PEAK_RSS_MB}); ${outcomes.length} cases in ${round(seconds, 1)} s`);
+  console.log(
+    `crashes: ${dead.size} (${[...dead].join(', ') || 'none'}); invalid answers: ${violations.length}; /health: ${healthMs.length} probes, p99 ${round(p99)} ms (target ≤ ${HEALTH_P99_MS}), ${probes.unhealthy.length} not 200; peak RSS of a serve with its renderers ${round(servePeak, 1)} MB (target ≤ ${PEAK_RSS_MB}); ${outcomes.length} cases in ${round(seconds, 1)} s`,
+  );
   for (const v of [...violations, ...probes.unhealthy].slice(0, 20)) console.log(`  ${v.slice(0, 600)}`);
   console.log(
     JSON.stringify({
-      benchmark: 'hostile', date, machine: { cpu: cpus()[0]?.model.trim() ?? 'unknown', cores: cpus().length, node: process.version }, cases: outcomes.length, seed: SEED,
-      concurrency: CONCURRENCY, seconds: round(seconds, 1), crashes: dead.size, violations: violations.length, unhealthy: probes.unhealthy.length,
-      healthP50Ms: round(quantile(healthMs, 0.5)), healthP99Ms: round(p99), healthMaxMs: round(Math.max(...healthMs)),
-      peakRssMb: Object.fromEntries(Object.entries(peakRss).map(([name, mb]) => [name, round(mb, 1)])), byAnswer: countBy(outcomes.map((o) => o.kind)),
+      benchmark: 'hostile',
+      date,
+      machine: { cpu: cpus()[0]?.model.trim() ?? 'unknown', cores: cpus().length, node: process.version },
+      cases: outcomes.length,
+      seed: SEED,
+      concurrency: CONCURRENCY,
+      seconds: round(seconds, 1),
+      crashes: dead.size,
+      violations: violations.length,
+      unhealthy: probes.unhealthy.length,
+      healthP50Ms: round(quantile(healthMs, 0.5)),
+      healthP99Ms: round(p99),
+      healthMaxMs: round(Math.max(...healthMs)),
+      peakRssMb: Object.fromEntries(Object.entries(peakRss).map(([name, mb]) => [name, round(mb, 1)])),
+      byAnswer: countBy(outcomes.map((o) => o.kind)),
     }),
   );
   const failed = dead.size > 0 || violations.length > 0 || probes.unhealthy.length > 0 || !(p99 <= HEALTH_P99_MS) || servePeak > PEAK_RSS_MB;

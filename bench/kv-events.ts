@@ -145,7 +145,14 @@ class EventCounter {
 }
 
 /** The /metrics series this benchmark follows (summed over label sets). */
-const SERIES = ['vllm:prefix_cache_queries_total', 'vllm:prefix_cache_hits_total', 'vllm:num_preemptions_total', 'vllm:generation_tokens_total', 'vllm:kv_cache_usage_perc', 'vllm:num_requests_running'] as const;
+const SERIES = [
+  'vllm:prefix_cache_queries_total',
+  'vllm:prefix_cache_hits_total',
+  'vllm:num_preemptions_total',
+  'vllm:generation_tokens_total',
+  'vllm:kv_cache_usage_perc',
+  'vllm:num_requests_running',
+] as const;
 type Series = (typeof SERIES)[number];
 type Scrape = Record<Series, number>;
 
@@ -273,7 +280,12 @@ async function main(): Promise<void> {
   );
   console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model ?? '?'}, node ${process.version}`);
   const [pubPort, replayPort] = await freePorts(2);
-  const kvEventsJson = JSON.stringify({ enable_kv_cache_events: true, publisher: 'zmq', endpoint: `tcp://*:${pubPort}`, replay_endpoint: `tcp://*:${replayPort}` });
+  const kvEventsJson = JSON.stringify({
+    enable_kv_cache_events: true,
+    publisher: 'zmq',
+    endpoint: `tcp://*:${pubPort}`,
+    replay_endpoint: `tcp://*:${replayPort}`,
+  });
   const kvEvents = parseKvEventsConfig(kvEventsJson, 'array');
   if (!kvEvents) throw new Error('KV events config parsed as disabled');
   const serverFlags = `mocker serve --mode simulate ${timing} --block-size ${BLOCK_SIZE} --num-gpu-blocks-override ${GPU_BLOCKS} --max-num-seqs ${MAX_NUM_SEQS}`;
@@ -358,11 +370,39 @@ async function main(): Promise<void> {
 
   console.log(`\nmedian over ${ROUNDS} rounds`);
   printTable(
-    ['config', 'req/s', 'tokens/s', 'latency p50 ms', 'p99 ms', 'server CPU ms/req', 'server busy', 'client CPU', 'prefix hits', 'preemptions', 'scrape p50 ms', 'event batches/s', 'event KB/req'],
+    [
+      'config',
+      'req/s',
+      'tokens/s',
+      'latency p50 ms',
+      'p99 ms',
+      'server CPU ms/req',
+      'server busy',
+      'client CPU',
+      'prefix hits',
+      'preemptions',
+      'scrape p50 ms',
+      'event batches/s',
+      'event KB/req',
+    ],
     CONFIGS.map((c) => {
       const v = result[c];
       const events = c === 'events';
-      return [c, v.requestsPerS, v.tokensPerS, v.latencyP50Ms, v.latencyP99Ms, v.serverCpuMsPerRequest, pct(v.serverElu), pct(v.clientCpu), pct(v.prefixHitRate), v.preemptions, v.scrapeP50Ms, events ? v.batchesPerS : '-', events ? v.eventKBPerRequest : '-'];
+      return [
+        c,
+        v.requestsPerS,
+        v.tokensPerS,
+        v.latencyP50Ms,
+        v.latencyP99Ms,
+        v.serverCpuMsPerRequest,
+        pct(v.serverElu),
+        pct(v.clientCpu),
+        pct(v.prefixHitRate),
+        v.preemptions,
+        v.scrapeP50Ms,
+        events ? v.batchesPerS : '-',
+        events ? v.eventKBPerRequest : '-',
+      ];
     }),
   );
   console.log(`events / off throughput (req/s, = tokens/s): ${ratio} (per round: ${ratios.map((x) => round(x, 3)).join(', ')})`);
@@ -381,7 +421,17 @@ async function main(): Promise<void> {
   console.log(
     JSON.stringify({
       bench: 'kv-events',
-      config: { concurrency: CONCURRENCY, durationMs: DURATION_MS, rounds: ROUNDS, maxTokens: MAX_TOKENS, numGpuBlocks: GPU_BLOCKS, blockSize: BLOCK_SIZE, maxNumSeqs: MAX_NUM_SEQS, prefixes: PREFIXES, forwardTimeMs: FORWARD_MS },
+      config: {
+        concurrency: CONCURRENCY,
+        durationMs: DURATION_MS,
+        rounds: ROUNDS,
+        maxTokens: MAX_TOKENS,
+        numGpuBlocks: GPU_BLOCKS,
+        blockSize: BLOCK_SIZE,
+        maxNumSeqs: MAX_NUM_SEQS,
+        prefixes: PREFIXES,
+        forwardTimeMs: FORWARD_MS,
+      },
       ...result,
       ratio,
       ratios: ratios.map((x) => round(x, 3)),

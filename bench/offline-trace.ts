@@ -56,7 +56,11 @@ import { median, numberArg, printTable, round, stringArg } from './lib/stats.js'
 const ROUNDS = numberArg('rounds', 5);
 const SETTINGS = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j'];
 /** j is left out unless asked for: it takes minutes a round. */
-const ONLY = new Set(stringArg('only', SETTINGS.filter((key) => key !== 'j').join(',')).split(',').map((s) => s.trim()));
+const ONLY = new Set(
+  stringArg('only', SETTINGS.filter((key) => key !== 'j').join(','))
+    .split(',')
+    .map((s) => s.trim()),
+);
 const TRACE = stringArg('trace', fileURLToPath(new URL('../../shared/traces/conversation_trace.jsonl', import.meta.url)));
 const MEMORY_PROBE = stringArg('memory-probe', '');
 if (!(Number.isInteger(ROUNDS) && ROUNDS >= 1)) throw new Error(`--rounds must be an integer >= 1, got ${ROUNDS}`);
@@ -91,7 +95,13 @@ function replay(makeWorkload: () => Workload, fleet: Fleet, onProgress: (done: n
   const config = schedulerConfig(engine, modelTiming(polynomialPerfModel, engine.speedupRatio, engine.decodeSpeedupRatio), SEED);
   const router: Router =
     fleet.router === 'kv_router'
-      ? new KvRouter({ workers: fleet.workers, blockSize: engine.blockSize, config: DEFAULT_KV_ROUTER_CONFIG, maxNumBatchedTokens: engine.maxNumBatchedTokens, seed: SEED })
+      ? new KvRouter({
+          workers: fleet.workers,
+          blockSize: engine.blockSize,
+          config: DEFAULT_KV_ROUTER_CONFIG,
+          maxNumBatchedTokens: engine.maxNumBatchedTokens,
+          seed: SEED,
+        })
       : new RoundRobinRouter(fleet.workers);
   const collector = new ReplayCollector(Array.from({ length: fleet.workers }, (_, i) => `worker-${i}`));
   const simulation = new OfflineReplay(
@@ -119,7 +129,10 @@ const FLEET_C: Fleet = { workers: 4, router: 'kv_router', engine: { blockSize: 6
 const FLEET_D: Fleet = { workers: 1, router: 'round_robin', engine: {}, arrivalSpeedup: 1 };
 /** SGLang at `pageSize` holding `kvTokens` KV tokens: the page is also the block (stats, events, router). */
 const sglangEngine = (pageSize: number, kvTokens: number): Partial<EngineArgs> => ({
-  engineType: 'sglang', blockSize: pageSize, numGpuBlocks: kvTokens / pageSize, sglang: { ...DEFAULT_ENGINE_ARGS.sglang, pageSize },
+  engineType: 'sglang',
+  blockSize: pageSize,
+  numGpuBlocks: kvTokens / pageSize,
+  sglang: { ...DEFAULT_ENGINE_ARGS.sglang, pageSize },
 });
 /** The KV tokens of settings b and c: mocker's default 16,384 blocks of 64. */
 const KV_TOKENS_64 = DEFAULT_ENGINE_ARGS.numGpuBlocks * 64;
@@ -130,8 +143,16 @@ const FLEET_I: Fleet = { ...FLEET_C, engine: sglangEngine(64, KV_TOKENS_64) };
 const FLEET_J: Fleet = { ...FLEET_C, engine: sglangEngine(1, KV_TOKENS_64) };
 const synthetic = (requestCount: number) => () =>
   syntheticWorkload({
-    inputTokens: 1000, outputTokens: 100, requestCount, arrivalIntervalMs: 1,
-    turnsPerSession: 1, sharedPrefixRatio: 0, numPrefixGroups: 0, interTurnDelayMs: 0, blockSize: 64, seed: SEED,
+    inputTokens: 1000,
+    outputTokens: 100,
+    requestCount,
+    arrivalIntervalMs: 1,
+    turnsPerSession: 1,
+    sharedPrefixRatio: 0,
+    numPrefixGroups: 0,
+    interTurnDelayMs: 0,
+    blockSize: 64,
+    seed: SEED,
   });
 
 /** Setting e's figures for one run (MB). JS memory is the heap plus what typed arrays hold outside it. */
@@ -162,14 +183,24 @@ if (MEMORY_PROBE !== '') {
   const base = jsMemory();
   let peak = base;
   // Sampled every 100 completions: memoryUsage() is too slow for every event.
-  const outcome = replay(() => mooncakeFileWorkload(text, TRACE_BLOCK_SIZE), FLEET_C, (done) => {
-    if (done % 100 === 0) peak = Math.max(peak, jsMemory());
-  });
+  const outcome = replay(
+    () => mooncakeFileWorkload(text, TRACE_BLOCK_SIZE),
+    FLEET_C,
+    (done) => {
+      if (done % 100 === 0) peak = Math.max(peak, jsMemory());
+    },
+  );
   // Twice: typed arrays' memory is freed by a sweep after the collection that found them dead.
   gc();
   gc();
   const held = jsMemory();
-  const probe: MemoryProbe = { requests: outcome.held.collector.perRequest().length, peakRssMb: process.resourceUsage().maxRSS / 1024, baseMb: mb(base), peakMb: mb(Math.max(peak, held)), heldMb: mb(held) };
+  const probe: MemoryProbe = {
+    requests: outcome.held.collector.perRequest().length,
+    peakRssMb: process.resourceUsage().maxRSS / 1024,
+    baseMb: mb(base),
+    peakMb: mb(Math.max(peak, held)),
+    heldMb: mb(held),
+  };
   console.log(JSON.stringify(probe));
   process.exit(0);
 }
@@ -177,7 +208,10 @@ if (MEMORY_PROBE !== '') {
 const spread = (values: number[]) => `${round(Math.min(...values), 1)}–${round(Math.max(...values), 1)}`;
 const traceAvailable = existsSync(TRACE);
 // The load average says whether other work shared the machine (every figure here is wall time).
-const load = () => loadavg().map((l) => l.toFixed(2)).join(' ');
+const load = () =>
+  loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
 console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model.trim()}, node ${process.version}; ${new Date().toISOString()}; load average ${load()}`);
 console.log(`rounds: ${ROUNDS} after a warm-up round; settings: ${[...ONLY].join(',')}`);
 if (!traceAvailable) console.log(`no trace at ${TRACE} (../shared is absent, as in a CI clone): settings a, b, c, e, f, g, h, i and j are skipped`);
@@ -199,12 +233,37 @@ function timeTrace(key: string, what: string, rows: number | null, fleet: Fleet,
   const { report, rejected } = outcomes[0];
   const met = goalS === null ? '' : wallMs / 1000 <= goalS ? 'MET' : 'NOT MET';
   console.log(`${key}. ${what}: warm-up ${round(warmUpMs, 1)} ms, then ${walls.map((w) => round(w, 1)).join(', ')} ms`);
-  table.push([key, report.num_requests, round(wallMs, 1), spread(walls), round(warmUpMs, 1), round(report.duration_ms / 1000, 1), round(report.num_requests / (wallMs / 1000), 0), round(report.prefix_cache_reused_ratio, 3), goalS === null ? '' : `≤ ${round(goalS * 1000, 1)}`, met]);
-  jsonLines.push(JSON.stringify({
-    bench: 'offline-trace', setting: key, what, requests: report.num_requests, completed: report.completed_requests, rejected,
-    wallMsMedian: round(wallMs, 1), wallMsMin: round(Math.min(...walls), 1), wallMsMax: round(Math.max(...walls), 1), wallMs: walls.map((w) => round(w, 1)), warmUpMs: round(warmUpMs, 1),
-    simulatedS: round(report.duration_ms / 1000, 3), prefixReuseRatio: round(report.prefix_cache_reused_ratio, 4), goalMs: goalS === null ? null : round(goalS * 1000, 1), met: goalS === null ? null : met === 'MET',
-  }));
+  table.push([
+    key,
+    report.num_requests,
+    round(wallMs, 1),
+    spread(walls),
+    round(warmUpMs, 1),
+    round(report.duration_ms / 1000, 1),
+    round(report.num_requests / (wallMs / 1000), 0),
+    round(report.prefix_cache_reused_ratio, 3),
+    goalS === null ? '' : `≤ ${round(goalS * 1000, 1)}`,
+    met,
+  ]);
+  jsonLines.push(
+    JSON.stringify({
+      bench: 'offline-trace',
+      setting: key,
+      what,
+      requests: report.num_requests,
+      completed: report.completed_requests,
+      rejected,
+      wallMsMedian: round(wallMs, 1),
+      wallMsMin: round(Math.min(...walls), 1),
+      wallMsMax: round(Math.max(...walls), 1),
+      wallMs: walls.map((w) => round(w, 1)),
+      warmUpMs: round(warmUpMs, 1),
+      simulatedS: round(report.duration_ms / 1000, 3),
+      prefixReuseRatio: round(report.prefix_cache_reused_ratio, 4),
+      goalMs: goalS === null ? null : round(goalS * 1000, 1),
+      met: goalS === null ? null : met === 'MET',
+    }),
+  );
 }
 
 timeTrace('a', 'first 1,000 rows, 1 worker, round robin, block 512, speedup 0.5', 1000, FLEET_A, DYNAMO_WALL_S / 10);
@@ -225,13 +284,47 @@ if (ONLY.has('d')) {
   const ratio = median(largeWalls) / median(smallWalls);
   const met = ratio <= 10 ? 'MET' : 'NOT MET';
   console.log(`d. synthetic 1k: ${smallWalls.map((w) => round(w, 1)).join(', ')} ms; 10k: ${largeWalls.map((w) => round(w, 1)).join(', ')} ms`);
-  table.push(['d 1k', 1000, round(median(smallWalls), 1), spread(smallWalls), round(warmUpMs[0], 1), '', round(1000 / (median(smallWalls) / 1000), 0), '', '', '']);
-  table.push(['d 10k', 10_000, round(median(largeWalls), 1), spread(largeWalls), round(warmUpMs[1], 1), '', round(10_000 / (median(largeWalls) / 1000), 0), '', `≤ 10× 1k (${round(ratio, 2)}×)`, met]);
-  jsonLines.push(JSON.stringify({
-    bench: 'offline-trace', setting: 'd', what: 'synthetic 1000 in / 100 out, every 1 ms, 1 worker: 10k vs 1k requests',
-    wallMs1kMedian: round(median(smallWalls), 1), wallMs10kMedian: round(median(largeWalls), 1), wallMs1k: smallWalls.map((w) => round(w, 1)), wallMs10k: largeWalls.map((w) => round(w, 1)),
-    ratio: round(ratio, 3), ratioMin: round(Math.min(...ratios), 3), ratioMax: round(Math.max(...ratios), 3), ratioOfMinima: round(Math.min(...largeWalls) / Math.min(...smallWalls), 3), goalRatio: 10, met: met === 'MET',
-  }));
+  table.push([
+    'd 1k',
+    1000,
+    round(median(smallWalls), 1),
+    spread(smallWalls),
+    round(warmUpMs[0], 1),
+    '',
+    round(1000 / (median(smallWalls) / 1000), 0),
+    '',
+    '',
+    '',
+  ]);
+  table.push([
+    'd 10k',
+    10_000,
+    round(median(largeWalls), 1),
+    spread(largeWalls),
+    round(warmUpMs[1], 1),
+    '',
+    round(10_000 / (median(largeWalls) / 1000), 0),
+    '',
+    `≤ 10× 1k (${round(ratio, 2)}×)`,
+    met,
+  ]);
+  jsonLines.push(
+    JSON.stringify({
+      bench: 'offline-trace',
+      setting: 'd',
+      what: 'synthetic 1000 in / 100 out, every 1 ms, 1 worker: 10k vs 1k requests',
+      wallMs1kMedian: round(median(smallWalls), 1),
+      wallMs10kMedian: round(median(largeWalls), 1),
+      wallMs1k: smallWalls.map((w) => round(w, 1)),
+      wallMs10k: largeWalls.map((w) => round(w, 1)),
+      ratio: round(ratio, 3),
+      ratioMin: round(Math.min(...ratios), 3),
+      ratioMax: round(Math.max(...ratios), 3),
+      ratioOfMinima: round(Math.min(...largeWalls) / Math.min(...smallWalls), 3),
+      goalRatio: 10,
+      met: met === 'MET',
+    }),
+  );
 }
 
 timeTrace('f', 'SGLang: first 1,000 rows, 1 worker, round robin, page 1 (1,048,576 pages), speedup 0.5', 1000, FLEET_F, DYNAMO_SGLANG_WALL_S / 10);
@@ -247,12 +340,14 @@ if (table.length > 0) {
 
 if (ONLY.has('e') && traceAvailable) {
   const probe = (rows: string): MemoryProbe => {
-    const child = spawnSync(process.execPath, [...process.execArgv, '--expose-gc', fileURLToPath(import.meta.url), '--memory-probe', rows, '--trace', TRACE], { encoding: 'utf8' });
+    const child = spawnSync(process.execPath, [...process.execArgv, '--expose-gc', fileURLToPath(import.meta.url), '--memory-probe', rows, '--trace', TRACE], {
+      encoding: 'utf8',
+    });
     if (child.status !== 0) throw new Error(`memory probe (${rows} rows) failed: ${child.stderr}`);
     return JSON.parse(child.stdout.trim().split('\n').pop()!) as MemoryProbe;
   };
   const probes = [probe('1000'), probe('all')];
-  console.log('\ne. memory of setting c\'s fleet, each run in a fresh process (JS memory: heap + typed arrays)');
+  console.log("\ne. memory of setting c's fleet, each run in a fresh process (JS memory: heap + typed arrays)");
   const perRequestKb = (p: MemoryProbe, mbs: number) => round((mbs * 1024) / p.requests, 2);
   printTable(
     ['rows', 'peak RSS MB', 'JS before MB', 'JS peak MB', 'JS held after MB', 'held KB / request'],

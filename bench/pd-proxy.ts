@@ -25,14 +25,18 @@ function post(url: string, body: string): Promise<number> {
   const target = new URL('/v1/completions', url);
   const start = nowMs();
   return new Promise((resolve, reject) => {
-    const req = http.request(target, { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        if (res.statusCode !== 200) return reject(new Error(`${url}: ${res.statusCode} ${Buffer.concat(chunks).toString().slice(0, 200)}`));
-        resolve(nowMs() - start);
-      });
-    });
+    const req = http.request(
+      target,
+      { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          if (res.statusCode !== 200) return reject(new Error(`${url}: ${res.statusCode} ${Buffer.concat(chunks).toString().slice(0, 200)}`));
+          resolve(nowMs() - start);
+        });
+      },
+    );
     req.on('error', reject);
     req.end(body);
   });
@@ -42,13 +46,24 @@ async function main(): Promise<void> {
   const engine = { mode: 'simulate' as const, captures: ':memory:', timing: 'none' as const, kvTransferBandwidthGBps: 0, engine: { blockSize: 16 } };
   const prefill = await spawnServer('serve', { ...engine, role: 'prefill' });
   const decode = await spawnServer('serve', { ...engine, role: 'decode', kvTransferAllowedHosts: [new URL(prefill.url).host] });
-  const proxy = await spawnServer('pd-proxy', { prefill: [new URL(prefill.url)], decode: [new URL(decode.url)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 24 });
+  const proxy = await spawnServer('pd-proxy', {
+    prefill: [new URL(prefill.url)],
+    decode: [new URL(decode.url)],
+    host: '127.0.0.1',
+    port: 0,
+    maxBodyBytes: 1 << 24,
+  });
   const paths = { direct: decode.url, 'pd-proxy': proxy.url };
   const latencies: Record<keyof typeof paths, number[]> = { direct: [], 'pd-proxy': [] };
   try {
     let next = 0;
     const bodyFor = (i: number) =>
-      JSON.stringify({ model: MODEL, prompt: Array.from({ length: PROMPT_TOKENS }, (_, k) => 1000 + ((i * 7919 + k) % 100_000)), max_tokens: MAX_TOKENS, ignore_eos: true });
+      JSON.stringify({
+        model: MODEL,
+        prompt: Array.from({ length: PROMPT_TOKENS }, (_, k) => 1000 + ((i * 7919 + k) % 100_000)),
+        max_tokens: MAX_TOKENS,
+        ignore_eos: true,
+      });
     // Warm-up: both paths, JIT and connections.
     for (let i = 0; i < 50; i++) for (const url of Object.values(paths)) await post(url, bodyFor(REQUESTS + i));
     let lastReport = nowMs();
@@ -70,9 +85,24 @@ async function main(): Promise<void> {
   }
   const row = (name: keyof typeof paths) => [name, latencies[name].length, round(quantile(latencies[name], 0.5)), round(quantile(latencies[name], 0.99))];
   printTable(['path', 'requests', 'p50 ms', 'p99 ms'], [row('direct'), row('pd-proxy')]);
-  const added = { p50: quantile(latencies['pd-proxy'], 0.5) - quantile(latencies.direct, 0.5), p99: quantile(latencies['pd-proxy'], 0.99) - quantile(latencies.direct, 0.99) };
+  const added = {
+    p50: quantile(latencies['pd-proxy'], 0.5) - quantile(latencies.direct, 0.5),
+    p99: quantile(latencies['pd-proxy'], 0.99) - quantile(latencies.direct, 0.99),
+  };
   console.log(`added by pd-proxy (prefill hop + decode hop + pull): p50 ${round(added.p50)} ms, p99 ${round(added.p99)} ms`);
-  console.log(JSON.stringify({ benchmark: 'pd-proxy', requests: REQUESTS, concurrency: CONCURRENCY, promptTokens: PROMPT_TOKENS, maxTokens: MAX_TOKENS, addedP50Ms: round(added.p50), addedP99Ms: round(added.p99), directP50Ms: round(quantile(latencies.direct, 0.5)), directP99Ms: round(quantile(latencies.direct, 0.99)) }));
+  console.log(
+    JSON.stringify({
+      benchmark: 'pd-proxy',
+      requests: REQUESTS,
+      concurrency: CONCURRENCY,
+      promptTokens: PROMPT_TOKENS,
+      maxTokens: MAX_TOKENS,
+      addedP50Ms: round(added.p50),
+      addedP99Ms: round(added.p99),
+      directP50Ms: round(quantile(latencies.direct, 0.5)),
+      directP99Ms: round(quantile(latencies.direct, 0.99)),
+    }),
+  );
 }
 
 await main();

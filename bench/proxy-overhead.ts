@@ -104,7 +104,18 @@ async function run(mode: Mode, roundNo: number, target: string, agent: http.Agen
   const clientElu = performance.eventLoopUtilization(elu0).utilization;
   const [proxyStats, upstreamStats] = await Promise.all([proxy?.stats(), upstream.stats()]);
   const writes = await getJson<Record<string, number[]>>(`${upstream.url}/bench/times`);
-  const stats: RunStats = { mode, round: roundNo, requests: measured.length, ttft: [], perToken: [], gaps: [], proxy: proxyStats ?? null, upstream: upstreamStats, clientElu, tokens: 0 };
+  const stats: RunStats = {
+    mode,
+    round: roundNo,
+    requests: measured.length,
+    ttft: [],
+    perToken: [],
+    gaps: [],
+    proxy: proxyStats ?? null,
+    upstream: upstreamStats,
+    clientElu,
+    tokens: 0,
+  };
   for (const { id, r } of measured) {
     const w = writes[id];
     stats.ttft.push(r.arrivals[0] - r.sentAt);
@@ -120,7 +131,9 @@ async function run(mode: Mode, roundNo: number, target: string, agent: http.Agen
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'mocker-bench-proxy-'));
   const dbPath = join(dir, 'capture.db');
-  console.log(`proxy overhead: ${CONCURRENCY} concurrent streams x ${TOKENS} tokens, engine step ${GAP_MS} ms (${Math.round((CONCURRENCY * 1000) / GAP_MS)} tokens/s), ${ROUNDS} rounds, window ${WINDOW_MS} ms`);
+  console.log(
+    `proxy overhead: ${CONCURRENCY} concurrent streams x ${TOKENS} tokens, engine step ${GAP_MS} ms (${Math.round((CONCURRENCY * 1000) / GAP_MS)} tokens/s), ${ROUNDS} rounds, window ${WINDOW_MS} ms`,
+  );
   console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model ?? '?'}, node ${process.version}; capture file ${dbPath}`);
 
   const upstream = await spawnServer('upstream', { gapMs: GAP_MS, tokens: TOKENS }, VERBOSE);
@@ -178,7 +191,10 @@ async function main(): Promise<void> {
     gapP99: [(s) => s.gaps, 0.99],
   };
   const table = Object.fromEntries(
-    Object.entries(metrics).map(([name, [pick, q]]) => [name, { direct: metric('direct', pick, q).value, relay: metric('relay', pick, q), pipe: metric('pipe', pick, q), capture: metric('capture', pick, q) }]),
+    Object.entries(metrics).map(([name, [pick, q]]) => [
+      name,
+      { direct: metric('direct', pick, q).value, relay: metric('relay', pick, q), pipe: metric('pipe', pick, q), capture: metric('capture', pick, q) },
+    ]),
   );
   const loop = (mode: Mode) => {
     const rs = runs(mode);
@@ -202,14 +218,20 @@ async function main(): Promise<void> {
     Object.entries(table).map(([k, v]) => [k, v.direct, v.relay.value, v.relay.added, v.pipe.value, v.pipe.added, v.capture.value, v.capture.added]),
   );
   const requests = Object.fromEntries(MODES.map((m) => [m, runs(m).reduce((n, s) => n + s.requests, 0)]));
-  console.log(`measured requests: ${MODES.map((m) => `${requests[m]} ${m}`).join(', ')}; capture file: ${counts.complete} complete, ${counts.failed} failed, ${counts.aborted} aborted, ${fileMb.toFixed(1)} MB`);
+  console.log(
+    `measured requests: ${MODES.map((m) => `${requests[m]} ${m}`).join(', ')}; capture file: ${counts.complete} complete, ${counts.failed} failed, ${counts.aborted} aborted, ${fileMb.toFixed(1)} MB`,
+  );
   for (const m of ['relay', 'pipe', 'capture'] as const) {
     const l = loops[m];
-    console.log(`${m} process: ${l.cpuUsPerToken} µs CPU per streamed token, event loop busy ${pct(l.elu)}, loop delay p99 ${l.delayP99Ms} ms, max ${l.delayMaxMs} ms`);
+    console.log(
+      `${m} process: ${l.cpuUsPerToken} µs CPU per streamed token, event loop busy ${pct(l.elu)}, loop delay p99 ${l.delayP99Ms} ms, max ${l.delayMaxMs} ms`,
+    );
   }
   const added = { ttftP50: round(table.ttftP50.capture.added), perTokenP50: round(table.perTokenP50.capture.added) };
   const met = { ttft: added.ttftP50 <= 1, perToken: added.perTokenP50 <= 0.2 };
-  console.log(`targets: added TTFT p50 ${added.ttftP50} ms ≤ 1 ms: ${met.ttft ? 'MET' : 'NOT MET'}; added per-token p50 ${added.perTokenP50} ms ≤ 0.2 ms: ${met.perToken ? 'MET' : 'NOT MET'}`);
+  console.log(
+    `targets: added TTFT p50 ${added.ttftP50} ms ≤ 1 ms: ${met.ttft ? 'MET' : 'NOT MET'}; added per-token p50 ${added.perTokenP50} ms ≤ 0.2 ms: ${met.perToken ? 'MET' : 'NOT MET'}`,
+  );
 
   if (PROFILE) {
     printProfile(profileFile);

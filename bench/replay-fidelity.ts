@@ -46,7 +46,27 @@ const PROGRESS_EVERY = 25;
 /** Unmeasured requests first, one per endpoint (cold code). */
 const WARM_UP = 2;
 
-const WORDS = ['alpha', 'river', 'stone', 'quietly', 'beneath', 'the', 'silver', 'moon', 'a', 'traveler', 'counts', 'seven', 'lanterns', 'and', 'sings', 'of', 'harbors', 'far', 'away.'];
+const WORDS = [
+  'alpha',
+  'river',
+  'stone',
+  'quietly',
+  'beneath',
+  'the',
+  'silver',
+  'moon',
+  'a',
+  'traveler',
+  'counts',
+  'seven',
+  'lanterns',
+  'and',
+  'sings',
+  'of',
+  'harbors',
+  'far',
+  'away.',
+];
 
 interface Spec {
   kind: 'chat' | 'completions';
@@ -95,7 +115,11 @@ interface UpstreamProcess {
 
 /** This script as `upstream --requests N --seed S`: the scripted double in its own process, until its stdin closes. */
 function spawnUpstream(): Promise<UpstreamProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), 'upstream', '--requests', String(REQUESTS), '--seed', String(SEED)], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', fileURLToPath(import.meta.url), 'upstream', '--requests', String(REQUESTS), '--seed', String(SEED)],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   return new Promise((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`the upstream exited with ${code} before listening`)));
@@ -126,7 +150,8 @@ interface Seen {
 function seen(spec: Spec, r: StreamResult, label: string): Seen {
   const first = firstTokenEvent(spec);
   const expected = first + spec.tokens + 1; // + [DONE]
-  if (r.status !== 200 || r.events !== expected) throw new Error(`${label} ${pathOf(spec)} "${spec.prompt.slice(0, 20)}…": status ${r.status}, ${r.events} events (want ${expected})`);
+  if (r.status !== 200 || r.events !== expected)
+    throw new Error(`${label} ${pathOf(spec)} "${spec.prompt.slice(0, 20)}…": status ${r.status}, ${r.events} events (want ${expected})`);
   const tokens = r.arrivals.slice(first, first + spec.tokens);
   return { ttftMs: tokens[0] - r.sentAt, gapsMs: tokens.slice(1).map((t, k) => t - tokens[k]) };
 }
@@ -154,7 +179,10 @@ function storedTimes(captures: string, all: Spec[]): Seen[] {
   });
 }
 
-const loadNow = () => loadavg().map((x) => round(x, 2)).join(' ');
+const loadNow = () =>
+  loadavg()
+    .map((x) => round(x, 2))
+    .join(' ');
 
 /** Sends the warm-up specs one by one, then the others, `CONCURRENCY` at a time, in order. */
 async function drive(label: string, port: number, all: Spec[]): Promise<Seen[]> {
@@ -172,12 +200,15 @@ async function drive(label: string, port: number, all: Spec[]): Promise<Seen[]> 
     while (next < all.length) {
       const i = next++;
       out[i - WARM_UP] = await send(all[i]);
-      if (++done % PROGRESS_EVERY === 0 || done === out.length) console.log(`  ${label}: ${done}/${out.length} requests (${round((nowMs() - start) / 1000, 1)} s)`);
+      if (++done % PROGRESS_EVERY === 0 || done === out.length)
+        console.log(`  ${label}: ${done}/${out.length} requests (${round((nowMs() - start) / 1000, 1)} s)`);
     }
   };
   await Promise.all(Array.from({ length: CONCURRENCY }, lane));
   delay.disable();
-  console.log(`  ${label}: load average after ${loadNow()}; client event-loop delay p99 ${round(delay.percentile(99) / 1e6, 2)} ms, max ${round(delay.max / 1e6, 2)} ms`);
+  console.log(
+    `  ${label}: load average after ${loadNow()}; client event-loop delay p99 ${round(delay.percentile(99) / 1e6, 2)} ms, max ${round(delay.max / 1e6, 2)} ms`,
+  );
   agent.destroy();
   return out;
 }
@@ -204,7 +235,9 @@ function compare(reference: Seen[], measured: Seen[]): { ttft: ErrorStats; gap: 
 }
 
 async function main(): Promise<void> {
-  console.log(`replay fidelity: ${REQUESTS} streamed requests (chat and completions, 8–64 tokens, TTFT 5–250 ms, gaps 1–80 ms, seed ${SEED}), ${CONCURRENCY} at a time`);
+  console.log(
+    `replay fidelity: ${REQUESTS} streamed requests (chat and completions, 8–64 tokens, TTFT 5–250 ms, gaps 1–80 ms, seed ${SEED}), ${CONCURRENCY} at a time`,
+  );
   console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model ?? '?'}, node ${process.version}`);
   const all = specs(REQUESTS, SEED);
   const dir = mkdtempSync(join(tmpdir(), 'mocker-bench-fidelity-'));
@@ -235,9 +268,14 @@ async function main(): Promise<void> {
     console.log('\n|error| in ms (bias: median signed error, + = later)');
     printTable(
       ['comparison', 'TTFT p50', 'TTFT p99', 'TTFT max', 'TTFT bias', 'gap p50', 'gap p99', 'gap max', 'gap bias', 'gaps'],
-      ([['replay vs capture (client)', fidelity], ['replay vs replay again', replayVsReplay], ['replay client vs stored', replayVsStored], ['capture client vs script', captureVsScript]] as const).map(([name, s]) => [
-        name, s.ttft.p50, s.ttft.p99, s.ttft.max, s.ttft.bias, s.gap.p50, s.gap.p99, s.gap.max, s.gap.bias, s.gap.n,
-      ]),
+      (
+        [
+          ['replay vs capture (client)', fidelity],
+          ['replay vs replay again', replayVsReplay],
+          ['replay client vs stored', replayVsStored],
+          ['capture client vs script', captureVsScript],
+        ] as const
+      ).map(([name, s]) => [name, s.ttft.p50, s.ttft.p99, s.ttft.max, s.ttft.bias, s.gap.p50, s.gap.p99, s.gap.max, s.gap.bias, s.gap.n]),
     );
     const met = { gapP99: fidelity.gap.p99 <= 1, ttftP50: fidelity.ttft.p50 <= 1 };
     console.log(`goal gap p99 ≤ 1 ms: ${met.gapP99 ? 'MET' : 'NOT MET'}; TTFT p50 ≤ 1 ms: ${met.ttftP50 ? 'MET' : 'NOT MET'}`);

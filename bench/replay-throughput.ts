@@ -41,7 +41,27 @@ const VERBOSE = flag('verbose');
 /** Issue #17's goal for replay / bare tokens/s. */
 const TARGET_RATIO = 0.7;
 
-const WORDS = ['alpha', 'river', 'stone', 'quietly', 'beneath', 'the', 'silver', 'moon', 'a', 'traveler', 'counts', 'seven', 'lanterns', 'and', 'sings', 'of', 'harbors', 'far', 'away.'];
+const WORDS = [
+  'alpha',
+  'river',
+  'stone',
+  'quietly',
+  'beneath',
+  'the',
+  'silver',
+  'moon',
+  'a',
+  'traveler',
+  'counts',
+  'seven',
+  'lanterns',
+  'and',
+  'sings',
+  'of',
+  'harbors',
+  'far',
+  'away.',
+];
 const text = (n: number, shift: number) => Array.from({ length: n }, (_, i) => WORDS[(i * 7 + shift) % WORDS.length]).join(' ');
 
 const CAPTURED_REQUEST = { model: MODEL, messages: [{ role: 'user', content: text(PROMPT_WORDS, 3) }], max_tokens: TOKENS, stream: true };
@@ -61,7 +81,15 @@ interface RunStats {
 
 async function capture(dbPath: string): Promise<void> {
   const upstream = await startUpstream(() => ({ content: text(TOKENS + 64, 5), ttftMs: 0 }));
-  const proxy = await startCapture({ upstream: upstream.url, captures: dbPath, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
+  const proxy = await startCapture({
+    upstream: upstream.url,
+    captures: dbPath,
+    host: '127.0.0.1',
+    port: 0,
+    upstreamTimeoutMs: 10_000,
+    maxBodyBytes: 1 << 20,
+    redactHeaders: [],
+  });
   const agent = new http.Agent({ keepAlive: false });
   const r = await postStream(agent, `http://127.0.0.1:${proxy.port}/v1/chat/completions`, JSON.stringify(CAPTURED_REQUEST), {}, false);
   if (r.status !== 200) throw new Error(`capture failed: status ${r.status}`);
@@ -110,20 +138,34 @@ async function run(server: Server, roundNo: number, proc: ServerProcess, events:
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'mocker-bench-replay-'));
   const dbPath = join(dir, 'golden.db');
-  console.log(`replay throughput: ${CONCURRENCY} concurrent clients, ${TOKENS}-token chat stream (${RENDERED ? 'rendered from tokens' : 'captured bytes verbatim'}), ~${PROMPT_WORDS}-word prompt, ${ROUNDS} rounds x ${DURATION_MS} ms per server`);
+  console.log(
+    `replay throughput: ${CONCURRENCY} concurrent clients, ${TOKENS}-token chat stream (${RENDERED ? 'rendered from tokens' : 'captured bytes verbatim'}), ~${PROMPT_WORDS}-word prompt, ${ROUNDS} rounds x ${DURATION_MS} ms per server`,
+  );
   console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model ?? '?'}, node ${process.version}`);
   await capture(dbPath);
 
   const replay = await spawnServer(
     'serve',
-    { mode: 'replay', captures: dbPath, host: '127.0.0.1', port: 0, timing: 'none', seed: 0, maxBodyBytes: 1 << 20, redactHeaders: [], upstreamTimeoutMs: 1000 },
+    {
+      mode: 'replay',
+      captures: dbPath,
+      host: '127.0.0.1',
+      port: 0,
+      timing: 'none',
+      seed: 0,
+      maxBodyBytes: 1 << 20,
+      redactHeaders: [],
+      upstreamTimeoutMs: 1000,
+    },
     VERBOSE,
   );
   const reference = await fetchEvents(replay.url);
   const tokenEvents = reference.events.filter((e) => e.startsWith('data: {') && !e.includes('"choices":[]') && !e.includes('"role":"assistant"')).length;
   if (tokenEvents !== TOKENS) throw new Error(`the replayed stream has ${tokenEvents} token events, want ${TOKENS}`);
   const bytes = reference.events.reduce((n, e) => n + Buffer.byteLength(e), 0);
-  console.log(`stream: ${reference.events.length} events (${TOKENS} with tokens), ${bytes} bytes; prompt ${CAPTURED_REQUEST.messages[0].content.length} characters`);
+  console.log(
+    `stream: ${reference.events.length} events (${TOKENS} with tokens), ${bytes} bytes; prompt ${CAPTURED_REQUEST.messages[0].content.length} characters`,
+  );
   const eventsFile = join(dir, 'events.json');
   writeFileSync(eventsFile, JSON.stringify(reference));
   const bare = await spawnServer('bare', { eventsFile }, VERBOSE);
@@ -167,9 +209,17 @@ async function main(): Promise<void> {
   console.log(`\nmedian over ${ROUNDS} rounds`);
   printTable(
     ['server', 'tokens/s', 'responses/s', 'latency p50 ms', 'latency p99 ms', 'server CPU ms/response'],
-    ([['bare', result.bare], ['bare/turn', result.bareTurn], ['replay', result.replay]] as const).map(([k, v]) => [k, v.tokensPerS, v.responsesPerS, v.latencyP50Ms, v.latencyP99Ms, v.serverCpuMsPerResponse]),
+    (
+      [
+        ['bare', result.bare],
+        ['bare/turn', result.bareTurn],
+        ['replay', result.replay],
+      ] as const
+    ).map(([k, v]) => [k, v.tokensPerS, v.responsesPerS, v.latencyP50Ms, v.latencyP99Ms, v.serverCpuMsPerResponse]),
   );
-  console.log(`replay / bare tokens/s: ${ratio} (per round: ${ratios.map((x) => round(x, 2)).join(', ')}); target ≥ ${TARGET_RATIO}: ${ratio >= TARGET_RATIO ? 'MET' : 'NOT MET'}`);
+  console.log(
+    `replay / bare tokens/s: ${ratio} (per round: ${ratios.map((x) => round(x, 2)).join(', ')}); target ≥ ${TARGET_RATIO}: ${ratio >= TARGET_RATIO ? 'MET' : 'NOT MET'}`,
+  );
   console.log(`replay / bare/turn tokens/s: ${ratioTurn} (per round: ${ratiosTurn.map((x) => round(x, 2)).join(', ')})`);
 
   if (PROFILE) {
@@ -180,7 +230,15 @@ async function main(): Promise<void> {
   console.log(
     JSON.stringify({
       bench: 'replay-throughput',
-      config: { concurrency: CONCURRENCY, tokens: TOKENS, promptWords: PROMPT_WORDS, durationMs: DURATION_MS, rounds: ROUNDS, rendered: RENDERED, streamBytes: bytes },
+      config: {
+        concurrency: CONCURRENCY,
+        tokens: TOKENS,
+        promptWords: PROMPT_WORDS,
+        durationMs: DURATION_MS,
+        rounds: ROUNDS,
+        rendered: RENDERED,
+        streamBytes: bytes,
+      },
       ...result,
       ratio,
       ratios: ratios.map((x) => round(x, 3)),

@@ -53,9 +53,11 @@ function post(url: string, path: string, body: Buffer | string, headers: http.Ou
 
 async function inParallel<T>(items: readonly T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
-  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, async () => {
-    while (next < items.length) await work(items[next++]);
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(concurrency, items.length) }, async () => {
+      while (next < items.length) await work(items[next++]);
+    }),
+  );
 }
 
 /** Greedy chats (half streamed) and completions, each its own prompt. */
@@ -63,7 +65,16 @@ function goldenBodies(): [string, string][] {
   return Array.from({ length: EXCHANGES }, (_, i) =>
     i % 3 === 2
       ? ['/v1/completions', JSON.stringify({ model: MODEL, prompt: `Request ${i}: count to ten.`, max_tokens: 32, temperature: 0, stream: i % 2 === 0 })]
-      : ['/v1/chat/completions', JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `Request ${i}: tell me about the number ${i}.` }], max_tokens: 32, temperature: 0, stream: i % 2 === 0 })],
+      : [
+          '/v1/chat/completions',
+          JSON.stringify({
+            model: MODEL,
+            messages: [{ role: 'user', content: `Request ${i}: tell me about the number ${i}.` }],
+            max_tokens: 32,
+            temperature: 0,
+            stream: i % 2 === 0,
+          }),
+        ],
   );
 }
 
@@ -89,16 +100,29 @@ try {
       const started = performance.now();
       if (mode === 'direct') await inParallel(requests, CONCURRENCY, (q) => post(target.url, q.path, q.body, q.headers));
       else {
-        const run = spawnSync(process.execPath, [MAIN, 'rerun', golden, '--target', target.url, '--concurrency', String(CONCURRENCY), '-o', join(dir, `rerun-${r}.db`), '--json'], { encoding: 'utf8', maxBuffer: 1 << 28 });
+        const run = spawnSync(
+          process.execPath,
+          [MAIN, 'rerun', golden, '--target', target.url, '--concurrency', String(CONCURRENCY), '-o', join(dir, `rerun-${r}.db`), '--json'],
+          { encoding: 'utf8', maxBuffer: 1 << 28 },
+        );
         const same = (JSON.parse(run.stdout) as { totals: { same: number } }).totals.same;
-        if (run.status !== 0 || same !== requests.length) throw new Error(`rerun exited ${run.status} with ${same} of ${requests.length} the same: ${run.stderr}`);
+        if (run.status !== 0 || same !== requests.length)
+          throw new Error(`rerun exited ${run.status} with ${same} of ${requests.length} the same: ${run.stderr}`);
       }
       times[mode] = performance.now() - started;
     }
     ratios.push(times.rerun / times.direct);
-    rows.push([r + 1, round(times.direct / 1000, 2), round(times.rerun / 1000, 2), round(requests.length / (times.rerun / 1000), 1), round(times.rerun / times.direct, 2)]);
+    rows.push([
+      r + 1,
+      round(times.direct / 1000, 2),
+      round(times.rerun / 1000, 2),
+      round(requests.length / (times.rerun / 1000), 1),
+      round(times.rerun / times.direct, 2),
+    ]);
   }
-  console.log(`mocker rerun, ${requests.length} exchanges at concurrency ${CONCURRENCY}; ${cpus().length} × ${cpus()[0]?.model ?? 'CPU'}, ${new Date().toISOString().slice(0, 10)}`);
+  console.log(
+    `mocker rerun, ${requests.length} exchanges at concurrency ${CONCURRENCY}; ${cpus().length} × ${cpus()[0]?.model ?? 'CPU'}, ${new Date().toISOString().slice(0, 10)}`,
+  );
   printTable(['round', 'direct s', 'rerun s', 'rerun exchanges/s', 'rerun / direct'], rows);
   console.log(`rerun / direct: median ${round(median(ratios), 2)} (${round(Math.min(...ratios), 2)}–${round(Math.max(...ratios), 2)} over ${ROUNDS} rounds)`);
 } finally {

@@ -60,7 +60,13 @@ async function main(argv: string[]): Promise<number> {
     const { stdout, exitCode } = await runOne(bench, extra);
     const json = jsonLinesOf(stdout);
     for (const j of json) raw.push({ bench: bench.name, json: j });
-    benches.push({ name: bench.name, script: bench.script, args: [...bench.args, ...extra], exitCode, seconds: Math.round((performance.now() - b0) / 100) / 10 });
+    benches.push({
+      name: bench.name,
+      script: bench.script,
+      args: [...bench.args, ...extra],
+      exitCode,
+      seconds: Math.round((performance.now() - b0) / 100) / 10,
+    });
     try {
       if (exitCode !== 0) throw new Error(`exited with code ${exitCode}`);
       figures.push(...bench.figures(json).map((f) => ({ bench: bench.name, ...f })));
@@ -84,7 +90,9 @@ async function main(argv: string[]): Promise<number> {
   appendFileSync(file, toJsonl(run, figures, raw));
 
   const m = run.machine;
-  console.log(`\n${run.date}, ${m.cpu}, ${m.cores} cores, ${m.ramGiB} GiB, Node ${m.node}; ${run.seconds} s; load average ${run.loadAverage.start.join(' ')} → ${run.loadAverage.end.join(' ')}`);
+  console.log(
+    `\n${run.date}, ${m.cpu}, ${m.cores} cores, ${m.ramGiB} GiB, Node ${m.node}; ${run.seconds} s; load average ${run.loadAverage.start.join(' ')} → ${run.loadAverage.end.join(' ')}`,
+  );
   console.log(formatTable(figures));
   for (const f of failures) console.log(`FAILED ${f}`);
   console.log(`appended to ${file}`);

@@ -42,7 +42,9 @@ const fileSize = (path: string) => {
 function main(): void {
   const dir = mkdtempSync(join(stringArg('dir', tmpdir()), 'mocker-bench-store-'));
   const dbPath = join(dir, 'store.db');
-  console.log(`capture store: ${N} exchanges (${PROMPT_LEN} prompt ids, ${OUTPUT_LEN} output ids, ${sseBody(promptIds(0)).body.length} bytes SSE body), file ${dbPath}`);
+  console.log(
+    `capture store: ${N} exchanges (${PROMPT_LEN} prompt ids, ${OUTPUT_LEN} output ids, ${sseBody(promptIds(0)).body.length} bytes SSE body), file ${dbPath}`,
+  );
   console.log(`machine: ${cpus().length} cores, ${cpus()[0]?.model ?? '?'}, node ${process.version}`);
   const store = CaptureStore.open(dbPath, { backgroundCheckpoints: !flag('writer-checkpoints') });
   const runId = store.startRun({ kind: 'capture', label: 'bench', tokenizerName: MODEL }, new Map());
@@ -79,7 +81,15 @@ function main(): void {
       }
     }
   }
-  const writes = { perS: Math.round((N * 1000) / timed), cpuUsPerWrite: Math.round(cpuUs / N), systemUsPerWrite: Math.round(systemUs / N), cores: round(cpuUs / 1000 / timed, 2), p50Ms: round(median(writeMs)), p99Ms: round(quantile(writeMs, 0.99)), maxMs: round(quantile(writeMs, 1)) };
+  const writes = {
+    perS: Math.round((N * 1000) / timed),
+    cpuUsPerWrite: Math.round(cpuUs / N),
+    systemUsPerWrite: Math.round(systemUs / N),
+    cores: round(cpuUs / 1000 / timed, 2),
+    p50Ms: round(median(writeMs)),
+    p99Ms: round(quantile(writeMs, 0.99)),
+    maxMs: round(quantile(writeMs, 1)),
+  };
 
   store.close();
   const bytes = { db: fileSize(dbPath), wal: fileSize(`${dbPath}-wal`) };
@@ -88,7 +98,7 @@ function main(): void {
 
   // 2. lookups (hits) on random stored prompts, in rounds: the first pays for the JIT
   let seed = 12345;
-  const random = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);
+  const random = () => (seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32;
   const lookupRounds = (readInFull: boolean) => {
     const perS: number[] = [];
     const allMs: number[] = [];
@@ -111,7 +121,14 @@ function main(): void {
       }
       perS.push(Math.round((LOOKUPS * 1000) / sum));
     }
-    return { perS: median(perS), perSMin: Math.min(...perS), perSMax: Math.max(...perS), rounds: perS, p50Ms: round(median(allMs)), p99Ms: round(quantile(allMs, 0.99)) };
+    return {
+      perS: median(perS),
+      perSMin: Math.min(...perS),
+      perSMax: Math.max(...perS),
+      rounds: perS,
+      p50Ms: round(median(allMs)),
+      p99Ms: round(quantile(allMs, 0.99)),
+    };
   };
   const lookups = lookupRounds(false);
   console.log(`  ${ROUNDS} × ${LOOKUPS} findByPrompt hits: ${lookups.perS}/s (rounds ${lookups.rounds.join(', ')}), p50 ${lookups.p50Ms} ms`);
@@ -128,7 +145,8 @@ function main(): void {
     const t = nowMs();
     const near = replayStore.nearest(MODEL, probe);
     nearestMs.push(nowMs() - t);
-    if (!near || near.exchangeId !== i + 1 || near.commonPrefix !== PROMPT_LEN - 10) throw new Error(`nearest of exchange ${i + 1}: ${JSON.stringify(near && { id: near.exchangeId, prefix: near.commonPrefix })}`);
+    if (!near || near.exchangeId !== i + 1 || near.commonPrefix !== PROMPT_LEN - 10)
+      throw new Error(`nearest of exchange ${i + 1}: ${JSON.stringify(near && { id: near.exchangeId, prefix: near.commonPrefix })}`);
     console.log(`  nearest() ${k + 1}/${NEAREST}: ${round(nearestMs[k], 1)} ms`);
   }
   replayStore.close();
@@ -143,7 +161,9 @@ function main(): void {
       [`nearest() miss @ ${N}`, round(1000 / median(nearestMs), 2), round(median(nearestMs), 1), round(quantile(nearestMs, 0.99), 1)],
     ],
   );
-  console.log(`write max ${writes.maxMs} ms; writes took ${writes.cpuUsPerWrite} µs of CPU each (${writes.systemUsPerWrite} in the kernel; ${writes.cores} cores busy); file ${(bytes.db / 1e9).toFixed(2)} GB (+ WAL ${(bytes.wal / 1e6).toFixed(1)} MB after close), ${Math.round(bytes.db / N)} bytes per exchange`);
+  console.log(
+    `write max ${writes.maxMs} ms; writes took ${writes.cpuUsPerWrite} µs of CPU each (${writes.systemUsPerWrite} in the kernel; ${writes.cores} cores busy); file ${(bytes.db / 1e9).toFixed(2)} GB (+ WAL ${(bytes.wal / 1e6).toFixed(1)} MB after close), ${Math.round(bytes.db / N)} bytes per exchange`,
+  );
   if (!flag('keep')) rmSync(dir, { recursive: true, force: true });
   console.log(
     JSON.stringify({

@@ -104,7 +104,8 @@ async function run(fleet: Fleet, roundNo: number): Promise<RunStats> {
     const body = JSON.stringify({ model: MODEL, prompt, max_tokens: MAX_TOKENS, ignore_eos: true, stream: true });
     while (nowMs() < end) {
       const r = await postStream(agent, `http://127.0.0.1:${port}/v1/completions`, body, {}, false);
-      if (r.status !== 200 || r.events !== MAX_TOKENS + 1) throw new Error(`--threads ${fleet.threads}, port ${port}: status ${r.status}, ${r.events} events (want ${MAX_TOKENS + 1})`);
+      if (r.status !== 200 || r.events !== MAX_TOKENS + 1)
+        throw new Error(`--threads ${fleet.threads}, port ${port}: status ${r.status}, ${r.events} events (want ${MAX_TOKENS + 1})`);
       responses++;
     }
   };

@@ -39,7 +39,9 @@ function optionTable(help: Help, options: Option[]): string[] {
   return [
     '| Option | Description | Default | Choices |',
     '| --- | --- | --- | --- |',
-    ...options.map((o) => `| ${code(help.optionTerm(o))} | ${cell(o.description)} | ${defaultCell(o)} | ${(o.argChoices ?? []).map((c) => code(c)).join(', ')} |`),
+    ...options.map(
+      (o) => `| ${code(help.optionTerm(o))} | ${cell(o.description)} | ${defaultCell(o)} | ${(o.argChoices ?? []).map((c) => code(c)).join(', ')} |`,
+    ),
   ];
 }
 
@@ -47,8 +49,17 @@ function commandSection(command: Command): string[] {
   const help = command.createHelp();
   const lines = [`## ${commandPath(command)}`, '', '```', help.commandUsage(command), '```', '', command.description(), ''];
   const args = help.visibleArguments(command);
-  if (args.length > 0) lines.push('**Arguments**', '', '| Argument | Description |', '| --- | --- |', ...args.map((a) => `| ${code(help.argumentTerm(a))} | ${cell(help.argumentDescription(a))} |`), '');
-  if (command.commands.length > 0) lines.push('**Commands**', '', ...command.commands.map((sub) => `- [${commandPath(sub)}](#${anchor(sub)}): ${cell(sub.description())}`), '');
+  if (args.length > 0)
+    lines.push(
+      '**Arguments**',
+      '',
+      '| Argument | Description |',
+      '| --- | --- |',
+      ...args.map((a) => `| ${code(help.argumentTerm(a))} | ${cell(help.argumentDescription(a))} |`),
+      '',
+    );
+  if (command.commands.length > 0)
+    lines.push('**Commands**', '', ...command.commands.map((sub) => `- [${commandPath(sub)}](#${anchor(sub)}): ${cell(sub.description())}`), '');
   // Grouped as formatHelp groups them: by heading, in order of first appearance; commander's "Options:" when none.
   const groups = help.groupItems([...command.options], help.visibleOptions(command), (o) => o.helpGroupHeading ?? 'Options:');
   for (const [heading, options] of groups) if (options.length > 0) lines.push(`**${heading.replace(/:$/, '')}**`, '', ...optionTable(help, options), '');
@@ -60,7 +71,20 @@ export function cliMarkdown(): string {
   const sections = everyCommand(program).map((command) => {
     const lines = commandSection(command);
     // The top-level help's examples (addHelpText), as `mocker --help` ends with them.
-    return command === program ? [...lines, '**Examples**', '', '```sh', ...EXAMPLES.trim().split('\n').slice(1).map((l) => l.slice(2)), '```', ''] : lines;
+    return command === program
+      ? [
+          ...lines,
+          '**Examples**',
+          '',
+          '```sh',
+          ...EXAMPLES.trim()
+            .split('\n')
+            .slice(1)
+            .map((l) => l.slice(2)),
+          '```',
+          '',
+        ]
+      : lines;
   });
   return sections.flat().join('\n').trimEnd() + '\n';
 }

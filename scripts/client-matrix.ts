@@ -23,7 +23,8 @@ try {
   const outcomes = Object.fromEntries(TARGETS.map((target) => [target, {} as Record<string, Outcome>])) as Record<Target, Record<string, Outcome>>;
   for (const result of report.testResults.flatMap((file) => file.assertionResults)) {
     const target = result.ancestorTitles[0] as Target;
-    outcomes[target][result.title] = result.status === 'passed' ? { passed: true } : { passed: false, error: firstLine(result.failureMessages[0] ?? result.status) };
+    outcomes[target][result.title] =
+      result.status === 'passed' ? { passed: true } : { passed: false, error: firstLine(result.failureMessages[0] ?? result.status) };
   }
   writeFileSync(join(root, 'docs', 'client-matrix.md'), renderMatrixDoc(outcomes));
 } finally {
@@ -33,6 +34,9 @@ try {
 /** An error's first line without terminal colours, short enough for a list item. */
 function firstLine(message: string): string {
   // Vitest colours its messages with terminal escape codes.
-  const line = message.replace(/\u001b\[[0-9;]*m/g, '').split('\n')[0].trim();
+  const line = message
+    .replace(/\u001b\[[0-9;]*m/g, '')
+    .split('\n')[0]
+    .trim();
   return line.length > 200 ? `${line.slice(0, 200)}…` : line;
 }

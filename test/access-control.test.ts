@@ -30,14 +30,23 @@ describe('issue 33 finding 4: runtime control needs enabling, then the key', () 
 
     const { url } = await rig.mocker([...SERVE, '--api-key', KEY, '--enable-control-routes']);
     const post = (body: string, key?: string) =>
-      fetch(`${url}/mocker/config`, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) }, body });
+      fetch(`${url}/mocker/config`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+        body,
+      });
     const denied = await post('{"error_rate":100}');
     expect(denied.status).toBe(401);
     expect(await denied.json()).toEqual({ error: 'Unauthorized' });
     expect((await post('{"error_rate":100}', 'wrong')).status).toBe(401);
     expect((await call(url, 'POST', '/reset_prefix_cache')).status).toBe(401);
     // Nothing changed: a completion still succeeds.
-    const completion = () => fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }, body: JSON.stringify({ model: 'm', prompt: 'Hi', max_tokens: 1 }) });
+    const completion = () =>
+      fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+        body: JSON.stringify({ model: 'm', prompt: 'Hi', max_tokens: 1 }),
+      });
     expect((await completion()).status).toBe(200);
     for (const name of ['__proto__', 'constructor', 'prototype']) {
       const res = await post(`{"${name}":{"error_rate":100},"error_rate":0}`, KEY);
@@ -58,10 +67,16 @@ describe('issue 33 finding 4: runtime control needs enabling, then the key', () 
     const captures = join(mkdtempSync(join(testTmpdir(), 'mocker-access-')), 'c.db');
     const { url } = await rig.mocker(['capture', '--upstream', upstream, '--captures', captures, '--api-key', KEY]);
     for (const key of [undefined, KEY]) {
-      const res = await fetch(`${url}/mocker/config`, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) }, body: '{"error_rate":100}' });
+      const res = await fetch(`${url}/mocker/config`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+        body: '{"error_rate":100}',
+      });
       expect(res.status).toBe(404);
       // Percent-encoding does not smuggle it through.
-      expect((await fetch(`${url}/%6Docker/config`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"error_rate":100}' })).status).toBe(404);
+      expect(
+        (await fetch(`${url}/%6Docker/config`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"error_rate":100}' })).status,
+      ).toBe(404);
     }
     expect(((await (await fetch(`${upstream}/mocker/config`)).json()) as Json).error_rate).toBe(0);
     expect((await call(url, 'GET', '/v1/models')).status).toBe(401);
@@ -75,7 +90,11 @@ describe('issue 33 finding 4: runtime control needs enabling, then the key', () 
     const decode = await rig.serveInProcess({ role: 'decode', servedModelName: ['m'] });
     const { url } = await rig.mocker(['pd-proxy', '--prefill', prefill, '--decode', decode, '--api-key', KEY]);
     const complete = (key?: string) =>
-      fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) }, body: JSON.stringify({ model: 'm', prompt: 'Hi', max_tokens: 2 }) });
+      fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+        body: JSON.stringify({ model: 'm', prompt: 'Hi', max_tokens: 2 }),
+      });
     const denied = await complete();
     expect(denied.status).toBe(401);
     expect(await denied.json()).toEqual({ error: 'Unauthorized' });
@@ -96,7 +115,10 @@ describe('issue 33 finding 4: runtime control needs enabling, then the key', () 
       });
       spawned.child.kill('SIGTERM');
       await closed;
-      return spawned.stderr().split('\n').filter((line) => line.includes('WARNING'));
+      return spawned
+        .stderr()
+        .split('\n')
+        .filter((line) => line.includes('WARNING'));
     };
     const exposed = await start(['--host', '0.0.0.0', '--enable-control-routes']);
     expect(exposed).toHaveLength(1);

@@ -28,7 +28,8 @@ afterAll(async () => {
   await Promise.all(processes.map((p) => p.stop()));
 });
 
-const post = (url: string, path: string, body: unknown) => fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+const post = (url: string, path: string, body: unknown) =>
+  fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 const postJson = async (url: string, path: string, body: unknown): Promise<unknown> => {
   const res = await post(url, path, body);
   expect(res.status, `${path}: ${res.status}`).toBe(200);
@@ -72,7 +73,7 @@ describe('/v1/embeddings', () => {
     expect(single.usage.prompt_tokens).toBe(oracleIdsWithSpecial(TEXTS[2]).length);
   });
 
-  it('--embedding-dimensions sets the size; a request\'s dimensions shortens it (the same vector as a server of that size)', async () => {
+  it("--embedding-dimensions sets the size; a request's dimensions shortens it (the same vector as a server of that size)", async () => {
     const sized = await client(small).embeddings.create({ model: MODEL, input: TEXTS[0] });
     expect(sized.data[0].embedding).toHaveLength(64);
     expect(norm(sized.data[0].embedding)).toBeCloseTo(1, 5);
@@ -86,7 +87,9 @@ describe('ranking', () => {
   const PASSAGES = ['a cache of keys and values', 'a fruit', 'a scheduler', 'blocks of attention state'];
 
   it('NIM /v1/ranking, TEI /rerank and Cohere /v2/rerank rank every passage once, best first, in the same order, on every process', async () => {
-    const nim = (await postJson(main, '/v1/ranking', { model: MODEL, query: { text: QUERY }, passages: PASSAGES.map((text) => ({ text })) })) as { rankings: { index: number; logit: number }[] };
+    const nim = (await postJson(main, '/v1/ranking', { model: MODEL, query: { text: QUERY }, passages: PASSAGES.map((text) => ({ text })) })) as {
+      rankings: { index: number; logit: number }[];
+    };
     const tei = (await postJson(main, '/rerank', { query: QUERY, texts: PASSAGES })) as { index: number; score: number }[];
     const cohere = (await postJson(main, '/v2/rerank', { model: MODEL, query: QUERY, documents: PASSAGES })) as {
       id: string;
@@ -114,10 +117,16 @@ describe('ranking', () => {
   });
 
   it('TEI return_text and raw_scores, Cohere top_n', async () => {
-    const tei = (await postJson(main, '/rerank', { query: 'q', texts: PASSAGES, return_text: true, raw_scores: true })) as { index: number; text: string; score: number }[];
+    const tei = (await postJson(main, '/rerank', { query: 'q', texts: PASSAGES, return_text: true, raw_scores: true })) as {
+      index: number;
+      text: string;
+      score: number;
+    }[];
     for (const r of tei) expect(r.text).toBe(PASSAGES[r.index]);
     // raw_scores: the logits NIM answers for the same query and passages.
-    const nim = (await postJson(main, '/v1/ranking', { query: { text: 'q' }, passages: PASSAGES.map((text) => ({ text })) })) as { rankings: { index: number; logit: number }[] };
+    const nim = (await postJson(main, '/v1/ranking', { query: { text: 'q' }, passages: PASSAGES.map((text) => ({ text })) })) as {
+      rankings: { index: number; logit: number }[];
+    };
     expect(tei.map((r) => [r.index, r.score])).toEqual(nim.rankings.map((r) => [r.index, r.logit]));
     const top = (await postJson(main, '/v2/rerank', { query: 'q', documents: PASSAGES, top_n: 2 })) as { results: { index: number }[] };
     expect(top.results.map((r) => r.index)).toEqual(tei.slice(0, 2).map((r) => r.index));
@@ -159,7 +168,10 @@ describe('TGI and the custom multimodal endpoint', () => {
 
   it('/generate: {generated_text} (with details when asked), the same tokens for the same request', async () => {
     const body = { inputs: 'Hello world', parameters: { max_new_tokens: 5, details: true } };
-    const answer = (await postJson(main, '/generate', body)) as { generated_text: string; details: { finish_reason: string; generated_tokens: number; tokens: { text: string }[] } };
+    const answer = (await postJson(main, '/generate', body)) as {
+      generated_text: string;
+      details: { finish_reason: string; generated_tokens: number; tokens: { text: string }[] };
+    };
     expect(answer.details.generated_tokens).toBe(5);
     expect(answer.details.tokens).toHaveLength(5);
     expect(answer.generated_text).toBe(answer.details.tokens.map((t) => t.text).join(''));
@@ -167,7 +179,7 @@ describe('TGI and the custom multimodal endpoint', () => {
     expect(plain).toEqual({ generated_text: answer.generated_text });
   });
 
-  it('a TGI request runs in the engine: vLLM\'s request and prompt token counters grow', async () => {
+  it("a TGI request runs in the engine: vLLM's request and prompt token counters grow", async () => {
     const counters = async () => {
       const families = parsePrometheusTextFormat(await (await fetch(`${twin}/metrics`)).text());
       const sum = (name: string) => families.find((f) => f.name === name)!.metrics.reduce((n, m) => n + Number(m.value), 0);
@@ -180,7 +192,7 @@ describe('TGI and the custom multimodal endpoint', () => {
     expect(after.prompt - before.prompt).toBe(oracleIdsWithSpecial('Hello world').length);
   });
 
-  it('/v1/custom-multimodal: AIPerf\'s mock server\'s answer, tokens used counted from the joined text fragments', async () => {
+  it("/v1/custom-multimodal: AIPerf's mock server's answer, tokens used counted from the joined text fragments", async () => {
     const answer = (await postJson(main, '/v1/custom-multimodal', {
       modality_bundle: { text_fragments: ['Hello', 'world'], visual_assets: { images: [], videos: [] }, audio_streams: [] },
       inference_params: { model_id: MODEL, max_tokens: 4 },

@@ -145,7 +145,25 @@ describe('backend metrics of an aggregated server', () => {
   beforeAll(async () => {
     server = await startMockerProcess(
       // A 60 s window and a tiny floor: the tokens of this test are the peak throughput, load 1 until they age out.
-      ['serve', '--mode', 'random', '--timing', 'fixed', '--forward-time-ms', '2', '--dcgm-gpu-name', 'a100', '--dcgm-num-gpus', '3', '--dcgm-hostname', 'node-7', '--dcgm-window-sec', '60', '--dcgm-min-throughput', '0.01'],
+      [
+        'serve',
+        '--mode',
+        'random',
+        '--timing',
+        'fixed',
+        '--forward-time-ms',
+        '2',
+        '--dcgm-gpu-name',
+        'a100',
+        '--dcgm-num-gpus',
+        '3',
+        '--dcgm-hostname',
+        'node-7',
+        '--dcgm-window-sec',
+        '60',
+        '--dcgm-min-throughput',
+        '0.01',
+      ],
     );
   });
   afterAll(async () => {
@@ -189,7 +207,11 @@ describe('backend metrics of an aggregated server', () => {
     for (const [path, names] of Object.entries(NAMES)) {
       const { status, text, families } = await scrape(server, path);
       expect(status, path).toBe(200);
-      for (const name of names) expect(families.map((f) => f.name), `${path} has ${name}`).toContain(name);
+      for (const name of names)
+        expect(
+          families.map((f) => f.name),
+          `${path} has ${name}`,
+        ).toContain(name);
       got[path] = { text, families };
     }
 

@@ -4,7 +4,20 @@
  * numbers chosen by hand; every expected cell is computed here from those numbers. No timing.
  */
 import { describe, expect, it } from 'vitest';
-import { formatTable, HEADLINE_BLOCK, headlineSection, jsonLinesOf, lastRun, met, replaceBetweenMarkers, TABLE_BLOCK, tableSection, toJsonl, type Figure, type RunLine } from '../bench/lib/report.js';
+import {
+  formatTable,
+  HEADLINE_BLOCK,
+  headlineSection,
+  jsonLinesOf,
+  lastRun,
+  met,
+  replaceBetweenMarkers,
+  TABLE_BLOCK,
+  tableSection,
+  toJsonl,
+  type Figure,
+  type RunLine,
+} from '../bench/lib/report.js';
 import { BENCHMARKS, selectBenchmarks } from '../bench/lib/suite.js';
 
 const REPLAY_STDOUT = [
@@ -60,7 +73,7 @@ const figuresOf = (name: string, stdout: string): Figure[] => {
 };
 
 describe('bench runner', () => {
-  it('takes only the JSON objects out of a benchmark\'s stdout', () => {
+  it("takes only the JSON objects out of a benchmark's stdout", () => {
     expect(jsonLinesOf(REPLAY_STDOUT).map((j) => j.bench)).toEqual(['replay-throughput']);
   });
 
@@ -70,7 +83,7 @@ describe('bench runner', () => {
     expect(met(f)).toBe(false);
   });
 
-  it('maps proxy-overhead to the capture proxy\'s added latencies with their per-round spread', () => {
+  it("maps proxy-overhead to the capture proxy's added latencies with their per-round spread", () => {
     const figures = figuresOf('proxy-64', PROXY_STDOUT);
     expect(figures.map((f) => [f.value, f.baselineValue, f.min, f.max, f.target?.bound ?? null, met(f)])).toEqual([
       [0.4, 4, 0.3, 0.6, 0.5, true],
@@ -93,7 +106,16 @@ describe('bench runner', () => {
     const lines = formatTable(figuresOf('replay-16', REPLAY_STDOUT)).split('\n');
     expect(lines).toHaveLength(3);
     const cells = lines[2].split(/ {2,}/);
-    expect(cells).toEqual(['replay-16', 'replay --timing none tokens/s, 16 streams', '240,000 tokens/s', 'bare node:http SSE: 400,000 tokens/s', '0.6×', '0.55–0.72×', '≥ 0.7×', 'NO']);
+    expect(cells).toEqual([
+      'replay-16',
+      'replay --timing none tokens/s, 16 streams',
+      '240,000 tokens/s',
+      'bare node:http SSE: 400,000 tokens/s',
+      '0.6×',
+      '0.55–0.72×',
+      '≥ 0.7×',
+      'NO',
+    ]);
     // Columns line up: every cell of the data row starts where the header's does.
     expect(lines[2].indexOf('240,000')).toBe(lines[0].indexOf('value'));
   });
@@ -103,7 +125,10 @@ describe('bench runner', () => {
     const raw = jsonLinesOf(REPLAY_STDOUT).map((json) => ({ bench: 'replay-16', json }));
     const earlier = toJsonl({ ...RUN, run: '2026-11-24T08:00:00.000Z' }, figuresOf('proxy-64', PROXY_STDOUT), []);
     const text = earlier + toJsonl(RUN, figures, raw);
-    const lines = text.trimEnd().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const lines = text
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines.map((l) => l.kind)).toEqual(['run', ...Array(7).fill('figure'), 'run', 'raw', 'figure']);
     expect(lines[9]).toMatchObject({ run: RUN.run, bench: 'replay-16', json: { ratio: 0.6 } });
     expect(lines[10]).toMatchObject({ run: RUN.run, bench: 'replay-16', value: 240000, ratio: 0.6, met: false });
@@ -119,7 +144,9 @@ describe('bench runner', () => {
       'Measured 2026-11-24 by `npm run bench` in 42 s (results: `bench/results/2026-11-24.jsonl`) on Test CPU, 2 cores, 23 GiB RAM, Node v20.0.0; ' +
         'load average (1, 5, 15 min) 1.50 1.25 1.00 at the start, 2.00 1.50 1.13 at the end.',
     );
-    expect(section).toContain('| replay-16 | replay --timing none tokens/s, 16 streams | 240,000 tokens/s | bare node:http SSE: 400,000 tokens/s | 0.6× | 0.55–0.72× | ≥ 0.7× | NO |');
+    expect(section).toContain(
+      '| replay-16 | replay --timing none tokens/s, 16 streams | 240,000 tokens/s | bare node:http SSE: 400,000 tokens/s | 0.6× | 0.55–0.72× | ≥ 0.7× | NO |',
+    );
     const doc = `# Title\n\nbefore\n${TABLE_BLOCK.begin}\nold table\n${TABLE_BLOCK.end}\n\nprose after\n`;
     const updated = replaceBetweenMarkers(doc, TABLE_BLOCK, section);
     expect(updated.startsWith(`# Title\n\nbefore\n${TABLE_BLOCK.begin}\nMeasured 2026-11-24`)).toBe(true);

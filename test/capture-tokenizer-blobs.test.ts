@@ -24,8 +24,21 @@ const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex')
 const REQUESTS: { path: string; body: Json }[] = [
   { path: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'user', content: 'Hi there' }], max_tokens: 16 } },
   { path: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'user', content: 'Hi there' }], max_tokens: 16, stream: true } },
-  { path: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 16, stream: true, stream_options: { include_usage: true } } },
-  { path: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Why?' }], max_tokens: 16 } },
+  {
+    path: '/v1/chat/completions',
+    body: { model: MODEL, messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 16, stream: true, stream_options: { include_usage: true } },
+  },
+  {
+    path: '/v1/chat/completions',
+    body: {
+      model: MODEL,
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Why?' },
+      ],
+      max_tokens: 16,
+    },
+  },
   { path: '/v1/completions', body: { model: MODEL, prompt: 'Hello world', max_tokens: 16 } },
   { path: '/v1/completions', body: { model: MODEL, prompt: 'Hello world', max_tokens: 16, stream: true } },
   { path: '/v1/completions', body: { model: MODEL, prompt: 'Once upon a time', max_tokens: 16, n: 2 } },
@@ -149,7 +162,19 @@ describe('a capture file that stored its tokenizer as it is (before migration 00
   it('opened for writing (serve --on-miss record), migrates and still replays', async () => {
     const migrated = join(dir, 'migrated.db');
     copyFileSync(old, migrated);
-    const recorder = await startMockerProcess(['serve', '--mode', 'replay', '--captures', migrated, '--on-miss', 'record', '--upstream', upstream.url, '--timing', 'none']);
+    const recorder = await startMockerProcess([
+      'serve',
+      '--mode',
+      'replay',
+      '--captures',
+      migrated,
+      '--on-miss',
+      'record',
+      '--upstream',
+      upstream.url,
+      '--timing',
+      'none',
+    ]);
     processes.push(recorder);
     await recorder.stop();
     expect(recorder.stderr()).toBe('');
@@ -181,11 +206,16 @@ describe('a stored tokenizer that inflates past the bound', () => {
     // The row claims a gigabyte: the bound is then the most a tokenizer file may be, 128 MiB.
     db.prepare('update blobs set data = ?, size = ? where sha256 = ?').run(data, 2 ** 30, hash);
     db.close();
-    for (const args of [['serve', '--mode', 'replay', '--captures', file, '--port', '0'], ['captures', 'verify', file]]) {
+    for (const args of [
+      ['serve', '--mode', 'replay', '--captures', file, '--port', '0'],
+      ['captures', 'verify', file],
+    ]) {
       const r = await runMockerToExit(args);
       expect(r.code, args[0]).not.toBe(0);
       expect(r.code, args[0]).not.toBeNull();
-      expect(r.stderr).toContain(`capture file ${file}: tokenizer file tokenizer.json (blob ${hash}): the blob's compressed data inflates to more than ${128 * 1024 * 1024} bytes`);
+      expect(r.stderr).toContain(
+        `capture file ${file}: tokenizer file tokenizer.json (blob ${hash}): the blob's compressed data inflates to more than ${128 * 1024 * 1024} bytes`,
+      );
     }
     // A gigabyte in a small file.
     expect(statSync(file).size).toBeLessThan(3 * MB);

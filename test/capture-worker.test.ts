@@ -15,9 +15,36 @@ import { testTmpdir } from './support/tempRoot.js';
 
 describe('hideTokenIdsInBytes', () => {
   const FRAGMENTS = [
-    '"token_ids":[', '"prompt_token_ids":[', 'token_ids":[', '"xtoken_ids":[', '"my_prompt_token_ids":[', 'prompt_', '"',
-    '1', '23', '456789', ',', ' ', '\n', '\t', '\r', ']', '[', 'null', '{"a":', '}', 'data: ', '\n\n', '日本語', '🚀', 'é',
-    '\\"token_ids\\":[1]', '"token_ids":null', '-1', '1.5', 'e',
+    '"token_ids":[',
+    '"prompt_token_ids":[',
+    'token_ids":[',
+    '"xtoken_ids":[',
+    '"my_prompt_token_ids":[',
+    'prompt_',
+    '"',
+    '1',
+    '23',
+    '456789',
+    ',',
+    ' ',
+    '\n',
+    '\t',
+    '\r',
+    ']',
+    '[',
+    'null',
+    '{"a":',
+    '}',
+    'data: ',
+    '\n\n',
+    '日本語',
+    '🚀',
+    'é',
+    '\\"token_ids\\":[1]',
+    '"token_ids":null',
+    '-1',
+    '1.5',
+    'e',
   ];
 
   it('does on bytes exactly what hideTokenIds does on text (5000 random events)', () => {
@@ -32,7 +59,8 @@ describe('hideTokenIdsInBytes', () => {
   });
 
   it('hides real vLLM events and leaves others as views of the same bytes', () => {
-    const event = 'data: {"id":"cmpl-1","choices":[{"index":0,"text":" a \\"token_ids\\":[1]","token_ids":[1, 2,3],"prompt_token_ids":[7,8]}],"usage":null}\n\n';
+    const event =
+      'data: {"id":"cmpl-1","choices":[{"index":0,"text":" a \\"token_ids\\":[1]","token_ids":[1, 2,3],"prompt_token_ids":[7,8]}],"usage":null}\n\n';
     const buf = Buffer.from(event);
     expect(hideTokenIdsInBytes(buf, 0, buf.length).toString()).toBe(hideTokenIds(event));
     expect(hideTokenIdsInBytes(buf, 0, buf.length).toString()).toContain('"token_ids":null,"prompt_token_ids":null}');
@@ -103,7 +131,10 @@ describe('RecorderThread', () => {
     const stored = CaptureStore.open(path, { readonly: true });
     const rows = stored.exchangeIds().map((id) => stored.getExchange(id)!);
     stored.close();
-    expect(rows.map((r) => [r.outcome, r.tokenSource])).toEqual([['complete', 'engine'], ['complete', 'engine']]);
+    expect(rows.map((r) => [r.outcome, r.tokenSource])).toEqual([
+      ['complete', 'engine'],
+      ['complete', 'engine'],
+    ]);
     expect(rows.every((r) => r.responseBody.toString() === events)).toBe(true);
     expect(JSON.stringify(rows[0].requestHeaders)).not.toContain('sk-never-stored');
     expect(await recorder.counts()).toEqual({ complete: 2, failed: 0, aborted: 0 });
@@ -130,17 +161,30 @@ describe('mocker capture shutdown', () => {
     const upstream = await startUpstream(() => ({ content: 'slow '.repeat(100), gapMs: () => 30 }));
     cleanup.push(() => upstream.close());
     const db = join(mkdtempSync(join(testTmpdir(), 'mocker-close-')), 'capture.db');
-    const capture = await startCapture({ upstream: upstream.url, captures: db, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
+    const capture = await startCapture({
+      upstream: upstream.url,
+      captures: db,
+      host: '127.0.0.1',
+      port: 0,
+      upstreamTimeoutMs: 10_000,
+      maxBodyBytes: 1 << 20,
+      redactHeaders: [],
+    });
     const streams = await Promise.all(
-      Array.from({ length: 4 }, (_, i) =>
-        new Promise<void>((resolve, reject) => {
-          const req = http.request({ host: '127.0.0.1', port: capture.port, path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-            res.on('error', () => undefined);
-            res.once('data', () => resolve());
-          });
-          req.on('error', (err) => (err.message.includes('socket hang up') || err.message.includes('ECONNRESET') ? undefined : reject(err)));
-          req.end(JSON.stringify({ model: MODEL, prompt: `cut me off ${i}`, max_tokens: 100, stream: true }));
-        }),
+      Array.from(
+        { length: 4 },
+        (_, i) =>
+          new Promise<void>((resolve, reject) => {
+            const req = http.request(
+              { host: '127.0.0.1', port: capture.port, path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json' } },
+              (res) => {
+                res.on('error', () => undefined);
+                res.once('data', () => resolve());
+              },
+            );
+            req.on('error', (err) => (err.message.includes('socket hang up') || err.message.includes('ECONNRESET') ? undefined : reject(err)));
+            req.end(JSON.stringify({ model: MODEL, prompt: `cut me off ${i}`, max_tokens: 100, stream: true }));
+          }),
       ),
     );
     expect(streams).toHaveLength(4);
@@ -164,7 +208,7 @@ function threadNices(pid: number): Map<number, number> {
   return nices;
 }
 
-describe('the built CLI\'s capture', () => {
+describe("the built CLI's capture", () => {
   it('records on threads at the lowest priority (nice 19), below the thread that forwards the bytes', async () => {
     const upstream = await startUpstream(() => ({ content: 'Hello there' }));
     cleanup.push(() => upstream.close());

@@ -4,7 +4,21 @@
  * sent, the Python tokenizer's ids (qwen3Oracle), the double's scripted answer, hand-computed statistics.
  */
 import { spawnSync } from 'node:child_process';
-import { closeSync, copyFileSync, existsSync, lstatSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  existsSync,
+  lstatSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { brotliCompressSync, brotliDecompressSync, constants as zlibConstants } from 'node:zlib';
 import Database from 'better-sqlite3';
@@ -44,7 +58,12 @@ const REQUESTS: Sent[] = [
 
 /** The answer's text from a response body, streamed or not, chat or completion. */
 function answerText(text: string, stream: boolean): string {
-  const payloads = stream ? text.split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)) as Json) : [JSON.parse(text) as Json];
+  const payloads = stream
+    ? text
+        .split('\n')
+        .filter((l) => l.startsWith('data: {'))
+        .map((l) => JSON.parse(l.slice(6)) as Json)
+    : [JSON.parse(text) as Json];
   let out = '';
   for (const p of payloads) {
     for (const c of (p.choices ?? []) as Json[]) {
@@ -61,8 +80,12 @@ async function send(url: string, r: Sent): Promise<{ status: number; text: strin
 }
 
 /** `node dist/cli/main.js …` to its exit (`prefix`: a shell line run first, e.g. a ulimit); stdout kept as bytes (multi-byte characters intact). */
-function mocker(args: string[], { input, env = ENV, prefix }: { input?: Buffer; env?: NodeJS.ProcessEnv; prefix?: string } = {}): { code: number | null; out: Buffer; stdout: string; stderr: string } {
-  const [command, argv] = prefix === undefined ? [process.execPath, [MAIN, ...args]] : ['sh', ['-c', `${prefix}; exec "$0" "$@"`, process.execPath, MAIN, ...args]];
+function mocker(
+  args: string[],
+  { input, env = ENV, prefix }: { input?: Buffer; env?: NodeJS.ProcessEnv; prefix?: string } = {},
+): { code: number | null; out: Buffer; stdout: string; stderr: string } {
+  const [command, argv] =
+    prefix === undefined ? [process.execPath, [MAIN, ...args]] : ['sh', ['-c', `${prefix}; exec "$0" "$@"`, process.execPath, MAIN, ...args]];
   const r = spawnSync(command, argv, { env, input, maxBuffer: 1 << 30, timeout: 60_000 });
   return { code: r.status, out: r.stdout, stdout: r.stdout.toString('utf8'), stderr: r.stderr.toString('utf8') };
 }
@@ -166,7 +189,9 @@ describe('mocker captures list', () => {
     expect(json(['list', golden, '--until', '1h']).total).toBe(0);
     expect(json(['list', golden, '--since', '2020-01-01', '--until', '2999-01-01T00:00Z']).total).toBe(5);
     const rows = json(['list', golden, '--exchanges']).exchanges as Json[];
-    expect(rows.map((e) => [e.endpoint, e.stream, e.outcome])).toEqual(REQUESTS.map((r) => [r.path === '/v1/completions' ? 'completion' : 'chat', r.body.stream === true, r.name === 'failed' ? 'failed' : 'complete']));
+    expect(rows.map((e) => [e.endpoint, e.stream, e.outcome])).toEqual(
+      REQUESTS.map((r) => [r.path === '/v1/completions' ? 'completion' : 'chat', r.body.stream === true, r.name === 'failed' ? 'failed' : 'complete']),
+    );
   });
 
   it('prints a table without --json', () => {
@@ -236,7 +261,12 @@ describe('mocker captures show', () => {
     expect(page.stdout).toMatch(/^ {2}server: uvicorn$/m);
     expect(page.stdout).toContain(`response body:\n  ${clientBody}\n`);
     const shown = json(['show', golden, failedId]);
-    expect(shown).toMatchObject({ outcome: 'failed', status: 500, responseBody: clientBody, responseHeaders: { 'content-type': 'application/json', server: 'uvicorn' } });
+    expect(shown).toMatchObject({
+      outcome: 'failed',
+      status: 500,
+      responseBody: clientBody,
+      responseHeaders: { 'content-type': 'application/json', server: 'uvicorn' },
+    });
     // A complete answer's body is what its choices show: not printed twice.
     const complete = captures(['show', golden, String(exchangeIds(golden)[0])]);
     expect(complete.stdout).toContain('response headers:');
@@ -253,7 +283,10 @@ describe('mocker captures export / import', () => {
   it('export | import | export is byte-identical, and the imported file replays the same answers', async () => {
     const first = captures(['export', golden]);
     expect(first.code).toBe(0);
-    const lines = first.stdout.trimEnd().split('\n').map((l) => JSON.parse(l) as Json);
+    const lines = first.stdout
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Json);
     // A header, the tokenizer files, then the run and its exchanges.
     const types = lines.map((l) => l.type);
     const blobs = types.filter((t) => t === 'blob').length;
@@ -339,7 +372,7 @@ describe('mocker captures prune', () => {
     expect(statSync(file).size).toBe(size);
     expect(json(['list', file]).total).toBe(5);
 
-    expect((json(['prune', file, '--older-than', '30d']).exchanges as Json[])).toHaveLength(0);
+    expect(json(['prune', file, '--older-than', '30d']).exchanges as Json[]).toHaveLength(0);
     const failed = json(['prune', file, '--outcome', 'failed']);
     expect((failed.exchanges as Json[]).map((e) => e.id)).toEqual([exchangeIds(golden)[4]]);
     expect(json(['list', file]).outcomes).toEqual({ complete: 4, failed: 0, aborted: 0 });
@@ -363,14 +396,67 @@ describe('mocker captures prune', () => {
 describe('mocker captures stats', () => {
   it("computes the trace report's statistics from known timing (hand-computed)", () => {
     const exchange = (startedAt: number, tokenTimes: number[]) => ({
-      type: 'exchange', run: 1, startedAt, requestId: null, method: 'POST', path: '/v1/completions', endpoint: 'completion', outcome: 'complete', error: null,
-      status: 200, model: MODEL, stream: true, totalMs: tokenTimes[tokenTimes.length - 1], tokenSource: 'engine', requestShape: null, injected: [], usage: null,
-      requestHeaders: {}, requestBody: '{}', responseHeaders: {}, responseBody: '', eventEnds: [], eventTimes: [], eventTokens: [], promptIds: [1, 2, 3],
-      generations: [{ choiceIndex: 0, finishReason: 'length', stopReason: null, text: '', outputIds: tokenTimes.map((_, i) => 10 + i), tokenTimes, chunkTokens: tokenTimes.map(() => 1), chunkDeltas: tokenTimes.map(() => ({ text: '' })) }],
+      type: 'exchange',
+      run: 1,
+      startedAt,
+      requestId: null,
+      method: 'POST',
+      path: '/v1/completions',
+      endpoint: 'completion',
+      outcome: 'complete',
+      error: null,
+      status: 200,
+      model: MODEL,
+      stream: true,
+      totalMs: tokenTimes[tokenTimes.length - 1],
+      tokenSource: 'engine',
+      requestShape: null,
+      injected: [],
+      usage: null,
+      requestHeaders: {},
+      requestBody: '{}',
+      responseHeaders: {},
+      responseBody: '',
+      eventEnds: [],
+      eventTimes: [],
+      eventTokens: [],
+      promptIds: [1, 2, 3],
+      generations: [
+        {
+          choiceIndex: 0,
+          finishReason: 'length',
+          stopReason: null,
+          text: '',
+          outputIds: tokenTimes.map((_, i) => 10 + i),
+          tokenTimes,
+          chunkTokens: tokenTimes.map(() => 1),
+          chunkDeltas: tokenTimes.map(() => ({ text: '' })),
+        },
+      ],
     });
-    const run = { type: 'run', run: 1, startedAt: 0, kind: 'capture', upstream: null, engine: 'vllm', engineVersion: null, label: 'known', versionJson: null, modelsJson: null, maxModelLen: null, tokenizerName: null, tokenizerFiles: {} };
+    const run = {
+      type: 'run',
+      run: 1,
+      startedAt: 0,
+      kind: 'capture',
+      upstream: null,
+      engine: 'vllm',
+      engineVersion: null,
+      label: 'known',
+      versionJson: null,
+      modelsJson: null,
+      maxModelLen: null,
+      tokenizerName: null,
+      tokenizerFiles: {},
+    };
     const failed = { ...exchange(1_700_000_000_500, [1]), outcome: 'failed', status: 500, generations: [] };
-    const lines = [{ type: 'header', format: 'mocker-captures', version: 1 }, run, exchange(1_700_000_000_000, [100, 110, 130]), failed, exchange(1_700_000_001_000, [50, 60])];
+    const lines = [
+      { type: 'header', format: 'mocker-captures', version: 1 },
+      run,
+      exchange(1_700_000_000_000, [100, 110, 130]),
+      failed,
+      exchange(1_700_000_001_000, [50, 60]),
+    ];
     const input = join(dir, 'known.jsonl');
     writeFileSync(input, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
     const file = join(dir, 'known.db');
@@ -466,10 +552,13 @@ describe('mocker capture --redact-bodies', () => {
   const storedText = (file: string): string => {
     const store = CaptureStore.open(file, { readonly: true });
     try {
-      return store.exchangeIds().map((id) => {
-        const ex = store.getExchange(id)!;
-        return [ex.requestBody.toString(), ex.responseBody.toString(), ...ex.generations.map((g) => g.text + JSON.stringify(g.chunkDeltas))].join('\n');
-      }).join('\n');
+      return store
+        .exchangeIds()
+        .map((id) => {
+          const ex = store.getExchange(id)!;
+          return [ex.requestBody.toString(), ex.responseBody.toString(), ...ex.generations.map((g) => g.text + JSON.stringify(g.chunkDeltas))].join('\n');
+        })
+        .join('\n');
     } finally {
       store.close();
     }
@@ -604,7 +693,11 @@ describe('the tools never destroy their input', () => {
 });
 
 /** The golden capture's JSONL lines (as `export` writes them), parsed. */
-const exportedLines = () => captures(['export', golden]).stdout.trimEnd().split('\n').map((l) => JSON.parse(l) as Json);
+const exportedLines = () =>
+  captures(['export', golden])
+    .stdout.trimEnd()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Json);
 
 describe('captures import checks what it reads, and streams it', () => {
   it('refuses a blob whose data does not match its sha256, naming the line; nothing is written', () => {
@@ -643,10 +736,16 @@ describe('captures import checks what it reads, and streams it', () => {
     // The tokenizer.json line claims its size, but its data inflates to 200 MB of zeros.
     const at = lines.findIndex((l) => l.type === 'blob' && (l.size as number) > 1e6);
     const bomb = [...lines];
-    bomb[at] = { ...lines[at], data: { base64: brotliCompressSync(Buffer.alloc(200e6), { params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 1 } }).toString('base64') } };
+    bomb[at] = {
+      ...lines[at],
+      data: { base64: brotliCompressSync(Buffer.alloc(200e6), { params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 1 } }).toString('base64') },
+    };
     const bombInput = join(dir, 'bomb.jsonl');
     writeFileSync(bombInput, bomb.map((l) => JSON.stringify(l)).join('\n'));
-    refused(['import', bombInput, '-o', join(dir, 'bomb.db')], `bomb.jsonl line ${at + 1}: data: the blob's compressed data inflates to more than ${lines[at].size as number} bytes`);
+    refused(
+      ['import', bombInput, '-o', join(dir, 'bomb.db')],
+      `bomb.jsonl line ${at + 1}: data: the blob's compressed data inflates to more than ${lines[at].size as number} bytes`,
+    );
     expect(existsSync(join(dir, 'bomb.db'))).toBe(false);
   });
 

@@ -97,9 +97,15 @@ describe('mocker captures fit: a perf profile learnt from a capture of a batchin
     }
     // As the engine asks: active KV in whole blocks of 64 (the default), the mean context, the batch.
     // 1 × 500 tokens: 8 blocks; 4 × 700: 4 × 11 blocks; 8 × 1000: 8 × 16 blocks.
-    for (const [batch, length, blocks] of [[1, 500, 8], [4, 700, 44], [8, 1000, 128]]) {
+    for (const [batch, length, blocks] of [
+      [1, 500, 8],
+      [4, 700, 44],
+      [8, 1000, 128],
+    ]) {
       const known = KNOWN.decodeMs(batch * length, batch);
-      expect(Math.abs(fitted.decodeMs(batch, blocks * 64, length, 16384 * 64) - known), `decode of ${batch} × ${length}`).toBeLessThan(Math.max(0.1 * known, TIMER_MS));
+      expect(Math.abs(fitted.decodeMs(batch, blocks * 64, length, 16384 * 64) - known), `decode of ${batch} × ${length}`).toBeLessThan(
+        Math.max(0.1 * known, TIMER_MS),
+      );
     }
   });
 
@@ -141,7 +147,9 @@ describe('mocker captures fit: too few points, or a negative cost, is said on st
   async function fitOf(promptWords: number[], ttftMs: (words: number) => number) {
     const dir = mkdtempSync(join(testTmpdir(), 'mocker-captures-fit-'));
     const words = (body: Record<string, unknown>) => String(body.prompt).split(' ').length;
-    const upstream = await startUpstream((body): Answer => ({ content: 'one two three four five six', finish: 'length', ttftMs: ttftMs(words(body)), gapMs: () => 20 }));
+    const upstream = await startUpstream(
+      (body): Answer => ({ content: 'one two three four five six', finish: 'length', ttftMs: ttftMs(words(body)), gapMs: () => 20 }),
+    );
     const capture = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', join(dir, 'capture.db')]);
     try {
       for (const n of promptWords) {
@@ -159,7 +167,11 @@ describe('mocker captures fit: too few points, or a negative cost, is said on st
     }
     const profile = join(dir, 'profile.npz');
     const run = await runMockerToExit(['captures', 'fit', join(dir, 'capture.db'), '-o', profile, '--json']);
-    return { ...run, written: existsSync(profile), report: JSON.parse(run.stdout) as { warnings: string[]; prefill: { points: number; source: string; coefficients: Record<string, number> } } };
+    return {
+      ...run,
+      written: existsSync(profile),
+      report: JSON.parse(run.stdout) as { warnings: string[]; prefill: { points: number; source: string; coefficients: Record<string, number> } },
+    };
   }
 
   it('3 prefill points for the 3 terms of base + per token + per token²: warned, the quadratic term left out, the profile written', async () => {
@@ -169,9 +181,14 @@ describe('mocker captures fit: too few points, or a negative cost, is said on st
     // The oracle: 3 requests, sent one at a time.
     expect(fit.report.prefill).toMatchObject({ points: 3, source: 'idle first tokens' });
     expect(Object.keys(fit.report.prefill.coefficients)).toEqual(['base', 'per_token']);
-    const warnings = fit.stderr.trim().split('\n').filter((line) => line.startsWith('mocker captures fit: warning: prefill'));
+    const warnings = fit.stderr
+      .trim()
+      .split('\n')
+      .filter((line) => line.startsWith('mocker captures fit: warning: prefill'));
     expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toContain('only 3 point(s) for the 3 term(s) of its form (base, per_token, per_token_squared): per_token_squared not learnt; 4 points are needed');
+    expect(warnings[0]).toContain(
+      'only 3 point(s) for the 3 term(s) of its form (base, per_token, per_token_squared): per_token_squared not learnt; 4 points are needed',
+    );
     expect(warnings[0]).toContain('capture more streamed requests one at a time, with several prompt lengths');
     expect(fit.report.warnings.map((w) => `mocker captures fit: warning: ${w}`)).toEqual(fit.stderr.trim().split('\n'));
   }, 60_000);
@@ -183,7 +200,9 @@ describe('mocker captures fit: too few points, or a negative cost, is said on st
     expect(fit.written).toBe(true);
     expect(fit.report.prefill.points).toBe(6);
     expect(fit.report.prefill.coefficients.per_token).toBeLessThan(0);
-    expect(fit.stderr).toMatch(/^mocker captures fit: warning: prefill \(requests that met an idle engine\): the per_token cost is fitted negative \(-[\d.]+ ms per prompt token\): .*not to be trusted; capture more streamed requests/m);
+    expect(fit.stderr).toMatch(
+      /^mocker captures fit: warning: prefill \(requests that met an idle engine\): the per_token cost is fitted negative \(-[\d.]+ ms per prompt token\): .*not to be trusted; capture more streamed requests/m,
+    );
   }, 60_000);
 });
 

@@ -33,7 +33,11 @@ async function capture(upstream: string, file: string, requests: Request[]): Pro
   const proxy = await startMockerProcess(['capture', '--upstream', upstream, '--captures', file]);
   try {
     for (const r of requests) {
-      const res = await fetch(`http://127.0.0.1:${proxy.port}${r.path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(r.body) });
+      const res = await fetch(`http://127.0.0.1:${proxy.port}${r.path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(r.body),
+      });
       await res.text();
     }
   } finally {
@@ -106,7 +110,10 @@ function alteredCopy(file: string, out: string, change: Map<number, (body: Buffe
 /** Characters of several UTF-8 bytes that the tokenizer splits over byte tokens (👍 is 61804 + 235 in the oracle). */
 const EMOJI_TEXT = 'emoji 👍🏽 family 👨‍👩‍👧‍👦 flag 🇯🇵';
 const CJK_TEXT = '日本語のテキストです。';
-const CHAT = (content: string, extra: Json = {}): Request => ({ path: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'user', content }], ...extra } });
+const CHAT = (content: string, extra: Json = {}): Request => ({
+  path: '/v1/chat/completions',
+  body: { model: MODEL, messages: [{ role: 'user', content }], ...extra },
+});
 const COMPLETION = (prompt: string, extra: Json = {}): Request => ({ path: '/v1/completions', body: { model: MODEL, prompt, ...extra } });
 
 describe('mocker captures verify', () => {
@@ -149,11 +156,20 @@ describe('mocker captures verify', () => {
       const needle = '"content":"emoji"';
       const offset = source.body.indexOf(needle) + '"content":"'.length;
       expect(source.body[offset]).toBe('e'.charCodeAt(0));
-      const ids = alteredCopy(file, altered, new Map([[source.id, (body: Buffer) => {
-        const changed = Buffer.from(body);
-        changed[offset] = 'E'.charCodeAt(0);
-        return changed;
-      }]]));
+      const ids = alteredCopy(
+        file,
+        altered,
+        new Map([
+          [
+            source.id,
+            (body: Buffer) => {
+              const changed = Buffer.from(body);
+              changed[offset] = 'E'.charCodeAt(0);
+              return changed;
+            },
+          ],
+        ]),
+      );
       const row = { ...source, id: ids.get(source.id)! };
       const event = row.eventEnds.findIndex((end) => end > offset);
 
@@ -161,11 +177,25 @@ describe('mocker captures verify', () => {
       expect(code).toBe(1);
       expect(json).toMatchObject({ verified: 6, matched: 5, mismatched: 1 });
       expect(json.mismatches).toEqual([
-        { exchangeId: row.id, endpoint: 'chat', stream: true, engine: 'vllm', comparison: 'bytes', event, path: 'choices[0].delta.content', captured: 'Emoji', rendered: 'emoji', byteOffset: offset, kind: 'content' },
+        {
+          exchangeId: row.id,
+          endpoint: 'chat',
+          stream: true,
+          engine: 'vllm',
+          comparison: 'bytes',
+          event,
+          path: 'choices[0].delta.content',
+          captured: 'Emoji',
+          rendered: 'emoji',
+          byteOffset: offset,
+          kind: 'content',
+        },
       ]);
       const text = await mocker('captures', 'verify', altered);
       expect(text.code).toBe(1);
-      expect(text.stdout).toContain(`exchange ${row.id} (chat stream, vllm, bytes): event ${event}, choices[0].delta.content, byte ${offset}: captured "Emoji", rendered "emoji" — content`);
+      expect(text.stdout).toContain(
+        `exchange ${row.id} (chat stream, vllm, bytes): event ${event}, choices[0].delta.content, byte ${offset}: captured "Emoji", rendered "emoji" — content`,
+      );
     });
 
     it('--limit bounds the examples, not the count', async () => {
@@ -175,7 +205,15 @@ describe('mocker captures verify', () => {
         changed.write('stoP', changed.indexOf(Buffer.from('"finish_reason":"stop"')) + '"finish_reason":"'.length);
         return changed;
       };
-      alteredCopy(file, altered, new Map(storedRows(file).slice(3, 5).map((row) => [row.id, stoP])));
+      alteredCopy(
+        file,
+        altered,
+        new Map(
+          storedRows(file)
+            .slice(3, 5)
+            .map((row) => [row.id, stoP]),
+        ),
+      );
       const { code, json } = await mocker('captures', 'verify', altered, '--json', '--limit', '1');
       expect(code).toBe(1);
       expect(json).toMatchObject({ mismatched: 2 });
@@ -220,7 +258,11 @@ describe('mocker captures diff', () => {
   const requests: Request[] = [CHAT('empty system', { stream: true }), COMPLETION('Hi', { max_tokens: 10 })];
   const files = { a: tempFile('a.db'), same: tempFile('same.db'), b: tempFile('b.db'), notStreamed: tempFile('not-streamed.db'), empty: tempFile('empty.db') };
   // The oracle: the chat "empty system" with its system turn; without it, what follows that turn (it ends on a special token).
-  const chatOracle = JSON.parse(readFileSync(join(import.meta.dirname, 'fixtures', 'tokenizer', 'qwen3.jsonl'), 'utf8').split('\n').find((l) => l.includes('"empty system"'))!) as { ids: number[] };
+  const chatOracle = JSON.parse(
+    readFileSync(join(import.meta.dirname, 'fixtures', 'tokenizer', 'qwen3.jsonl'), 'utf8')
+      .split('\n')
+      .find((l) => l.includes('"empty system"'))!,
+  ) as { ids: number[] };
   const promptA = chatOracle.ids.slice(5);
   const promptB = chatOracle.ids;
 
@@ -229,7 +271,11 @@ describe('mocker captures diff', () => {
     await captureVllm(files.a, requests, answer('Hello world'));
     await captureVllm(files.same, requests, answer('Hello world'));
     await captureVllm(files.b, [...requests, COMPLETION('only in B')], answer('Hello  world'), { chatTemplate: WITH_SYSTEM });
-    await captureVllm(files.notStreamed, requests.map((r) => ({ ...r, body: { ...r.body, stream: false } })), answer('Hello world'));
+    await captureVllm(
+      files.notStreamed,
+      requests.map((r) => ({ ...r, body: { ...r.body, stream: false } })),
+      answer('Hello world'),
+    );
     await captureVllm(files.empty, [], answer('Hello world'));
   });
 
@@ -247,7 +293,9 @@ describe('mocker captures diff', () => {
         expect(figure.change).toEqual({ p50: null, p90: null, p99: null });
       }
       const text = await mocker('captures', 'diff', files.a, other);
-      expect(text.stdout).toMatch(/^TTFT ms \(A 1 \/ B 0 samples\): p50 \d+\.\d\d -> n\/a \(n\/a\), p90 \d+\.\d\d -> n\/a \(n\/a\), p99 \d+\.\d\d -> n\/a \(n\/a\)$/m);
+      expect(text.stdout).toMatch(
+        /^TTFT ms \(A 1 \/ B 0 samples\): p50 \d+\.\d\d -> n\/a \(n\/a\), p90 \d+\.\d\d -> n\/a \(n\/a\), p99 \d+\.\d\d -> n\/a \(n\/a\)$/m,
+      );
       expect(text.stdout).toMatch(/^ITL ms \(A \d+ \/ B 0 samples\): p50 \d+\.\d\d -> n\/a \(n\/a\)/m);
       const reversed = await mocker('captures', 'diff', other, files.a);
       expect(reversed.stdout).toMatch(/^TTFT ms \(A 0 \/ B 1 samples\): p50 n\/a -> \d+\.\d\d \(n\/a\)/m);
@@ -257,7 +305,16 @@ describe('mocker captures diff', () => {
   it('two captures of the same requests and engine: nothing reported, exit 0', async () => {
     const { code, json } = await mocker('captures', 'diff', files.a, files.same, '--json');
     expect(code).toBe(0);
-    expect(json).toMatchObject({ paired: 2, identical: 2, promptChanges: 0, outputChanges: 0, onlyInA: 0, onlyInB: 0, differs: false, examples: { promptChanges: [], outputChanges: [], onlyInA: [], onlyInB: [] } });
+    expect(json).toMatchObject({
+      paired: 2,
+      identical: 2,
+      promptChanges: 0,
+      outputChanges: 0,
+      onlyInA: 0,
+      onlyInB: 0,
+      differs: false,
+      examples: { promptChanges: [], outputChanges: [], onlyInA: [], onlyInB: [] },
+    });
   });
 
   it('a changed chat template is a tokenization change at the first differing token; a changed output token at its index; exit 1', async () => {
@@ -273,11 +330,27 @@ describe('mocker captures diff', () => {
     expect(json).toMatchObject({ pairedBy: 'request', paired: 2, identical: 0, promptChanges: 1, outputChanges: 1, onlyInA: 0, onlyInB: 1, differs: true });
     const examples = json.examples as Record<string, Json[]>;
     expect(examples.promptChanges).toEqual([
-      expect.objectContaining({ position: promptAt, aToken: promptA[promptAt], bToken: promptB[promptAt], aLength: promptA.length, bLength: promptB.length, before: '<|im_start|>' }),
+      expect.objectContaining({
+        position: promptAt,
+        aToken: promptA[promptAt],
+        bToken: promptB[promptAt],
+        aLength: promptA.length,
+        bLength: promptB.length,
+        before: '<|im_start|>',
+      }),
     ]);
     expect(String(examples.promptChanges[0].aText)).toMatch(/^user\n/);
     expect(String(examples.promptChanges[0].bText)).toMatch(/^system\n<\|im_end\|>/);
-    expect(examples.outputChanges).toEqual([expect.objectContaining({ choice: 0, position: outputAt, aToken: outputA[outputAt], bToken: outputB[outputAt], aLength: outputA.length, bLength: outputB.length })]);
+    expect(examples.outputChanges).toEqual([
+      expect.objectContaining({
+        choice: 0,
+        position: outputAt,
+        aToken: outputA[outputAt],
+        bToken: outputB[outputAt],
+        aLength: outputA.length,
+        bLength: outputB.length,
+      }),
+    ]);
     expect(examples.onlyInB).toEqual([expect.objectContaining({ path: '/v1/completions', model: MODEL })]);
     // One streamed exchange each side: its TTFT, and the gaps between its tokens.
     const timing = json.timing as Record<string, { a: Json; b: Json; change: Json }>;
@@ -288,7 +361,9 @@ describe('mocker captures diff', () => {
 
     const text = await mocker('captures', 'diff', files.a, files.b);
     expect(text.code).toBe(1);
-    expect(text.stdout).toContain(`prompt tokenization changed: A#1 / B#1 (${MODEL}): first difference at token ${promptAt} of ${promptA.length} / ${promptB.length}`);
+    expect(text.stdout).toContain(
+      `prompt tokenization changed: A#1 / B#1 (${MODEL}): first difference at token ${promptAt} of ${promptA.length} / ${promptB.length}`,
+    );
     expect(text.stdout).toContain('2 paired by request (0 identical), 1 prompt tokenization changes, 1 output changes, 0 only in A, 1 only in B');
     expect(text.stdout).toMatch(/^TTFT ms \(A 1 \/ B 1 samples\): p50 /m);
   });

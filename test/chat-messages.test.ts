@@ -96,7 +96,11 @@ describe('messages rendered as vLLM renders them (/tokenize with messages)', () 
     const fn = call.function as Json;
     const asClientsSendIt = [
       question,
-      { role: 'assistant', content: null, tool_calls: [{ id: 'chatcmpl-tool-1', type: 'function', function: { name: fn.name, arguments: JSON.stringify(fn.arguments) } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'chatcmpl-tool-1', type: 'function', function: { name: fn.name, arguments: JSON.stringify(fn.arguments) } }],
+      },
       { ...tool, tool_call_id: 'chatcmpl-tool-1' },
     ];
     const res = await post(url, '/tokenize', { messages: asClientsSendIt, tools: TOOL_LOOP.request!.tools });
@@ -122,7 +126,10 @@ describe('messages rendered as vLLM renders them (/tokenize with messages)', () 
   it('accepts the developer role and name fields (the Qwen3 template renders no developer turn)', async () => {
     const { messages, ids } = oracleChat('Hi there');
     const res = await post(url, '/tokenize', {
-      messages: [{ role: 'developer', content: ['Answer briefly.'] }, { ...messages[0], name: 'alice' }],
+      messages: [
+        { role: 'developer', content: ['Answer briefly.'] },
+        { ...messages[0], name: 'alice' },
+      ],
     });
     expect(res.status, JSON.stringify(res.json)).toBe(200);
     expect(res.json.tokens).toEqual(ids);
@@ -137,9 +144,15 @@ describe('messages rendered as vLLM renders them (/tokenize with messages)', () 
     expect(answer.usage!.prompt_tokens).toBe(ids.length);
   });
 
-  it('refuses an image part with a 400 in vLLM\'s error format naming the part type', async () => {
+  it("refuses an image part with a 400 in vLLM's error format naming the part type", async () => {
     const messages: ChatCompletionMessageParam[] = [
-      { role: 'user', content: [{ type: 'text', text: 'What is in this picture?' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'What is in this picture?' },
+          { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } },
+        ],
+      },
     ];
     const refused = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 4 }).then(
       () => null,

@@ -71,7 +71,26 @@ describe('docs/cli.md', () => {
   const commands = everyCommand();
   it('covers every command and subcommand the CLI lists', () => {
     // The built CLI's own list, checked against the commands a user is told about (an empty list is a broken parse).
-    expect(commands).toEqual(expect.arrayContaining(['serve', 'capture', 'trace', 'pd-proxy', 'rerun', 'captures', 'captures list', 'captures show', 'captures export', 'captures import', 'captures merge', 'captures prune', 'captures stats', 'captures verify', 'captures diff', 'captures fit']));
+    expect(commands).toEqual(
+      expect.arrayContaining([
+        'serve',
+        'capture',
+        'trace',
+        'pd-proxy',
+        'rerun',
+        'captures',
+        'captures list',
+        'captures show',
+        'captures export',
+        'captures import',
+        'captures merge',
+        'captures prune',
+        'captures stats',
+        'captures verify',
+        'captures diff',
+        'captures fit',
+      ]),
+    );
     for (const command of commands) expect(doc).toContain(`\n## mocker ${command}\n`);
   });
 
@@ -85,7 +104,23 @@ describe('docs/cli.md', () => {
 describe('--help', () => {
   it('serve: the options under topic headings, each heading with options', () => {
     const text = help('serve');
-    const headings = ['Server', 'Modes & captures', 'Model, tokenizer & LoRA', 'Timing', 'Engine & scheduler', 'KV cache & prefix caching', 'SGLang engine (--engine-type sglang)', 'Workers', 'Disaggregation (prefill/decode)', 'Random outputs', 'Embeddings & rerank', 'Failure injection', 'KV events', 'Metrics', 'Security & TLS'];
+    const headings = [
+      'Server',
+      'Modes & captures',
+      'Model, tokenizer & LoRA',
+      'Timing',
+      'Engine & scheduler',
+      'KV cache & prefix caching',
+      'SGLang engine (--engine-type sglang)',
+      'Workers',
+      'Disaggregation (prefill/decode)',
+      'Random outputs',
+      'Embeddings & rerank',
+      'Failure injection',
+      'KV events',
+      'Metrics',
+      'Security & TLS',
+    ];
     for (const heading of headings) {
       // A heading line, then at least one option line.
       expect(text).toMatch(new RegExp(`\\n${heading.replace(/[()&]/g, '\\$&')}:\\n {2}--[a-z]`));
@@ -118,7 +153,10 @@ describe('--help', () => {
 
   it('mocker --help ends with examples whose flags the commands accept', () => {
     const text = help('');
-    const examples = text.slice(text.indexOf('\nExamples:\n')).split('\n').filter((line) => line.trim().startsWith('npx mocker '));
+    const examples = text
+      .slice(text.indexOf('\nExamples:\n'))
+      .split('\n')
+      .filter((line) => line.trim().startsWith('npx mocker '));
     expect(examples.length).toBeGreaterThanOrEqual(4);
     for (const example of examples) {
       const [command] = example.trim().split(' ').slice(2);

@@ -69,7 +69,8 @@ async function metricSamples(url: string, name: string): Promise<{ labels: Recor
 }
 
 /** The URLs every `mocker serve` engine of a process printed (several with --num-workers or --pd). */
-const servedUrls = (p: MockerProcess) => [...p.stdout().matchAll(/^mocker serve: .* on (http:\/\/127\.0\.0\.1:\d+(?:, http:\/\/127\.0\.0\.1:\d+)*)/gm)].flatMap((m) => m[1].split(', '));
+const servedUrls = (p: MockerProcess) =>
+  [...p.stdout().matchAll(/^mocker serve: .* on (http:\/\/127\.0\.0\.1:\d+(?:, http:\/\/127\.0\.0\.1:\d+)*)/gm)].flatMap((m) => m[1].split(', '));
 
 /** A local model directory: the bundled Qwen3 tokenizer files with a config.json of our own. */
 function modelDir(config: Json): string {
@@ -94,7 +95,9 @@ const HASH_ROWS = readFileSync(new URL('./fixtures/kv-hashes/vllm-block-hashes.j
   .map((l) => JSON.parse(l) as HashRow);
 /** A fixture prompt (within Qwen3's vocabulary) for vLLM's hash `algo` and block size, NONE_HASH unseeded. */
 function hashRow(algo: string, blockSize: number): HashRow {
-  const row = HASH_ROWS.find((r) => r.algo === algo && r.seed === 'vllm-none-hash' && r.block_size === blockSize && r.blocks.length > 0 && r.token_ids.every((t) => t < 151_669));
+  const row = HASH_ROWS.find(
+    (r) => r.algo === algo && r.seed === 'vllm-none-hash' && r.block_size === blockSize && r.blocks.length > 0 && r.token_ids.every((t) => t < 151_669),
+  );
   if (!row) throw new Error(`no fixture row for ${algo}/${blockSize}`);
   return row;
 }
@@ -155,7 +158,12 @@ describe('defaults: each command with no flag but the required ones', () => {
     const { url, process: spawned } = await mocker(['serve'], { cwd });
     expect((await engineView(url)).config).toEqual(DOCUMENTED_SERVE_DEFAULTS);
     const [cacheConfig] = await metricSamples(url, 'vllm:cache_config_info');
-    expect(cacheConfig.labels).toMatchObject({ enable_prefix_caching: 'True', block_size: '64', num_gpu_blocks: '16384', prefix_caching_hash_algo: 'sha256_cbor' });
+    expect(cacheConfig.labels).toMatchObject({
+      enable_prefix_caching: 'True',
+      block_size: '64',
+      num_gpu_blocks: '16384',
+      prefix_caching_hash_algo: 'sha256_cbor',
+    });
 
     // Beyond --max-num-batched-tokens 8192: only chunked prefill admits it (else a 400).
     const answer = await client(url).completions.create({ model: MODEL, prompt: tokens(9000), max_tokens: 1 });
@@ -236,7 +244,11 @@ describe('defaults: each command with no flag but the required ones', () => {
     const finished = async (engineUrl: string) => (await metricSamples(engineUrl, 'vllm:request_success_total')).reduce((n, s) => n + s.value, 0);
     for (const engineUrl of [...prefill, ...decode]) expect(await finished(engineUrl), engineUrl).toBe(1);
 
-    const over = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `{"pad":"${'x'.repeat(32 * 1024 * 1024 - 9)}"}` });
+    const over = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: `{"pad":"${'x'.repeat(32 * 1024 * 1024 - 9)}"}`,
+    });
     expect(over.status).toBe(413);
   });
 
@@ -259,14 +271,22 @@ describe('start lines: each says which engine it is and only the settings that a
   it('serve --pd 2P2D: each engine line names its role and index, the role its /mocker/engine reports', async () => {
     const [port] = await freePorts(1);
     const { process: p } = await mocker(['serve', '--pd', '2P2D'], { port });
-    const engines = [...p.stdout().matchAll(/^mocker serve: (\w+) engine (\d+), .* on (http:\/\/127\.0\.0\.1:\d+)$/gm)].map((m) => ({ role: m[1], index: Number(m[2]), url: m[3] }));
+    const engines = [...p.stdout().matchAll(/^mocker serve: (\w+) engine (\d+), .* on (http:\/\/127\.0\.0\.1:\d+)$/gm)].map((m) => ({
+      role: m[1],
+      index: Number(m[2]),
+      url: m[3],
+    }));
     expect(engines.map((e) => `${e.role} ${e.index}`).sort()).toEqual(['decode 0', 'decode 1', 'prefill 0', 'prefill 1']);
     expect(new Set(engines.map((e) => e.url)).size).toBe(4);
     for (const e of engines) expect((await engineView(e.url)).config.disaggregation_mode, e.url).toBe(e.role);
   });
 
   it('random mode names no miss policy (it looks nothing up); simulate mode does; --timing none names no speedup', async () => {
-    const startLine = (p: MockerProcess) => p.stdout().split('\n').find((line) => / on http:\/\//.test(line))!;
+    const startLine = (p: MockerProcess) =>
+      p
+        .stdout()
+        .split('\n')
+        .find((line) => / on http:\/\//.test(line))!;
     const random = startLine((await mocker(['serve', '--mode', 'random'])).process);
     expect(random).toMatch(/^mocker serve: random mode \(outputs random, timing fixed: 25 ms per step, speedup 1, /);
     expect(random).not.toContain('miss');
@@ -280,21 +300,81 @@ describe('start lines: each says which engine it is and only the settings that a
 describe('every flag of the CLI reference, through spawned processes', () => {
   it('serve: engine, server and PD-transfer flags in one random-mode process', async () => {
     const { url } = await mocker([
-      'serve', '--mode', 'random', '--forward-time-ms', '7', '--speedup-ratio', '2', '--decode-speedup-ratio', '3',
-      '--num-gpu-blocks-override', '512', '--block-size', '16', '--max-num-seqs', '8', '--max-num-batched-tokens', '256',
-      '--no-enable-prefix-caching', '--no-enable-chunked-prefill', '--preemption-mode', 'fifo', '--watermark', '0.05',
-      '--data-parallel-size', '2', '--seed', '9', '--max-model-len', '1000', '--kv-bytes-per-token', '1000', '--kv-transfer-bandwidth', '3',
-      '--disaggregation-mode', 'decode', '--show-hidden-metrics-for-version', '0.10', '--api-key', 'sk-cli', '--enable-request-id-headers',
-      '--enable-server-load-tracking', '--max-body-bytes', '20000', '--served-model-name', 'alpha', 'beta',
+      'serve',
+      '--mode',
+      'random',
+      '--forward-time-ms',
+      '7',
+      '--speedup-ratio',
+      '2',
+      '--decode-speedup-ratio',
+      '3',
+      '--num-gpu-blocks-override',
+      '512',
+      '--block-size',
+      '16',
+      '--max-num-seqs',
+      '8',
+      '--max-num-batched-tokens',
+      '256',
+      '--no-enable-prefix-caching',
+      '--no-enable-chunked-prefill',
+      '--preemption-mode',
+      'fifo',
+      '--watermark',
+      '0.05',
+      '--data-parallel-size',
+      '2',
+      '--seed',
+      '9',
+      '--max-model-len',
+      '1000',
+      '--kv-bytes-per-token',
+      '1000',
+      '--kv-transfer-bandwidth',
+      '3',
+      '--disaggregation-mode',
+      'decode',
+      '--show-hidden-metrics-for-version',
+      '0.10',
+      '--api-key',
+      'sk-cli',
+      '--enable-request-id-headers',
+      '--enable-server-load-tracking',
+      '--max-body-bytes',
+      '20000',
+      '--served-model-name',
+      'alpha',
+      'beta',
     ]);
     const view = await engineView(url);
     expect(view.config).toMatchObject({
-      mode: 'random', outputs: 'random', timing: 'fixed', perf_model: null, forward_time_ms: 7, speedup_ratio: 2, decode_speedup_ratio: 3,
-      num_gpu_blocks: 512, block_size: 16, max_num_seqs: 8, max_num_batched_tokens: 256, enable_prefix_caching: false, enable_chunked_prefill: false,
-      preemption_mode: 'fifo', watermark: 0.05, data_parallel_size: 2, seed: 9, max_model_len: 1000, kv_bytes_per_token: 1000,
-      kv_transfer_bandwidth: 3, disaggregation_mode: 'decode',
+      mode: 'random',
+      outputs: 'random',
+      timing: 'fixed',
+      perf_model: null,
+      forward_time_ms: 7,
+      speedup_ratio: 2,
+      decode_speedup_ratio: 3,
+      num_gpu_blocks: 512,
+      block_size: 16,
+      max_num_seqs: 8,
+      max_num_batched_tokens: 256,
+      enable_prefix_caching: false,
+      enable_chunked_prefill: false,
+      preemption_mode: 'fifo',
+      watermark: 0.05,
+      data_parallel_size: 2,
+      seed: 9,
+      max_model_len: 1000,
+      kv_bytes_per_token: 1000,
+      kv_transfer_bandwidth: 3,
+      disaggregation_mode: 'decode',
     });
-    expect(view.ranks.map((r) => [r.rank, r.totalBlocks, r.blockSize])).toEqual([[0, 512, 16], [1, 512, 16]]);
+    expect(view.ranks.map((r) => [r.rank, r.totalBlocks, r.blockSize])).toEqual([
+      [0, 512, 16],
+      [1, 512, 16],
+    ]);
     // vLLM's metrics follow: one cache_config_info per DP rank, and the hidden gpu_cache_usage_perc.
     const cacheConfig = await metricSamples(url, 'vllm:cache_config_info');
     expect(cacheConfig.map((s) => s.labels.engine).sort()).toEqual(['0', '1']);
@@ -309,15 +389,24 @@ describe('every flag of the CLI reference, through spawned processes', () => {
     // --served-model-name
     expect((await openai.models.list()).data.map((m) => m.id)).toEqual(['alpha', 'beta']);
     // --enable-request-id-headers: the request's own id comes back.
-    const { data, response } = await openai.completions.create({ model: 'beta', prompt: tokens(10), max_tokens: 3 }, { headers: { 'X-Request-Id': 'cli-request-7' } }).withResponse();
+    const { data, response } = await openai.completions
+      .create({ model: 'beta', prompt: tokens(10), max_tokens: 3 }, { headers: { 'X-Request-Id': 'cli-request-7' } })
+      .withResponse();
     expect(response.headers.get('x-request-id')).toBe('cli-request-7');
     expect(data.usage?.completion_tokens).toBe(3);
     // --no-enable-chunked-prefill with --max-num-batched-tokens 256: a longer prompt can never be scheduled.
-    await expect(openai.completions.create({ model: 'alpha', prompt: tokens(300), max_tokens: 1 })).rejects.toMatchObject({ status: 400, message: expect.stringContaining('without chunked prefill') });
+    await expect(openai.completions.create({ model: 'alpha', prompt: tokens(300), max_tokens: 1 })).rejects.toMatchObject({
+      status: 400,
+      message: expect.stringContaining('without chunked prefill'),
+    });
     // --max-model-len
     await expect(openai.completions.create({ model: 'alpha', prompt: tokens(1000), max_tokens: 1 })).rejects.toThrow(/maximum context length is 1000 tokens/);
     // --max-body-bytes
-    const big = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { authorization: 'Bearer sk-cli', 'content-type': 'application/json' }, body: JSON.stringify({ model: 'alpha', prompt: 'x'.repeat(20_000) }) });
+    const big = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer sk-cli', 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'alpha', prompt: 'x'.repeat(20_000) }),
+    });
     expect(big.status).toBe(413);
     // --enable-server-load-tracking: /load counts the stream in flight.
     const abort = new AbortController();
@@ -338,7 +427,10 @@ describe('every flag of the CLI reference, through spawned processes', () => {
     const { url } = await mocker(['serve', '--is-prefill-worker', '--kv-cache-dtype', 'fp8', '--enable-prefix-caching', '--enable-chunked-prefill']);
     // docs/engine.md: layers × 2 × KV heads × head dim × dtype bytes = 28 × 2 × 8 × 128 × 1 for the bundled Qwen3-0.6B.
     expect((await engineView(url)).config).toMatchObject({
-      disaggregation_mode: 'prefill', kv_bytes_per_token: 28 * 2 * 8 * 128 * 1, enable_prefix_caching: true, enable_chunked_prefill: true,
+      disaggregation_mode: 'prefill',
+      kv_bytes_per_token: 28 * 2 * 8 * 128 * 1,
+      enable_prefix_caching: true,
+      enable_chunked_prefill: true,
     });
     const res = await fetch(`${url}/v1/completions`, {
       method: 'POST',
@@ -353,16 +445,45 @@ describe('every flag of the CLI reference, through spawned processes', () => {
   it('serve: Dynamo KV event ports per worker, map layout, sha256 hashes, --model, --planner-profile-data, --extra-engine-args file', async () => {
     const [events0, events1, replay0, replay1] = await freePorts(4);
     // docs/engine.md: kv_bytes_per_token = layers × 2 × KV heads × head dim × dtype bytes.
-    const model = modelDir({ max_position_embeddings: 3000, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 4, head_dim: 64, torch_dtype: 'float32' });
+    const model = modelDir({
+      max_position_embeddings: 3000,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 4,
+      head_dim: 64,
+      torch_dtype: 'float32',
+    });
     const profile = tempDir();
     writeFileSync(join(profile, 'prefill_raw_data.json'), JSON.stringify({ prefill_isl: [100, 1000], prefill_ttft: [20, 60] }));
-    writeFileSync(join(profile, 'decode_raw_data.json'), JSON.stringify({ x_kv_usage: [0.1, 0.9], y_context_length: [100, 1000], z_itl: [5, 9], max_kv_tokens: 100_000 }));
+    writeFileSync(
+      join(profile, 'decode_raw_data.json'),
+      JSON.stringify({ x_kv_usage: [0.1, 0.9], y_context_length: [100, 1000], z_itl: [5, 9], max_kv_tokens: 100_000 }),
+    );
     const extra = join(tempDir(), 'engine.json');
     writeFileSync(extra, JSON.stringify({ num_gpu_blocks: 1000, max_num_seqs: 32 }));
     const { process: p } = await mocker([
-      'serve', '--num-workers', '2', '--zmq-kv-events-ports', `${events0},${events1}`, '--zmq-replay-ports', `${replay0},${replay1}`,
-      '--kv-events-format', 'map', '--prefix-caching-hash-algo', 'sha256', '--block-size', '16', '--model', model, '--outputs', 'random',
-      '--is-decode-worker', '--planner-profile-data', profile, '--extra-engine-args', extra,
+      'serve',
+      '--num-workers',
+      '2',
+      '--zmq-kv-events-ports',
+      `${events0},${events1}`,
+      '--zmq-replay-ports',
+      `${replay0},${replay1}`,
+      '--kv-events-format',
+      'map',
+      '--prefix-caching-hash-algo',
+      'sha256',
+      '--block-size',
+      '16',
+      '--model',
+      model,
+      '--outputs',
+      'random',
+      '--is-decode-worker',
+      '--planner-profile-data',
+      profile,
+      '--extra-engine-args',
+      extra,
     ]);
     const urls = servedUrls(p);
     expect(urls).toHaveLength(2);
@@ -371,8 +492,15 @@ describe('every flag of the CLI reference, through spawned processes', () => {
 
     const view = await engineView(urls[1]);
     expect(view.config).toMatchObject({
-      outputs: 'random', disaggregation_mode: 'decode', block_size: 16, num_gpu_blocks: 1000, max_num_seqs: 32,
-      planner_profile_data: profile, perf_model: expect.stringContaining(profile), max_model_len: 3000, kv_bytes_per_token: 2 * 2 * 4 * 64 * 4,
+      outputs: 'random',
+      disaggregation_mode: 'decode',
+      block_size: 16,
+      num_gpu_blocks: 1000,
+      max_num_seqs: 32,
+      planner_profile_data: profile,
+      perf_model: expect.stringContaining(profile),
+      max_model_len: 3000,
+      kv_bytes_per_token: 2 * 2 * 4 * 64 * 4,
     });
     const models = await client(urls[1]).models.list();
     expect(models.data.map((m) => [m.id, (m as unknown as Json).root])).toEqual([[model, model]]);
@@ -393,8 +521,16 @@ describe('every flag of the CLI reference, through spawned processes', () => {
 
   it('pd-proxy --max-body-bytes', async () => {
     const [proxyPort, prefillPort, decodePort] = await freePorts(3);
-    const { url } = await mocker(['pd-proxy', '--prefill', `http://127.0.0.1:${prefillPort}`, '--decode', `http://127.0.0.1:${decodePort}`, '--max-body-bytes', '1000'], { port: proxyPort });
-    const post = (size: number) => fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'x'.repeat(size) }) });
+    const { url } = await mocker(
+      ['pd-proxy', '--prefill', `http://127.0.0.1:${prefillPort}`, '--decode', `http://127.0.0.1:${decodePort}`, '--max-body-bytes', '1000'],
+      { port: proxyPort },
+    );
+    const post = (size: number) =>
+      fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt: 'x'.repeat(size) }),
+      });
     expect((await post(1000)).status).toBe(413);
     // Within the limit it goes on to the (absent) prefill engine.
     expect((await post(100)).status).not.toBe(413);
@@ -406,8 +542,21 @@ describe('every flag of the CLI reference, through spawned processes', () => {
     const model = modelDir({ max_position_embeddings: 5000 });
     const captures = join(tempDir(), 'golden.db');
     const capture = await mocker([
-      'capture', '--upstream', engine.url, '--captures', captures, '--model', model, '--label', 'golden run',
-      '--upstream-timeout', '400', '--max-body-bytes', '5000', '--redact-header', 'X-Secret',
+      'capture',
+      '--upstream',
+      engine.url,
+      '--captures',
+      captures,
+      '--model',
+      model,
+      '--label',
+      'golden run',
+      '--upstream-timeout',
+      '400',
+      '--max-body-bytes',
+      '5000',
+      '--redact-header',
+      'X-Secret',
     ]);
     const capturing = client(capture.url);
     const answer = await capturing.completions.create({ model: MODEL, prompt: 'First question', max_tokens: 8 }, { headers: { 'X-Secret': 'hush' } });
@@ -416,7 +565,11 @@ describe('every flag of the CLI reference, through spawned processes', () => {
     // --upstream-timeout: an engine silent for longer is a 504.
     await expect(capturing.completions.create({ model: MODEL, prompt: 'hang', max_tokens: 8 })).rejects.toMatchObject({ status: 504 });
     // --max-body-bytes
-    const big = await fetch(`${capture.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'x'.repeat(5000) }) });
+    const big = await fetch(`${capture.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'x'.repeat(5000) }),
+    });
     expect(big.status).toBe(413);
     await capture.process.stop();
     const store = CaptureStore.open(captures);
@@ -432,8 +585,28 @@ describe('every flag of the CLI reference, through spawned processes', () => {
     }
 
     // --mode random --outputs captured: the captured answer for the captured prompt, the upstream for others.
-    const random = await mocker(['serve', '--mode', 'random', '--outputs', 'captured', '--timing', 'none', '--on-miss', 'passthrough', '--upstream', engine.url, '--captures', captures]);
-    expect((await engineView(random.url)).config).toMatchObject({ mode: 'random', outputs: 'captured', timing: 'none', on_miss: 'passthrough', upstream: new URL(engine.url).href });
+    const random = await mocker([
+      'serve',
+      '--mode',
+      'random',
+      '--outputs',
+      'captured',
+      '--timing',
+      'none',
+      '--on-miss',
+      'passthrough',
+      '--upstream',
+      engine.url,
+      '--captures',
+      captures,
+    ]);
+    expect((await engineView(random.url)).config).toMatchObject({
+      mode: 'random',
+      outputs: 'captured',
+      timing: 'none',
+      on_miss: 'passthrough',
+      upstream: new URL(engine.url).href,
+    });
     const replaying = client(random.url);
     const before = generations().length;
     expect((await replaying.completions.create({ model: MODEL, prompt: 'First question', max_tokens: 8 })).choices[0].text).toBe('Answer to First question');
@@ -443,9 +616,29 @@ describe('every flag of the CLI reference, through spawned processes', () => {
     await random.process.stop();
 
     // --mode replay --on-miss record: a miss is forwarded once and stored (without the redacted header), then replayed.
-    const replay = await mocker(['serve', '--mode', 'replay', '--on-miss', 'record', '--upstream', engine.url, '--captures', captures, '--upstream-timeout', '400', '--redact-header', 'X-Other']);
+    const replay = await mocker([
+      'serve',
+      '--mode',
+      'replay',
+      '--on-miss',
+      'record',
+      '--upstream',
+      engine.url,
+      '--captures',
+      captures,
+      '--upstream-timeout',
+      '400',
+      '--redact-header',
+      'X-Other',
+    ]);
     // docs/serve.md modes table: replay times tokens as captured.
-    expect((await engineView(replay.url)).config).toMatchObject({ mode: 'replay', outputs: 'captured', timing: 'captured', on_miss: 'record', upstream_timeout: 400 });
+    expect((await engineView(replay.url)).config).toMatchObject({
+      mode: 'replay',
+      outputs: 'captured',
+      timing: 'captured',
+      on_miss: 'record',
+      upstream_timeout: 400,
+    });
     const recording = client(replay.url);
     for (let i = 0; i < 2; i++) {
       const r = await recording.completions.create({ model: MODEL, prompt: 'Third question', max_tokens: 8 }, { headers: { 'X-Other': 'private' } });
@@ -555,7 +748,20 @@ describe('bad values: a clear error naming the flag, and a non-zero exit', () =>
     [['pd-proxy', '--prefill', 'http://127.0.0.1:1', '--decode', 'not a url'], '--decode'],
     [['pd-proxy', '--prefill', 'http://127.0.0.1:1', '--decode', 'http://127.0.0.1:2', '--max-body-bytes', '-1'], '--max-body-bytes'],
     [['pd-proxy', '--prefill', 'http://127.0.0.1:1', '--decode', 'http://127.0.0.1:2', '--api-key-scope', 'none'], '--api-key-scope'],
-    [['pd-proxy', '--prefill', 'http://127.0.0.1:1', '--decode', 'http://127.0.0.1:2', '--ssl-keyfile', '/nonexistent/k.pem', '--ssl-certfile', '/nonexistent/c.pem'], '--ssl-keyfile /nonexistent/k.pem'],
+    [
+      [
+        'pd-proxy',
+        '--prefill',
+        'http://127.0.0.1:1',
+        '--decode',
+        'http://127.0.0.1:2',
+        '--ssl-keyfile',
+        '/nonexistent/k.pem',
+        '--ssl-certfile',
+        '/nonexistent/c.pem',
+      ],
+      '--ssl-keyfile /nonexistent/k.pem',
+    ],
   ];
 
   let cwd: string;

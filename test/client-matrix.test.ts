@@ -58,7 +58,13 @@ const openaiCells: Record<keyof (typeof CLIENTS)['openai 6']['cells'], CellRun> 
     return choice.message.content!;
   },
   streamed: async (baseURL, prompt) => {
-    const stream = await openaiClient(baseURL).chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: prompt }], max_tokens: SHORT, stream: true, stream_options: { include_usage: true } });
+    const stream = await openaiClient(baseURL).chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'user', content: prompt }],
+      max_tokens: SHORT,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let text = '';
     const finishes: (string | null)[] = [];
     let completionTokens = 0;
@@ -76,13 +82,23 @@ const openaiCells: Record<keyof (typeof CLIENTS)['openai 6']['cells'], CellRun> 
   },
   'tool loop': async (baseURL, prompt) => {
     const calls: string[] = [];
-    const runner = openaiClient(baseURL).chat.completions.runTools({
-      model: MODEL,
-      messages: [{ role: 'user', content: prompt }],
-      max_tokens: LONG,
-      tool_choice: 'required',
-      tools: [zodFunction({ name: 'get_weather', description: 'The weather in a city', parameters: CityArgs, function: (args) => (calls.push(args.city), forecast(args)) })],
-    }, { maxChatCompletions: 2 });
+    const runner = openaiClient(baseURL).chat.completions.runTools(
+      {
+        model: MODEL,
+        messages: [{ role: 'user', content: prompt }],
+        max_tokens: LONG,
+        tool_choice: 'required',
+        tools: [
+          zodFunction({
+            name: 'get_weather',
+            description: 'The weather in a city',
+            parameters: CityArgs,
+            function: (args) => (calls.push(args.city), forecast(args)),
+          }),
+        ],
+      },
+      { maxChatCompletions: 2 },
+    );
     // The runner sends the assistant's tool call (content null) and the tool's answer back: the second completion.
     await runner.done();
     expect(runner.allChatCompletions()).toHaveLength(2);
@@ -90,7 +106,12 @@ const openaiCells: Record<keyof (typeof CLIENTS)['openai 6']['cells'], CellRun> 
     return JSON.stringify(calls);
   },
   structured: async (baseURL, prompt) => {
-    const completion = await openaiClient(baseURL).chat.completions.parse({ model: MODEL, messages: [{ role: 'user', content: prompt }], max_tokens: LONG, response_format: zodResponseFormat(Weather, 'weather') });
+    const completion = await openaiClient(baseURL).chat.completions.parse({
+      model: MODEL,
+      messages: [{ role: 'user', content: prompt }],
+      max_tokens: LONG,
+      response_format: zodResponseFormat(Weather, 'weather'),
+    });
     const [choice] = completion.choices;
     expect(choice.finish_reason).toBe('stop');
     expect(Weather.parse(choice.message.parsed)).toEqual(choice.message.parsed);
@@ -98,7 +119,7 @@ const openaiCells: Record<keyof (typeof CLIENTS)['openai 6']['cells'], CellRun> 
   },
   reasoning: async (baseURL, prompt) => {
     const completion = await openaiClient(baseURL).chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: prompt }], max_tokens: SHORT });
-    const message = completion.choices[0].message as typeof completion.choices[0]['message'] & VllmMessage;
+    const message = completion.choices[0].message as (typeof completion.choices)[0]['message'] & VllmMessage;
     expect(message.reasoning_content).toEqual(expect.stringMatching(/\S/));
     expect(message.reasoning_content).not.toContain('<think>');
     expect(message.content).not.toContain('</think>');
@@ -136,7 +157,9 @@ const aiCells: Record<keyof (typeof CLIENTS)['ai 5 + @ai-sdk/openai-compatible 1
       prompt,
       maxOutputTokens: LONG,
       maxRetries: 0,
-      tools: { get_weather: aiTool({ description: 'The weather in a city', inputSchema: CityArgs, execute: async (args) => (calls.push(args.city), forecast(args)) }) },
+      tools: {
+        get_weather: aiTool({ description: 'The weather in a city', inputSchema: CityArgs, execute: async (args) => (calls.push(args.city), forecast(args)) }),
+      },
       // Step 1 must call the tool; step 2 (auto) answers with the tool's result in the conversation.
       prepareStep: ({ stepNumber }) => (stepNumber === 0 ? { toolChoice: 'required' } : {}),
       stopWhen: stepCountIs(2),
@@ -187,7 +210,11 @@ const langchainCells: Record<keyof (typeof CLIENTS)['@langchain/openai 1.5']['ce
   },
   'tool loop': async (baseURL, prompt) => {
     const calls: string[] = [];
-    const getWeather = langchainTool(async (args: { city: string }) => (calls.push(args.city), forecast(args)), { name: 'get_weather', description: 'The weather in a city', schema: CityArgs });
+    const getWeather = langchainTool(async (args: { city: string }) => (calls.push(args.city), forecast(args)), {
+      name: 'get_weather',
+      description: 'The weather in a city',
+      schema: CityArgs,
+    });
     const model = chatOpenAI(baseURL, LONG);
     const question = new HumanMessage(prompt);
     const call = await model.bindTools([getWeather], { tool_choice: 'required' }).invoke([question]);
@@ -218,7 +245,14 @@ function agent<T extends z.ZodObject | undefined>(baseURL: string, options: { ma
   const model = new OpenAIChatCompletionsModel(openaiClient(baseURL), MODEL);
   const { withTool } = options;
   const tools = withTool
-    ? [agentTool({ name: 'get_weather', description: 'The weather in a city', parameters: CityArgs, execute: async (args) => (withTool(args.city), forecast(args)) })]
+    ? [
+        agentTool({
+          name: 'get_weather',
+          description: 'The weather in a city',
+          parameters: CityArgs,
+          execute: async (args) => (withTool(args.city), forecast(args)),
+        }),
+      ]
     : [];
   return new Agent({
     name: 'matrix',

@@ -82,7 +82,12 @@ describe('the image HEALTHCHECK, run as Docker runs it (its CMD in the container
   /** A command as the image runs it: the entrypoint, the image ENV, the port from MOCKER_PORT (no --port flag). */
   const start = async (args: string[], env: NodeJS.ProcessEnv = {}) => {
     const [port] = await freePorts(1);
-    const started = await startMockerProcess(args, port, { launcher: entrypoint, env: { ...process.env, ...imageEnv, ...env, MOCKER_PORT: String(port) }, portFlag: false, cwd: dir });
+    const started = await startMockerProcess(args, port, {
+      launcher: entrypoint,
+      env: { ...process.env, ...imageEnv, ...env, MOCKER_PORT: String(port) },
+      portFlag: false,
+      cwd: dir,
+    });
     processes.push(started);
     return started;
   };
@@ -100,7 +105,13 @@ describe('the image HEALTHCHECK, run as Docker runs it (its CMD in the container
     const capture = await start(['capture', '--upstream', engine, '--captures', join(dir, 'capture.db')]);
     const [closed] = await freePorts(1);
     const orphan = await start(['capture', '--upstream', `http://127.0.0.1:${closed}`, '--captures', join(dir, 'orphan.db')]);
-    for (const [what, p] of [['serve', serve], ['serve --pd', pd], ['pd-proxy', proxy], ['capture', capture], ['capture, upstream down', orphan]] as const) {
+    for (const [what, p] of [
+      ['serve', serve],
+      ['serve --pd', pd],
+      ['pd-proxy', proxy],
+      ['capture', capture],
+      ['capture, upstream down', orphan],
+    ] as const) {
       expect(healthy(p.port), what).toBe(true);
     }
     // The PD proxy answers /health as an engine does (routers in front of vLLM do too): 200, no body.

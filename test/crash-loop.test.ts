@@ -44,15 +44,18 @@ function request(port: number, round: number, k: number): { sent: Sent; done: Pr
   );
   const sent: Sent = { round, path: chat ? '/v1/chat/completions' : '/v1/completions', body, answer: answerFor(round, k), seen: null };
   const done = new Promise<void>((resolve) => {
-    const req = http.request({ host: '127.0.0.1', port, path: sent.path, method: 'POST', headers: { 'content-type': 'application/json' }, agent: false }, (res) => {
-      let text = '';
-      res.on('data', (d: Buffer) => (text += d.toString()));
-      res.on('end', () => {
-        if (res.statusCode === 200) sent.seen = generatedTexts(text);
-        resolve();
-      });
-      res.on('error', () => resolve());
-    });
+    const req = http.request(
+      { host: '127.0.0.1', port, path: sent.path, method: 'POST', headers: { 'content-type': 'application/json' }, agent: false },
+      (res) => {
+        let text = '';
+        res.on('data', (d: Buffer) => (text += d.toString()));
+        res.on('end', () => {
+          if (res.statusCode === 200) sent.seen = generatedTexts(text);
+          resolve();
+        });
+        res.on('error', () => resolve());
+      },
+    );
     req.on('error', () => resolve());
     req.end(body);
   });
@@ -121,7 +124,8 @@ describe(`kill -9 of capture with ${IN_FLIGHT} streams in flight, ${ROUNDS} time
     for (const s of sent) {
       const res = await post(replay!.port, s.path, s.body);
       if (s.seen !== null) {
-        if (res.status !== 200 || generatedTexts(res.text)[0] !== s.answer) problems.push(`ended before the kill, replayed ${res.status} ${res.text.slice(0, 200)}: ${s.body}`);
+        if (res.status !== 200 || generatedTexts(res.text)[0] !== s.answer)
+          problems.push(`ended before the kill, replayed ${res.status} ${res.text.slice(0, 200)}: ${s.body}`);
         continue;
       }
       // Cut by the kill: never stored (404), or stored whole just before it (its engine had answered in full).

@@ -43,15 +43,20 @@ describe('kill -9 of the capture process with streams in flight', () => {
       expect(answers.at(-1)).toBe('Done quickly.');
     }
     // 32 streams, each mid-answer (its first chunk received) when the process dies.
-    const streaming = Array.from({ length: IN_FLIGHT }, (_, i) =>
-      new Promise<http.ClientRequest>((resolve, reject) => {
-        const req = http.request({ host: '127.0.0.1', port, path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-          res.once('data', () => resolve(req));
-          res.on('error', () => undefined);
-        });
-        req.on('error', (err) => reject(err));
-        req.end(JSON.stringify(slow(i)));
-      }),
+    const streaming = Array.from(
+      { length: IN_FLIGHT },
+      (_, i) =>
+        new Promise<http.ClientRequest>((resolve, reject) => {
+          const req = http.request(
+            { host: '127.0.0.1', port, path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json' } },
+            (res) => {
+              res.once('data', () => resolve(req));
+              res.on('error', () => undefined);
+            },
+          );
+          req.on('error', (err) => reject(err));
+          req.end(JSON.stringify(slow(i)));
+        }),
     );
     const requests = await Promise.all(streaming);
     requests.forEach((r) => r.on('error', () => undefined));

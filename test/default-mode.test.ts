@@ -73,8 +73,11 @@ async function askChat(client: OpenAI, messages: ChatCompletionMessageParam[], e
   const res = await client.chat.completions.create({ model: MODEL, messages, return_token_ids: true, ...extra } as ChatCompletionCreateParamsNonStreaming);
   const vllm = res as unknown as VllmFields;
   return {
-    text: res.choices[0].message.content ?? '', finish: res.choices[0].finish_reason, stopReason: vllm.choices[0].stop_reason ?? null,
-    ids: vllm.choices[0].token_ids ?? [], promptIds: vllm.prompt_token_ids ?? [],
+    text: res.choices[0].message.content ?? '',
+    finish: res.choices[0].finish_reason,
+    stopReason: vllm.choices[0].stop_reason ?? null,
+    ids: vllm.choices[0].token_ids ?? [],
+    promptIds: vllm.prompt_token_ids ?? [],
   };
 }
 
@@ -82,8 +85,11 @@ async function askCompletion(client: OpenAI, prompt: string | number[], extra: J
   const res = await client.completions.create({ model: MODEL, prompt, return_token_ids: true, ...extra } as CompletionCreateParamsNonStreaming);
   const vllm = res as unknown as VllmFields;
   return {
-    text: res.choices[0].text, finish: res.choices[0].finish_reason, stopReason: vllm.choices[0].stop_reason ?? null,
-    ids: vllm.choices[0].token_ids ?? [], promptIds: vllm.choices[0].prompt_token_ids ?? [],
+    text: res.choices[0].text,
+    finish: res.choices[0].finish_reason,
+    stopReason: vllm.choices[0].stop_reason ?? null,
+    ids: vllm.choices[0].token_ids ?? [],
+    promptIds: vllm.choices[0].prompt_token_ids ?? [],
   };
 }
 
@@ -105,7 +111,7 @@ function increments(before: Record<string, number>, after: Record<string, number
   return Object.fromEntries(Object.keys(after).map((k) => [k, after[k] - (before[k] ?? 0)]));
 }
 
-const NO_LOOKUP = { 'mocker_capture_hits_total': 0, 'mocker_capture_misses_total{no_match}': 0, 'mocker_capture_misses_total{too_short}': 0 };
+const NO_LOOKUP = { mocker_capture_hits_total: 0, 'mocker_capture_misses_total{no_match}': 0, 'mocker_capture_misses_total{too_short}': 0 };
 
 describe('mocker serve with no mode flag, over a file written by mocker capture', () => {
   let dir: string;
@@ -161,7 +167,7 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
     expect(streamed).toMatchObject({ text: CAPITAL, finish: 'stop' });
     expect(streamed.pieces).toHaveLength(capital.ids.length);
     expect(streamed.pieces.at(-1)).toBe('');
-    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker_capture_hits_total': 2 });
+    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, mocker_capture_hits_total: 2 });
   });
 
   it('answers a new prompt with random tokens of the real vocabulary: max_tokens of them, else up to 128 ending with EOS; the same for the same request, others for another seed', async () => {
@@ -192,7 +198,7 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
   it('a capture that ended by stop answers a request allowing more tokens: a hit, not a too_short miss', async () => {
     const before = await mockerCounters(serve.port);
     expect(await askChat(client, QUESTION, { max_tokens: 200 })).toEqual(capital);
-    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker_capture_hits_total': 1 });
+    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, mocker_capture_hits_total: 1 });
   });
 
   it('a capture that ended by length: a smaller max_tokens is a hit; a larger one is too_short, the captured tokens then random ones up to max_tokens', async () => {
@@ -201,10 +207,11 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
     const longer = await askCompletion(client, COUNT_PROMPT, { max_tokens: 20 });
     const longerAgain = await askCompletion(client, COUNT_PROMPT, { max_tokens: 20 });
     let longerStreamed = '';
-    for await (const chunk of await client.completions.create({ model: MODEL, prompt: COUNT_PROMPT, max_tokens: 20, stream: true })) longerStreamed += chunk.choices[0]?.text ?? '';
+    for await (const chunk of await client.completions.create({ model: MODEL, prompt: COUNT_PROMPT, max_tokens: 20, stream: true }))
+      longerStreamed += chunk.choices[0]?.text ?? '';
     expect(increments(before, await mockerCounters(serve.port))).toMatchObject({
       ...NO_LOOKUP,
-      'mocker_capture_hits_total': 1,
+      mocker_capture_hits_total: 1,
       'mocker_capture_misses_total{too_short}': 3,
     });
 
@@ -227,12 +234,12 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
   it('a capture that ended by length whose tokens hold a stop string answers a larger max_tokens in full: a hit that stops there', async () => {
     const before = await mockerCounters(serve.port);
     const stopped = await askCompletion(client, COUNT_PROMPT, { max_tokens: 20, stop: [' four'] });
-    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, 'mocker_capture_hits_total': 1 });
+    expect(increments(before, await mockerCounters(serve.port))).toMatchObject({ ...NO_LOOKUP, mocker_capture_hits_total: 1 });
     // As vLLM: the text ends before the stop string, the token that completed it is kept, stop_reason names it.
     expect(stopped).toMatchObject({ text: ' one two three', finish: 'stop', stopReason: ' four', ids: counting.ids.slice(0, 4) });
   });
 
-  it('--outputs random ignores the captures; its random answers are the default mode\'s for the same --seed', async () => {
+  it("--outputs random ignores the captures; its random answers are the default mode's for the same --seed", async () => {
     const random = await spawnServe('--outputs', 'random');
     const randomClient = clientFor(random.port);
     const overCapture = await askChat(randomClient, QUESTION, { max_tokens: 12 });
@@ -298,7 +305,14 @@ function setCookieInFront(target: Upstream, setCookie: string): Promise<Loopback
 
 describe('mocker capture with its default redaction', () => {
   const secret = () => `secret-${randomUUID()}`;
-  const secrets = { authorization: secret(), 'proxy-authorization': secret(), 'api-key': secret(), 'x-api-key': secret(), cookie: secret(), 'set-cookie': secret() };
+  const secrets = {
+    authorization: secret(),
+    'proxy-authorization': secret(),
+    'api-key': secret(),
+    'x-api-key': secret(),
+    cookie: secret(),
+    'set-cookie': secret(),
+  };
   /** A header no default redacts: shows the scan reads the stored headers. */
   const visible = `visible-${randomUUID()}`;
   let dir: string;
@@ -345,7 +359,8 @@ describe('mocker capture with its default redaction', () => {
     // The engine's Set-Cookie reached the client: it was part of the exchange.
     expect(response.headers.get('set-cookie')).toContain(secrets['set-cookie']);
     let streamed = '';
-    for await (const chunk of await client.completions.create({ model: MODEL, prompt: COUNT_PROMPT, max_tokens: 6, stream: true })) streamed += chunk.choices[0]?.text ?? '';
+    for await (const chunk of await client.completions.create({ model: MODEL, prompt: COUNT_PROMPT, max_tokens: 6, stream: true }))
+      streamed += chunk.choices[0]?.text ?? '';
     expect(streamed.length).toBeGreaterThan(0);
 
     const generations = upstream.received.filter((r) => r.path.startsWith('/v1/') && r.path.endsWith('completions'));
@@ -369,11 +384,24 @@ describe('mocker capture with its default redaction', () => {
 describe('mocker pd-proxy: the prefill hop as the prefill engine receives it (vllm-wire-reference.md §7)', () => {
   /** What a vLLM prefill instance returns (§7 step 3). */
   const PREFILL_RETURNS = {
-    do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1, 2, 3], remote_engine_id: 'prefill-engine-uuid',
-    remote_request_id: 'prefill-internal-id', remote_host: '10.0.0.7', remote_port: 5600, tp_size: 1,
+    do_remote_prefill: true,
+    do_remote_decode: false,
+    remote_block_ids: [1, 2, 3],
+    remote_engine_id: 'prefill-engine-uuid',
+    remote_request_id: 'prefill-internal-id',
+    remote_host: '10.0.0.7',
+    remote_port: 5600,
+    tp_size: 1,
   };
   /** What the toy proxy asks of the prefill instance (§7 step 2). */
-  const PREFILL_ASKED = { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null };
+  const PREFILL_ASKED = {
+    do_remote_decode: true,
+    do_remote_prefill: false,
+    remote_engine_id: null,
+    remote_block_ids: null,
+    remote_host: null,
+    remote_port: null,
+  };
   const DECODED = 'Decoded on the decode engine.';
   let prefill: Upstream;
   let decodeEngine: Upstream;
@@ -381,7 +409,10 @@ describe('mocker pd-proxy: the prefill hop as the prefill engine receives it (vl
   const API_KEY = 'pd-client-key';
 
   beforeAll(async () => {
-    prefill = await startUpstream((body) => ({ content: 'prefilled', kvTransferParams: (body.kv_transfer_params as Json | undefined)?.do_remote_decode ? PREFILL_RETURNS : undefined }));
+    prefill = await startUpstream((body) => ({
+      content: 'prefilled',
+      kvTransferParams: (body.kv_transfer_params as Json | undefined)?.do_remote_decode ? PREFILL_RETURNS : undefined,
+    }));
     decodeEngine = await startUpstream(() => ({ content: DECODED }));
     // It prints the engines' addresses before its own: wait for its own port by number.
     const [port] = await freePorts(1);
@@ -402,8 +433,15 @@ describe('mocker pd-proxy: the prefill hop as the prefill engine receives it (vl
 
   it('chat, streamed with stream_options, min_tokens and max_completion_tokens: max_tokens 1, not streamed, those removed, max_completion_tokens 1', async () => {
     const body = {
-      model: MODEL, messages: QUESTION, stream: true, stream_options: { include_usage: true, continuous_usage_stats: false },
-      max_tokens: 50, max_completion_tokens: 50, min_tokens: 3, min_completion_tokens: 3, temperature: 0.5,
+      model: MODEL,
+      messages: QUESTION,
+      stream: true,
+      stream_options: { include_usage: true, continuous_usage_stats: false },
+      max_tokens: 50,
+      max_completion_tokens: 50,
+      min_tokens: 3,
+      min_completion_tokens: 3,
+      temperature: 0.5,
     };
     let text = '';
     let usageSeen = false;
@@ -417,7 +455,13 @@ describe('mocker pd-proxy: the prefill hop as the prefill engine receives it (vl
     expect(usageSeen).toBe(true);
 
     const p = hop(prefill, '/v1/chat/completions');
-    expect(p.body).toEqual({ ...without(body, 'stream_options', 'min_tokens', 'min_completion_tokens'), stream: false, max_tokens: 1, max_completion_tokens: 1, kv_transfer_params: PREFILL_ASKED });
+    expect(p.body).toEqual({
+      ...without(body, 'stream_options', 'min_tokens', 'min_completion_tokens'),
+      stream: false,
+      max_tokens: 1,
+      max_completion_tokens: 1,
+      kv_transfer_params: PREFILL_ASKED,
+    });
     const d = hop(decodeEngine, '/v1/chat/completions');
     expect(d.body).toEqual({ ...body, kv_transfer_params: PREFILL_RETURNS });
     // One request id for both hops; the client's Authorization on both.

@@ -89,10 +89,13 @@ const CI_FILES = readdirSync(join(ROOT, CHART, 'ci')).sort();
 const ciValues = (file: string) => `${CHART}/ci/${file}`;
 
 describe('helm lint --strict and the schemas', () => {
-  it.each<[string, string | undefined]>([['the default values', undefined], ...CI_FILES.map((file): [string, string] => [file, ciValues(file)])])('helm lint --strict passes with %s', (_, valuesFile) => {
-    // --strict fails on a warning; at most INFO remarks (Helm's "icon is recommended") are left.
-    expect(lint(CHART, valuesFile)).not.toMatch(/^\[(WARNING|ERROR)\]/m);
-  });
+  it.each<[string, string | undefined]>([['the default values', undefined], ...CI_FILES.map((file): [string, string] => [file, ciValues(file)])])(
+    'helm lint --strict passes with %s',
+    (_, valuesFile) => {
+      // --strict fails on a warning; at most INFO remarks (Helm's "icon is recommended") are left.
+      expect(lint(CHART, valuesFile)).not.toMatch(/^\[(WARNING|ERROR)\]/m);
+    },
+  );
 
   it('the schemas catch a malformed manifest', () => {
     expect(() => validate({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'x' }, spec: { ports: [{ port: 'http' }] } })).toThrow(/must be integer/);
@@ -104,7 +107,12 @@ describe('a broken template fails helm template and helm lint --strict', () => {
   afterAll(() => rmSync(copies, { recursive: true, force: true }));
 
   it.each([
-    ['an `if` left without its `end`', '{{ $component = "pd-proxy" }}{{ end }}', '{{ $component = "pd-proxy" }}', /parse error at \(mocker\/templates\/service\.yaml:\d+\): unexpected EOF/],
+    [
+      'an `if` left without its `end`',
+      '{{ $component = "pd-proxy" }}{{ end }}',
+      '{{ $component = "pd-proxy" }}',
+      /parse error at \(mocker\/templates\/service\.yaml:\d+\): unexpected EOF/,
+    ],
     ['a misspelled named template', 'include "mocker.fullname" .', 'include "mocker.fulname" .', /service\.yaml:\d+:\d+[\s\S]*no template "mocker\.fulname"/],
   ])('%s in templates/service.yaml', (_, intact, broken, error) => {
     const chart = mkdtempSync(join(copies, 'mocker-'));
@@ -183,7 +191,11 @@ describe('the chart, rendered for each values file in ci/', () => {
     const decode = find(docs, 'Deployment', 'mocker-decode');
     const proxy = find(docs, 'Deployment', 'mocker-pd-proxy');
     expect([prefill.spec.replicas, decode.spec.replicas, proxy.spec.replicas]).toEqual([2, 4, 2]);
-    expect(env(container(prefill))).toMatchObject({ MOCKER_DISAGGREGATION_MODE: 'prefill', MOCKER_MAX_NUM_BATCHED_TOKENS: '16384', MOCKER_KV_TRANSFER_BANDWIDTH: '32' });
+    expect(env(container(prefill))).toMatchObject({
+      MOCKER_DISAGGREGATION_MODE: 'prefill',
+      MOCKER_MAX_NUM_BATCHED_TOKENS: '16384',
+      MOCKER_KV_TRANSFER_BANDWIDTH: '32',
+    });
     expect(env(container(decode))).toMatchObject({ MOCKER_DISAGGREGATION_MODE: 'decode', MOCKER_DATA_PARALLEL_SIZE: '2' });
     expect(env(container(decode)).MOCKER_MAX_NUM_BATCHED_TOKENS).toBeUndefined();
     // The decode pod pulls from the remote_host a prefill engine advertises: its own pod IP.
@@ -203,7 +215,10 @@ describe('the chart, rendered for each values file in ci/', () => {
     expect(p.args).toEqual(['pd-proxy']);
     expect(p.readinessProbe).toMatchObject({ httpGet: { path: '/healthcheck', port: 'http' } });
     const proxyEnv = env(p);
-    for (const [role, deployment] of [['PREFILL', prefill], ['DECODE', decode]] as const) {
+    for (const [role, deployment] of [
+      ['PREFILL', prefill],
+      ['DECODE', decode],
+    ] as const) {
       const url = new URL(proxyEnv[`MOCKER_${role}`]!);
       const service = find(docs, 'Service', url.hostname);
       expect(service.spec.clusterIP).toBeUndefined();
@@ -220,13 +235,25 @@ describe('the chart, rendered for each values file in ci/', () => {
     const c = container(engine);
     expect(c.args).toEqual(['serve', '--threads', '2']);
     expect(env(c)).toMatchObject({ MOCKER_NUM_WORKERS: '2', MOCKER_DATA_PARALLEL_SIZE: '2', MOCKER_KV_EVENTS_FORMAT: 'map', PYTHONHASHSEED: '0' });
-    expect(JSON.parse(env(c).MOCKER_KV_EVENTS_CONFIG!)).toEqual({ enable_kv_cache_events: true, publisher: 'zmq', endpoint: 'tcp://*:5557', replay_endpoint: 'tcp://*:5600' });
+    expect(JSON.parse(env(c).MOCKER_KV_EVENTS_CONFIG!)).toEqual({
+      enable_kv_cache_events: true,
+      publisher: 'zmq',
+      endpoint: 'tcp://*:5557',
+      replay_endpoint: 'tcp://*:5600',
+    });
     // 2 workers x 2 ranks (docs/deploy.md: worker w's ports offset by w x DP size, rank r by r): 5557..5560, 5600..5603.
     const ports = Object.fromEntries(c.ports!.map((x) => [x.name, x.containerPort]));
     expect(ports).toEqual({
-      http: 8000, 'http-1': 8001,
-      'kv-0': 5557, 'kv-1': 5558, 'kv-2': 5559, 'kv-3': 5560,
-      'kv-replay-0': 5600, 'kv-replay-1': 5601, 'kv-replay-2': 5602, 'kv-replay-3': 5603,
+      http: 8000,
+      'http-1': 8001,
+      'kv-0': 5557,
+      'kv-1': 5558,
+      'kv-2': 5559,
+      'kv-3': 5560,
+      'kv-replay-0': 5600,
+      'kv-replay-1': 5601,
+      'kv-replay-2': 5602,
+      'kv-replay-3': 5603,
     });
     const headless = find(docs, 'Service', 'mocker-engine-pods');
     expect(headless.spec.clusterIP).toBe('None');
@@ -247,7 +274,15 @@ describe('the chart, rendered for each values file in ci/', () => {
 describe('the plain manifests in deploy/k8s', () => {
   const HELM_LABELS = ['helm.sh/chart', 'app.kubernetes.io/managed-by'];
   const withoutHelmLabels = (v: unknown): unknown =>
-    Array.isArray(v) ? v.map(withoutHelmLabels) : v !== null && typeof v === 'object' ? Object.fromEntries(Object.entries(v).filter(([k]) => !HELM_LABELS.includes(k)).map(([k, x]) => [k, withoutHelmLabels(x)])) : v;
+    Array.isArray(v)
+      ? v.map(withoutHelmLabels)
+      : v !== null && typeof v === 'object'
+        ? Object.fromEntries(
+            Object.entries(v)
+              .filter(([k]) => !HELM_LABELS.includes(k))
+              .map(([k, x]) => [k, withoutHelmLabels(x)]),
+          )
+        : v;
   const optionalCaptures = { volume: { configMap: { name: 'mocker-captures', optional: true } } };
   // The files group each role's Deployment with its Services; helm prints by kind. Neither order matters to kubectl.
   const key = (d: Manifest) => `${d.kind}/${d.metadata.name}`;

@@ -23,8 +23,20 @@ describe('miss diagnostics', () => {
   beforeAll(async () => {
     const dbPath = join(mkdtempSync(join(testTmpdir(), 'mocker-miss-')), 'golden.db');
     const upstream = await startUpstream(() => ({ content: 'Paris is the capital of France.' }));
-    const capture = await startCapture({ upstream: upstream.url, captures: dbPath, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
-    const res = await fetch(`http://127.0.0.1:${capture.port}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(captured) });
+    const capture = await startCapture({
+      upstream: upstream.url,
+      captures: dbPath,
+      host: '127.0.0.1',
+      port: 0,
+      upstreamTimeoutMs: 10_000,
+      maxBodyBytes: 1 << 20,
+      redactHeaders: [],
+    });
+    const res = await fetch(`http://127.0.0.1:${capture.port}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(captured),
+    });
     expect(res.status).toBe(200);
     await capture.close();
     await upstream.close();
@@ -37,7 +49,11 @@ describe('miss diagnostics', () => {
   });
 
   const ask = (body: Record<string, unknown>) =>
-    fetch(`http://127.0.0.1:${replay.port}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    fetch(`http://127.0.0.1:${replay.port}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
 
   it('the unchanged request hits', async () => {
     const res = await ask(captured);

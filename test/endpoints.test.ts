@@ -19,12 +19,20 @@ const serve = async (options: Partial<Parameters<typeof startServe>[0]>) => {
   return `http://127.0.0.1:${s.port}`;
 };
 const complete = (url: string, headers: Record<string, string> = {}, body: Record<string, unknown> = {}) =>
-  fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 2, ...body }) });
+  fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 2, ...body }),
+  });
 
 describe('auxiliary endpoints and flags', () => {
   it('/ping answers GET and POST as /health does: 200 with an empty body', async () => {
     const url = await serve({});
-    for (const [path, method] of [['/health', 'GET'], ['/ping', 'GET'], ['/ping', 'POST']]) {
+    for (const [path, method] of [
+      ['/health', 'GET'],
+      ['/ping', 'GET'],
+      ['/ping', 'POST'],
+    ]) {
       const res = await fetch(`${url}${path}`, { method });
       expect(res.status, `${method} ${path}`).toBe(200);
       expect(await res.text(), `${method} ${path}`).toBe('');
@@ -43,7 +51,15 @@ describe('auxiliary endpoints and flags', () => {
       expect(card).toMatchObject({ object: 'model', owned_by: 'vllm', root: MODEL, parent: null, max_model_len: 40960 });
       expect(Math.abs((card.created as number) - now)).toBeLessThan(5);
       const [permission] = card.permission as Record<string, unknown>[];
-      expect(permission).toMatchObject({ object: 'model_permission', allow_create_engine: false, allow_sampling: true, allow_logprobs: true, organization: '*', group: null, is_blocking: false });
+      expect(permission).toMatchObject({
+        object: 'model_permission',
+        allow_create_engine: false,
+        allow_sampling: true,
+        allow_logprobs: true,
+        organization: '*',
+        group: null,
+        is_blocking: false,
+      });
       expect(permission.id).toMatch(/^modelperm-[0-9a-f]{32}$/);
     }
     // vLLM builds the permission ids per call.
@@ -53,7 +69,7 @@ describe('auxiliary endpoints and flags', () => {
     expect(((await (await fetch(`${capped}/v1/models`)).json()) as { data: { max_model_len: number }[] }).data[0].max_model_len).toBe(2048);
   });
 
-  it('/version: a vLLM release number; a replay answers with the captured engine\'s', async () => {
+  it("/version: a vLLM release number; a replay answers with the captured engine's", async () => {
     const url = await serve({});
     const own = await fetch(`${url}/version`);
     expect(own.headers.get('content-type')).toMatch(/^application\/json/);
@@ -61,7 +77,15 @@ describe('auxiliary endpoints and flags', () => {
     // A pre-0.10.2 engine (the test double reports 0.10.1.1), captured, then replayed without it.
     const upstream = await startUpstream(() => ({ content: 'hi' }), { legacy: true });
     const db = join(mkdtempSync(join(testTmpdir(), 'mocker-version-')), 'v.db');
-    const capture = await startCapture({ upstream: upstream.url, captures: db, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
+    const capture = await startCapture({
+      upstream: upstream.url,
+      captures: db,
+      host: '127.0.0.1',
+      port: 0,
+      upstreamTimeoutMs: 10_000,
+      maxBodyBytes: 1 << 20,
+      redactHeaders: [],
+    });
     expect((await complete(`http://127.0.0.1:${capture.port}`)).status).toBe(200);
     await capture.close();
     await upstream.close();

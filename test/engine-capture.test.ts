@@ -34,12 +34,21 @@ function tempFile(name: string): string {
 afterAll(() => tempDirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
 /** The stored exchanges, read back through the capture store (bodies and ids are stored compressed). */
-function storedExchanges(file: string): { path: string; outcome: string; model: string | null; promptIds: number[] | null; tokenSource: string | null; requestBody: string }[] {
+function storedExchanges(
+  file: string,
+): { path: string; outcome: string; model: string | null; promptIds: number[] | null; tokenSource: string | null; requestBody: string }[] {
   const store = CaptureStore.open(file, { readonly: true });
   try {
     return store.exchangeIds().map((id) => {
       const ex = store.getExchange(id)!;
-      return { path: ex.path, outcome: ex.outcome, model: ex.model, tokenSource: ex.tokenSource, requestBody: ex.requestBody.toString('utf8'), promptIds: ex.promptIds };
+      return {
+        path: ex.path,
+        outcome: ex.outcome,
+        model: ex.model,
+        tokenSource: ex.tokenSource,
+        requestBody: ex.requestBody.toString('utf8'),
+        promptIds: ex.promptIds,
+      };
     });
   } finally {
     store.close();
@@ -70,7 +79,11 @@ function requestsFor(model: string): Request[] {
     { name: 'recorded chat stream', chat: true, body: { ...recordedChat, stream: true, stream_options: { include_usage: true } } },
     // …and prompts whose token ids the Python tokenizer oracle knows.
     { name: 'oracle completion', chat: false, body: { model, prompt: ORACLE_TEXT.text, max_tokens: 6, temperature: 0 } },
-    { name: 'oracle chat stream', chat: true, body: { model, messages: ORACLE_CHAT.messages, max_tokens: 5, temperature: 0, stream: true, stream_options: { include_usage: true } } },
+    {
+      name: 'oracle chat stream',
+      chat: true,
+      body: { model, messages: ORACLE_CHAT.messages, max_tokens: 5, temperature: 0, stream: true, stream_options: { include_usage: true } },
+    },
   ];
 }
 
@@ -172,7 +185,12 @@ describe('capture of an engine that refuses return_token_ids', () => {
       expect(sent.map((b) => b.return_token_ids)).toEqual([true, undefined]);
       // Remembered: the next request goes once, as the client sent it.
       engine.received.length = 0;
-      const second = await client(`http://127.0.0.1:${capture.port}`).chat.completions.create({ model: engine.model, messages: [{ role: 'user', content: 'Say hello in three words.' }], max_tokens: 8, temperature: 0 });
+      const second = await client(`http://127.0.0.1:${capture.port}`).chat.completions.create({
+        model: engine.model,
+        messages: [{ role: 'user', content: 'Say hello in three words.' }],
+        max_tokens: 8,
+        temperature: 0,
+      });
       expect(second.choices[0].finish_reason).toBe('length');
       expect(engine.received.filter((r) => r.path.startsWith('/v1/')).map((r) => r.raw.toString('utf8').includes('return_token_ids'))).toEqual([false]);
       await expect.poll(() => runEngines(file), { timeout: 20_000 }).toEqual(['transformers']);
@@ -218,7 +236,9 @@ describe('capture started before vLLM is up', () => {
     copyFileSync(join(bundled, 'tokenizer.json'), join(snapshot, 'tokenizer.json'));
     const config = { ...(JSON.parse(readFileSync(join(bundled, 'tokenizer_config.json'), 'utf8')) as Json), comment: 'the local cache copy' };
     writeFileSync(join(snapshot, 'tokenizer_config.json'), JSON.stringify(config));
-    const configSha = createHash('sha256').update(readFileSync(join(snapshot, 'tokenizer_config.json'))).digest('hex');
+    const configSha = createHash('sha256')
+      .update(readFileSync(join(snapshot, 'tokenizer_config.json')))
+      .digest('hex');
 
     const probe = await startUpstream(() => ({ content: 'Hi' }));
     await probe.close();
@@ -275,7 +295,11 @@ describe('byte-transparent forwarding', () => {
       }
       // Not a JSON object: forwarded untouched, answered by the engine, not recorded as a generation.
       upstream.received.length = 0;
-      const broken = await fetch(`http://127.0.0.1:${capture.port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"prompt": "Hi",' });
+      const broken = await fetch(`http://127.0.0.1:${capture.port}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"prompt": "Hi",',
+      });
       expect(broken.status).toBe(400);
       expect(upstream.received.find((r) => r.path === '/v1/completions')!.raw.toString('utf8')).toBe('{"prompt": "Hi",');
       await capture.stop();

@@ -29,10 +29,15 @@ function makeCore(overrides: Partial<SchedulerConfig> = {}): EngineCore {
 }
 
 const tokens = (n: number, from = 1) => Array.from({ length: n }, (_, i) => from + i);
-const request = (id: string, promptLength: number, maxOutputTokens: number, from = 1): CoreRequest => ({ id, promptTokenIds: tokens(promptLength, from), maxOutputTokens });
+const request = (id: string, promptLength: number, maxOutputTokens: number, from = 1): CoreRequest => ({
+  id,
+  promptTokenIds: tokens(promptLength, from),
+  maxOutputTokens,
+});
 
 let uniqueId = -1;
-const sequence = (prompt: number[], maxOutput: number, blockSize: number, prefixCaching = true) => new ActiveSequence(prompt, maxOutput, blockSize, prefixCaching, () => uniqueId--);
+const sequence = (prompt: number[], maxOutput: number, blockSize: number, prefixCaching = true) =>
+  new ActiveSequence(prompt, maxOutput, blockSize, prefixCaching, () => uniqueId--);
 
 describe('§9.2 KV block manager and sequences', () => {
   it('1: the LRU evictor evicts in insertion order, re-insertion moving an item to the back', () => {
@@ -192,7 +197,7 @@ describe('§9.2 scheduler', () => {
     ]);
   });
 
-  it('13: a decode worker pulls a remote prefill\'s KV in tokens × bytes ÷ bandwidth (8 tokens at 1 MB/token over 1 GB/s = 8 ms), then decodes with no prefill compute', () => {
+  it("13: a decode worker pulls a remote prefill's KV in tokens × bytes ÷ bandwidth (8 tokens at 1 MB/token over 1 GB/s = 8 ms), then decodes with no prefill compute", () => {
     const transfer = { kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 } };
     const core = makeCore(transfer);
     core.add({ ...request('r1', 8, 2), remotePrefill: true });
@@ -350,13 +355,23 @@ describe('§9.2 item 19: the token-generation matrix', () => {
     for (const enablePrefixCaching of [false, true])
       for (const enableChunkedPrefill of [false, true]) {
         it(`shared prefix ${sharedPrefix}, prefix caching ${enablePrefixCaching}, chunked prefill ${enableChunkedPrefill}: 200 × 100 tokens, nothing left active`, () => {
-          const core = makeCore({ numGpuBlocks: 500, blockSize: 64, enablePrefixCaching, enableChunkedPrefill, timing: modelTiming(polynomialPerfModel, 1000, 1) });
+          const core = makeCore({
+            numGpuBlocks: 500,
+            blockSize: 64,
+            enablePrefixCaching,
+            enableChunkedPrefill,
+            timing: modelTiming(polynomialPerfModel, 1000, 1),
+          });
           let state = 12345;
           const random = () => (state = (Math.imul(state, 1103515245) + 12345) >>> 0);
           const shared = Array.from({ length: 500 }, random);
           const requests = Array.from({ length: 200 }, (_, i) => ({
             arrivalMs: i,
-            request: { id: `r${i}`, promptTokenIds: sharedPrefix ? [...shared, ...Array.from({ length: 500 }, random)] : Array.from({ length: 1000 }, random), maxOutputTokens: 100 },
+            request: {
+              id: `r${i}`,
+              promptTokenIds: sharedPrefix ? [...shared, ...Array.from({ length: 500 }, random)] : Array.from({ length: 1000 }, random),
+              maxOutputTokens: 100,
+            },
           }));
           const result = runOffline(core, requests);
           const total = [...result.records.values()].reduce((n, r) => n + r.tokenTimesMs.length, 0);

@@ -6,7 +6,17 @@ import http from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS } from '../src/cli/engineArgs.js';
 import { startServe, type Running } from '../src/cli/serve.js';
-import { fixedTiming, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type AnySchedulerConfig, type EngineObserver, type EngineState, type SchedulerConfig } from '../src/engine/index.js';
+import {
+  fixedTiming,
+  modelTiming,
+  polynomialPerfModel,
+  SimulatedEngine,
+  zeroTiming,
+  type AnySchedulerConfig,
+  type EngineObserver,
+  type EngineState,
+  type SchedulerConfig,
+} from '../src/engine/index.js';
 import { median } from './support/sseTiming.js';
 import { MODEL } from './support/vllmUpstream.js';
 
@@ -38,7 +48,10 @@ describe('§9.2 items 20–21 through the live driver', () => {
     const prompt = ids(65);
     const runs: Promise<number>[] = [];
     for (let i = 0; i < 10; i++) {
-      const stream = engine.submit({ requestId: `r${i}`, arrivalMs: performance.now(), promptTokenIds: prompt, sequences: [{ outputTokenIds: ids(10, 5) }] }, new AbortController().signal);
+      const stream = engine.submit(
+        { requestId: `r${i}`, arrivalMs: performance.now(), promptTokenIds: prompt, sequences: [{ outputTokenIds: ids(10, 5) }] },
+        new AbortController().signal,
+      );
       runs.push(
         (async () => {
           let last = 0;
@@ -61,8 +74,17 @@ describe('§9.2 items 20–21 through the live driver', () => {
       onPass: (_rank, stats) => void (stats.generationTokens > 0 && seen.push(`observer: pass of ${stats.generationTokens} token(s)`)),
       onFinished: (_rank, request) => void seen.push(`observer: finished (${request.finishReason})`),
     };
-    const engine = new SimulatedEngine({ scheduler: scheduler({ timing: zeroTiming(false) }), dataParallelSize: 1, speedupRatio: 1, timingDescription: 'none', observers: [observer] });
-    const stream = engine.submit({ requestId: 'r', arrivalMs: performance.now(), promptTokenIds: ids(10), sequences: [{ outputTokenIds: ids(1, 5), finishReason: 'length' }] }, new AbortController().signal);
+    const engine = new SimulatedEngine({
+      scheduler: scheduler({ timing: zeroTiming(false) }),
+      dataParallelSize: 1,
+      speedupRatio: 1,
+      timingDescription: 'none',
+      observers: [observer],
+    });
+    const stream = engine.submit(
+      { requestId: 'r', arrivalMs: performance.now(), promptTokenIds: ids(10), sequences: [{ outputTokenIds: ids(1, 5), finishReason: 'length' }] },
+      new AbortController().signal,
+    );
     for await (const batch of stream) for (const e of batch) seen.push(`stream: ${e.emitted} token(s)`);
     // The stream has ended: its one pass is over, and its statistics are still queued.
     expect(seen).toEqual(['stream: 1 token(s)']);
@@ -74,9 +96,18 @@ describe('§9.2 items 20–21 through the live driver', () => {
     const finished: string[] = [];
     const observer: EngineObserver = { onFinished: (_rank, request) => void finished.push(request.finishReason) };
     // Every pass that emits tokens takes 300 ms: the driver runs it at once and sleeps until it ends.
-    const engine = new SimulatedEngine({ scheduler: scheduler({ timing: fixedTiming(300, 1) }), dataParallelSize: 1, speedupRatio: 1, timingDescription: 'fixed', observers: [observer] });
+    const engine = new SimulatedEngine({
+      scheduler: scheduler({ timing: fixedTiming(300, 1) }),
+      dataParallelSize: 1,
+      speedupRatio: 1,
+      timingDescription: 'fixed',
+      observers: [observer],
+    });
     const client = new AbortController();
-    const stream = engine.submit({ requestId: 'r', arrivalMs: performance.now(), promptTokenIds: ids(10), sequences: [{ outputTokenIds: ids(1, 5), finishReason: 'length' }] }, client.signal);
+    const stream = engine.submit(
+      { requestId: 'r', arrivalMs: performance.now(), promptTokenIds: ids(10), sequences: [{ outputTokenIds: ids(1, 5), finishReason: 'length' }] },
+      client.signal,
+    );
     // The pass that generates its only token is under way: the client leaves before it ends.
     client.abort();
     for await (const batch of stream) void batch;
@@ -87,9 +118,17 @@ describe('§9.2 items 20–21 through the live driver', () => {
   });
 
   it('21: dropping the receiver after 129 of 200 tokens frees every block', async () => {
-    const engine = new SimulatedEngine({ scheduler: scheduler({ numGpuBlocks: 10, timing: modelTiming(polynomialPerfModel, 100, 1) }), dataParallelSize: 1, speedupRatio: 100, timingDescription: 'model' });
+    const engine = new SimulatedEngine({
+      scheduler: scheduler({ numGpuBlocks: 10, timing: modelTiming(polynomialPerfModel, 100, 1) }),
+      dataParallelSize: 1,
+      speedupRatio: 100,
+      timingDescription: 'model',
+    });
     const abort = new AbortController();
-    const stream = engine.submit({ requestId: 'r', arrivalMs: performance.now(), promptTokenIds: ids(256), sequences: [{ outputTokenIds: ids(200, 7) }] }, abort.signal);
+    const stream = engine.submit(
+      { requestId: 'r', arrivalMs: performance.now(), promptTokenIds: ids(256), sequences: [{ outputTokenIds: ids(200, 7) }] },
+      abort.signal,
+    );
     let seen = 0;
     for await (const batch of stream) {
       seen = batch[batch.length - 1].emitted;
@@ -115,7 +154,11 @@ describe('over HTTP with --timing model', () => {
 
   const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
   /** Streams a completion; returns the client's time to the first token and the final usage. */
-  function complete(url: string, body: Record<string, unknown>, onChunk?: (n: number, req: http.ClientRequest) => void): Promise<{ ttftMs: number; tokens: number; usage: Record<string, unknown> | null; finish: string | null }> {
+  function complete(
+    url: string,
+    body: Record<string, unknown>,
+    onChunk?: (n: number, req: http.ClientRequest) => void,
+  ): Promise<{ ttftMs: number; tokens: number; usage: Record<string, unknown> | null; finish: string | null }> {
     // Serialized before the clock starts: 8,192 ids take the client a millisecond or more, no part of the server's TTFT.
     const payload = JSON.stringify({ model: MODEL, stream: true, stream_options: { include_usage: true }, return_token_ids: true, ...body });
     return new Promise((resolve, reject) => {
@@ -134,7 +177,10 @@ describe('over HTTP with --timing model', () => {
             const event = buffer.slice(0, at);
             buffer = buffer.slice(at + 2);
             if (event === 'data: [DONE]') continue;
-            const chunk = JSON.parse(event.slice(6)) as { choices: { token_ids: number[] | null; finish_reason: string | null }[]; usage: Record<string, unknown> | null };
+            const chunk = JSON.parse(event.slice(6)) as {
+              choices: { token_ids: number[] | null; finish_reason: string | null }[];
+              usage: Record<string, unknown> | null;
+            };
             if (chunk.usage) usage = chunk.usage;
             for (const c of chunk.choices) {
               if (ttftMs < 0) ttftMs = performance.now() - t0;
@@ -205,7 +251,9 @@ describe('over HTTP with --timing model', () => {
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
     })();
-    const results = await Promise.all(Array.from({ length: 50 }, (_, i) => complete(url, { prompt: ids(100, 1000 + i * 200), max_tokens: 100, ignore_eos: true })));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => complete(url, { prompt: ids(100, 1000 + i * 200), max_tokens: 100, ignore_eos: true })),
+    );
     done = true;
     await poller;
     for (const r of results) {
@@ -235,11 +283,19 @@ describe('over HTTP with --timing model', () => {
 
   it('X-data-parallel-rank picks the rank; a rank out of range is a 400', async () => {
     const url = await serve({ mode: 'random', captures: ':memory:', timing: 'model', engine: { dataParallelSize: 2, speedupRatio: 1 } });
-    const slow = fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '1' }, body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 200, ignore_eos: true }) });
+    const slow = fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '1' },
+      body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 200, ignore_eos: true }),
+    });
     const [during] = await whileRunning([url]);
     expect(during.ranks.map((r) => r.running)).toEqual([0, 1]);
     expect((await slow).status).toBe(200);
-    const bad = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '2' }, body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 2 }) });
+    const bad = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-data-parallel-rank': '2' },
+      body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 2 }),
+    });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(/rank 2 is out of range/);
   });
@@ -249,7 +305,11 @@ describe('over HTTP with --timing model', () => {
     servers.push(s);
     expect(s.ports).toHaveLength(2);
     const [first, second] = s.ports!.map((p) => `http://127.0.0.1:${p}`);
-    const slow = fetch(`${second}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 200, ignore_eos: true }) });
+    const slow = fetch(`${second}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 200, ignore_eos: true }),
+    });
     const [onFirst, onSecond] = await whileRunning([first, second]);
     expect(onFirst.ranks[0].running).toBe(0);
     expect(onSecond.ranks[0].running).toBe(1);
@@ -258,7 +318,11 @@ describe('over HTTP with --timing model', () => {
 
   it('a request larger than the whole KV cache gets a 400, never a hang', async () => {
     const url = await serve({ mode: 'random', captures: ':memory:', timing: 'model', engine: { numGpuBlocks: 4, blockSize: 16 } });
-    const res = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: ids(60), max_tokens: 10 }) });
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: ids(60), max_tokens: 10 }),
+    });
     expect(res.status).toBe(400);
     expect(((await res.json()) as { error: { message: string; type: string } }).error).toMatchObject({ type: 'BadRequestError' });
   });
@@ -271,9 +335,20 @@ describe('engine arguments', () => {
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"num_gpu_blockz": 5}')).toThrow(/unknown key "num_gpu_blockz"/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"sglang": {"page_sise": 4}}')).toThrow(/"sglang".*page_sise/);
     // Dynamo's SglangArgs: the page size becomes the block size when no block size is given; "fcfs" is FIFO.
-    const sglang = applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"engine_type": "sglang", "sglang": {"page_size": 16, "schedule_policy": "fcfs", "clip_max_new_tokens": 256}}');
-    expect([sglang.engineType, sglang.blockSize, sglang.sglang.pageSize, sglang.sglang.schedulePolicy, sglang.sglang.clipMaxNewTokens]).toEqual(['sglang', 16, 16, 'fifo', 256]);
-    expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"engine_type": "sglang", "block_size": 32, "sglang": {"page_size": 16}}')).toThrow(/page size .* 16 and the block size .* 32 must be equal/);
+    const sglang = applyExtraEngineArgs(
+      DEFAULT_ENGINE_ARGS,
+      '{"engine_type": "sglang", "sglang": {"page_size": 16, "schedule_policy": "fcfs", "clip_max_new_tokens": 256}}',
+    );
+    expect([sglang.engineType, sglang.blockSize, sglang.sglang.pageSize, sglang.sglang.schedulePolicy, sglang.sglang.clipMaxNewTokens]).toEqual([
+      'sglang',
+      16,
+      16,
+      'fifo',
+      256,
+    ]);
+    expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"engine_type": "sglang", "block_size": 32, "sglang": {"page_size": 16}}')).toThrow(
+      /page size .* 16 and the block size .* 32 must be equal/,
+    );
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"engine_type": "trtllm"}')).toThrow(/"engine_type"/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"worker_type": "prefill"}')).toThrow(/--disaggregation-mode/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"block_size": 1}')).toThrow(/block size \(--block-size\) must be at least 2/);
@@ -281,7 +356,11 @@ describe('engine arguments', () => {
   });
 
   it('an impossible combination fails at startup', async () => {
-    await expect(startServe({ mode: 'random', captures: ':memory:', engine: { blockSize: 1 } })).rejects.toThrow(/block size \(--block-size\) must be at least 2/);
-    await expect(startServe({ mode: 'random', captures: ':memory:', engine: { maxNumBatchedTokens: 8, maxNumSeqs: 16 } })).rejects.toThrow(/max_num_batched_tokens/);
+    await expect(startServe({ mode: 'random', captures: ':memory:', engine: { blockSize: 1 } })).rejects.toThrow(
+      /block size \(--block-size\) must be at least 2/,
+    );
+    await expect(startServe({ mode: 'random', captures: ':memory:', engine: { maxNumBatchedTokens: 8, maxNumSeqs: 16 } })).rejects.toThrow(
+      /max_num_batched_tokens/,
+    );
   });
 });

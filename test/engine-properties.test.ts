@@ -82,7 +82,8 @@ describe(`engine invariants over ${WORKLOADS} random workloads`, () => {
         }
         pulled += core.engineStats().waitingForRemoteKvs;
         const kv = core.kv;
-        if (kv.numActive + kv.numInactive > config.numGpuBlocks) violations.push(`pass at ${pass.startMs}: ${kv.numActive} active + ${kv.numInactive} inactive > ${config.numGpuBlocks}`);
+        if (kv.numActive + kv.numInactive > config.numGpuBlocks)
+          violations.push(`pass at ${pass.startMs}: ${kv.numActive} active + ${kv.numInactive} inactive > ${config.numGpuBlocks}`);
         for (const [block, count] of kv.activeBlocks()) if (!(count > 0)) violations.push(`block ${block} active with count ${count}`);
         for (const block of kv.inactiveBlocks()) if (kv.isActive(block)) violations.push(`block ${block} both active and inactive`);
         if (pass.scheduledTokens > (config.maxNumBatchedTokens ?? Infinity)) violations.push(`${pass.scheduledTokens} tokens scheduled over the budget`);

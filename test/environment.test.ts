@@ -14,7 +14,17 @@ import { startUpstream, type Upstream } from './support/vllmUpstream.js';
 
 type Json = Record<string, unknown>;
 
-const SEED_004 = ['CAPTURE_MODE', 'REPLAY_MODE', 'RANDOM_MODE', 'FORWARD_TIME', 'SIMULATE_ELAPSED_TIME', 'MOCK_CAPTURE_DIR', 'MOCK_CAPTURE_FILE', 'KV_CACHE_MODE', 'PREFILL_PROCESS'];
+const SEED_004 = [
+  'CAPTURE_MODE',
+  'REPLAY_MODE',
+  'RANDOM_MODE',
+  'FORWARD_TIME',
+  'SIMULATE_ELAPSED_TIME',
+  'MOCK_CAPTURE_DIR',
+  'MOCK_CAPTURE_FILE',
+  'KV_CACHE_MODE',
+  'PREFILL_PROCESS',
+];
 /** The user's environment without anything that stands in for a flag. */
 const CLEAN = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(VLLM_|DYN_MOCKER_|MOCKER_|PYTHONHASHSEED$)/.test(k) && !SEED_004.includes(k)));
 const SCRIPTS = join(import.meta.dirname, '..', 'scripts', 'npu-mock');
@@ -35,7 +45,11 @@ function tempDir(): string {
 }
 
 async function serve(args: string[], env: Json = {}, options: Omit<SpawnOptions, 'env' | 'cwd'> & { port?: number; cwd?: string } = {}) {
-  const spawned = await startMockerProcess(args, options.port ?? 0, { ...options, cwd: options.cwd ?? tempDir(), env: { ...CLEAN, ...env } as NodeJS.ProcessEnv });
+  const spawned = await startMockerProcess(args, options.port ?? 0, {
+    ...options,
+    cwd: options.cwd ?? tempDir(),
+    env: { ...CLEAN, ...env } as NodeJS.ProcessEnv,
+  });
   processes.push(spawned);
   return { process: spawned, url: `http://127.0.0.1:${spawned.port}` };
 }
@@ -71,19 +85,56 @@ describe('MOCKER_<FLAG>', () => {
         MOCKER_SERVED_MODEL_NAME: 'alpha,beta',
         MOCKER_SEED: '9',
       },
-      ['--mode', 'random', '--forward-time-ms', '7', '--max-num-seqs', '8', '--preemption-mode', 'fifo', '--no-enable-prefix-caching', '--no-enable-chunked-prefill', '--served-model-name', 'alpha', 'beta', '--seed', '9'],
+      [
+        '--mode',
+        'random',
+        '--forward-time-ms',
+        '7',
+        '--max-num-seqs',
+        '8',
+        '--preemption-mode',
+        'fifo',
+        '--no-enable-prefix-caching',
+        '--no-enable-chunked-prefill',
+        '--served-model-name',
+        'alpha',
+        'beta',
+        '--seed',
+        '9',
+      ],
     );
     // Not the defaults (docs/cli.md): the variables did something.
-    expect(settings.config).toMatchObject({ mode: 'random', forward_time_ms: 7, max_num_seqs: 8, preemption_mode: 'fifo', enable_prefix_caching: false, enable_chunked_prefill: false, seed: 9 });
+    expect(settings.config).toMatchObject({
+      mode: 'random',
+      forward_time_ms: 7,
+      max_num_seqs: 8,
+      preemption_mode: 'fifo',
+      enable_prefix_caching: false,
+      enable_chunked_prefill: false,
+      seed: 9,
+    });
     expect(settings.models).toEqual(['alpha', 'beta']);
     // Which variables took effect is said by name (never their values: they may be keys).
     const said = /settings from the environment: (.*)/.exec(byEnv.process.stderr())![1].split(', ');
-    expect(said.sort()).toEqual(['MOCKER_ENABLE_CHUNKED_PREFILL', 'MOCKER_FORWARD_TIME_MS', 'MOCKER_MAX_NUM_SEQS', 'MOCKER_MODE', 'MOCKER_NO_ENABLE_PREFIX_CACHING', 'MOCKER_PREEMPTION_MODE', 'MOCKER_SEED', 'MOCKER_SERVED_MODEL_NAME']);
+    expect(said.sort()).toEqual([
+      'MOCKER_ENABLE_CHUNKED_PREFILL',
+      'MOCKER_FORWARD_TIME_MS',
+      'MOCKER_MAX_NUM_SEQS',
+      'MOCKER_MODE',
+      'MOCKER_NO_ENABLE_PREFIX_CACHING',
+      'MOCKER_PREEMPTION_MODE',
+      'MOCKER_SEED',
+      'MOCKER_SERVED_MODEL_NAME',
+    ]);
   });
 
   it('gives the port, a secret and a repeatable flag; a flag on the command line wins', async () => {
     const [port] = await freePorts(1);
-    const { url } = await serve(['serve', '--mode', 'random', '--max-num-seqs', '9'], { MOCKER_PORT: String(port), MOCKER_API_KEY: 'sk-env', MOCKER_MAX_NUM_SEQS: '7' }, { port, portFlag: false });
+    const { url } = await serve(
+      ['serve', '--mode', 'random', '--max-num-seqs', '9'],
+      { MOCKER_PORT: String(port), MOCKER_API_KEY: 'sk-env', MOCKER_MAX_NUM_SEQS: '7' },
+      { port, portFlag: false },
+    );
     expect(url).toBe(`http://127.0.0.1:${port}`);
     expect((await fetch(`${url}/v1/models`)).status).toBe(401);
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'sk-env', maxRetries: 0 });
@@ -116,12 +167,21 @@ describe("the variables of vLLM's NPU mock model", () => {
     // vLLM's NPU mock model: "SIMULATE_ELAPSED_TIME on REPLAY_MODE will simulate time for computing output as it took on the NPUs".
     const fast = await expectSameServer({ REPLAY_MODE: '1' }, ['--mode', 'replay', '--timing', 'none'], ['--on-miss', 'random']);
     expect(fast.settings.config).toMatchObject({ mode: 'replay', timing: 'none' });
-    const timed = await expectSameServer({ REPLAY_MODE: '1', SIMULATE_ELAPSED_TIME: '1' }, ['--mode', 'replay', '--timing', 'captured'], ['--on-miss', 'random']);
+    const timed = await expectSameServer(
+      { REPLAY_MODE: '1', SIMULATE_ELAPSED_TIME: '1' },
+      ['--mode', 'replay', '--timing', 'captured'],
+      ['--on-miss', 'random'],
+    );
     expect(timed.settings.config).toMatchObject({ mode: 'replay', timing: 'captured' });
   });
 
   it('KV_CACHE_MODE makes a PD node: prefill with PREFILL_PROCESS, decode without', async () => {
-    const prefill = await expectSameServer({ KV_CACHE_MODE: '1', PREFILL_PROCESS: '1', RANDOM_MODE: '1' }, ['--disaggregation-mode', 'prefill', '--mode', 'random']);
+    const prefill = await expectSameServer({ KV_CACHE_MODE: '1', PREFILL_PROCESS: '1', RANDOM_MODE: '1' }, [
+      '--disaggregation-mode',
+      'prefill',
+      '--mode',
+      'random',
+    ]);
     expect(prefill.settings.config.disaggregation_mode).toBe('prefill');
     const decode = await expectSameServer({ KV_CACHE_MODE: '1', RANDOM_MODE: '1' }, ['--disaggregation-mode', 'decode', '--mode', 'random']);
     expect(decode.settings.config.disaggregation_mode).toBe('decode');
@@ -141,14 +201,19 @@ describe("the variables of vLLM's NPU mock model", () => {
     expect(noUpstream.stderr).toContain('CAPTURE_MODE=1 records a real engine: give its URL with --upstream');
   });
 
-  it("the scripts: capture.sh records a real engine into MOCK_CAPTURE_DIR/MOCK_CAPTURE_FILE, replay.sh answers from it", async () => {
+  it('the scripts: capture.sh records a real engine into MOCK_CAPTURE_DIR/MOCK_CAPTURE_FILE, replay.sh answers from it', async () => {
     const engine = await startUpstream(() => ({ content: 'Paris is the capital of France.' }));
     upstreams.push(engine);
     const cwd = tempDir();
     const files = { MOCK_CAPTURE_DIR: join(cwd, 'golden'), MOCK_CAPTURE_FILE: 'run1.db' };
     const ask = async (url: string) => {
       const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
-      const answer = await client.chat.completions.create({ model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user', content: 'Capital of France?' }], max_tokens: 16, temperature: 0 });
+      const answer = await client.chat.completions.create({
+        model: 'Qwen/Qwen3-0.6B',
+        messages: [{ role: 'user', content: 'Capital of France?' }],
+        max_tokens: 16,
+        temperature: 0,
+      });
       return answer.choices[0].message.content;
     };
     const capture = await serve([], { ...files, UPSTREAM: engine.url }, { cwd, launcher: ['bash', join(SCRIPTS, 'capture.sh')] });
@@ -167,11 +232,30 @@ describe("the variables of vLLM's NPU mock model", () => {
     expect((await startedWith(random.url)).config).toMatchObject({ mode: 'random', forward_time_ms: 1 });
     const [port, prefillPort, decodePort] = await freePorts(3);
     // The proxy listens last (its line names every address): waited for by its port.
-    const pd = await serve([], { HOST: '127.0.0.1', PORT: String(port), PREFILL_PORT: String(prefillPort), DECODE_PORT: String(decodePort), FORWARD_TIME: '1' }, { port, portFlag: false, launcher: ['bash', join(SCRIPTS, 'pd_1p1d.sh')] });
+    const pd = await serve(
+      [],
+      { HOST: '127.0.0.1', PORT: String(port), PREFILL_PORT: String(prefillPort), DECODE_PORT: String(decodePort), FORWARD_TIME: '1' },
+      { port, portFlag: false, launcher: ['bash', join(SCRIPTS, 'pd_1p1d.sh')] },
+    );
     // The proxy may listen before the engines behind it do.
-    for (const node of [prefillPort, decodePort]) await expect.poll(() => fetch(`http://127.0.0.1:${node}/health`).then((r) => r.status, () => 0), { timeout: 20_000 }).toBe(200);
+    for (const node of [prefillPort, decodePort])
+      await expect
+        .poll(
+          () =>
+            fetch(`http://127.0.0.1:${node}/health`).then(
+              (r) => r.status,
+              () => 0,
+            ),
+          { timeout: 20_000 },
+        )
+        .toBe(200);
     const client = new OpenAI({ baseURL: `${pd.url}/v1`, apiKey: 'unused', maxRetries: 0 });
-    const answer = await client.chat.completions.create({ model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 5, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const answer = await client.chat.completions.create({
+      model: 'Qwen/Qwen3-0.6B',
+      messages: [{ role: 'user', content: 'Hello' }],
+      max_tokens: 5,
+      ignore_eos: true,
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming);
     expect(answer.usage?.completion_tokens).toBe(5);
     // The nodes behind the proxy are the two PD roles.
     expect((await startedWith(`http://127.0.0.1:${prefillPort}`)).config.disaggregation_mode).toBe('prefill');

@@ -19,11 +19,16 @@ async function serve(flags: string[]): Promise<{ process: MockerProcess; url: st
   return { process: spawned, url: `http://127.0.0.1:${spawned.port}` };
 }
 
-const client = (url: string, options: ConstructorParameters<typeof OpenAI>[0] = {}) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'sk-test-key-123456', maxRetries: 0, ...options });
+const client = (url: string, options: ConstructorParameters<typeof OpenAI>[0] = {}) =>
+  new OpenAI({ baseURL: `${url}/v1`, apiKey: 'sk-test-key-123456', maxRetries: 0, ...options });
 
 /** A completion sent by hand: its status, headers and text. */
 async function complete(url: string, body: Json, headers: Record<string, string> = {}) {
-  const res = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ model: 'm', ...body }) });
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: 'm', ...body }),
+  });
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
 
@@ -32,7 +37,8 @@ async function metric(url: string, name: string): Promise<{ labels: Record<strin
   return (families.find((f) => f.name === name)?.metrics ?? []).map((m) => ({ labels: m.labels ?? {}, value: Number(m.value) }));
 }
 const injected = async (url: string, type: string) => (await metric(url, 'mocker_injected_errors_total')).find((s) => s.labels.type === type)?.value;
-const successes = async (url: string, reason: string) => (await metric(url, 'vllm:request_success_total')).find((s) => s.labels.finished_reason === reason)?.value;
+const successes = async (url: string, reason: string) =>
+  (await metric(url, 'vllm:request_success_total')).find((s) => s.labels.finished_reason === reason)?.value;
 
 const engineRank = async (url: string) => ((await (await fetch(`${url}/mocker/engine`)).json()) as { ranks: Json[] }).ranks[0];
 
@@ -40,12 +46,16 @@ const engineRank = async (url: string) => ((await (await fetch(`${url}/mocker/en
 const tokens = (n: number) => Array.from({ length: n }, (_, i) => 1000 + ((i * 7) % 20_000));
 
 /** SSE `data:` payloads of a stream's text. */
-const events = (text: string) => text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice('data: '.length));
+const events = (text: string) =>
+  text
+    .split('\n\n')
+    .filter((e) => e.startsWith('data: '))
+    .map((e) => e.slice('data: '.length));
 /** Output tokens carried by a stream's chunks (`return_token_ids`). */
 const streamedTokens = (text: string) =>
   events(text)
     .filter((e) => e.startsWith('{"id"'))
-    .reduce((n, e) => n + (((JSON.parse(e) as { choices: { token_ids: number[] | null }[] }).choices[0].token_ids ?? []).length), 0);
+    .reduce((n, e) => n + ((JSON.parse(e) as { choices: { token_ids: number[] | null }[] }).choices[0].token_ids ?? []).length, 0);
 
 const processes: MockerProcess[] = [];
 afterEach(async () => void (await Promise.all(processes.splice(0).map((p) => p.stop()))));
@@ -64,12 +74,17 @@ describe('each error type: the status, headers and body of the server that sends
         (err: unknown) => err as InstanceType<typeof OpenAI.APIError>,
       );
 
-  it('rate_limit: 429 with Retry-After, OpenAI\'s body (RateLimitError)', async () => {
+  it("rate_limit: 429 with Retry-After, OpenAI's body (RateLimitError)", async () => {
     const err = await failure('rate_limit');
     expect(err).toBeInstanceOf(OpenAI.RateLimitError);
     expect(err!.status).toBe(429);
     expect(err!.headers?.get('retry-after')).toBe('1');
-    expect(err!.error).toMatchObject({ type: 'requests', code: 'rate_limit_exceeded', param: null, message: expect.stringContaining('Rate limit reached for m') });
+    expect(err!.error).toMatchObject({
+      type: 'requests',
+      code: 'rate_limit_exceeded',
+      param: null,
+      message: expect.stringContaining('Rate limit reached for m'),
+    });
   });
 
   it("invalid_api_key: 401, OpenAI's body (AuthenticationError), the key masked", async () => {
@@ -84,10 +99,14 @@ describe('each error type: the status, headers and body of the server that sends
   it("context_length: 400, vLLM's message with --max-model-len (BadRequestError)", async () => {
     const err = await failure('context_length');
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
-    expect(err!.error).toMatchObject({ type: 'BadRequestError', code: 400, message: expect.stringMatching(/^This model's maximum context length is 1000 tokens\. However, your request has \d+ input tokens\./) });
+    expect(err!.error).toMatchObject({
+      type: 'BadRequestError',
+      code: 400,
+      message: expect.stringMatching(/^This model's maximum context length is 1000 tokens\. However, your request has \d+ input tokens\./),
+    });
   });
 
-  it('server_error: 500 InternalServerError; invalid_request: 400; timeout: 504 (a gateway\'s)', async () => {
+  it("server_error: 500 InternalServerError; invalid_request: 400; timeout: 504 (a gateway's)", async () => {
     const server500 = await failure('server_error');
     expect(server500).toBeInstanceOf(OpenAI.InternalServerError);
     expect(server500!.error).toMatchObject({ type: 'InternalServerError', code: 500, param: null });
@@ -132,7 +151,13 @@ describe('each error type: the status, headers and body of the server that sends
     expect((await complete(server.url, { prompt: 'Hello', max_tokens: 1 })).status).toBe(500);
     expect((await post({ error_types: ['timeout'] })).status).toBe(200);
     expect((await complete(server.url, { prompt: 'Hello', max_tokens: 1 })).status).toBe(504);
-    for (const [body, param] of [[{ error_rate: 101 }, 'error_rate'], [{ error_types: ['bogus'] }, 'error_types'], [{ fail_first: -1 }, 'fail_first'], [{ ttft: 5 }, 'ttft'], [{ error_rate: 0, colour: 'red' }, 'colour']] as const) {
+    for (const [body, param] of [
+      [{ error_rate: 101 }, 'error_rate'],
+      [{ error_types: ['bogus'] }, 'error_types'],
+      [{ fail_first: -1 }, 'fail_first'],
+      [{ ttft: 5 }, 'ttft'],
+      [{ error_rate: 0, colour: 'red' }, 'colour'],
+    ] as const) {
       const res = await post(body);
       expect(res.status, JSON.stringify(body)).toBe(400);
       expect(((await res.json()) as { error: Json }).error).toMatchObject({ type: 'BadRequestError', param });
@@ -187,7 +212,10 @@ describe('--fail-first 1 --error-types rate_limit', () => {
     };
     const completion = await client(url, { maxRetries: 1, fetch: recording }).completions.create({ model: 'm', prompt: 'Hello', max_tokens: 3 });
     expect(completion.usage?.completion_tokens).toBe(3);
-    expect(seen).toEqual([[429, '1'], [200, null]]);
+    expect(seen).toEqual([
+      [429, '1'],
+      [200, null],
+    ]);
     // Only the first request failed.
     expect((await complete(url, { prompt: 'Hello', max_tokens: 1 })).status).toBe(200);
     expect(((await (await fetch(`${url}/mocker/config`)).json()) as Json).fail_first).toBe(0);
@@ -229,7 +257,10 @@ describe('mid-stream failures (--midstream-after-tokens 4)', () => {
 
   it('midstream through the openai client: a chat stream throws APIError; a non-streamed request is a 500', async () => {
     const openai = client(url);
-    const stream = await openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 50, stream: true }, { headers: { 'X-Mocker-Error': 'midstream' } });
+    const stream = await openai.chat.completions.create(
+      { model: 'm', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 50, stream: true },
+      { headers: { 'X-Mocker-Error': 'midstream' } },
+    );
     let contentChunks = 0;
     await expect(
       (async () => {
@@ -238,12 +269,18 @@ describe('mid-stream failures (--midstream-after-tokens 4)', () => {
     ).rejects.toBeInstanceOf(OpenAI.APIError);
     expect(contentChunks).toBeGreaterThan(0);
     expect(contentChunks).toBeLessThanOrEqual(4);
-    await expect(openai.completions.create({ model: 'm', prompt: 'Hi', max_tokens: 50 }, { headers: { 'X-Mocker-Error': 'midstream' } })).rejects.toBeInstanceOf(OpenAI.InternalServerError);
+    await expect(
+      openai.completions.create({ model: 'm', prompt: 'Hi', max_tokens: 50 }, { headers: { 'X-Mocker-Error': 'midstream' } }),
+    ).rejects.toBeInstanceOf(OpenAI.InternalServerError);
     await expectFreed(2);
   });
 
   it('disconnect: 4 tokens, then the connection is cut (no [DONE]); the blocks are freed', async () => {
-    const res = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-mocker-error': 'disconnect' }, body: JSON.stringify({ model: 'm', ...body }) });
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-mocker-error': 'disconnect' },
+      body: JSON.stringify({ model: 'm', ...body }),
+    });
     expect(res.status).toBe(200);
     const reader = res.body!.getReader();
     let text = '';

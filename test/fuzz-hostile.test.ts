@@ -8,7 +8,16 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CAPTURE_TRAPS, deadHostile, makeHostileRigCase, runHostileCases, startHostileRig, type HostileDoor, type HostileOutcome, type HostileRig } from './support/hostileFuzz.js';
+import {
+  CAPTURE_TRAPS,
+  deadHostile,
+  makeHostileRigCase,
+  runHostileCases,
+  startHostileRig,
+  type HostileDoor,
+  type HostileOutcome,
+  type HostileRig,
+} from './support/hostileFuzz.js';
 import { prng } from './support/prng.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -30,7 +39,9 @@ describe(`fuzzing hostile tool schemas and chat templates through the spawned se
       for (let first = 0; first < CASES[door]; first += BATCH) {
         const cases = Array.from({ length: Math.min(BATCH, CASES[door] - first) }, () => makeHostileRigCase(r, door));
         outcomes.push(...(await runHostileCases(rig, cases, { concurrency: 16, firstIndex: outcomes.length, seed: SEED })));
-        const health = await Promise.all([rig.plain, rig.captured].map(async (p) => (await fetch(`http://127.0.0.1:${p.port}/health`).catch(() => null))?.status ?? 0));
+        const health = await Promise.all(
+          [rig.plain, rig.captured].map(async (p) => (await fetch(`http://127.0.0.1:${p.port}/health`).catch(() => null))?.status ?? 0),
+        );
         betweenBatches.push({ dead: deadHostile(rig), health });
       }
     }
@@ -41,12 +52,17 @@ describe(`fuzzing hostile tool schemas and chat templates through the spawned se
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  const messages = (door: HostileDoor) => outcomes.filter((o) => o.door === door && o.reply?.status === 400).map((o) => (JSON.parse(o.reply!.text) as { error: { message: string } }).error.message);
+  const messages = (door: HostileDoor) =>
+    outcomes.filter((o) => o.door === door && o.reply?.status === 400).map((o) => (JSON.parse(o.reply!.text) as { error: { message: string } }).error.message);
 
   it('answers every case with a valid answer or a well-formed vLLM error', () => {
     expect(outcomes).toHaveLength(CASES.plain + CASES.captured);
     expect(outcomes.map((o) => o.violation).filter((v) => v !== null)).toEqual([]);
-    for (const kind of ['200 completion', '200 tokenize', '400 BadRequestError']) expect(outcomes.some((o) => o.kind === kind), kind).toBe(true);
+    for (const kind of ['200 completion', '200 tokenize', '400 BadRequestError'])
+      expect(
+        outcomes.some((o) => o.kind === kind),
+        kind,
+      ).toBe(true);
   });
 
   it('keeps both processes alive and answering /health between batches', () => {
@@ -60,7 +76,13 @@ describe(`fuzzing hostile tool schemas and chat templates through the spawned se
 
   it('reached the traps: tool calls made and refused by size, request templates stopped, out of heap and broken', () => {
     const calls = outcomes.filter((o) => o.case.kind === 'tool schema' && o.reply?.status === 200 && o.reply.text.includes('"tool_calls":[{'));
-    const outOfTokens = outcomes.filter((o) => o.case.kind === 'tool schema' && o.reply?.status === 200 && /"tool_choice":"required"/.test(o.case.body.toString()) && /"finish_reason":"length"/.test(o.reply.text));
+    const outOfTokens = outcomes.filter(
+      (o) =>
+        o.case.kind === 'tool schema' &&
+        o.reply?.status === 200 &&
+        /"tool_choice":"required"/.test(o.case.body.toString()) &&
+        /"finish_reason":"length"/.test(o.reply.text),
+    );
     expect(calls.length).toBeGreaterThan(0);
     expect(outOfTokens.length).toBeGreaterThan(0);
     const plain = messages('plain');
@@ -70,7 +92,11 @@ describe(`fuzzing hostile tool schemas and chat templates through the spawned se
   });
 
   it("walked the capture template's fast traps into 400s, and its plain chats into answers", () => {
-    const trapped = new Set(outcomes.filter((o) => o.door === 'captured' && o.reply?.status === 400).map((o) => (o.case.request as { messages: { content: string }[] }).messages[0].content));
+    const trapped = new Set(
+      outcomes
+        .filter((o) => o.door === 'captured' && o.reply?.status === 400)
+        .map((o) => (o.case.request as { messages: { content: string }[] }).messages[0].content),
+    );
     for (const trap of CAPTURE_TRAPS.slice(1)) expect(trapped, trap).toContain(trap);
     for (const m of messages('captured').filter((m) => m.startsWith('Chat template error'))) expect(m).toMatch(/^Chat template error: ./);
     expect(outcomes.some((o) => o.door === 'captured' && o.reply?.status === 200)).toBe(true);

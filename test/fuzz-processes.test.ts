@@ -8,7 +8,17 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeProcessFuzzCase } from './support/fuzzRequests.js';
 import {
-  deadProcesses, FUZZ_MAX_BODY, fuzzBatch, health, RSS_BOUND_MB, rssMb, settledEngines, startFuzzRig, verifyCaptureFile, type FuzzOutcome, type FuzzRig,
+  deadProcesses,
+  FUZZ_MAX_BODY,
+  fuzzBatch,
+  health,
+  RSS_BOUND_MB,
+  rssMb,
+  settledEngines,
+  startFuzzRig,
+  verifyCaptureFile,
+  type FuzzOutcome,
+  type FuzzRig,
 } from './support/fuzzRig.js';
 import { prng } from './support/prng.js';
 import { testTmpdir } from './support/tempRoot.js';
@@ -53,10 +63,25 @@ describe(`fuzzing the spawned serve, capture and pd-proxy: ${REQUESTS} requests`
     // The slice reached every door, every generator, and both answers and refusals.
     for (const door of ['serve', 'capture', 'pd-proxy']) expect(outcomes.filter((o) => o.door === door).length, door).toBeGreaterThan(REQUESTS / 5);
     for (const kind of ['path', 'not-an-object', 'oversized', 'wrong-types', 'grammar', 'mutation']) {
-      expect(outcomes.some((o) => o.case.kind === kind), kind).toBe(true);
+      expect(
+        outcomes.some((o) => o.case.kind === kind),
+        kind,
+      ).toBe(true);
     }
-    for (const kind of ['200 completion', '400 Bad Request', '400 BadRequestError', '404 NotFoundError', '404 detail', '405 detail', '413 Request Entity Too Large', 'disconnected']) {
-      expect(outcomes.some((o) => o.kind === kind), kind).toBe(true);
+    for (const kind of [
+      '200 completion',
+      '400 Bad Request',
+      '400 BadRequestError',
+      '404 NotFoundError',
+      '404 detail',
+      '405 detail',
+      '413 Request Entity Too Large',
+      'disconnected',
+    ]) {
+      expect(
+        outcomes.some((o) => o.kind === kind),
+        kind,
+      ).toBe(true);
     }
   });
 

@@ -17,7 +17,7 @@ describe(`fuzz: ${REQUESTS} random or malformed requests`, () => {
     await server?.close();
   });
 
-  it('answers a value nested 30,000 deep, even in a field completions ignore, with a 400 (vLLM\'s parser gives up near 1,000 levels)', async () => {
+  it("answers a value nested 30,000 deep, even in a field completions ignore, with a 400 (vLLM's parser gives up near 1,000 levels)", async () => {
     const deep = `${'['.repeat(30_000)}${']'.repeat(30_000)}`;
     for (const field of ['max_completion_tokens', 'user', 'max_tokens']) {
       const body = Buffer.from(`{"model":"${MODEL}","max_tokens":4,"prompt":"Hi","${field}":${deep}}`);
@@ -36,7 +36,9 @@ describe(`fuzz: ${REQUESTS} random or malformed requests`, () => {
     let running = true;
     const poller = (async () => {
       while (running) {
-        const res = await send(server.port, { kind: 'health', method: 'GET', path: '/health', headers: {}, body: Buffer.alloc(0), request: null }).catch(() => ({ status: 0 }));
+        const res = await send(server.port, { kind: 'health', method: 'GET', path: '/health', headers: {}, body: Buffer.alloc(0), request: null }).catch(
+          () => ({ status: 0 }),
+        );
         health.push(res.status);
         await new Promise((resolve) => setTimeout(resolve, 20));
       }

@@ -138,7 +138,10 @@ describe("finding 2: a capture's chat template and tokenizer are bounded as a re
 
   it('a capture whose tokenizer splits text with an exponentially backtracking regex (which aborts the process) is refused at start, naming it', async () => {
     const tokenizer = JSON.parse(loadModelFiles().files.get('tokenizer.json')!.toString('utf8')) as Json;
-    tokenizer.pre_tokenizer = { type: 'Sequence', pretokenizers: [{ type: 'Split', pattern: { Regex: '(a|aa)+$' }, behavior: 'Isolated', invert: false }, tokenizer.pre_tokenizer] };
+    tokenizer.pre_tokenizer = {
+      type: 'Sequence',
+      pretokenizers: [{ type: 'Split', pattern: { Regex: '(a|aa)+$' }, behavior: 'Isolated', invert: false }, tokenizer.pre_tokenizer],
+    };
     const file = captureWith('hostile-regex.db', { 'tokenizer.json': JSON.stringify(tokenizer) });
     const run = await runMockerToExit(['serve', '--captures', file, '--on-miss', 'random', '--port', '0', '--host', '127.0.0.1'], { cwd: dir });
     expect(run.code).toBe(1);
@@ -158,7 +161,11 @@ describe('finding 5: /tokenize and the pooling routes honour the context length;
     const { status, error } = await errorOf(await post(bounded.port, '/tokenize', { prompt }));
     expect(status).toBe(400);
     expect(error).toMatchObject({ type: 'BadRequestError', code: 400 });
-    expect(error.message).toMatch(new RegExp(`^This model's maximum context length is ${QWEN3_MAX_MODEL_LEN} tokens\\. However, your request has more than ${QWEN3_MAX_MODEL_LEN} input tokens`));
+    expect(error.message).toMatch(
+      new RegExp(
+        `^This model's maximum context length is ${QWEN3_MAX_MODEL_LEN} tokens\\. However, your request has more than ${QWEN3_MAX_MODEL_LEN} input tokens`,
+      ),
+    );
     expect(peakMb(bounded.child.pid!)).toBeLessThan(PEAK_BOUND_MB);
     expect(await health(bounded.port)).toBe(200);
   });
@@ -167,10 +174,14 @@ describe('finding 5: /tokenize and the pooling routes honour the context length;
     const fits = (await (await post(small.port, '/tokenize', { prompt: TEXT_201 })).json()) as { count: number; max_model_len: number };
     expect(fits).toMatchObject({ count: 201, max_model_len: 201 });
     const completion = await errorOf(await post(small.port, '/v1/completions', { prompt: TEXT_201, max_tokens: 1 }));
-    expect(completion.error.message).toBe("This model's maximum context length is 201 tokens. However, your request has 201 input tokens. Please reduce the length of the input messages.");
+    expect(completion.error.message).toBe(
+      "This model's maximum context length is 201 tokens. However, your request has 201 input tokens. Please reduce the length of the input messages.",
+    );
     const over = await errorOf(await post(small.port, '/tokenize', { prompt: `${TEXT_201} ${TEXT_201}` }));
     expect(over.status).toBe(400);
-    expect(over.error.message).toMatch(/^This model's maximum context length is 201 tokens\. However, your request has \d+ input tokens\. Please reduce the length of the input messages\.$/);
+    expect(over.error.message).toMatch(
+      /^This model's maximum context length is 201 tokens\. However, your request has \d+ input tokens\. Please reduce the length of the input messages\.$/,
+    );
     // A chat is rendered first, then counted the same way.
     const chat = await errorOf(await post(small.port, '/tokenize', { messages: [{ role: 'user', content: TEXT_201 }] }));
     expect(chat.status).toBe(400);
@@ -182,13 +193,25 @@ describe('finding 5: /tokenize and the pooling routes honour the context length;
     const embedding = await errorOf(await post(small.port, '/v1/embeddings', { input: [ids(3), ids(202)] }));
     expect(embedding).toEqual({
       status: 400,
-      error: { message: "This model's maximum context length is 201 tokens. However, you requested 202 tokens in the input for embedding generation. Please reduce the length of the input.", type: 'BadRequestError', param: null, code: 400 },
+      error: {
+        message:
+          "This model's maximum context length is 201 tokens. However, you requested 202 tokens in the input for embedding generation. Please reduce the length of the input.",
+        type: 'BadRequestError',
+        param: null,
+        code: 400,
+      },
     });
     const text = await errorOf(await post(small.port, '/v1/embeddings', { input: `${TEXT_201} ${TEXT_201}` }));
-    expect(text.error.message).toMatch(/^This model's maximum context length is 201 tokens\. However, you requested \d+ tokens in the input for embedding generation\./);
+    expect(text.error.message).toMatch(
+      /^This model's maximum context length is 201 tokens\. However, you requested \d+ tokens in the input for embedding generation\./,
+    );
     // A rerank pair is the query and a document together: more than 201 + 1.
     const rerank = await errorOf(await post(small.port, '/v2/rerank', { query: 'ab', documents: ['ab', TEXT_201] }));
-    const pairTokens = Number(/^This model's maximum context length is 201 tokens\. However, you requested (\d+) tokens in the input for embedding generation\./.exec(String(rerank.error.message))?.[1]);
+    const pairTokens = Number(
+      /^This model's maximum context length is 201 tokens\. However, you requested (\d+) tokens in the input for embedding generation\./.exec(
+        String(rerank.error.message),
+      )?.[1],
+    );
     expect(pairTokens).toBeGreaterThan(201);
     expect((await post(small.port, '/v2/rerank', { query: 'ab', documents: ['ab', 'ab ab'] })).status).toBe(200);
   });
@@ -200,10 +223,13 @@ describe('finding 5: /tokenize and the pooling routes honour the context length;
     let uploaded!: () => void;
     const upload = new Promise<void>((resolve) => (uploaded = resolve));
     const batch = new Promise<number>((resolve, reject) => {
-      const req = http.request({ host: '127.0.0.1', port: bounded.port, method: 'POST', path: '/v1/completions', headers: { 'content-type': 'application/json' } }, (res) => {
-        res.once('data', () => order.push('batch streams'));
-        res.resume().on('end', () => resolve(res.statusCode ?? 0));
-      });
+      const req = http.request(
+        { host: '127.0.0.1', port: bounded.port, method: 'POST', path: '/v1/completions', headers: { 'content-type': 'application/json' } },
+        (res) => {
+          res.once('data', () => order.push('batch streams'));
+          res.resume().on('end', () => resolve(res.statusCode ?? 0));
+        },
+      );
       req.on('error', reject);
       req.end(body, () => uploaded());
     });

@@ -10,7 +10,9 @@ import { describe, expect, it } from 'vitest';
 
 const ROOT = join(import.meta.dirname, '..');
 const project = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { engines: { node: string }; allowScripts: Record<string, boolean> };
-const lock = JSON.parse(readFileSync(join(ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, { engines?: { node?: string }; hasInstallScript?: boolean }> };
+const lock = JSON.parse(readFileSync(join(ROOT, 'package-lock.json'), 'utf8')) as {
+  packages: Record<string, { engines?: { node?: string }; hasInstallScript?: boolean }>;
+};
 const installed = Object.entries(lock.packages).filter(([path]) => path !== '');
 const packageName = (path: string) => path.slice(path.lastIndexOf('node_modules/') + 'node_modules/'.length);
 
@@ -22,7 +24,9 @@ describe('npm ci on a clean clone', () => {
     ['the Node running the tests', process.versions.node],
   ])('no dependency requires a newer Node than %s (no EBADENGINE)', (_, node) => {
     expect(semver.satisfies(process.versions.node, project.engines.node)).toBe(true);
-    const unsupported = installed.filter(([, entry]) => entry.engines?.node !== undefined && !semver.satisfies(node, entry.engines.node)).map(([path, entry]) => `${packageName(path)} needs node ${entry.engines?.node}`);
+    const unsupported = installed
+      .filter(([, entry]) => entry.engines?.node !== undefined && !semver.satisfies(node, entry.engines.node))
+      .map(([path, entry]) => `${packageName(path)} needs node ${entry.engines?.node}`);
     expect(unsupported).toEqual([]);
   });
 

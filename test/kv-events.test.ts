@@ -65,15 +65,29 @@ async function complete(url: string, prompt: number[], maxTokens: number, header
 }
 
 const storedEvents = (payloads: unknown[][]) =>
-  payloads.flatMap((p) => (p[1] as unknown[][]).filter((e) => e[0] === 'BlockStored')) as [string, (number | bigint)[], number | bigint | null, number[], number][];
+  payloads.flatMap((p) => (p[1] as unknown[][]).filter((e) => e[0] === 'BlockStored')) as [
+    string,
+    (number | bigint)[],
+    number | bigint | null,
+    number[],
+    number,
+  ][];
 
 describe('block hashes in events equal the Python fixtures', () => {
   it('the engine core stores every fixture row (both algorithms, every seed and block size) with its event_u64 values', () => {
     expect(FIXTURES.length).toBeGreaterThanOrEqual(60);
     for (const row of FIXTURES) {
       const core = new EngineCore({
-        numGpuBlocks: 64, blockSize: row.block_size, maxNumSeqs: null, maxNumBatchedTokens: null, enablePrefixCaching: true,
-        enableChunkedPrefill: true, preemptionMode: 'lifo', watermark: 0, timing: zeroTiming(false), seed: 1,
+        numGpuBlocks: 64,
+        blockSize: row.block_size,
+        maxNumSeqs: null,
+        maxNumBatchedTokens: null,
+        enablePrefixCaching: true,
+        enableChunkedPrefill: true,
+        preemptionMode: 'lifo',
+        watermark: 0,
+        timing: zeroTiming(false),
+        seed: 1,
         kvEvents: { algo: row.algo, hashSeed: row.seed },
       });
       core.add({ id: 'r', promptTokenIds: row.token_ids, maxOutputTokens: 1 });
@@ -84,9 +98,15 @@ describe('block hashes in events equal the Python fixtures', () => {
       }
       const stored = events.filter((e) => e.type === 'BlockStored');
       const label = `${row.algo} seed ${row.seed} block ${row.block_size} (${row.token_ids.length} tokens)`;
-      expect(stored.flatMap((e) => e.blockHashes.map(String)), label).toEqual(row.blocks.map((b) => b.event_u64));
+      expect(
+        stored.flatMap((e) => e.blockHashes.map(String)),
+        label,
+      ).toEqual(row.blocks.map((b) => b.event_u64));
       const fullTokens = row.blocks.length * row.block_size;
-      expect(stored.flatMap((e) => e.tokenIds), label).toEqual(row.token_ids.slice(0, fullTokens));
+      expect(
+        stored.flatMap((e) => e.tokenIds),
+        label,
+      ).toEqual(row.token_ids.slice(0, fullTokens));
       if (stored.length > 0) expect(stored[0].parentBlockHash, label).toBeNull();
     }
   });
@@ -95,9 +115,18 @@ describe('block hashes in events equal the Python fixtures', () => {
     const row = FIXTURES.find((r) => r.algo === 'sha256_cbor' && r.block_size === 16 && r.blocks.length >= 2)!;
     const decodeCore = () =>
       new EngineCore({
-        numGpuBlocks: 64, blockSize: 16, maxNumSeqs: null, maxNumBatchedTokens: null, enablePrefixCaching: true, enableChunkedPrefill: true,
-        preemptionMode: 'lifo', watermark: 0, timing: zeroTiming(false), seed: 1,
-        kvEvents: { algo: row.algo, hashSeed: row.seed }, kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 },
+        numGpuBlocks: 64,
+        blockSize: 16,
+        maxNumSeqs: null,
+        maxNumBatchedTokens: null,
+        enablePrefixCaching: true,
+        enableChunkedPrefill: true,
+        preemptionMode: 'lifo',
+        watermark: 0,
+        timing: zeroTiming(false),
+        seed: 1,
+        kvEvents: { algo: row.algo, hashSeed: row.seed },
+        kvTransfer: { bytesPerToken: 1_000_000, bandwidthGBps: 1 },
       });
     const stored = (events: VllmKvEvent[]) => events.filter((e) => e.type === 'BlockStored').flatMap((e) => e.blockHashes.map(String));
     // 1 ms per prompt token: the KV lands at t = prompt length.
@@ -127,29 +156,36 @@ describe('block hashes in events equal the Python fixtures', () => {
     ...['0', '42', 'vllm-none-hash'].flatMap((seed) => [16, 64].map((blockSize) => ({ algo: 'sha256_cbor' as const, seed, blockSize }))),
     { algo: 'sha256' as const, seed: '0', blockSize: 16 },
   ];
-  it.each(combos)('a request with the fixture token ids publishes BlockStored with event_u64 ($algo, seed $seed, block $blockSize)', async ({ algo, seed, blockSize }) => {
-    const rows = FIXTURES.filter((r) => r.algo === algo && r.seed === seed && r.block_size === blockSize && r.blocks.length > 0 && IN_VOCAB(r));
-    expect(rows.length).toBeGreaterThan(0);
-    const { url, sub } = await serveWithEvents({ prefixCachingHashAlgo: algo, hashSeed: seed, engine: { blockSize } });
-    for (const row of rows) {
-      const before = sub.batches.length;
-      // max_tokens 1: the only full blocks are the prompt's.
-      expect((await complete(url, row.token_ids, 1)).status).toBe(200);
-      await sub.settle(100);
-      const stored = storedEvents(sub.batches.slice(before).map((b) => b.payload));
-      expect(stored.flatMap((e) => e[1].map(String))).toEqual(row.blocks.map((b) => b.event_u64));
-      expect(stored[0][2]).toBeNull();
-      expect(stored.flatMap((e) => e[3])).toEqual(row.token_ids.slice(0, row.blocks.length * blockSize));
-      expect(stored.every((e) => e[4] === blockSize)).toBe(true);
-    }
-  });
+  it.each(combos)(
+    'a request with the fixture token ids publishes BlockStored with event_u64 ($algo, seed $seed, block $blockSize)',
+    async ({ algo, seed, blockSize }) => {
+      const rows = FIXTURES.filter((r) => r.algo === algo && r.seed === seed && r.block_size === blockSize && r.blocks.length > 0 && IN_VOCAB(r));
+      expect(rows.length).toBeGreaterThan(0);
+      const { url, sub } = await serveWithEvents({ prefixCachingHashAlgo: algo, hashSeed: seed, engine: { blockSize } });
+      for (const row of rows) {
+        const before = sub.batches.length;
+        // max_tokens 1: the only full blocks are the prompt's.
+        expect((await complete(url, row.token_ids, 1)).status).toBe(200);
+        await sub.settle(100);
+        const stored = storedEvents(sub.batches.slice(before).map((b) => b.payload));
+        expect(stored.flatMap((e) => e[1].map(String))).toEqual(row.blocks.map((b) => b.event_u64));
+        expect(stored[0][2]).toBeNull();
+        expect(stored.flatMap((e) => e[3])).toEqual(row.token_ids.slice(0, row.blocks.length * blockSize));
+        expect(stored.every((e) => e[4] === blockSize)).toBe(true);
+      }
+    },
+  );
 });
 
 describe('the ZMQ stream', () => {
   it('frames every batch as [topic, seq u64 BE, msgpack [ts float64, events, dp_rank]] with the array layout', async () => {
     const { url, sub } = await serveWithEvents({ topic: 'kv-events', engine: { blockSize: 16 } });
     const before = Date.now() / 1000;
-    await complete(url, Array.from({ length: 40 }, (_, i) => 1000 + i), 1);
+    await complete(
+      url,
+      Array.from({ length: 40 }, (_, i) => 1000 + i),
+      1,
+    );
     const [batch] = await sub.settle();
     expect(batch.topic).toBe('kv-events');
     expect(batch.seq).toBe(0n);
@@ -163,19 +199,50 @@ describe('the ZMQ stream', () => {
     expect(events).toHaveLength(1);
     const [tag, hashes, parent, tokens, blockSize, loraId, medium] = events[0];
     expect({ tag, n: (hashes as unknown[]).length, parent, tokens: (tokens as number[]).length, blockSize, loraId, medium, fields: events[0].length }).toEqual({
-      tag: 'BlockStored', n: 2, parent: null, tokens: 32, blockSize: 16, loraId: null, medium: 'GPU', fields: 7,
+      tag: 'BlockStored',
+      n: 2,
+      parent: null,
+      tokens: 32,
+      blockSize: 16,
+      loraId: null,
+      medium: 'GPU',
+      fields: 7,
     });
   });
 
   it('--kv-events-format map: named fields as vLLM PR #42892 (the live 0.26 example)', async () => {
     const { url, sub } = await serveWithEvents({ format: 'map', engine: { blockSize: 16 } });
-    await complete(url, Array.from({ length: 17 }, (_, i) => 2000 + i), 1);
+    await complete(
+      url,
+      Array.from({ length: 17 }, (_, i) => 2000 + i),
+      1,
+    );
     const [batch] = await sub.settle();
     const [, events] = batch.payload as [number, Record<string, unknown>[]];
     expect(Object.keys(events[0])).toEqual([
-      'type', 'block_hashes', 'parent_block_hash', 'token_ids', 'block_size', 'lora_id', 'medium', 'lora_name', 'extra_keys', 'group_idx', 'kv_cache_spec_kind',
+      'type',
+      'block_hashes',
+      'parent_block_hash',
+      'token_ids',
+      'block_size',
+      'lora_id',
+      'medium',
+      'lora_name',
+      'extra_keys',
+      'group_idx',
+      'kv_cache_spec_kind',
     ]);
-    expect(events[0]).toMatchObject({ type: 'BlockStored', parent_block_hash: null, block_size: 16, lora_id: null, medium: 'GPU', lora_name: null, extra_keys: [null], group_idx: 0, kv_cache_spec_kind: 'full_attention' });
+    expect(events[0]).toMatchObject({
+      type: 'BlockStored',
+      parent_block_hash: null,
+      block_size: 16,
+      lora_id: null,
+      medium: 'GPU',
+      lora_name: null,
+      extra_keys: [null],
+      group_idx: 0,
+      kv_cache_spec_kind: 'full_attention',
+    });
     expect(events[0].token_ids).toEqual(Array.from({ length: 16 }, (_, i) => 2000 + i));
   });
 
@@ -183,7 +250,12 @@ describe('the ZMQ stream', () => {
     const { url, sub, pubPort } = await serveWithEvents({ engine: { blockSize: 16, dataParallelSize: 2 } });
     const rank1 = await EventSubscriber.connect(`tcp://127.0.0.1:${pubPort + 1}`);
     subscribers.push(rank1);
-    await complete(url, Array.from({ length: 16 }, (_, i) => 3000 + i), 1, { 'X-data-parallel-rank': '1' });
+    await complete(
+      url,
+      Array.from({ length: 16 }, (_, i) => 3000 + i),
+      1,
+      { 'X-data-parallel-rank': '1' },
+    );
     const batches = await rank1.settle();
     expect(batches.map((b) => [b.seq, b.payload[2]])).toEqual([[0n, 1]]);
     expect(sub.batches).toHaveLength(0);
@@ -237,7 +309,11 @@ describe('the ZMQ stream', () => {
 
   it('reset_prefix_cache: 409 while requests hold blocks, AllBlocksCleared with reset_running_requests=true', async () => {
     const { url, sub } = await serveWithEvents({ timing: 'fixed', forwardTimeMs: 20, engine: { blockSize: 16 }, enableControlRoutes: true });
-    const inFlight = complete(url, Array.from({ length: 40 }, (_, i) => 7000 + i), 30);
+    const inFlight = complete(
+      url,
+      Array.from({ length: 40 }, (_, i) => 7000 + i),
+      30,
+    );
     await sleep(150);
     const refused = await fetch(`${url}/reset_prefix_cache`, { method: 'POST' });
     expect(refused.status).toBe(409);
@@ -257,7 +333,12 @@ describe('the ZMQ stream', () => {
 describe('--kv-events-config and the Dynamo port flags', () => {
   it("take vLLM's KVEventsConfig defaults (vllm-wire-reference §5)", () => {
     expect(parseKvEventsConfig('{"enable_kv_cache_events":true}', 'array')).toEqual({
-      endpoint: 'tcp://*:5557', replayEndpoint: null, topic: '', bufferSteps: 10_000, hwm: 100_000, format: 'array',
+      endpoint: 'tcp://*:5557',
+      replayEndpoint: null,
+      topic: '',
+      bufferSteps: 10_000,
+      hwm: 100_000,
+      format: 'array',
     });
     expect(parseKvEventsConfig('{"enable_kv_cache_events":false,"publisher":"zmq"}', 'array')).toBeNull();
     expect(parseKvEventsConfig('{"enable_kv_cache_events":true,"publisher":"null"}', 'array')).toBeNull();
@@ -303,13 +384,29 @@ describe('DYN_MOCKER_KV_CACHE_TRACE', () => {
   it('logs one structured line per store and eviction (engine-reference §3.7)', async () => {
     const url = `http://127.0.0.1:${server.port}`;
     // 3 requests of 3 full prompt blocks each on 8 blocks: the third must evict.
-    for (let r = 0; r < 3; r++) await complete(url, Array.from({ length: 48 }, (_, i) => 100 * r + i + 1), 1);
+    for (let r = 0; r < 3; r++)
+      await complete(
+        url,
+        Array.from({ length: 48 }, (_, i) => 100 * r + i + 1),
+        1,
+      );
     const trace = lines.filter((l) => l.startsWith('kv_cache_trace '));
     const fields = trace.map((l) => Object.fromEntries([...l.matchAll(/(\w+)=("[^"]*"|\S+)/g)].map((m) => [m[1], m[2].replace(/"/g, '')])));
     expect(fields.filter((f) => f.event === 'allocation').length).toBeGreaterThanOrEqual(3);
     expect(fields.filter((f) => f.event === 'eviction').length).toBeGreaterThan(0);
     for (const f of fields) {
-      expect(Object.keys(f)).toEqual(['engine_type', 'event', 'timestamp_ms', 'dp_rank', 'block_size', 'free_blocks', 'active_blocks', 'inactive_blocks', 'total_blocks', 'utilization']);
+      expect(Object.keys(f)).toEqual([
+        'engine_type',
+        'event',
+        'timestamp_ms',
+        'dp_rank',
+        'block_size',
+        'free_blocks',
+        'active_blocks',
+        'inactive_blocks',
+        'total_blocks',
+        'utilization',
+      ]);
       expect(f).toMatchObject({ engine_type: 'vllm', dp_rank: '0', block_size: '16', total_blocks: '8' });
       expect(Number(f.free_blocks) + Number(f.active_blocks) + Number(f.inactive_blocks)).toBe(8);
       expect(Number(f.utilization)).toBeCloseTo((Number(f.active_blocks) + Number(f.inactive_blocks)) / 8, 4);

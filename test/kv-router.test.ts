@@ -185,7 +185,8 @@ describe('disaggregated router variants (§5.4)', () => {
 });
 
 describe('KV router queue (§8.7: busy = every worker above threshold × max_num_batched_tokens)', () => {
-  const queued = (policy: KvRouterConfig['router_queue_policy']) => router({ router_queue_threshold: 1, router_queue_policy: policy }, { maxNumBatchedTokens: 8 });
+  const queued = (policy: KvRouterConfig['router_queue_policy']) =>
+    router({ router_queue_threshold: 1, router_queue_policy: policy }, { maxNumBatchedTokens: 8 });
 
   it('parks a request while both workers are busy and lets it go when a prefill completes', () => {
     const r = queued('fcfs');
@@ -209,7 +210,12 @@ describe('KV router queue (§8.7: busy = every worker above threshold × max_num
       const r = queued(policy);
       const a = r.admit(req('A', seq(100, 16)), 0)!;
       expect(r.admit(req('B', seq(200, 20)), 0)).toBe(1 - a); // (16 + 20)/4 + 9 = 18 vs 20/4 + 5 = 10
-      for (const [uuid, t] of [['C', 1], ['D', 2], ['E', 3]] as const) expect(r.admit(req(uuid, seq(1000 * t, 8), t), t)).toBeNull();
+      for (const [uuid, t] of [
+        ['C', 1],
+        ['D', 2],
+        ['E', 3],
+      ] as const)
+        expect(r.admit(req(uuid, seq(1000 * t, 8), t), t)).toBeNull();
       r.markPrefillCompleted('A', 4);
       // First: 8/4 + (4 + 2) = 8 vs 28/4 + 7 = 14, leaving 8 tokens (not above 8); second: 16/4 + 8 = 12 vs 14,
       // leaving 16 (busy again): two go, both to A's worker.
@@ -318,7 +324,9 @@ describe('--router-config', () => {
     ] as const) {
       expect(() => parseRouterConfig(`{"${key}": ${value}}`)).toThrow(new RegExp(`^--router-config: "${key}"`));
     }
-    expect(() => parseRouterConfig('{"router_track_output_blocks": true, "router_track_active_blocks": false}')).toThrow(/router_track_output_blocks.*router_track_active_blocks/);
+    expect(() => parseRouterConfig('{"router_track_output_blocks": true, "router_track_active_blocks": false}')).toThrow(
+      /router_track_output_blocks.*router_track_active_blocks/,
+    );
     expect(() => parseRouterConfig('{"overlap_score_weight": ')).toThrow(/^--router-config: not valid JSON/);
   });
 

@@ -46,12 +46,23 @@ async function victim(): Promise<{ port: number; seen: string[] }> {
 const prompt = (from: number) => Array.from({ length: 40 }, (_, i) => from + i);
 
 function complete(url: string, body: Json): Promise<Response> {
-  return fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, max_tokens: 3, ...body }) });
+  return fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, max_tokens: 3, ...body }),
+  });
 }
 
 /** `kv_transfer_params` asking the server to pull from `host:port`, as a decode hop's would. */
 const pullFrom = (host: string, port: number) => ({
-  do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1, 2, 3], remote_engine_id: 'e', remote_request_id: 'r', remote_host: host, remote_port: port, tp_size: 1,
+  do_remote_prefill: true,
+  do_remote_decode: false,
+  remote_block_ids: [1, 2, 3],
+  remote_engine_id: 'e',
+  remote_request_id: 'r',
+  remote_host: host,
+  remote_port: port,
+  tp_size: 1,
 });
 
 async function counter(url: string, name: string, reason?: string): Promise<number> {
@@ -61,7 +72,7 @@ async function counter(url: string, name: string, reason?: string): Promise<numb
   return Number(sample.value);
 }
 
-describe('issue 33 finding 3: kv_transfer_params make no request to a host of the client\'s choosing', () => {
+describe("issue 33 finding 3: kv_transfer_params make no request to a host of the client's choosing", () => {
   it('an aggregated serve (the default) follows none: no request reaches the named host:port, nor a path smuggled in remote_host', async () => {
     const target = await victim();
     const { url } = await mocker([]);
@@ -84,7 +95,12 @@ describe('issue 33 finding 3: kv_transfer_params make no request to a host of th
     const prefill = await mocker(['--disaggregation-mode', 'prefill']);
     const prefillPort = Number(new URL(prefill.url).port);
     const decode = await mocker(['--disaggregation-mode', 'decode', '--kv-transfer-allowed-hosts', `127.0.0.1:${prefillPort}`]);
-    for (const [host, port] of [['127.0.0.1', target.port], ['127.0.0.1', closedPort], [`127.0.0.1:${target.port}/steal?x=`, prefillPort], ['localhost', prefillPort]] as const) {
+    for (const [host, port] of [
+      ['127.0.0.1', target.port],
+      ['127.0.0.1', closedPort],
+      [`127.0.0.1:${target.port}/steal?x=`, prefillPort],
+      ['localhost', prefillPort],
+    ] as const) {
       const res = await complete(decode.url, { prompt: prompt(300), kv_transfer_params: pullFrom(host, port) });
       // Recomputed locally, as any failed pull (vLLM's kv_load_failure_policy "recompute").
       expect(res.status).toBe(200);
@@ -95,7 +111,10 @@ describe('issue 33 finding 3: kv_transfer_params make no request to a host of th
     expect(await counter(decode.url, 'mocker_kv_pull_failures_total', 'unreachable')).toBe(0);
     expect(await counter(decode.url, 'mocker_kv_pull_failures_total', 'unknown_blocks')).toBe(0);
     // The log says the same of an open port and a closed one (nothing was tried): which ports are open stays unknown.
-    const lines = decode.process.stderr().split('\n').filter((l) => l.includes('KV pull failed'));
+    const lines = decode.process
+      .stderr()
+      .split('\n')
+      .filter((l) => l.includes('KV pull failed'));
     expect(lines).toHaveLength(4);
     expect(lines[0].replace(String(target.port), 'PORT')).toBe(lines[1].replace(String(closedPort), 'PORT'));
 
@@ -109,17 +128,27 @@ describe('issue 33 finding 3: kv_transfer_params make no request to a host of th
 
   it('a hold is named by a random id: the ids are unrelated uuids, and a guessed id frees nothing', async () => {
     const prefill = await mocker(['--disaggregation-mode', 'prefill']);
-    const hold = async (from: number) => ((await (await complete(prefill.url, { prompt: prompt(from), max_tokens: 1, kv_transfer_params: { do_remote_decode: true } })).json()) as { kv_transfer_params: Json }).kv_transfer_params;
+    const hold = async (from: number) =>
+      (
+        (await (await complete(prefill.url, { prompt: prompt(from), max_tokens: 1, kv_transfer_params: { do_remote_decode: true } })).json()) as {
+          kv_transfer_params: Json;
+        }
+      ).kv_transfer_params;
     const first = await hold(500);
     const second = await hold(600);
     for (const kv of [first, second]) expect(kv.remote_request_id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     expect(first.remote_request_id).not.toBe(second.remote_request_id);
-    const activeBlocks = async () => ((await (await fetch(`${prefill.url}/mocker/engine`)).json()) as { ranks: { activeBlocks: number }[] }).ranks[0].activeBlocks;
+    const activeBlocks = async () =>
+      ((await (await fetch(`${prefill.url}/mocker/engine`)).json()) as { ranks: { activeBlocks: number }[] }).ranks[0].activeBlocks;
     const held = await activeBlocks();
     expect(held).toBe(6);
     // Another client knows the engine id (it is in every prefill answer) and tries the ids a counter would give.
     const release = (requestId: string) =>
-      fetch(`${prefill.url}/mocker/kv_transfer/pull`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ remote_engine_id: first.remote_engine_id, remote_request_id: requestId }) });
+      fetch(`${prefill.url}/mocker/kv_transfer/pull`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ remote_engine_id: first.remote_engine_id, remote_request_id: requestId }),
+      });
     for (const guess of ['0.0', '0.1', '0.2', '1', '0']) expect((await release(guess)).status, guess).toBe(404);
     expect(await activeBlocks()).toBe(held);
     // Whoever was given the id frees the hold, once.

@@ -25,13 +25,22 @@ async function serve(flags: string[]): Promise<string> {
 
 const knobs = (ttftMs: number, itlMs: number, ttftStdMs = 0, itlStdMs = 0) => ({ ttftMs, itlMs, ttftStdMs, itlStdMs });
 const tokens = (n: number, from = 1) => Array.from({ length: n }, (_, i) => from + i);
-const within = (value: number, target: number, fraction: number) => expect(Math.abs(value - target), `${value} vs ${target}`).toBeLessThanOrEqual(target * fraction);
+const within = (value: number, target: number, fraction: number) =>
+  expect(Math.abs(value - target), `${value} vs ${target}`).toBeLessThanOrEqual(target * fraction);
 
 describe('the latency timing on the virtual clock', () => {
   it('vLLM flavour: a lone request has its first token at TTFT, then one every ITL; a pass that prefills takes TTFT for everyone in it', () => {
     const core = new EngineCore({
-      numGpuBlocks: 1024, blockSize: 16, maxNumSeqs: 8, maxNumBatchedTokens: 8192, enablePrefixCaching: false, enableChunkedPrefill: true,
-      preemptionMode: 'lifo', watermark: 0, timing: latencyTiming(knobs(50, 10), 1, 1), seed: 1,
+      numGpuBlocks: 1024,
+      blockSize: 16,
+      maxNumSeqs: 8,
+      maxNumBatchedTokens: 8192,
+      enablePrefixCaching: false,
+      enableChunkedPrefill: true,
+      preemptionMode: 'lifo',
+      watermark: 0,
+      timing: latencyTiming(knobs(50, 10), 1, 1),
+      seed: 1,
     });
     const result = runOffline(core, [
       { request: { id: 'a', promptTokenIds: tokens(100), maxOutputTokens: 4 }, arrivalMs: 0 },
@@ -93,7 +102,7 @@ describe('mocker serve --ttft 50 --itl 10 (wall clock)', () => {
     within(median(later.gapsMs), 10, 0.3);
   });
 
-  it('--timing latency alone takes AIPerf\'s defaults (TTFT 20, ITL 5); --fast is --timing none', async () => {
+  it("--timing latency alone takes AIPerf's defaults (TTFT 20, ITL 5); --fast is --timing none", async () => {
     const url = await serve(['--timing', 'latency', '--enable-control-routes']);
     expect((await (await fetch(`${url}/mocker/config`)).json()) as Json).toMatchObject({ timing: 'latency', ttft: 20, itl: 5, ttft_std: 0, itl_std: 0 });
     const fast = await serve(['--fast', '--enable-control-routes']);
@@ -111,7 +120,11 @@ describe('mocker serve --startup-time 2', () => {
     expect(Number(health.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     expect(await health.json()).toEqual({ error: { message: expect.stringContaining('starting up'), type: 'Service Unavailable', param: null, code: 503 } });
     expect((await fetch(`${url}/v1/models`)).status).toBe(503);
-    const completion = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', prompt: 'Hi', max_tokens: 1 }) });
+    const completion = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: 'Hi', max_tokens: 1 }),
+    });
     expect(completion.status).toBe(503);
     expect((await fetch(`${url}/metrics`)).status).toBe(200);
     let readyAfterMs = 0;

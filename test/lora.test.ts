@@ -118,9 +118,26 @@ describe('mocker serve --enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true'
     const [pubPort] = await freePorts(1);
     const child = await startMockerProcess(
       [
-        'serve', '--mode', 'random', '--timing', 'fixed', '--forward-time-ms', '20', '--block-size', '16', '--enable-prompt-tokens-details',
-        '--enable-lora', '--max-loras', '1', '--lora-modules', 'a=/adapters/a', '{"name":"b","path":"/adapters/b","base_model_name":"Qwen/Qwen3-0.6B"}',
-        '--kv-events-config', JSON.stringify({ enable_kv_cache_events: true, publisher: 'zmq', endpoint: `tcp://*:${pubPort}` }), '--kv-events-format', 'map',
+        'serve',
+        '--mode',
+        'random',
+        '--timing',
+        'fixed',
+        '--forward-time-ms',
+        '20',
+        '--block-size',
+        '16',
+        '--enable-prompt-tokens-details',
+        '--enable-lora',
+        '--max-loras',
+        '1',
+        '--lora-modules',
+        'a=/adapters/a',
+        '{"name":"b","path":"/adapters/b","base_model_name":"Qwen/Qwen3-0.6B"}',
+        '--kv-events-config',
+        JSON.stringify({ enable_kv_cache_events: true, publisher: 'zmq', endpoint: `tcp://*:${pubPort}` }),
+        '--kv-events-format',
+        'map',
       ],
       0,
       { env: { ...process.env, VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'true', PYTHONHASHSEED: '0' } },
@@ -158,9 +175,16 @@ describe('mocker serve --enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true'
     const unloaded = await jsonPost(`${url}/v1/unload_lora_adapter`, { lora_name: 'sql-lora' });
     expect(unloaded.status).toBe(200);
     expect(await unloaded.text()).toBe("Success: LoRA adapter 'sql-lora' removed successfully.");
-    const gone = await client.chat.completions.create({ model: 'sql-lora', messages: [{ role: 'user', content: 'SELECT 1' }], max_tokens: 2 }).catch((e: unknown) => e);
+    const gone = await client.chat.completions
+      .create({ model: 'sql-lora', messages: [{ role: 'user', content: 'SELECT 1' }], max_tokens: 2 })
+      .catch((e: unknown) => e);
     expect(gone).toBeInstanceOf(OpenAI.NotFoundError);
-    expect((gone as InstanceType<typeof OpenAI.NotFoundError>).error).toEqual({ message: 'The model `sql-lora` does not exist.', type: 'NotFoundError', param: 'model', code: 404 });
+    expect((gone as InstanceType<typeof OpenAI.NotFoundError>).error).toEqual({
+      message: 'The model `sql-lora` does not exist.',
+      type: 'NotFoundError',
+      param: 'model',
+      code: 404,
+    });
     expect(await modelIds()).toEqual([BASE, 'a', 'b']);
   });
 
@@ -168,7 +192,12 @@ describe('mocker serve --enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true'
     const twice = await jsonPost(`${url}/v1/load_lora_adapter`, { lora_name: 'a', lora_path: '/elsewhere' });
     expect(twice.status).toBe(400);
     expect(await twice.json()).toEqual({
-      error: { message: "The lora adapter 'a' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.", type: 'InvalidUserInput', param: null, code: 400 },
+      error: {
+        message: "The lora adapter 'a' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.",
+        type: 'InvalidUserInput',
+        param: null,
+        code: 400,
+      },
     });
     const unknown = await jsonPost(`${url}/v1/unload_lora_adapter`, { lora_name: 'nope' });
     expect(unknown.status).toBe(404);
@@ -191,13 +220,24 @@ describe('mocker serve --enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true'
       expect(res.status).toBe(200);
     }
     await events.settle();
-    type Stored = { type: string; block_hashes: (number | bigint)[]; token_ids: number[]; lora_id: number | null; lora_name: string | null; extra_keys: unknown };
+    type Stored = {
+      type: string;
+      block_hashes: (number | bigint)[];
+      token_ids: number[];
+      lora_id: number | null;
+      lora_name: string | null;
+      extra_keys: unknown;
+    };
     const stored = events.batches
       .flatMap((b) => b.payload[1] as Stored[])
       .filter((e) => e.type === 'BlockStored' && e.token_ids.length === 32 && e.token_ids.every((t, i) => t === prompt[i]));
     expect(stored.map((e) => e.lora_name)).toEqual(['a', 'b', null]);
     expect(stored.map((e) => e.lora_id)).toEqual([1, 2, null]);
-    expect(stored.map((e) => e.extra_keys)).toEqual([[['a'], ['a']], [['b'], ['b']], [null, null]]);
+    expect(stored.map((e) => e.extra_keys)).toEqual([
+      [['a'], ['a']],
+      [['b'], ['b']],
+      [null, null],
+    ]);
     for (const [i, lora] of (['a', 'b', null] as const).entries()) {
       const first = blockDigest(NONE_HASH, prompt.slice(0, 16), lora);
       const second = blockDigest(first, prompt.slice(16, 32), lora);
@@ -207,8 +247,11 @@ describe('mocker serve --enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true'
   });
 
   it('hits the prefix cache for a repeat under the same adapter, never under another adapter or the base model', async () => {
-    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'A prompt long enough to fill a few blocks of sixteen tokens, repeated under several adapters.' }];
-    const cached = async (model: string) => (await client.chat.completions.create({ model, messages, max_tokens: 1 })).usage?.prompt_tokens_details?.cached_tokens;
+    const messages: OpenAI.ChatCompletionMessageParam[] = [
+      { role: 'user', content: 'A prompt long enough to fill a few blocks of sixteen tokens, repeated under several adapters.' },
+    ];
+    const cached = async (model: string) =>
+      (await client.chat.completions.create({ model, messages, max_tokens: 1 })).usage?.prompt_tokens_details?.cached_tokens;
     const first = await client.chat.completions.create({ model: 'a', messages, max_tokens: 1 });
     const promptTokens = first.usage!.prompt_tokens;
     expect(first.usage?.prompt_tokens_details?.cached_tokens).toBe(0);
@@ -234,7 +277,12 @@ describe('mocker serve --enable-lora with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true'
     type Sample = { labels: Record<string, string>; value: string };
     let seen: Sample | undefined;
     for (let poll = 0; poll < 100 && !seen; poll++) {
-      const families = parsePrometheusTextFormat(await (await fetch(`${url}/metrics`)).text()) as { name: string; type: string; help: string; metrics: Sample[] }[];
+      const families = parsePrometheusTextFormat(await (await fetch(`${url}/metrics`)).text()) as {
+        name: string;
+        type: string;
+        help: string;
+        metrics: Sample[];
+      }[];
       const info = families.find((f) => f.name === 'vllm:lora_requests_info');
       expect(info).toMatchObject({ type: 'GAUGE', help: 'Running stats on lora requests.' });
       seen = info!.metrics.find((m) => m.labels.running_lora_adapters === 'a' && m.labels.waiting_lora_adapters === 'b');

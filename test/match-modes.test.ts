@@ -34,7 +34,11 @@ interface Reply {
 }
 
 async function complete(url: string, request: Json): Promise<Reply> {
-  const res = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, max_tokens: 16, ...request }) });
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, max_tokens: 16, ...request }),
+  });
   const text = await res.text();
   return { status: res.status, headers: res.headers, text, body: JSON.parse(text) as Json };
 }
@@ -90,7 +94,11 @@ describe('--match prefix', () => {
     expect(answerOf(extended)).toBe(answerOf(captured.long));
     // Rendered for this request: its own prompt length, the capture's completion tokens.
     const longUsage = captured.long.body.usage as Json;
-    expect(extended.body.usage).toMatchObject({ prompt_tokens: 25, completion_tokens: longUsage.completion_tokens, total_tokens: 25 + Number(longUsage.completion_tokens) });
+    expect(extended.body.usage).toMatchObject({
+      prompt_tokens: 25,
+      completion_tokens: longUsage.completion_tokens,
+      total_tokens: 25 + Number(longUsage.completion_tokens),
+    });
     expect(extended.headers.get('server')).toBeNull();
 
     // 24 tokens diverging from LONG at its last one: LONG shares 23, but SHORT (20 ≥ 0.8 × 24) is a whole prefix.
@@ -108,8 +116,8 @@ describe('--match prefix', () => {
     expect(unstamped(exact.text)).toBe(unstamped(captured.short.text));
 
     expect(await mockerCounters(Number(new URL(url).port))).toMatchObject({
-      'mocker_capture_hits_total': 1,
-      'mocker_capture_prefix_hits_total': 2,
+      mocker_capture_hits_total: 1,
+      mocker_capture_prefix_hits_total: 2,
       'mocker_capture_misses_total{no_match}': 1,
     });
   });

@@ -22,7 +22,8 @@ afterAll(async () => {
 /** promtool's complaints about `text`, one `{ name, problem }` per line it printed. */
 function promtoolProblems(text: string): { name: string; problem: string }[] {
   const run = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
-  if (run.error) throw new Error(`promtool could not run (${run.error.message}): install Debian's prometheus package (apt-get install prometheus), which this test needs`);
+  if (run.error)
+    throw new Error(`promtool could not run (${run.error.message}): install Debian's prometheus package (apt-get install prometheus), which this test needs`);
   // Exit 0: no problem; 3: lint problems found (listed on stderr); anything else: promtool itself failed.
   if (run.status !== 0 && run.status !== 3) throw new Error(`promtool check metrics exited with ${run.status}: ${run.stderr}`);
   return run.stderr
@@ -45,7 +46,7 @@ const MOCKER_METRICS = [
   'mocker_injected_errors_total',
 ];
 
-describe('promtool check metrics on the spawned CLI: nothing but vLLM\'s own `vllm:` names', () => {
+describe("promtool check metrics on the spawned CLI: nothing but vLLM's own `vllm:` names", () => {
   it('serve (a capture lookup missed, a failure injected) and a capture proxy in front of it', async () => {
     // The default mode looks every request up in the capture file: an empty one misses, and --fail-first fails the first.
     const serve = await startMockerProcess(['serve', '--captures', join(dir, 'empty.db'), '--fail-first', '1']);
@@ -53,22 +54,38 @@ describe('promtool check metrics on the spawned CLI: nothing but vLLM\'s own `vl
     const capture = await startMockerProcess(['capture', '--upstream', `http://127.0.0.1:${serve.port}`, '--captures', join(dir, 'capture.db')]);
     processes.push(capture);
     for (let i = 0; i < 2; i++) {
-      const res = await fetch(`http://127.0.0.1:${capture.port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'Hello', max_tokens: 4 }) });
+      const res = await fetch(`http://127.0.0.1:${capture.port}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt: 'Hello', max_tokens: 4 }),
+      });
       await res.arrayBuffer();
     }
 
-    for (const [what, port] of [['serve', serve.port], ['capture', capture.port]] as const) {
+    for (const [what, port] of [
+      ['serve', serve.port],
+      ['capture', capture.port],
+    ] as const) {
       const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
       const names = familyNames(text);
       expect(names, what).toEqual(expect.arrayContaining(MOCKER_METRICS));
-      expect(names.filter((n) => n.startsWith('mocker:')), what).toEqual([]);
+      expect(
+        names.filter((n) => n.startsWith('mocker:')),
+        what,
+      ).toEqual([]);
       // What was counted is there: the miss and the injected failure.
       expect(text, what).toMatch(/^mocker_capture_misses_total\{[^}]*reason="no_match"[^}]*\} [1-9]/m);
       expect(text, what).toMatch(/^mocker_injected_errors_total\{[^}]*\} [1-9]/m);
       const problems = promtoolProblems(text);
       // promtool did lint this text: vLLM's colon names are what it always flags.
-      expect(problems.some((p) => p.name.startsWith('vllm:')), what).toBe(true);
-      expect(problems.filter((p) => !p.name.startsWith('vllm:')), what).toEqual([]);
+      expect(
+        problems.some((p) => p.name.startsWith('vllm:')),
+        what,
+      ).toBe(true);
+      expect(
+        problems.filter((p) => !p.name.startsWith('vllm:')),
+        what,
+      ).toEqual([]);
     }
   });
 });

@@ -18,7 +18,10 @@ const MAX_TOKENS = 12;
 
 describe('floatToGoString', () => {
   it("prints every value as Python's prometheus_client does (fixture written by Python's own float repr)", () => {
-    const rows = JSON.parse(readFileSync(new URL('./fixtures/prometheus/float-to-go-string.json', import.meta.url), 'utf8')) as { value: number | string; text: string }[];
+    const rows = JSON.parse(readFileSync(new URL('./fixtures/prometheus/float-to-go-string.json', import.meta.url), 'utf8')) as {
+      value: number | string;
+      text: string;
+    }[];
     expect(rows.length).toBeGreaterThan(30);
     for (const { value, text } of rows) {
       const n = value === 'inf' ? Infinity : value === '-inf' ? -Infinity : (value as number);
@@ -32,7 +35,13 @@ describe('GET /metrics', () => {
   let url: string;
   beforeAll(async () => {
     // Slow steps and room for 3 running requests: the test knows what is running and waiting.
-    server = await startServe({ mode: 'random', captures: ':memory:', timing: 'fixed', forwardTimeMs: 40, engine: { maxNumSeqs: 3, maxNumBatchedTokens: 8192 } });
+    server = await startServe({
+      mode: 'random',
+      captures: ':memory:',
+      timing: 'fixed',
+      forwardTimeMs: 40,
+      engine: { maxNumSeqs: 3, maxNumBatchedTokens: 8192 },
+    });
     url = `http://127.0.0.1:${server.port}`;
   });
   afterAll(async () => {
@@ -71,7 +80,9 @@ describe('GET /metrics', () => {
     expect(family(families, 'vllm:prompt_tokens_total')).toMatchObject({ type: 'COUNTER', help: 'Number of prefill tokens processed.' });
     expect(family(families, 'vllm:time_to_first_token_seconds')).toMatchObject({ type: 'HISTOGRAM', help: 'Histogram of time to first token in seconds.' });
     expect(family(families, 'vllm:num_requests_running').metrics[0].labels).toEqual({ model_name: MODEL, engine: '0' });
-    const success = family(families, 'vllm:request_success_total').metrics.map((m) => m.labels?.finished_reason).sort();
+    const success = family(families, 'vllm:request_success_total')
+      .metrics.map((m) => m.labels?.finished_reason)
+      .sort();
     expect(success).toEqual(['abort', 'length', 'stop']);
     const ttftBuckets = Object.keys(family(families, 'vllm:time_to_first_token_seconds').metrics[0].buckets ?? {})
       .map((le) => (le === '+Inf' ? Infinity : Number(le)))
@@ -109,12 +120,18 @@ describe('GET /metrics', () => {
   it('tracks a controlled load: gauges match what was sent, counters only rise, histograms count the finished requests', async () => {
     const prompts = Array.from({ length: LENGTH_REQUESTS }, (_, i) => Array.from({ length: 10 + i }, (_, t) => 1000 + 100 * i + t));
     const sent = prompts.map((prompt) =>
-      fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt, max_tokens: MAX_TOKENS, ignore_eos: true }) }).then((r) => r.json()),
+      fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt, max_tokens: MAX_TOKENS, ignore_eos: true }),
+      }).then((r) => r.json()),
     );
     // One chat answer that ends by EOS: a `stop` finish.
-    const chat = fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] }) }).then(
-      (r) => r.json() as Promise<{ choices: { finish_reason: string }[]; usage: { prompt_tokens: number; completion_tokens: number } }>,
-    );
+    const chat = fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] }),
+    }).then((r) => r.json() as Promise<{ choices: { finish_reason: string }[]; usage: { prompt_tokens: number; completion_tokens: number } }>);
     // Until all 6 have reached the engine (the first ends after 12 steps of 40 ms, well after).
     let state = (await (await fetch(`${url}/mocker/engine`)).json()) as EngineState;
     for (let i = 0; i < 40 && state.ranks[0].running + state.ranks[0].waiting < 6; i++) {
@@ -159,7 +176,15 @@ describe('GET /metrics', () => {
     const finished = LENGTH_REQUESTS + 1;
     expect(value(after, 'vllm:request_success_total', { finished_reason: 'length' })).toBe(LENGTH_REQUESTS);
     expect(value(after, 'vllm:request_success_total', { finished_reason: 'stop' })).toBe(1);
-    for (const h of ['vllm:e2e_request_latency_seconds', 'vllm:request_queue_time_seconds', 'vllm:request_prefill_time_seconds', 'vllm:request_decode_time_seconds', 'vllm:request_prompt_tokens', 'vllm:request_generation_tokens', 'vllm:time_to_first_token_seconds']) {
+    for (const h of [
+      'vllm:e2e_request_latency_seconds',
+      'vllm:request_queue_time_seconds',
+      'vllm:request_prefill_time_seconds',
+      'vllm:request_decode_time_seconds',
+      'vllm:request_prompt_tokens',
+      'vllm:request_generation_tokens',
+      'vllm:time_to_first_token_seconds',
+    ]) {
       expect(histogramCount(afterText, h), h).toBe(finished);
     }
     // max_tokens was sent by the 5 completions only.
@@ -184,7 +209,14 @@ describe('GET /metrics with several DP ranks and hidden metrics', () => {
   let server: Running;
   let url: string;
   beforeAll(async () => {
-    server = await startServe({ mode: 'random', captures: ':memory:', timing: 'fixed', forwardTimeMs: 20, showHiddenMetrics: true, engine: { dataParallelSize: 2, blockSize: 16 } });
+    server = await startServe({
+      mode: 'random',
+      captures: ':memory:',
+      timing: 'fixed',
+      forwardTimeMs: 20,
+      showHiddenMetrics: true,
+      engine: { dataParallelSize: 2, blockSize: 16 },
+    });
     url = `http://127.0.0.1:${server.port}`;
   });
   afterAll(async () => {

@@ -17,7 +17,11 @@ afterEach(async () => {
 });
 
 const ask = async (port: number) => {
-  const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'Remember me', max_tokens: 16 }) });
+  const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, prompt: 'Remember me', max_tokens: 16 }),
+  });
   return { status: res.status, json: (await res.json()) as { choices?: { text: string }[] } };
 };
 const storedExchanges = (db: string) => {
@@ -44,18 +48,22 @@ describe('--on-miss', () => {
       await upstream.close();
       const again = await ask(server.port);
       const counters = await mockerCounters(server.port);
-      const noErrors = { 'mocker_upstream_errors_total{timeout}': 0, 'mocker_upstream_errors_total{broken_stream}': 0, 'mocker_upstream_errors_total{error_status}': 0 };
+      const noErrors = {
+        'mocker_upstream_errors_total{timeout}': 0,
+        'mocker_upstream_errors_total{broken_stream}': 0,
+        'mocker_upstream_errors_total{error_status}': 0,
+      };
       if (policy === 'record') {
         expect(storedExchanges(db)).toBe(1);
         expect(again.status).toBe(200);
         expect(again.json.choices?.[0].text).toBe(ANSWER);
         // The first ask missed and was recorded; the second hit the new capture.
         expect(counters).toEqual({
-          'mocker_capture_hits_total': 1,
-          'mocker_capture_prefix_hits_total': 0,
+          mocker_capture_hits_total: 1,
+          mocker_capture_prefix_hits_total: 0,
           'mocker_capture_misses_total{no_match}': 1,
           'mocker_capture_misses_total{too_short}': 0,
-          'mocker_captures_written_total': 1,
+          mocker_captures_written_total: 1,
           'mocker_upstream_errors_total{unreachable}': 0,
           ...noErrors,
         });
@@ -65,11 +73,11 @@ describe('--on-miss', () => {
         expect(again.status).toBe(502);
         // Both asks missed; the second found the upstream gone.
         expect(counters).toEqual({
-          'mocker_capture_hits_total': 0,
-          'mocker_capture_prefix_hits_total': 0,
+          mocker_capture_hits_total: 0,
+          mocker_capture_prefix_hits_total: 0,
           'mocker_capture_misses_total{no_match}': 2,
           'mocker_capture_misses_total{too_short}': 0,
-          'mocker_captures_written_total': 0,
+          mocker_captures_written_total: 0,
           'mocker_upstream_errors_total{unreachable}': 1,
           ...noErrors,
         });
@@ -86,7 +94,11 @@ describe('several captures of one prompt', () => {
     const upstream = await startUpstream(() => ({ content: 'one two three four five six seven eight nine ten eleven twelve' }));
     const recorder = await startServe({ mode: 'replay', captures: db, timing: 'none', onMiss: 'record', upstream: upstream.url });
     const askFor = async (port: number, maxTokens: number) => {
-      const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'Count', max_tokens: maxTokens }) });
+      const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt: 'Count', max_tokens: maxTokens }),
+      });
       return { status: res.status, text: res.ok ? ((await res.json()) as { choices: { text: string }[] }).choices[0].text : await res.text() };
     };
     // Recorded in this order: 4 tokens (cut by length), then 10 (the 4-token capture is too short for it).
@@ -106,7 +118,7 @@ describe('several captures of one prompt', () => {
 });
 
 describe('a recorded batch of prompts (completions with a list of prompts)', () => {
-  it('is stored whole and never answers a replay of one of its prompts with another prompt\'s answer', async () => {
+  it("is stored whole and never answers a replay of one of its prompts with another prompt's answer", async () => {
     const dir = mkdtempSync(join(testTmpdir(), 'mocker-miss-'));
     dirs.push(dir);
     const db = join(dir, 'captures.db');
@@ -114,13 +126,17 @@ describe('a recorded batch of prompts (completions with a list of prompts)', () 
     running.push(engine);
     const recorder = await startServe({ mode: 'replay', captures: db, timing: 'none', onMiss: 'record', upstream: `http://127.0.0.1:${engine.port}` });
     const complete = async (port: number, prompt: unknown) => {
-      const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt, max_tokens: 5 }) });
+      const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt, max_tokens: 5 }),
+      });
       return { status: res.status, text: await res.text() };
     };
     const batch = await complete(recorder.port, ['Alpha prompt', 'Beta prompt']);
     await recorder.close();
     expect(batch.status).toBe(200);
-    expect(((JSON.parse(batch.text) as { choices: unknown[] }).choices).length).toBe(2);
+    expect((JSON.parse(batch.text) as { choices: unknown[] }).choices.length).toBe(2);
     expect(storedExchanges(db)).toBe(1);
 
     const replay = await startServe({ mode: 'replay', captures: db, timing: 'none' });

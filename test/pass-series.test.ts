@@ -14,7 +14,10 @@ describe('pass series print what prom-client prints for the same updates', () =>
     const buckets = [0.001, 0.01, 0.1, 1, 10];
     const expected = new Histogram({ name: 'h_seconds', help: 'A histogram.', buckets, labelNames, registers: [oracle] });
     const tested = new PassHistogram({ name: 'h_seconds', help: 'A histogram.', buckets, labelNames, registers: [fast] });
-    const lone = { expected: new Histogram({ name: 'lone', help: 'No labels.', buckets, registers: [oracle] }), tested: new PassHistogram({ name: 'lone', help: 'No labels.', buckets, labelNames: [], registers: [fast] }) };
+    const lone = {
+      expected: new Histogram({ name: 'lone', help: 'No labels.', buckets, registers: [oracle] }),
+      tested: new PassHistogram({ name: 'lone', help: 'No labels.', buckets, labelNames: [], registers: [fast] }),
+    };
     expected.zero(labels(1));
     tested.zero(labels(1));
     expect(await fast.metrics()).toBe(await oracle.metrics());

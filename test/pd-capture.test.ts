@@ -22,8 +22,14 @@ const DECODE_TTFT_MS = 60;
 const gap = (i: number) => 20 + ((i * 37) % 61);
 const BODY = { model: MODEL, prompt: 'Tell me a long story about disaggregated serving', max_tokens: 24, stream: true };
 const UPSTREAM_PREFILL_PARAMS = {
-  do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [7, 8], remote_engine_id: 'upstream-prefill-engine',
-  remote_request_id: 'upstream-request', remote_host: '10.0.0.1', remote_port: 5600, tp_size: 1,
+  do_remote_prefill: true,
+  do_remote_decode: false,
+  remote_block_ids: [7, 8],
+  remote_engine_id: 'upstream-prefill-engine',
+  remote_request_id: 'upstream-request',
+  remote_host: '10.0.0.1',
+  remote_port: 5600,
+  tp_size: 1,
 };
 
 async function streamedText(baseUrl: string): Promise<string> {
@@ -53,11 +59,23 @@ describe('PD-split capture, then replay', () => {
     });
     const decode: Upstream = await startUpstream(() => ({ content: 'story '.repeat(40), ttftMs: DECODE_TTFT_MS, gapMs: gap }));
     const capture = (upstream: Upstream) =>
-      startCapture({ upstream: upstream.url, captures: dbPath, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: [] });
+      startCapture({
+        upstream: upstream.url,
+        captures: dbPath,
+        host: '127.0.0.1',
+        port: 0,
+        upstreamTimeoutMs: 10_000,
+        maxBodyBytes: 1 << 20,
+        redactHeaders: [],
+      });
     const captureP = await capture(prefill);
     const captureD = await capture(decode);
     const proxy = await startPdProxy({
-      prefill: [new URL(`http://127.0.0.1:${captureP.port}`)], decode: [new URL(`http://127.0.0.1:${captureD.port}`)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20,
+      prefill: [new URL(`http://127.0.0.1:${captureP.port}`)],
+      decode: [new URL(`http://127.0.0.1:${captureD.port}`)],
+      host: '127.0.0.1',
+      port: 0,
+      maxBodyBytes: 1 << 20,
     });
     capturedText = await streamedText(`http://127.0.0.1:${proxy.port}`);
     const decodeRequest = decode.received.find((r) => r.path === '/v1/completions');
@@ -73,7 +91,8 @@ describe('PD-split capture, then replay', () => {
     // Read whole before the store closes (a lookup's exchanges read their bodies on first use).
     const hops = store.findByPrompt(MODEL, await encode(BODY.prompt, true)).map((found) => store.getExchange(found.id)!);
     store.close();
-    const hopOf = (ex: (typeof hops)[number]) => (JSON.parse(ex.requestBody.toString('utf8')) as { kv_transfer_params?: Record<string, unknown> }).kv_transfer_params;
+    const hopOf = (ex: (typeof hops)[number]) =>
+      (JSON.parse(ex.requestBody.toString('utf8')) as { kv_transfer_params?: Record<string, unknown> }).kv_transfer_params;
     const p = hops.find((ex) => hopOf(ex)?.do_remote_decode === true)!;
     const d = hops.find((ex) => hopOf(ex)?.do_remote_prefill === true)!;
     prefillHop = p.generations[0].tokenTimes[0];

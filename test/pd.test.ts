@@ -56,10 +56,20 @@ async function counter(url: string, name: string, reason?: string): Promise<numb
  * A 64-token completion (ids from `promptFrom`) sent to a decode engine whose `kv_transfer_params` name a prefill
  * engine at 127.0.0.1:`prefillPort` holding the prompt's KV (vllm-wire-reference.md §7): the decode engine pulls it.
  */
-function completeWithRemoteKv(decode: string, prefillPort: number, options: { promptFrom: number; maxTokens: number; signal?: AbortSignal }): Promise<Response> {
+function completeWithRemoteKv(
+  decode: string,
+  prefillPort: number,
+  options: { promptFrom: number; maxTokens: number; signal?: AbortSignal },
+): Promise<Response> {
   const kv = {
-    do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1, 2, 3, 4], remote_engine_id: 'no-such-engine', remote_request_id: 'r-1',
-    remote_host: '127.0.0.1', remote_port: prefillPort, tp_size: 1,
+    do_remote_prefill: true,
+    do_remote_decode: false,
+    remote_block_ids: [1, 2, 3, 4],
+    remote_engine_id: 'no-such-engine',
+    remote_request_id: 'r-1',
+    remote_host: '127.0.0.1',
+    remote_port: prefillPort,
+    tp_size: 1,
   };
   const prompt = Array.from({ length: 64 }, (_, i) => options.promptFrom + i);
   return fetch(`${decode}/v1/completions`, {
@@ -148,7 +158,9 @@ describe('mocker prefill + decode engines behind mocker pd-proxy', () => {
       nextPrompt += promptTokens;
       const start = performance.now();
       const res = await fetch(`${url}/v1/completions`, {
-        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt, max_tokens: 2, stream: true }),
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt, max_tokens: 2, stream: true }),
       });
       const reader = res.body!.getReader();
       await reader.read();
@@ -184,7 +196,14 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     const original = { model: MODEL, prompt: Array.from({ length: 40 }, (_, i) => 500 + i), max_tokens: 6, stream: false, min_tokens: 2 };
     const toPrefill = {
       ...original,
-      kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null },
+      kv_transfer_params: {
+        do_remote_decode: true,
+        do_remote_prefill: false,
+        remote_engine_id: null,
+        remote_block_ids: null,
+        remote_host: null,
+        remote_port: null,
+      },
       stream: false,
       max_tokens: 1,
     } as Record<string, unknown>;
@@ -192,13 +211,33 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     const headers = { 'content-type': 'application/json', 'X-Request-Id': requestId };
     const p = await fetch(`${prefill}/v1/completions`, { method: 'POST', headers, body: JSON.stringify(toPrefill) });
     expect(p.status).toBe(200);
-    const pJson = (await p.json()) as { id: string; choices: { finish_reason: string }[]; usage: { completion_tokens: number }; kv_transfer_params: Record<string, unknown> };
+    const pJson = (await p.json()) as {
+      id: string;
+      choices: { finish_reason: string }[];
+      usage: { completion_tokens: number };
+      kv_transfer_params: Record<string, unknown>;
+    };
     expect(pJson.id).toBe(`cmpl-${requestId}`);
     expect(pJson.choices[0].finish_reason).toBe('length');
     expect(pJson.usage.completion_tokens).toBe(1);
     const kv = pJson.kv_transfer_params;
-    expect(Object.keys(kv)).toEqual(['do_remote_prefill', 'do_remote_decode', 'remote_block_ids', 'remote_engine_id', 'remote_request_id', 'remote_host', 'remote_port', 'tp_size']);
-    expect(kv).toMatchObject({ do_remote_prefill: true, do_remote_decode: false, remote_host: '127.0.0.1', remote_port: Number(new URL(prefill).port), tp_size: 1 });
+    expect(Object.keys(kv)).toEqual([
+      'do_remote_prefill',
+      'do_remote_decode',
+      'remote_block_ids',
+      'remote_engine_id',
+      'remote_request_id',
+      'remote_host',
+      'remote_port',
+      'tp_size',
+    ]);
+    expect(kv).toMatchObject({
+      do_remote_prefill: true,
+      do_remote_decode: false,
+      remote_host: '127.0.0.1',
+      remote_port: Number(new URL(prefill).port),
+      tp_size: 1,
+    });
     // 40 prompt tokens + the sampled one in blocks of 16: 3 blocks held.
     expect(kv.remote_block_ids).toHaveLength(3);
     expect(typeof kv.remote_engine_id).toBe('string');
@@ -221,9 +260,21 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
 
   it('a prefill that ends other than by length answers kv_transfer_params null and holds nothing', async () => {
     const { url: prefill } = await serve({ role: 'prefill', timing: 'none' });
-    const body = { model: MODEL, prompt: Array.from({ length: 40 }, (_, i) => 600 + i), max_tokens: 1, seed: 9, kv_transfer_params: { do_remote_decode: true } };
+    const body = {
+      model: MODEL,
+      prompt: Array.from({ length: 40 }, (_, i) => 600 + i),
+      max_tokens: 1,
+      seed: 9,
+      kv_transfer_params: { do_remote_decode: true },
+    };
     const post = async (extra: Record<string, unknown>) =>
-      (await (await fetch(`${prefill}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, ...extra, return_token_ids: true }) })).json()) as {
+      (await (
+        await fetch(`${prefill}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ ...body, ...extra, return_token_ids: true }),
+        })
+      ).json()) as {
         choices: { finish_reason: string; token_ids: number[] }[];
         kv_transfer_params: unknown;
       };
@@ -246,7 +297,9 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     running.push(proxy);
     const leave = new AbortController();
     const sent = fetch(`http://127.0.0.1:${proxy.port}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, signal: leave.signal,
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      signal: leave.signal,
       body: JSON.stringify({ model: MODEL, prompt: Array.from({ length: 40 }, (_, i) => 700 + i), max_tokens: 4, stream: true }),
     });
     // The client leaves once the prefill engine's step has begun (not after a fixed sleep: on a busy machine the
@@ -270,7 +323,8 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     // The prefill hop asks for one token and drops min_tokens, so it is served; the decode engine gets the
     // client's body, where min_tokens > max_tokens is vLLM's 400.
     const res = await fetch(`${proxy}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: MODEL, prompt: Array.from({ length: 40 }, (_, i) => 700 + i), max_tokens: 4, min_tokens: 10 }),
     });
     expect(res.status).toBe(400);
@@ -280,13 +334,14 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     expect(await activeBlocks(prefill)).toBe(0);
   });
 
-  it('a body nested deeper than JSON.stringify can write back is a 400 in vLLM\'s format, not a 502 or a 500, and leaves nothing held', async () => {
+  it("a body nested deeper than JSON.stringify can write back is a 400 in vLLM's format, not a 502 or a 500, and leaves nothing held", async () => {
     const { prefill, proxy } = await pdPair({ timing: 'none' });
     const deep = `${'['.repeat(100_000)}${']'.repeat(100_000)}`;
     // In a field the prefill hop keeps, and in one it drops (stream: the decode hop alone gets it).
     for (const field of ['user', 'stream']) {
       const res = await fetch(`${proxy}/v1/completions`, {
-        method: 'POST', headers: { 'content-type': 'application/json' },
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
         body: `{"model":"${MODEL}","prompt":"Hi","max_tokens":2,"${field}":${deep}}`,
       });
       expect(res.status, field).toBe(400);
@@ -299,10 +354,11 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     expect(await activeBlocks(prefill)).toBe(0);
   });
 
-  it('passes the client\'s bytes on to the decode engine: n = -1e999 (not a JSON number JavaScript can write back) is a 400, not n = null', async () => {
+  it("passes the client's bytes on to the decode engine: n = -1e999 (not a JSON number JavaScript can write back) is a 400, not n = null", async () => {
     const { proxy } = await pdPair({ timing: 'none' });
     const res = await fetch(`${proxy}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
       body: `{"model":"${MODEL}","prompt":"Hi","max_tokens":2,"n":-1e999}`,
     });
     expect(res.status).toBe(400);
@@ -311,11 +367,21 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
 
   it('a prefill engine holds ceil(prompt / block size) blocks: the sampled token has no KV (as vLLM)', async () => {
     const { url: prefill } = await serve({ role: 'prefill', timing: 'none' });
-    for (const [promptTokens, blocks] of [[32, 2], [33, 3], [47, 3], [48, 3]]) {
+    for (const [promptTokens, blocks] of [
+      [32, 2],
+      [33, 3],
+      [47, 3],
+      [48, 3],
+    ]) {
       const res = await fetch(`${prefill}/v1/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: MODEL, prompt: Array.from({ length: promptTokens }, (_, i) => 1000 * promptTokens + i), max_tokens: 1, kv_transfer_params: { do_remote_decode: true } }),
+        body: JSON.stringify({
+          model: MODEL,
+          prompt: Array.from({ length: promptTokens }, (_, i) => 1000 * promptTokens + i),
+          max_tokens: 1,
+          kv_transfer_params: { do_remote_decode: true },
+        }),
       });
       const kv = ((await res.json()) as { kv_transfer_params: { remote_block_ids: number[] } }).kv_transfer_params;
       expect(kv.remote_block_ids, `${promptTokens} prompt tokens`).toHaveLength(blocks);
@@ -496,7 +562,9 @@ describe('mocker serve --pd', () => {
       await res.json();
       // Both engines cached the prompt's two full blocks of 16 (the prefill computed them, the decode pulled them).
       const storedHashes = async (sub: EventSubscriber) =>
-        (await sub.settle()).flatMap((b) => (b.payload[1] as unknown[][]).filter((e) => e[0] === 'BlockStored').flatMap((e) => (e[1] as (number | bigint)[]).map(String)));
+        (await sub.settle()).flatMap((b) =>
+          (b.payload[1] as unknown[][]).filter((e) => e[0] === 'BlockStored').flatMap((e) => (e[1] as (number | bigint)[]).map(String)),
+        );
       const [prefillHashes, decodeHashes] = [await storedHashes(subscribers[0]), await storedHashes(subscribers[1])];
       expect(prefillHashes.slice(0, 2)).toHaveLength(2);
       expect(decodeHashes.slice(0, 2)).toEqual(prefillHashes.slice(0, 2));

@@ -212,8 +212,23 @@ describe('interpolated perf model (§4.2)', () => {
   it('validates the table shapes with clear messages', () => {
     const build = (overrides: Partial<PerfTables>) => () => new InterpolatedPerfModel({ ...TABLES, ...overrides });
     expect(build({ prefill_ttft_ms: [20, 30] })).toThrow('prefill array length mismatch: prefill_isl has 3 values, prefill_ttft_ms has 2');
-    expect(build({ decode_itl: [[5, 7], [9, 15]] })).toThrow('decode array dimension mismatch: decode_itl shape (2, 2), expected (3, 2)');
-    expect(build({ decode_itl: [[5, 7, 1], [9, 15, 1], [13, 19, 1]] })).toThrow('decode array dimension mismatch: decode_itl row 0 has 3 columns, expected (3, 2)');
+    expect(
+      build({
+        decode_itl: [
+          [5, 7],
+          [9, 15],
+        ],
+      }),
+    ).toThrow('decode array dimension mismatch: decode_itl shape (2, 2), expected (3, 2)');
+    expect(
+      build({
+        decode_itl: [
+          [5, 7, 1],
+          [9, 15, 1],
+          [13, 19, 1],
+        ],
+      }),
+    ).toThrow('decode array dimension mismatch: decode_itl row 0 has 3 columns, expected (3, 2)');
     expect(build({ decode_itl: [[5, 7], [9], [13, 19]] })).toThrow('decode_itl row 1 has 1 columns, expected (3, 2)');
     expect(build({ decode_context_length: [500, 100] })).toThrow('decode_context_length must be strictly increasing: [0] = 500, [1] = 100');
     expect(build({ prefill_isl: [100, 100, 700] })).toThrow('prefill_isl must be strictly increasing');
@@ -284,13 +299,17 @@ describe('loadPerfModel: mocker-format .npz', () => {
 
   it('reports the file and key on errors', async () => {
     const missing = writeTemp(perfDataNpz('deflated', { decode_itl: undefined }));
-    await expect(loadPerfModel(missing)).rejects.toThrow(`${missing}: missing key 'decode_itl' (found: prefill_isl, prefill_ttft_ms, decode_active_kv_tokens, decode_context_length)`);
+    await expect(loadPerfModel(missing)).rejects.toThrow(
+      `${missing}: missing key 'decode_itl' (found: prefill_isl, prefill_ttft_ms, decode_active_kv_tokens, decode_context_length)`,
+    );
 
     const mismatch = writeTemp(perfDataNpz('stored', { decode_itl: npy([5, 7, 9, 15], { shape: [2, 2] }) }));
     await expect(loadPerfModel(mismatch)).rejects.toThrow(`${mismatch}: decode array dimension mismatch: decode_itl shape (2, 2), expected (3, 2)`);
 
     const prefillMismatch = writeTemp(perfDataNpz('stored', { prefill_ttft_ms: npy([20, 30]) }));
-    await expect(loadPerfModel(prefillMismatch)).rejects.toThrow(`${prefillMismatch}: prefill array length mismatch: prefill_isl has 3 values, prefill_ttft_ms has 2`);
+    await expect(loadPerfModel(prefillMismatch)).rejects.toThrow(
+      `${prefillMismatch}: prefill array length mismatch: prefill_isl has 3 values, prefill_ttft_ms has 2`,
+    );
 
     const flatItl = writeTemp(perfDataNpz('stored', { decode_itl: npy([5, 7, 9, 15, 13, 19]) }));
     await expect(loadPerfModel(flatItl)).rejects.toThrow(`${flatItl}: 'decode_itl' must be 2-D, got shape (6)`);
@@ -393,11 +412,19 @@ describe('loadPerfModel: profiler results directory (§4.3)', () => {
     await expect(loadPerfModel(missingKey)).rejects.toThrow(`${decodeNpz}: missing key 'z_itl'`);
 
     const jsonErrors: [string, Record<string, unknown>, string][] = [
-      ['length', { ...decodeRaw, y_context_length: [100, 100, 300, 300], max_kv_tokens: 1000 }, "length mismatch: 'x_kv_usage' has 5, 'y_context_length' has 4, 'z_itl' has 5"],
+      [
+        'length',
+        { ...decodeRaw, y_context_length: [100, 100, 300, 300], max_kv_tokens: 1000 },
+        "length mismatch: 'x_kv_usage' has 5, 'y_context_length' has 4, 'z_itl' has 5",
+      ],
       ['empty', { x_kv_usage: [], y_context_length: [], z_itl: [], max_kv_tokens: 1000 }, "'x_kv_usage' is empty"],
       ['no-max', { ...decodeRaw }, "missing key 'max_kv_tokens'"],
       ['text', { ...decodeRaw, z_itl: ['5', 9, 11, 7, 21], max_kv_tokens: 1000 }, "'z_itl' must be an array of numbers"],
-      ['one-context', { ...decodeRaw, y_context_length: [100, 100, 100, 100, 100], max_kv_tokens: 1000 }, "'y_context_length' needs at least 2 distinct values to interpolate, got 1"],
+      [
+        'one-context',
+        { ...decodeRaw, y_context_length: [100, 100, 100, 100, 100], max_kv_tokens: 1000 },
+        "'y_context_length' needs at least 2 distinct values to interpolate, got 1",
+      ],
     ];
     for (const [name, decodeJson, message] of jsonErrors) {
       const directory = profilerDir(`json-error-${name}`);

@@ -19,7 +19,11 @@ const SECRET = 'sk-pooling-secret-7Q2W';
 /** Texts the tokenizer oracle knows (Python HF tokenizers' ids for Qwen3). */
 const TEXTS = ['Hello world', 'Привет, мир!'];
 const OTHER_TEXT = 'def f(x):\n    return x ** 2\n';
-const RERANK = { model: MODEL, query: 'capital of France', documents: ['Berlin is the capital of Germany.', 'Paris is the capital of France.', 'Bananas are yellow.'] };
+const RERANK = {
+  model: MODEL,
+  query: 'capital of France',
+  documents: ['Berlin is the capital of Germany.', 'Paris is the capital of France.', 'Bananas are yellow.'],
+};
 const CHAT = { model: MODEL, messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 16 };
 
 const dir = mkdtempSync(join(testTmpdir(), 'pooling-capture-'));
@@ -99,8 +103,24 @@ describe('capture of embeddings and rerank exchanges', () => {
     try {
       const rows = file.prepare(`select path, endpoint, outcome, status, model, usage, prompt_key is not null as keyed from exchanges order by id`).all();
       expect(rows).toEqual([
-        ...Array.from({ length: 3 }, () => ({ path: '/v1/embeddings', endpoint: 'embeddings', outcome: 'complete', status: 200, model: MODEL, usage: expect.any(String), keyed: 1 })),
-        ...['/rerank', '/v1/rerank', '/v2/rerank'].map((path) => ({ path, endpoint: 'rerank', outcome: 'complete', status: 200, model: MODEL, usage: expect.any(String), keyed: 1 })),
+        ...Array.from({ length: 3 }, () => ({
+          path: '/v1/embeddings',
+          endpoint: 'embeddings',
+          outcome: 'complete',
+          status: 200,
+          model: MODEL,
+          usage: expect.any(String),
+          keyed: 1,
+        })),
+        ...['/rerank', '/v1/rerank', '/v2/rerank'].map((path) => ({
+          path,
+          endpoint: 'rerank',
+          outcome: 'complete',
+          status: 200,
+          model: MODEL,
+          usage: expect.any(String),
+          keyed: 1,
+        })),
         { path: '/v1/chat/completions', endpoint: 'chat', outcome: 'complete', status: 200, model: MODEL, usage: expect.any(String), keyed: 1 },
       ]);
     } finally {
@@ -120,7 +140,7 @@ describe('serve --mode replay with the double stopped', () => {
     ]);
   }, 60_000);
 
-  it('answers the openai client from the capture, in float and base64: the double\'s vectors, not synthetic ones', async () => {
+  it("answers the openai client from the capture, in float and base64: the double's vectors, not synthetic ones", async () => {
     const float = await client(replay).embeddings.create({ model: MODEL, input: TEXTS, encoding_format: 'float' });
     const base64 = await client(replay).embeddings.create({ model: MODEL, input: TEXTS });
     expect(float.data.map((d) => d.embedding)).toEqual(doubleVectors(TEXTS));
@@ -144,7 +164,11 @@ describe('serve --mode replay with the double stopped', () => {
       expect(id, name).toMatch(name === 'embeddings' ? /^embd-[0-9a-f]{32}$/ : /^rerank-[0-9a-f]{32}$/);
     }
     // X-Request-Id names the answer, as vLLM's `embd-<request id>`.
-    const named = await fetch(`${replay}/v1/embeddings`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': 'my-request' }, body: JSON.stringify({ model: MODEL, input: TEXTS, dimensions: 8 }) });
+    const named = await fetch(`${replay}/v1/embeddings`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'my-request' },
+      body: JSON.stringify({ model: MODEL, input: TEXTS, dimensions: 8 }),
+    });
     expect(((await named.json()) as { id: string }).id).toBe('embd-my-request');
   });
 
@@ -181,7 +205,12 @@ describe('serve --mode replay with the double stopped', () => {
       const res = await post(replay, path, body);
       expect(res.status, path).toBe(404);
       const error = ((await res.json()) as { error: { message: string; type: string; param: unknown; code: number } }).error;
-      expect(error, path).toEqual({ message: expect.stringContaining(`No capture matches this request: POST ${path}, model \`${MODEL}\``), type: 'NotFoundError', param: null, code: 404 });
+      expect(error, path).toEqual({
+        message: expect.stringContaining(`No capture matches this request: POST ${path}, model \`${MODEL}\``),
+        type: 'NotFoundError',
+        param: null,
+        code: 404,
+      });
     }
   });
 
@@ -236,18 +265,36 @@ async function writeChatOnlyFile(path: string, answer: string): Promise<{ reques
     const u32 = (ids: number[]) => Buffer.from(Uint32Array.from(ids).buffer);
     const usage = { prompt_tokens: prompt.length, total_tokens: prompt.length + output.length, completion_tokens: output.length, prompt_tokens_details: null };
     const response = JSON.stringify({
-      id: 'chatcmpl-old', object: 'chat.completion', created: 1_700_000_000, model: MODEL,
-      choices: [{ index: 0, message: { role: 'assistant', content: answer }, logprobs: null, finish_reason: 'stop', stop_reason: null }], usage,
+      id: 'chatcmpl-old',
+      object: 'chat.completion',
+      created: 1_700_000_000,
+      model: MODEL,
+      choices: [{ index: 0, message: { role: 'assistant', content: answer }, logprobs: null, finish_reason: 'stop', stop_reason: null }],
+      usage,
     });
-    file.prepare(`INSERT INTO runs (started_at, kind, upstream, engine, tokenizer_files) VALUES (1700000000000, 'capture', 'http://127.0.0.1:8000/', 'vllm', '{}')`).run();
+    file
+      .prepare(
+        `INSERT INTO runs (started_at, kind, upstream, engine, tokenizer_files) VALUES (1700000000000, 'capture', 'http://127.0.0.1:8000/', 'vllm', '{}')`,
+      )
+      .run();
     file
       .prepare(
         `INSERT INTO exchanges (run_id, started_at, method, path, endpoint, outcome, status, model, stream, total_ms, token_source, prompt_ids, prompt_len, prompt_key, request_shape, injected, usage, request_headers, request_body, response_headers, response_body)
          VALUES (1, 1700000000000, 'POST', '/v1/chat/completions', 'chat', 'complete', 200, ?, 0, 12.5, 'engine', ?, ?, ?, '{"endpoint":"chat","max_tokens":8}', '[]', ?, '{}', ?, '{"content-type":"application/json"}', ?)`,
       )
-      .run(MODEL, u32(prompt), prompt.length, createHash('sha256').update(MODEL).update('\0').update(u32(prompt)).digest('hex'), JSON.stringify(usage), Buffer.from(JSON.stringify(request)), Buffer.from(response));
+      .run(
+        MODEL,
+        u32(prompt),
+        prompt.length,
+        createHash('sha256').update(MODEL).update('\0').update(u32(prompt)).digest('hex'),
+        JSON.stringify(usage),
+        Buffer.from(JSON.stringify(request)),
+        Buffer.from(response),
+      );
     file
-      .prepare(`INSERT INTO generations (exchange_id, choice_index, output_ids, token_times, chunk_tokens, chunk_deltas, text, finish_reason, stop_reason) VALUES (1, 0, ?, ?, ?, ?, ?, 'stop', 'null')`)
+      .prepare(
+        `INSERT INTO generations (exchange_id, choice_index, output_ids, token_times, chunk_tokens, chunk_deltas, text, finish_reason, stop_reason) VALUES (1, 0, ?, ?, ?, ?, ?, 'stop', 'null')`,
+      )
       .run(u32(output), Buffer.from(Float64Array.from(output.map(() => 12.5)).buffer), u32([output.length]), JSON.stringify([{ content: answer }]), answer);
     return { request, response };
   } finally {

@@ -75,7 +75,8 @@ async function portsOf(blocks: string[]): Promise<Map<string, number>> {
   return ports;
 }
 
-const withPorts = (code: string, ports: Map<string, number>) => code.replace(/(127\.0\.0\.1:|--port )(\d{4,5})\b/g, (_, before: string, port: string) => `${before}${ports.get(port)}`);
+const withPorts = (code: string, ports: Map<string, number>) =>
+  code.replace(/(127\.0\.0\.1:|--port )(\d{4,5})\b/g, (_, before: string, port: string) => `${before}${ports.get(port)}`);
 
 /** A copy of the checkout: every top-level entry linked, but what the README writes, which starts empty. */
 function checkoutCopy(): string {
@@ -150,7 +151,10 @@ describe('README.md', () => {
       expect(text, doc).not.toMatch(/\.\.\/shared|-reference\.md|seed 00\d|issue #\d/i);
       // In a clone `mocker` is not on the PATH: examples run it as `npx mocker` (or inside the image).
       const commands = [...text.matchAll(/^```(?:sh|bash)\n([\s\S]*?)^```$/gm)].flatMap((m) => m[1].split('\n'));
-      expect(commands.filter((line) => /(^|[;&|]\s*|\$\(|^\w+=\S+\s+)mocker\s/.test(line)), doc).toEqual([]);
+      expect(
+        commands.filter((line) => /(^|[;&|]\s*|\$\(|^\w+=\S+\s+)mocker\s/.test(line)),
+        doc,
+      ).toEqual([]);
     }
   });
 
@@ -228,28 +232,32 @@ describe('README.md', () => {
   it.each([
     ['npx mocker serve', ['npx', 'mocker', 'serve', '--host', '127.0.0.1']],
     ['npm start', ['npm', 'start']],
-  ])('a server started with %s stops gracefully when npm is sent SIGTERM (npm does not pass the signal on)', async (_, [command, ...args]) => {
-    const cwd = checkoutCopy();
-    const port = await freePort();
-    const npm = spawn(command, args, { cwd, env: env({ MOCKER_PORT: String(port) }), detached: true, stdio: ['ignore', 'pipe', 'inherit'] });
-    groups.push(npm.pid!);
-    let out = '';
-    npm.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    await untilHealthy(port, { output: () => out }, new Promise<Ran>((r) => npm.once('exit', (code, signal) => r({ code, signal, output: out }))));
-    npm.kill('SIGTERM');
-    let answering = true;
-    for (let i = 0; i < 100 && answering; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      answering = await fetch(`http://127.0.0.1:${port}/health`).then(
-        () => true,
-        () => false,
-      );
-    }
-    expect(answering).toBe(false);
-    // Stopped gracefully, once: its stdout (npm's, inherited) got the summary line, not a second signal's exit.
-    await new Promise((r) => setTimeout(r, 500));
-    expect(out).toMatch(/mocker serve: npm \(pid \d+\), which started it, has exited: draining/);
-    expect(out).toMatch(/mocker serve: stopped: /);
-    expect(out).not.toContain('exiting at once');
-  }, 60_000);
+  ])(
+    'a server started with %s stops gracefully when npm is sent SIGTERM (npm does not pass the signal on)',
+    async (_, [command, ...args]) => {
+      const cwd = checkoutCopy();
+      const port = await freePort();
+      const npm = spawn(command, args, { cwd, env: env({ MOCKER_PORT: String(port) }), detached: true, stdio: ['ignore', 'pipe', 'inherit'] });
+      groups.push(npm.pid!);
+      let out = '';
+      npm.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      await untilHealthy(port, { output: () => out }, new Promise<Ran>((r) => npm.once('exit', (code, signal) => r({ code, signal, output: out }))));
+      npm.kill('SIGTERM');
+      let answering = true;
+      for (let i = 0; i < 100 && answering; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        answering = await fetch(`http://127.0.0.1:${port}/health`).then(
+          () => true,
+          () => false,
+        );
+      }
+      expect(answering).toBe(false);
+      // Stopped gracefully, once: its stdout (npm's, inherited) got the summary line, not a second signal's exit.
+      await new Promise((r) => setTimeout(r, 500));
+      expect(out).toMatch(/mocker serve: npm \(pid \d+\), which started it, has exited: draining/);
+      expect(out).toMatch(/mocker serve: stopped: /);
+      expect(out).not.toContain('exiting at once');
+    },
+    60_000,
+  );
 });

@@ -54,7 +54,8 @@ const IMAGE_STATS = (png: string) => `new Promise((resolve, reject) => {
   image.src = 'data:image/png;base64,${png}';
 })`;
 
-const cellTexts = (selector: string) => `[...document.querySelectorAll(${JSON.stringify(selector)})].map((row) => [...row.querySelectorAll('td')].map((cell) => cell.textContent))`;
+const cellTexts = (selector: string) =>
+  `[...document.querySelectorAll(${JSON.stringify(selector)})].map((row) => [...row.querySelectorAll('td')].map((cell) => cell.textContent))`;
 
 describe('HTML report of mocker rerun', () => {
   const pages = reportPages('rerun-html-');
@@ -68,7 +69,15 @@ describe('HTML report of mocker rerun', () => {
     expect(await page.locator('#verdict').getAttribute('class')).toBe('banner regression');
     expect(await page.locator('#verdict').textContent()).toBe('Regression: 2 of 5 exchanges compared');
     const totals = ['compared', 'same', 'regressions', 'sampled', 'notCompared', 'promptChanges', 'outputChanges'];
-    expect(await Promise.all(totals.map((key) => page.locator(`table.totals td[data-key="${key}"]`).textContent()))).toEqual(['5', '1', '2', '1', '1', '1', '3']);
+    expect(await Promise.all(totals.map((key) => page.locator(`table.totals td[data-key="${key}"]`).textContent()))).toEqual([
+      '5',
+      '1',
+      '2',
+      '1',
+      '1',
+      '1',
+      '3',
+    ]);
     expect(await page.locator('table.run').textContent()).toContain('Target version0.11.0');
     expect(await page.locator('table.run').textContent()).toContain(`http://127.0.0.1:8000/${HOSTILE_MARKUP}`);
     expect(await page.evaluate(`[...document.querySelectorAll('table.not-sent tr')].map((row) => row.textContent)`)).toEqual(['failed2', 'bodies redacted1']);
@@ -96,7 +105,12 @@ describe('HTML report of mocker rerun', () => {
     ]);
     expect(rows[1][2]).toContain(HOSTILE_MARKUP);
     expect(rows[5][4]).toBe('—');
-    expect(await page.evaluate(`[...document.querySelectorAll('section.exchange')].map((section) => section.id)`)).toEqual(['exchange-1', 'exchange-5', 'exchange-2', 'exchange-3']);
+    expect(await page.evaluate(`[...document.querySelectorAll('section.exchange')].map((section) => section.id)`)).toEqual([
+      'exchange-1',
+      'exchange-5',
+      'exchange-2',
+      'exchange-3',
+    ]);
 
     // The template change: the highlight starts at the role, on both sides.
     const difference = TEMPLATE_CHANGE.difference!;
@@ -110,7 +124,9 @@ describe('HTML report of mocker rerun', () => {
     const request = JSON.parse((await page.locator('#exchange-1 pre.request').textContent()) ?? '');
     expect(request.messages[1].content).toContain(`Say hi & ${HOSTILE_MARKUP}`);
     expect(await page.locator('#exchange-2 .prompt-same').textContent()).toBe('Prompts identical (golden 5 tokens, candidate 5 tokens).');
-    expect(JSON.parse((await page.locator('#exchange-5 .candidate pre.tool-calls').textContent()) ?? '')).toEqual([{ name: 'get_weather', arguments: { city: 'paris' } }]);
+    expect(JSON.parse((await page.locator('#exchange-5 .candidate pre.tool-calls').textContent()) ?? '')).toEqual([
+      { name: 'get_weather', arguments: { city: 'paris' } },
+    ]);
     expect(await page.evaluate(cellTexts('#exchange-5 table.differences tr'))).toEqual([[], ['tool_calls', '0', '—', '{"city":"Paris"}', '{"city":"paris"}']]);
     expect(await page.locator('#exchange-3 .note').textContent()).toContain('the target answered 404: model </script><img');
 
@@ -128,7 +144,12 @@ describe('HTML report of mocker rerun', () => {
 
     const screenshot = join(pages.dir, 'report.png');
     await page.screenshot({ path: screenshot, fullPage: true });
-    const stats = (await page.evaluate(IMAGE_STATS(readFileSync(screenshot).toString('base64')))) as { width: number; height: number; notWhiteShare: number; colours: number };
+    const stats = (await page.evaluate(IMAGE_STATS(readFileSync(screenshot).toString('base64')))) as {
+      width: number;
+      height: number;
+      notWhiteShare: number;
+      colours: number;
+    };
     expect(stats.width).toBe(1200);
     expect(stats.height).toBeGreaterThan(900);
     expect(stats.notWhiteShare).toBeGreaterThan(0.02);
@@ -153,7 +174,10 @@ describe('HTML report of mocker rerun', () => {
     expect(await page.locator('section.exchange').count()).toBe(200);
     expect(await page.locator('section.exchange').first().getAttribute('id')).toBe('exchange-10');
     expect(await page.locator('section.exchange').last().getAttribute('id')).toBe('exchange-209');
-    expect(await page.locator('p.more').allTextContents()).toEqual(['… and 350 more exchanges', '… and 50 more exchanges that are not the same, not shown here']);
+    expect(await page.locator('p.more').allTextContents()).toEqual([
+      '… and 350 more exchanges',
+      '… and 50 more exchanges that are not the same, not shown here',
+    ]);
     expect(await page.locator('table.exchanges tr').count()).toBe(2001);
     // The rows of the regressions come first, each linked to its section while one is shown.
     expect(await page.locator('table.exchanges tr.regression').count()).toBe(250);
@@ -211,10 +235,15 @@ describe('HTML report of mocker rerun, as text', () => {
 
   it('marks the first difference at its offset on each side, and nothing when the prompts were cut before it', () => {
     const exchange = sampleReport().exchanges[0];
-    const marked = (prompt: PromptComparison) => [...rerunHtml({ ...sampleReport(), exchanges: [{ ...exchange, prompt }] }).matchAll(/<mark class="first-difference">([^<]*)<\/mark>/g)].map((m) => m[1]);
+    const marked = (prompt: PromptComparison) =>
+      [...rerunHtml({ ...sampleReport(), exchanges: [{ ...exchange, prompt }] }).matchAll(/<mark class="first-difference">([^<]*)<\/mark>/g)].map((m) => m[1]);
     // Each side's differing token, from the offset on: `user` in the golden prompt, `human` in the candidate's.
     expect(marked(TEMPLATE_CHANGE)).toEqual(['user\nSay hi &amp;', 'human\nSay hi &amp;']);
-    const cut: PromptComparison = { ...TEMPLATE_CHANGE, goldenText: TEMPLATE_CHANGE.goldenText.slice(0, 40), candidateText: TEMPLATE_CHANGE.candidateText.slice(0, 40) };
+    const cut: PromptComparison = {
+      ...TEMPLATE_CHANGE,
+      goldenText: TEMPLATE_CHANGE.goldenText.slice(0, 40),
+      candidateText: TEMPLATE_CHANGE.candidateText.slice(0, 40),
+    };
     expect(marked(cut)).toEqual([]);
     expect(rerunHtml({ ...sampleReport(), exchanges: [{ ...exchange, prompt: cut }] })).toContain('cut before their first difference');
   });

@@ -26,7 +26,12 @@ describe('JUnit XML of mocker rerun', () => {
 
     expect(await xpath(xml, 'count(/testsuites/testsuite)')).toBe('1');
     expect(await xpath(xml, 'string(/testsuites/testsuite/@name)')).toBe('mocker rerun');
-    for (const [attribute, value] of [['tests', '5'], ['failures', '2'], ['errors', '0'], ['skipped', '1']]) {
+    for (const [attribute, value] of [
+      ['tests', '5'],
+      ['failures', '2'],
+      ['errors', '0'],
+      ['skipped', '1'],
+    ]) {
       expect(await xpath(xml, `string(/testsuites/testsuite/@${attribute})`), attribute).toBe(value);
     }
     // Candidate end-to-end times: 1500 + 250 + (none) + 55 + 62.5 ms.
@@ -42,7 +47,10 @@ describe('JUnit XML of mocker rerun', () => {
     expect(await xpath(xml, `string(${testcase(3)}/@classname)`)).toBe('mocker.rerun.embeddings');
     expect(await xpath(xml, `string(${testcase(3)}/@time)`)).toBe('0.000');
 
-    const properties = await xpath(xml, "concat(//property[@name='golden']/@value, ' | ', //property[@name='candidate']/@value, ' | ', //property[@name='target']/@value, ' | ', //property[@name='targetEngine']/@value, ' | ', //property[@name='targetVersion']/@value)");
+    const properties = await xpath(
+      xml,
+      "concat(//property[@name='golden']/@value, ' | ', //property[@name='candidate']/@value, ' | ', //property[@name='target']/@value, ' | ', //property[@name='targetEngine']/@value, ' | ', //property[@name='targetVersion']/@value)",
+    );
     expect(properties).toBe(`captures/golden.db | captures/rerun.db | http://127.0.0.1:8000/${HOSTILE_IN_XML} | vllm | 0.11.0`);
   });
 

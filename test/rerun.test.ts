@@ -46,7 +46,12 @@ afterAll(async () => {
 
 const client = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'GOLDEN-SECRET', maxRetries: 0, defaultHeaders: { 'X-Team': 'blue' } });
 
-const TOOLS = [{ type: 'function' as const, function: { name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+const TOOLS = [
+  {
+    type: 'function' as const,
+    function: { name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } } } },
+  },
+];
 
 function lastUser(body: Json): string {
   if (typeof body.prompt === 'string') return body.prompt;
@@ -55,22 +60,53 @@ function lastUser(body: Json): string {
 }
 
 /** The vLLM double's model: reasoning and a tool call for the weather, a story that changes between builds, else a greeting. */
-const script = (story: string, fable = GOLDEN_FABLE) => (body: Json): Answer => {
-  const text = lastUser(body);
-  if (text.includes('fable')) return { content: fable };
-  if (text.includes('fail')) return { errorStatus: 400 };
-  if (text.includes('weather')) return { reasoning: 'The user wants the weather. I call the tool.', toolCall: { name: 'get_weather', arguments: '{"city": "Paris"}' } };
-  if (text.includes('story')) return { content: story };
-  return { content: 'Hello! How can I help you today?' };
-};
+const script =
+  (story: string, fable = GOLDEN_FABLE) =>
+  (body: Json): Answer => {
+    const text = lastUser(body);
+    if (text.includes('fable')) return { content: fable };
+    if (text.includes('fail')) return { errorStatus: 400 };
+    if (text.includes('weather'))
+      return { reasoning: 'The user wants the weather. I call the tool.', toolCall: { name: 'get_weather', arguments: '{"city": "Paris"}' } };
+    if (text.includes('story')) return { content: story };
+    return { content: 'Hello! How can I help you today?' };
+  };
 const GOLDEN_STORY = 'Once upon a time there was a cat.';
 const GOLDEN_FABLE = 'The fox and the grapes.';
 
 /** The chats of the golden run, by name (each its own request, so pairing is by request). */
 const CHATS: Record<string, Json> = {
-  tools: { model: MODEL, messages: [{ role: 'system', content: 'You are a weather bot.' }, { role: 'user', content: 'What is the weather in Paris?' }], tools: TOOLS, max_tokens: 64, temperature: 0 },
-  'tools streamed': { model: MODEL, messages: [{ role: 'system', content: 'You are a weather bot.' }, { role: 'user', content: 'And the weather in Rome?' }], tools: TOOLS, max_tokens: 64, temperature: 0, stream: true },
-  system: { model: MODEL, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hello' }], max_tokens: 32, temperature: 0, stream: true },
+  tools: {
+    model: MODEL,
+    messages: [
+      { role: 'system', content: 'You are a weather bot.' },
+      { role: 'user', content: 'What is the weather in Paris?' },
+    ],
+    tools: TOOLS,
+    max_tokens: 64,
+    temperature: 0,
+  },
+  'tools streamed': {
+    model: MODEL,
+    messages: [
+      { role: 'system', content: 'You are a weather bot.' },
+      { role: 'user', content: 'And the weather in Rome?' },
+    ],
+    tools: TOOLS,
+    max_tokens: 64,
+    temperature: 0,
+    stream: true,
+  },
+  system: {
+    model: MODEL,
+    messages: [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'Say hello' },
+    ],
+    max_tokens: 32,
+    temperature: 0,
+    stream: true,
+  },
   sampled: { model: MODEL, messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 32 },
   seeded: { model: MODEL, messages: [{ role: 'user', content: 'Tell me a fable' }], max_tokens: 32, temperature: 0.8, seed: 7 },
 };
@@ -84,7 +120,11 @@ const SENT = Object.keys(CHATS).length + COMPLETIONS.length + 1;
 const IM_START = 151644;
 
 async function post(url: string, path: string, body: Json): Promise<void> {
-  const res = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-team': 'blue', authorization: 'Bearer GOLDEN-SECRET' }, body: JSON.stringify(body) });
+  const res = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-team': 'blue', authorization: 'Bearer GOLDEN-SECRET' },
+    body: JSON.stringify(body),
+  });
   expect(res.status, `${path} ${JSON.stringify(body).slice(0, 80)}`).toBe(200);
   await res.text();
 }
@@ -101,7 +141,9 @@ async function captureVllmGolden(upstream: Upstream): Promise<string> {
   for (const body of COMPLETIONS) await post(url, '/v1/completions', body);
   await client(url).embeddings.create(EMBEDDINGS as unknown as OpenAI.EmbeddingCreateParams);
   // Failed in the capture: listed as not compared, never sent again.
-  await client(url).chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'please fail' }], max_tokens: 8 }).catch(() => undefined);
+  await client(url)
+    .chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'please fail' }], max_tokens: 8 })
+    .catch(() => undefined);
   await stop(capture);
   return golden;
 }
@@ -163,7 +205,9 @@ describe('mocker rerun of a vLLM capture', () => {
     // One run, labelled with the golden file, holding what the target said it is (the double's /version).
     const db = new Database(join(run.cwd, 'captures', made[0]), { readonly: true });
     try {
-      expect(db.prepare('SELECT label, engine, engine_version AS version FROM runs').all()).toEqual([{ label: `rerun of ${golden}`, engine: 'vllm', version: '0.11.0' }]);
+      expect(db.prepare('SELECT label, engine, engine_version AS version FROM runs').all()).toEqual([
+        { label: `rerun of ${golden}`, engine: 'vllm', version: '0.11.0' },
+      ]);
     } finally {
       db.close();
     }
@@ -226,12 +270,17 @@ describe('mocker rerun of a vLLM capture', () => {
   });
 
   it('a changed system-prompt rendering is placed in the system prompt, a changed tool rendering in the tool definitions', async () => {
-    const system = CHAT_TEMPLATE.replace("{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}", "{{- '<|im_start|>system\\nYou are Qwen.\\n' + messages[0].content + '<|im_end|>\\n' }}");
+    const system = CHAT_TEMPLATE.replace(
+      "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}",
+      "{{- '<|im_start|>system\\nYou are Qwen.\\n' + messages[0].content + '<|im_end|>\\n' }}",
+    );
     const systemOracle = await templateOracle(system);
     expect([...systemOracle.keys()]).toEqual(['system']);
     const bySystem = await withTemplate(system);
     expect(bySystem.code).toBe(1);
-    expect(chatExchange(bySystem, 'system')?.prompt?.difference).toEqual(expect.objectContaining({ position: systemOracle.get('system'), partLabel: 'system prompt' }));
+    expect(chatExchange(bySystem, 'system')?.prompt?.difference).toEqual(
+      expect.objectContaining({ position: systemOracle.get('system'), partLabel: 'system prompt' }),
+    );
 
     const tools = CHAT_TEMPLATE.replace('{{- tool | tojson }}', '{{- tool.function | tojson }}');
     const toolsOracle = await templateOracle(tools);
@@ -239,7 +288,9 @@ describe('mocker rerun of a vLLM capture', () => {
     const byTools = await withTemplate(tools);
     expect(byTools.code).toBe(1);
     for (const name of ['tools', 'tools streamed']) {
-      expect(chatExchange(byTools, name)?.prompt?.difference, name).toEqual(expect.objectContaining({ position: toolsOracle.get(name), partLabel: 'tool definitions' }));
+      expect(chatExchange(byTools, name)?.prompt?.difference, name).toEqual(
+        expect.objectContaining({ position: toolsOracle.get(name), partLabel: 'tool definitions' }),
+      );
     }
   });
 
@@ -285,12 +336,17 @@ describe('mocker rerun of a vLLM capture', () => {
     const value = await against({ toolArguments: (args) => args.replace('Paris', 'paris') });
     expect(value.code).toBe(1);
     for (const name of ['tools', 'tools streamed']) {
-      expect(chatExchange(value, name)?.output.differences.map((d) => d.field), name).toEqual(['tool_calls']);
+      expect(
+        chatExchange(value, name)?.output.differences.map((d) => d.field),
+        name,
+      ).toEqual(['tool_calls']);
     }
   });
 
   it("--junit writes JUnit XML the CI systems' schema accepts, --report-html a page Chromium renders with its tables and charts", async () => {
-    const changed = await startUpstream(script(GOLDEN_STORY), { chatTemplate: CHAT_TEMPLATE.replace("{{- '<|im_start|>assistant\\n' }}", "{{- '<|im_start|>assistant\\n\\n' }}") });
+    const changed = await startUpstream(script(GOLDEN_STORY), {
+      chatTemplate: CHAT_TEMPLATE.replace("{{- '<|im_start|>assistant\\n' }}", "{{- '<|im_start|>assistant\\n\\n' }}"),
+    });
     closers.push(() => changed.close());
     const junit = join(tmp, `junit-${++counter}.xml`);
     const html = join(tmp, `report-${counter}.html`);
@@ -317,13 +373,16 @@ describe('mocker rerun of a vLLM capture', () => {
     }
   });
 
-  it("sends each request as its client did (stored headers, body byte for byte), with the key from --api-key, never one from the file", async () => {
+  it('sends each request as its client did (stored headers, body byte for byte), with the key from --api-key, never one from the file', async () => {
     const target = await startUpstream(script(GOLDEN_STORY));
     closers.push(() => target.close());
     const { OPENAI_API_KEY: _, ...env } = process.env;
     const cwd = mkdtempSync(join(tmp, 'cwd-'));
     const output = join(cwd, 'rerun.db');
-    const keyed = await runMockerToExit(['rerun', golden, '--target', target.url, '--api-key', 'NEW-KEY', '--header', 'X-Build: 42', '--header', 'X-Secret: s3cr3t-value', '-o', output], { cwd, env });
+    const keyed = await runMockerToExit(
+      ['rerun', golden, '--target', target.url, '--api-key', 'NEW-KEY', '--header', 'X-Build: 42', '--header', 'X-Secret: s3cr3t-value', '-o', output],
+      { cwd, env },
+    );
     expect(keyed.code, keyed.stderr).toBe(0);
     const generations = target.received.filter((r) => r.path !== '/version' && r.path !== '/v1/models' && r.headers['x-team'] !== undefined);
     expect(generations).toHaveLength(SENT);
@@ -338,7 +397,10 @@ describe('mocker rerun of a vLLM capture', () => {
     expect(stored.includes('s3cr3t-value')).toBe(false);
     expect(stored.includes('NEW-KEY')).toBe(false);
     // The bodies the client sent, byte for byte (the proxy adds return_token_ids to generations, as capture does: not here).
-    const sentBodies = upstream.received.filter((r) => r.headers['x-team'] !== undefined).slice(0, SENT).map((r) => r.raw.toString('utf8').replace('{"return_token_ids":true,', '{'));
+    const sentBodies = upstream.received
+      .filter((r) => r.headers['x-team'] !== undefined)
+      .slice(0, SENT)
+      .map((r) => r.raw.toString('utf8').replace('{"return_token_ids":true,', '{'));
     const rerunBodies = generations.map((r) => r.raw.toString('utf8').replace('{"return_token_ids":true,', '{'));
     expect(rerunBodies.sort()).toEqual(sentBodies.sort());
     target.received.length = 0;
@@ -356,11 +418,14 @@ describe('mocker rerun of a vLLM capture', () => {
     const gate = http.createServer((req, res) => {
       req.resume();
       req.on('end', () => {
-        if (req.method !== 'POST' || !['/v1/chat/completions', '/v1/completions', '/v1/embeddings'].includes(req.url ?? '')) return void res.writeHead(404).end();
+        if (req.method !== 'POST' || !['/v1/chat/completions', '/v1/completions', '/v1/embeddings'].includes(req.url ?? ''))
+          return void res.writeHead(404).end();
         most = Math.max(most, ++inFlight);
         const answer = () => {
           inFlight--;
-          res.writeHead(200, { 'content-type': 'application/json' }).end('{"id":"x","object":"text_completion","choices":[{"index":0,"text":"ok","finish_reason":"stop"}]}');
+          res
+            .writeHead(200, { 'content-type': 'application/json' })
+            .end('{"id":"x","object":"text_completion","choices":[{"index":0,"text":"ok","finish_reason":"stop"}]}');
         };
         waiting.push(answer);
         if (waiting.length >= 3) waiting.splice(0).forEach((release) => release());
@@ -388,8 +453,13 @@ describe('mocker rerun of a vLLM capture', () => {
     const message = tools.choices[0].message as OpenAI.ChatCompletionMessage & { reasoning_content?: string };
     // The double's script: reasoning, then the weather tool called for Paris.
     expect(message.reasoning_content).toBe('The user wants the weather. I call the tool.');
-    expect(message.tool_calls?.map((c) => (c.type === 'function' ? [c.function.name, JSON.parse(c.function.arguments)] : null))).toEqual([['get_weather', { city: 'Paris' }]]);
-    const greeting = await client(url).chat.completions.create({ ...(CHATS.system as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming), stream: false });
+    expect(message.tool_calls?.map((c) => (c.type === 'function' ? [c.function.name, JSON.parse(c.function.arguments)] : null))).toEqual([
+      ['get_weather', { city: 'Paris' }],
+    ]);
+    const greeting = await client(url).chat.completions.create({
+      ...(CHATS.system as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming),
+      stream: false,
+    });
     expect(greeting.choices[0].message.content).toBe('Hello! How can I help you today?');
     // And the whole file against its own replay: nothing differs.
     const again = await rerun(output, url);
@@ -426,7 +496,9 @@ describe('mocker rerun of a vLLM capture', () => {
     const run = await rerun(golden, changed.url);
     expect(run.code, run.stdout).toBe(0);
     expect(summary(run.stdout)).toEqual({ compared: SENT, same: SENT - 1, regressions: 0, sampled: 1 });
-    expect(run.stdout).toMatch(/^sampled #\d+ chat \/v1\/chat\/completions \(Qwen\/Qwen3-0\.6B\): the output of a sampled request \(no seed\) differs \(token_ids, text/m);
+    expect(run.stdout).toMatch(
+      /^sampled #\d+ chat \/v1\/chat\/completions \(Qwen\/Qwen3-0\.6B\): the output of a sampled request \(no seed\) differs \(token_ids, text/m,
+    );
   });
 
   it('a sampled request with a seed whose output differs is a regression: exit 1', async () => {
@@ -478,7 +550,9 @@ describe('mocker rerun of a vLLM capture', () => {
     expect(unreachable.code).toBe(2);
     expect(unreachable.stderr).toMatch(/answered none of the \d+ request/);
     // A target that wants a key it was not given: not a regression, a run that could not happen.
-    const locked = await listenOnLoopback(http.createServer((req, res) => req.resume().on('end', () => res.writeHead(401, { 'content-type': 'application/json' }).end('{"error":"Unauthorized"}'))));
+    const locked = await listenOnLoopback(
+      http.createServer((req, res) => req.resume().on('end', () => res.writeHead(401, { 'content-type': 'application/json' }).end('{"error":"Unauthorized"}'))),
+    );
     closers.push(locked.close);
     const refused = await rerun(golden, locked.url);
     expect(refused.code).toBe(2);
@@ -492,7 +566,9 @@ describe('mocker rerun of a vLLM capture', () => {
 
 describe('mocker rerun of captures of other engines, against the same engine and against a replay', () => {
   const CASES: [string, () => Promise<{ url: string; model: string; close(): Promise<void> }>][] = [
-    ...(['llama.cpp', 'transformers'] as EngineName[]).map((engine) => [engine, () => startEngineDouble(engine)] as [string, () => Promise<{ url: string; model: string; close(): Promise<void> }>]),
+    ...(['llama.cpp', 'transformers'] as EngineName[]).map(
+      (engine) => [engine, () => startEngineDouble(engine)] as [string, () => Promise<{ url: string; model: string; close(): Promise<void> }>],
+    ),
     ['sglang', async () => ({ ...(await startSglangUpstream(() => 'Привет, мир!')), model: MODEL })],
   ];
   for (const [engine, start] of CASES) {

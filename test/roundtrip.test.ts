@@ -24,7 +24,6 @@ function script(body: Record<string, unknown>): Answer {
   return { content: 'Hello! How can I help you today? I am a test engine.' };
 }
 
-
 /** Removes what vLLM regenerates per request (top-level id and created). */
 function normalize(text: string): string {
   return text.replace(/\{"id":"[^"]*","object":"([^"]*)","created":\d+/g, '{"id":"X","object":"$1","created":0');
@@ -37,7 +36,9 @@ interface Case {
 }
 
 const chat = (content: string, extra: Record<string, unknown> = {}) => ({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 64, ...extra });
-const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+const tools = [
+  { type: 'function', function: { name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } },
+];
 
 const CASES: Case[] = [
   { name: 'chat', path: '/v1/chat/completions', body: chat('Say hello') },
@@ -67,12 +68,25 @@ describe('capture then replay through a vLLM-like upstream', () => {
   const direct = new Map<string, string>();
   const proxied = new Map<string, string>();
   const openaiCaptured = new Map<string, unknown>();
-  const secrets = { authorization: 'Bearer sk-secret-AAAA1111', 'api-key': 'azure-key-BBBB2222', 'x-api-key': 'xkey-CCCC3333', cookie: 'session=cookie-DDDD4444' };
+  const secrets = {
+    authorization: 'Bearer sk-secret-AAAA1111',
+    'api-key': 'azure-key-BBBB2222',
+    'x-api-key': 'xkey-CCCC3333',
+    cookie: 'session=cookie-DDDD4444',
+  };
 
   beforeAll(async () => {
     dbPath = join(mkdtempSync(join(testTmpdir(), 'mocker-')), 'golden.db');
     upstream = await startUpstream(script);
-    capture = await startCapture({ upstream: upstream.url, captures: dbPath, host: '127.0.0.1', port: 0, upstreamTimeoutMs: 10_000, maxBodyBytes: 1 << 20, redactHeaders: ['authorization', 'api-key', 'x-api-key', 'cookie', 'set-cookie'] });
+    capture = await startCapture({
+      upstream: upstream.url,
+      captures: dbPath,
+      host: '127.0.0.1',
+      port: 0,
+      upstreamTimeoutMs: 10_000,
+      maxBodyBytes: 1 << 20,
+      redactHeaders: ['authorization', 'api-key', 'x-api-key', 'cookie', 'set-cookie'],
+    });
   });
 
   afterAll(async () => {
@@ -170,14 +184,24 @@ describe('capture then replay through a vLLM-like upstream', () => {
     const url = `http://127.0.0.1:${replay.port}`;
     // Captured non-stream with ids; asked as a stream: same tokens and text, vLLM stream format.
     const original = JSON.parse(direct.get('completion ids') as string) as { choices: { text: string; token_ids: number[] }[]; usage: unknown };
-    const streamed = await post(url, { name: 'x', path: '/v1/completions', body: { model: MODEL, prompt: 'In a galaxy', max_tokens: 12, stream: true, return_token_ids: true, stream_options: { include_usage: true } } });
+    const streamed = await post(url, {
+      name: 'x',
+      path: '/v1/completions',
+      body: { model: MODEL, prompt: 'In a galaxy', max_tokens: 12, stream: true, return_token_ids: true, stream_options: { include_usage: true } },
+    });
     const events = streamed.text.split('\n\n').filter(Boolean);
     expect(events.at(-1)).toBe('data: [DONE]');
-    const chunks = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)) as { choices: { text: string; token_ids: number[] | null; finish_reason: string | null }[]; usage: unknown });
+    const chunks = events
+      .slice(0, -1)
+      .map((e) => JSON.parse(e.slice(6)) as { choices: { text: string; token_ids: number[] | null; finish_reason: string | null }[]; usage: unknown });
     const ids = chunks.flatMap((c) => c.choices.flatMap((ch) => ch.token_ids ?? []));
     expect(ids).toEqual(original.choices[0].token_ids);
     expect(chunks.map((c) => c.choices.map((ch) => ch.text).join('')).join('')).toBe(original.choices[0].text);
-    expect(chunks.at(-1)?.usage).toEqual({ prompt_tokens: (original.usage as { prompt_tokens: number }).prompt_tokens, total_tokens: (original.usage as { total_tokens: number }).total_tokens, completion_tokens: 12 });
+    expect(chunks.at(-1)?.usage).toEqual({
+      prompt_tokens: (original.usage as { prompt_tokens: number }).prompt_tokens,
+      total_tokens: (original.usage as { total_tokens: number }).total_tokens,
+      completion_tokens: 12,
+    });
 
     // A smaller max_tokens cuts the captured answer with finish_reason length.
     const short = await post(url, { name: 'x', path: '/v1/completions', body: { model: MODEL, prompt: 'In a galaxy', max_tokens: 4, return_token_ids: true } });
@@ -188,8 +212,14 @@ describe('capture then replay through a vLLM-like upstream', () => {
 
     // A captured stream asked without streaming: the same message, as vLLM's non-streamed body.
     const capturedStream = direct.get('tool call stream') as string;
-    const toolFull = await post(url, { name: 'x', path: '/v1/chat/completions', body: chat('What is the weather in Paris?', { tools, stream: false, max_tokens: 64 }) });
-    const body = JSON.parse(toolFull.text) as { choices: { message: { tool_calls: { function: { name: string; arguments: string } }[] }; finish_reason: string }[] };
+    const toolFull = await post(url, {
+      name: 'x',
+      path: '/v1/chat/completions',
+      body: chat('What is the weather in Paris?', { tools, stream: false, max_tokens: 64 }),
+    });
+    const body = JSON.parse(toolFull.text) as {
+      choices: { message: { tool_calls: { function: { name: string; arguments: string } }[] }; finish_reason: string }[];
+    };
     expect(body.choices[0].finish_reason).toBe('tool_calls');
     expect(body.choices[0].message.tool_calls[0].function).toEqual({ name: 'get_weather', arguments: '{"city": "Paris", "unit": "celsius"}' });
     expect(capturedStream).toContain('get_weather');

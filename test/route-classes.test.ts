@@ -23,7 +23,10 @@ const rig = new AccessRig();
 afterEach(() => rig.close());
 
 /** A path the route answers: a pattern's `*` stands for one more segment. Any method (`*`) is asked with GET. */
-const sample = (route: ClassifiedRoute) => ({ method: route.method === '*' ? 'GET' : route.method, path: route.path.endsWith('/*') ? `${route.path.slice(0, -1)}config` : route.path });
+const sample = (route: ClassifiedRoute) => ({
+  method: route.method === '*' ? 'GET' : route.method,
+  path: route.path.endsWith('/*') ? `${route.path.slice(0, -1)}config` : route.path,
+});
 
 /**
  * Checks every route against a server started with `--api-key KEY` and `--api-key-scope scope`: public routes
@@ -63,7 +66,7 @@ describe("every route of every server is classified public, key or control (walk
     expect(() => serveRoutes(new Hono().delete('/health', (c) => c.body(null, 200)))).toThrow('DELETE /health');
   });
 
-  it("serve: every route hono registers, with every optional route on, is in SERVE_ROUTES; a spawned serve answers each by its class (--api-key-scope all and v1; control on and off)", async () => {
+  it('serve: every route hono registers, with every optional route on, is in SERVE_ROUTES; a spawned serve answers each by its class (--api-key-scope all and v1; control on and off)', async () => {
     // Every optional route on: control routes, LoRA loading (vLLM's variable, read at start) and the KV pull (PD).
     const before = process.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING;
     process.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING = '1';
@@ -75,10 +78,17 @@ describe("every route of every server is classified public, key or control (walk
       else process.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING = before;
     }
     // The table holds no route that is never registered.
-    expect(routes.map((r) => `${r.method} ${r.path}`).sort()).toEqual(Object.entries(SERVE_ROUTES).flatMap(([path, r]) => r.methods.map((m) => `${m} ${path}`)).sort());
+    expect(routes.map((r) => `${r.method} ${r.path}`).sort()).toEqual(
+      Object.entries(SERVE_ROUTES)
+        .flatMap(([path, r]) => r.methods.map((m) => `${m} ${path}`))
+        .sort(),
+    );
     expect(new Set(routes.map((r) => r.class))).toEqual(new Set(['public', 'key', 'control']));
 
-    const all = await rig.mocker([...SERVE, '--api-key', KEY, '--api-key-scope', 'all', '--enable-control-routes', '--disaggregation-mode', 'prefill'], LORA_UPDATING);
+    const all = await rig.mocker(
+      [...SERVE, '--api-key', KEY, '--api-key-scope', 'all', '--enable-control-routes', '--disaggregation-mode', 'prefill'],
+      LORA_UPDATING,
+    );
     await checkRoutes(all.url, routes, 'all', true);
     const v1 = await rig.mocker([...SERVE, '--api-key', KEY]);
     await checkRoutes(v1.url, routes, 'v1', false);

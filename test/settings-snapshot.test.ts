@@ -33,13 +33,21 @@ describe('settings as before the one-table change', () => {
     expect(help.stdout).toBe(readFileSync(join(SNAPSHOT, 'serve-help.txt'), 'utf8'));
   });
 
-  it.each(Object.keys(ENGINE_CASES))('/mocker/engine reports the same settings: %s', async (name) => {
-    expect(await engineSettings(ENGINE_CASES[name])).toEqual(expected[name]);
-  }, 30_000);
+  it.each(Object.keys(ENGINE_CASES))(
+    '/mocker/engine reports the same settings: %s',
+    async (name) => {
+      expect(await engineSettings(ENGINE_CASES[name])).toEqual(expected[name]);
+    },
+    30_000,
+  );
 
-  it.each(Object.keys(REFUSED_CASES))('refused with the same message: %s', async (name) => {
-    const run = await runMockerToExit(['serve', '--host', '127.0.0.1', '--port', '0', ...REFUSED_CASES[name]]);
-    expect(run.code).not.toBe(0);
-    expect(run.stderr.trim()).toBe((expected.refused as Record<string, string>)[name]);
-  }, 30_000);
+  it.each(Object.keys(REFUSED_CASES))(
+    'refused with the same message: %s',
+    async (name) => {
+      const run = await runMockerToExit(['serve', '--host', '127.0.0.1', '--port', '0', ...REFUSED_CASES[name]]);
+      expect(run.code).not.toBe(0);
+      expect(run.stderr.trim()).toBe((expected.refused as Record<string, string>)[name]);
+    },
+    30_000,
+  );
 });

@@ -61,13 +61,23 @@ const REQUESTS: Request[] = [
   completion('completion', 'Hello world', {}, TO_EOS),
   completion('completion stream', 'Hello  world', streamed, TO_EOS),
   completion('completion cut by max_tokens', ' leading space', { max_tokens: 3 }, CUT_AT_3),
-  completion('completion stream stopped by a stop token', 'trailing space ', { stop_token_ids: [COMMA], ...streamed }, { ids: ANSWER_IDS.slice(0, 4), text: 'Привет', finish: 'stop', stopReason: COMMA }),
+  completion(
+    'completion stream stopped by a stop token',
+    'trailing space ',
+    { stop_token_ids: [COMMA], ...streamed },
+    { ids: ANSWER_IDS.slice(0, 4), text: 'Привет', finish: 'stop', stopReason: COMMA },
+  ),
   chat('chat', 'Hi there', {}, TO_EOS),
   chat('chat stream', 'You are terse.', streamed, TO_EOS),
   chat('chat stream cut by max_tokens', 'Tell me a joke', { max_tokens: 3, ...streamed }, CUT_AT_3),
 ];
 /** A stop string cuts the text before it: only the engine's own ids say which tokens were generated. */
-const STOP_STRING = completion('completion stopped by a stop string', 'CRLF\r\nline', { stop: ',' }, { ids: ANSWER_IDS.slice(0, 4), text: 'Привет', finish: 'stop', stopReason: ',' });
+const STOP_STRING = completion(
+  'completion stopped by a stop string',
+  'CRLF\r\nline',
+  { stop: ',' },
+  { ids: ANSWER_IDS.slice(0, 4), text: 'Привет', finish: 'stop', stopReason: ',' },
+);
 
 const tempDirs: string[] = [];
 afterAll(() => tempDirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
@@ -114,7 +124,14 @@ function stored(file: string): Stored[] {
     return store.exchangeIds().flatMap((id) => {
       const e = store.getExchange(id)!;
       return e.generations.map((g) => ({
-        path: e.path, outcome: e.outcome, promptIds: e.promptIds, tokenSource: e.tokenSource, outputIds: g.outputIds, text: g.text, finishReason: g.finishReason, stopReason: g.stopReason,
+        path: e.path,
+        outcome: e.outcome,
+        promptIds: e.promptIds,
+        tokenSource: e.tokenSource,
+        outputIds: g.outputIds,
+        text: g.text,
+        finishReason: g.finishReason,
+        stopReason: g.stopReason,
       }));
     });
   } finally {
@@ -161,14 +178,28 @@ describe.each(VARIANTS)('capture in front of $name', ({ tokenIds, requests }) =>
       expect(s.content, r.name).toBe(r.text);
       expect(s.finish, r.name).toBe(r.finish);
       // completion_tokens counts the EOS SGLang stopped on (it is in output_ids).
-      expect(counts(s.usage), r.name).toEqual({ prompt_tokens: r.promptIds.length, completion_tokens: r.ids.length, total_tokens: r.promptIds.length + r.ids.length });
+      expect(counts(s.usage), r.name).toEqual({
+        prompt_tokens: r.promptIds.length,
+        completion_tokens: r.ids.length,
+        total_tokens: r.promptIds.length + r.ids.length,
+      });
     }
     const completion = JSON.parse(direct.completion.text) as Json;
     expect(Object.keys(completion)).toEqual(['id', 'object', 'created', 'model', 'choices', 'usage', 'metadata']);
     expect(completion.id).toMatch(/^[0-9a-f]{32}$/);
     expect((completion.choices as Json[])[0]).toEqual({ index: 0, text: ANSWER, logprobs: null, finish_reason: 'stop', matched_stop: IM_END });
-    const chatEnd = direct['chat stream'].text.split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)) as Json).at(-2)!;
-    expect((chatEnd.choices as Json[])[0]).toEqual({ index: 0, delta: { reasoning_content: null }, logprobs: null, finish_reason: 'stop', matched_stop: IM_END });
+    const chatEnd = direct['chat stream'].text
+      .split('\n')
+      .filter((l) => l.startsWith('data: {'))
+      .map((l) => JSON.parse(l.slice(6)) as Json)
+      .at(-2)!;
+    expect((chatEnd.choices as Json[])[0]).toEqual({
+      index: 0,
+      delta: { reasoning_content: null },
+      logprobs: null,
+      finish_reason: 'stop',
+      matched_stop: IM_END,
+    });
   });
 
   it('answers the openai client as SGLang answers it directly: the ids it asked for are left out again', () => {
@@ -179,10 +210,18 @@ describe.each(VARIANTS)('capture in front of $name', ({ tokenIds, requests }) =>
   });
 
   it('asks for the token ids everywhere but in streamed chats, which SGLang refuses with a 400', () => {
-    const asked = engine.received.filter((r) => r.path.startsWith('/v1/') && r.method === 'POST').map((r) => ({ path: r.path, stream: r.body?.stream === true, ids: r.body?.return_token_ids }));
+    const asked = engine.received
+      .filter((r) => r.path.startsWith('/v1/') && r.method === 'POST')
+      .map((r) => ({ path: r.path, stream: r.body?.stream === true, ids: r.body?.return_token_ids }));
     // Each request went direct (never asked) and then through the proxy.
     const viaProxy = asked.filter((_, i) => i % 2 === 1);
-    expect(viaProxy).toEqual(requests.map((r) => ({ path: r.chat ? '/v1/chat/completions' : '/v1/completions', stream: r.body.stream === true, ids: r.chat && r.body.stream === true ? undefined : true })));
+    expect(viaProxy).toEqual(
+      requests.map((r) => ({
+        path: r.chat ? '/v1/chat/completions' : '/v1/completions',
+        stream: r.body.stream === true,
+        ids: r.chat && r.body.stream === true ? undefined : true,
+      })),
+    );
     expect(asked.filter((_, i) => i % 2 === 0).every((a) => a.ids === undefined)).toBe(true);
   });
 

@@ -23,7 +23,12 @@ function makeCore(overrides: Partial<SglangSchedulerConfig> = {}): SglangCore {
 }
 
 const range = (n: number, from = 1) => Array.from({ length: n }, (_, i) => from + i);
-const request = (id: string, prompt: number[], maxOutputTokens: number, extra: Partial<CoreRequest> = {}): CoreRequest => ({ id, promptTokenIds: prompt, maxOutputTokens, ...extra });
+const request = (id: string, prompt: number[], maxOutputTokens: number, extra: Partial<CoreRequest> = {}): CoreRequest => ({
+  id,
+  promptTokenIds: prompt,
+  maxOutputTokens,
+  ...extra,
+});
 /** A request whose first token is held back (captured timing): the state right after its admission stays put. */
 const heldRequest = (id: string, prompt: number[], maxOutputTokens: number) => request(id, prompt, maxOutputTokens, { notBeforeMs: [1e12] });
 /** runOffline is typed for EngineCore until the drivers take a shared interface; this core has the same public contract. */
@@ -252,7 +257,12 @@ describe('§9.2 item 29: radix cache (cache/radix_cache.rs, kv_manager/sglang_ba
     insert(cache, [1, 2, 5, 6]); // y: splits [1,2] off
     insert(cache, [7, 8]); // c
     expect(matched(cache, [1, 2, 3, 4])).toBe(4); // x and [1,2] read last
-    const lengths = () => [[1, 2, 3, 4], [1, 2, 5, 6], [7, 8]].map((t) => cache.prefixMatchLength(u32(t), t.length));
+    const lengths = () =>
+      [
+        [1, 2, 3, 4],
+        [1, 2, 5, 6],
+        [7, 8],
+      ].map((t) => cache.prefixMatchLength(u32(t), t.length));
     const steps: number[][] = [];
     for (let i = 0; i < 4; i++) {
       cache.evict(1);
@@ -476,7 +486,11 @@ describe('§9.2 item 18: KV events (pass-end visibility, consistency)', () => {
       { numGpuBlocks: 3, pageSize: 4, chunkedPrefillSize: 4, maxPrefillTokens: 4, clipMaxNewTokens: 1 },
       [request('a', [1, 2, 3, 4], 6), request('b', [9, 8, 7, 6], 6)],
     ],
-    ['pathological load (4 blocks × 4, chunk 4, 8 × [42] with 4 outputs)', { numGpuBlocks: 4, pageSize: 4, chunkedPrefillSize: 4, maxPrefillTokens: 4 }, range(8).map((i) => request(`r${i}`, [42], 4))],
+    [
+      'pathological load (4 blocks × 4, chunk 4, 8 × [42] with 4 outputs)',
+      { numGpuBlocks: 4, pageSize: 4, chunkedPrefillSize: 4, maxPrefillTokens: 4 },
+      range(8).map((i) => request(`r${i}`, [42], 4)),
+    ],
   ];
 
   it.each(scenarios)('%s: every event applies cleanly to a router index, which ends up holding exactly the tree', (_name, config, requests) => {
@@ -499,7 +513,11 @@ describe('§9.2 item 18: KV events (pass-end visibility, consistency)', () => {
   it('pathological load evicts: removals reach the index', () => {
     const core = makeCore({ numGpuBlocks: 4, pageSize: 4, chunkedPrefillSize: 4, maxPrefillTokens: 4, cacheEvents: true });
     const index = new EventIndex();
-    const result = runOffline(asDriven(core), range(8).map((i) => ({ request: request(`r${i}`, [42], 4), arrivalMs: 0 })), () => index.apply(core.takeCacheEvents()));
+    const result = runOffline(
+      asDriven(core),
+      range(8).map((i) => ({ request: request(`r${i}`, [42], 4), arrivalMs: 0 })),
+      () => index.apply(core.takeCacheEvents()),
+    );
     expect([...result.records.values()].reduce((n, r) => n + r.tokenTimesMs.length, 0)).toBe(32);
     expect(index.removed).toBeGreaterThan(0);
   });
@@ -524,20 +542,23 @@ describe('§9.2 item 18: KV events (pass-end visibility, consistency)', () => {
 
 describe('§9.2 item 19: token generation matrix (shared prefix × policy × page size)', () => {
   const cases = [false, true].flatMap((shared) => (['fifo', 'lpm'] as const).flatMap((policy) => [1, 4].map((page) => [shared, policy, page] as const)));
-  it.each(cases)('shared %s, %s, page %i: 200 requests × 1,000 tokens × 100 outputs give exactly 20,000 tokens and leave nothing held', (shared, policy, page) => {
-    const core = makeCore({ numGpuBlocks: 32000 / page, pageSize: page, schedulePolicy: policy, timing: modelTiming(polynomialPerfModel, 1000, 1) });
-    const requests = range(200, 0).map((i) => {
-      const prefix = shared ? Array<number>(500).fill(1) : [];
-      const unique = range(1000 - prefix.length, i * (1000 - prefix.length) + 1000);
-      return { request: request(`r${i}`, [...prefix, ...unique], 100), arrivalMs: 0 };
-    });
-    const result = runOffline(asDriven(core), requests);
-    expect([...result.records.values()].reduce((n, r) => n + r.tokenTimesMs.length, 0)).toBe(20_000);
-    expect(core.isIdle).toBe(true);
-    expect(core.engineStats()).toMatchObject({ running: 0, waiting: 0, activeBlocks: 0 });
-    expect(core.cache.protectedSize).toBe(0);
-    expect(core.kvAudit()).toEqual([]);
-  });
+  it.each(cases)(
+    'shared %s, %s, page %i: 200 requests × 1,000 tokens × 100 outputs give exactly 20,000 tokens and leave nothing held',
+    (shared, policy, page) => {
+      const core = makeCore({ numGpuBlocks: 32000 / page, pageSize: page, schedulePolicy: policy, timing: modelTiming(polynomialPerfModel, 1000, 1) });
+      const requests = range(200, 0).map((i) => {
+        const prefix = shared ? Array<number>(500).fill(1) : [];
+        const unique = range(1000 - prefix.length, i * (1000 - prefix.length) + 1000);
+        return { request: request(`r${i}`, [...prefix, ...unique], 100), arrivalMs: 0 };
+      });
+      const result = runOffline(asDriven(core), requests);
+      expect([...result.records.values()].reduce((n, r) => n + r.tokenTimesMs.length, 0)).toBe(20_000);
+      expect(core.isIdle).toBe(true);
+      expect(core.engineStats()).toMatchObject({ running: 0, waiting: 0, activeBlocks: 0 });
+      expect(core.cache.protectedSize).toBe(0);
+      expect(core.kvAudit()).toEqual([]);
+    },
+  );
 
   it('FIFO: five 10-token requests (page 64) are admitted in arrival order and each gets its 3 tokens', () => {
     const core = makeCore({ numGpuBlocks: 100, pageSize: 64, timing: modelTiming(polynomialPerfModel, 100, 1) });
@@ -677,7 +698,9 @@ describe('admission, chunks and timing', () => {
 describe('the EngineCore contract', () => {
   it('captured output ids are the tokens generated (they end up in the cache) and captured times hold tokens back', () => {
     const core = makeCore({ pageSize: 1, timing: zeroTiming(true) });
-    const result = runOffline(asDriven(core), [{ request: request('r', range(5), 3, { outputTokenIds: [500, 501, 502], notBeforeMs: [0, 50, 100] }), arrivalMs: 0 }]);
+    const result = runOffline(asDriven(core), [
+      { request: request('r', range(5), 3, { outputTokenIds: [500, 501, 502], notBeforeMs: [0, 50, 100] }), arrivalMs: 0 },
+    ]);
     expect(result.records.get('r')!.tokenTimesMs).toEqual([0, 50, 100]);
     const sequence = [...range(5), 500, 501, 502];
     expect(core.cache.prefixMatchLength(u32(sequence), sequence.length)).toBe(8);
@@ -724,14 +747,23 @@ describe('the EngineCore contract', () => {
     core.abort('r');
   });
 
-  it('engineStats maps the pool onto blocks: requests\' pages active, unlocked tree pages inactive, the rest free', () => {
+  it("engineStats maps the pool onto blocks: requests' pages active, unlocked tree pages inactive, the rest free", () => {
     const core = makeCore({ numGpuBlocks: 16, pageSize: 4 });
     core.add(request('done', range(8), 1));
     core.executePass(0);
     core.add(request('r', range(6, 100), 3));
     core.executePass(1);
     // done: 8 cached tokens, unlocked (2 pages). r: 7 slots, 4 of them cached and locked, 8 reserved → 2 pages.
-    expect(core.engineStats()).toMatchObject({ running: 1, waiting: 0, activeBlocks: 2, inactiveBlocks: 2, freeBlocks: 12, totalBlocks: 16, blockSize: 4, passes: 2 });
+    expect(core.engineStats()).toMatchObject({
+      running: 1,
+      waiting: 0,
+      activeBlocks: 2,
+      inactiveBlocks: 2,
+      freeBlocks: 12,
+      totalBlocks: 16,
+      blockSize: 4,
+      passes: 2,
+    });
   });
 
   it('resetPrefixCache: refused while requests hold KV unless they are retracted first; empties the tree', () => {

@@ -30,7 +30,10 @@ interface OracleMetric {
 function readOracle(): OracleMetric[] {
   const doc = readFileSync(new URL('./fixtures/prometheus/sglang-metrics.md', import.meta.url), 'utf8');
   const out: OracleMetric[] = [];
-  for (const [section, collector] of [['## §3 ', 'scheduler'], ['## §4 ', 'tokenizer']] as const) {
+  for (const [section, collector] of [
+    ['## §3 ', 'scheduler'],
+    ['## §4 ', 'tokenizer'],
+  ] as const) {
     const body = doc.slice(doc.indexOf(section)).split('\n## ')[0];
     for (const row of body.split('\n').filter((l) => l.startsWith('| `sglang:'))) {
       const [name, type, help, last] = row.split(' | ').map((cell) => cell.replace(/^\| /, '').trim());
@@ -41,7 +44,12 @@ function readOracle(): OracleMetric[] {
         help: /`([^`]*)`/.exec(help)![1],
         collector,
         perProcess: last.startsWith('all'),
-        buckets: histogram ? last.replace(/\s*\|$/, '').split(', ').map(Number) : [],
+        buckets: histogram
+          ? last
+              .replace(/\s*\|$/, '')
+              .split(', ')
+              .map(Number)
+          : [],
       });
     }
   }
@@ -127,10 +135,21 @@ const sglangHitRate = (cached: number, promptTokens: number, pageSize: number) =
 describe('the oracle', () => {
   it("lists the metrics the issue asks for, SGLang's histograms with their buckets", () => {
     const names = ORACLE.map((m) => m.name);
-    for (const name of ['num_running_reqs', 'num_queue_reqs', 'token_usage', 'cache_hit_rate', 'time_to_first_token_seconds', 'inter_token_latency_seconds', 'e2e_request_latency_seconds', 'prompt_tokens_total', 'generation_tokens_total']) {
+    for (const name of [
+      'num_running_reqs',
+      'num_queue_reqs',
+      'token_usage',
+      'cache_hit_rate',
+      'time_to_first_token_seconds',
+      'inter_token_latency_seconds',
+      'e2e_request_latency_seconds',
+      'prompt_tokens_total',
+      'generation_tokens_total',
+    ]) {
       expect(names).toContain(`sglang:${name}`);
     }
-    for (const m of ORACLE.filter((x) => x.type === 'HISTOGRAM')) expect(m.buckets.every((b) => Number.isFinite(b)) && m.buckets.length > 10, m.name).toBe(true);
+    for (const m of ORACLE.filter((x) => x.type === 'HISTOGRAM'))
+      expect(m.buckets.every((b) => Number.isFinite(b)) && m.buckets.length > 10, m.name).toBe(true);
   });
 });
 
@@ -171,9 +190,20 @@ describe('serve --engine-type sglang: /metrics in SGLang names', () => {
   it("counts what the answers report, gauges equal /mocker/engine at rest, histograms with SGLang's buckets; no vLLM names", async () => {
     await complete(prompt(3000));
     // A streamed answer: SGLang's tokenizer sees each token as it goes out.
-    const stream = await client.completions.create({ model: MODEL, prompt: prompt(5000), max_tokens: MAX_TOKENS, stream: true, stream_options: { include_usage: true } });
+    const stream = await client.completions.create({
+      model: MODEL,
+      prompt: prompt(5000),
+      max_tokens: MAX_TOKENS,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     for await (const chunk of stream) {
-      if (chunk.usage) answers.push({ prompt: chunk.usage.prompt_tokens, completion: chunk.usage.completion_tokens, cached: chunk.usage.prompt_tokens_details?.cached_tokens ?? 0 });
+      if (chunk.usage)
+        answers.push({
+          prompt: chunk.usage.prompt_tokens,
+          completion: chunk.usage.completion_tokens,
+          cached: chunk.usage.prompt_tokens_details?.cached_tokens ?? 0,
+        });
     }
     expect(answers).toHaveLength(4);
     const sum = (key: 'prompt' | 'completion' | 'cached') => answers.reduce((s, a) => s + a[key], 0);
@@ -238,7 +268,18 @@ describe('serve (vLLM, the default) for contrast', () => {
 describe('serve --engine-type sglang with two data-parallel ranks, under load', () => {
   it('labels scheduler series with dp_rank, their gauges equal each rank of /mocker/engine mid-run, aborts count', async () => {
     // Slow passes and a small pool (4 pages of 64 per rank): rank 0 runs one of its two requests and queues the other.
-    const { url, pid } = await serve(['--engine-type', 'sglang', '--timing', 'fixed', '--forward-time-ms', '50', '--data-parallel-size', '2', '--num-gpu-blocks-override', '4']);
+    const { url, pid } = await serve([
+      '--engine-type',
+      'sglang',
+      '--timing',
+      'fixed',
+      '--forward-time-ms',
+      '50',
+      '--data-parallel-size',
+      '2',
+      '--num-gpu-blocks-override',
+      '4',
+    ]);
     const controller = new AbortController();
     const responses = [
       [0, 1000],
@@ -298,6 +339,7 @@ describe('serve --engine-type sglang with two data-parallel ranks, under load', 
       expect(labelSets(after, text, metric), metric.name).toEqual([{ model_name: MODEL }]);
     }
     const final = await engineState(url);
-    for (const r of final.ranks) expect(value(after, 'sglang:num_running_reqs', { dp_rank: String(r.rank) }) + value(after, 'sglang:num_queue_reqs', { dp_rank: String(r.rank) })).toBe(0);
+    for (const r of final.ranks)
+      expect(value(after, 'sglang:num_running_reqs', { dp_rank: String(r.rank) }) + value(after, 'sglang:num_queue_reqs', { dp_rank: String(r.rank) })).toBe(0);
   });
 });

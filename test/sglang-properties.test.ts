@@ -97,7 +97,8 @@ describe(`SGLang core invariants over ${WORKLOADS} random workloads`, () => {
       // Each pass costs a prefill chunk or emits a token for every running request, and retractions are
       // bounded by the outputs: a generous multiple of the work bounds the passes of a run that never starves.
       let work = 0;
-      for (const { request } of requests) work += request.maxOutputTokens + Math.ceil((request.promptTokenIds.length + request.maxOutputTokens) / config.chunkedPrefillSize!) + 1;
+      for (const { request } of requests)
+        work += request.maxOutputTokens + Math.ceil((request.promptTokenIds.length + request.maxOutputTokens) / config.chunkedPrefillSize!) + 1;
       const passBound = 3 * work;
       let passes = 0;
       const result = runOffline(core as unknown as EngineCore, requests, (pass) => {
@@ -127,7 +128,8 @@ describe(`SGLang core invariants over ${WORKLOADS} random workloads`, () => {
         // A retracted request holds nothing and keeps its outputs (none of its tokens come back).
         for (const id of pass.preempted) {
           const view = core.view(id);
-          if (view?.status !== 'preempted' || view.numComputedTokens !== 0 || view.numAllocatedTokens !== 0) problems.push(`${id} retracted but holds ${JSON.stringify(view)}`);
+          if (view?.status !== 'preempted' || view.numComputedTokens !== 0 || view.numAllocatedTokens !== 0)
+            problems.push(`${id} retracted but holds ${JSON.stringify(view)}`);
           else if (view.generated !== (received.get(id) ?? 0)) problems.push(`${id} retracted with ${view.generated} outputs, ${received.get(id) ?? 0} sent`);
         }
         const prefilled = pass.scheduledTokens - pass.tokens.length;

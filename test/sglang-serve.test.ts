@@ -29,7 +29,11 @@ async function serve(args: string[]): Promise<string> {
 }
 
 async function cachedTokens(url: string, prompt: number[]): Promise<number> {
-  const res = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'Qwen/Qwen3-0.6B', prompt, max_tokens: 2 }) });
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'Qwen/Qwen3-0.6B', prompt, max_tokens: 2 }),
+  });
   expect(res.status).toBe(200);
   const body = (await res.json()) as { usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } } };
   expect(body.usage.prompt_tokens).toBe(prompt.length);
@@ -71,8 +75,16 @@ describe('serve --engine-type sglang', () => {
   });
 
   it.each([
-    ['a page size other than the block size', ['--block-size', '32', '--sglang-page-size', '16'], /page size \(--sglang-page-size\) 16 and the block size \(--block-size\) 32 must be equal/],
-    ['a chunk that is not whole pages', ['--sglang-page-size', '64', '--sglang-chunked-prefill-size', '100'], /--sglang-chunked-prefill-size 100 must be a multiple of the page size 64/],
+    [
+      'a page size other than the block size',
+      ['--block-size', '32', '--sglang-page-size', '16'],
+      /page size \(--sglang-page-size\) 16 and the block size \(--block-size\) 32 must be equal/,
+    ],
+    [
+      'a chunk that is not whole pages',
+      ['--sglang-page-size', '64', '--sglang-chunked-prefill-size', '100'],
+      /--sglang-chunked-prefill-size 100 must be a multiple of the page size 64/,
+    ],
     ['an unknown policy', ['--sglang-schedule-policy', 'random'], /argument 'random' is invalid/],
   ])('refuses %s', async (_label, args, message) => {
     const { code, stderr } = await runMockerToExit(['serve', '--engine-type', 'sglang', ...args, '--port', '0'], { cwd: dir });
@@ -87,7 +99,10 @@ describe('mocker trace with SGLang workers', () => {
   it('replays the trace through SGLang engines, alone and behind the KV router', async () => {
     for (const args of [[], ['--num-workers', '2', '--router-mode', 'kv_router']]) {
       const json = join(dir, `trace-${args.length}.json`);
-      const { code, stderr } = await runMockerToExit(['trace', TRACE, '--extra-engine-args', '{"engine_type":"sglang","sglang":{"page_size":16}}', ...args, '--report-json', json, '--no-progress'], { cwd: dir });
+      const { code, stderr } = await runMockerToExit(
+        ['trace', TRACE, '--extra-engine-args', '{"engine_type":"sglang","sglang":{"page_size":16}}', ...args, '--report-json', json, '--no-progress'],
+        { cwd: dir },
+      );
       expect(stderr).toBe('');
       expect(code).toBe(0);
       const report = JSON.parse(readFileSync(json, 'utf8')) as Record<string, number>;

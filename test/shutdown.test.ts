@@ -149,7 +149,9 @@ describe('SIGTERM with streams in flight', () => {
     await signalAndDrain(capture);
     expect((await fetch(`http://127.0.0.1:${capture.port}/health`)).status).toBe(503);
     const ended = await Promise.all(streams.map((s) => s.ended));
-    ended.forEach((s, i) => expect(s).toEqual({ text: `${answerTo(prompts[i])} ${'More words follow here. '.repeat(4)}`, finishReason: 'stop', done: true, broken: false }));
+    ended.forEach((s, i) =>
+      expect(s).toEqual({ text: `${answerTo(prompts[i])} ${'More words follow here. '.repeat(4)}`, finishReason: 'stop', done: true, broken: false }),
+    );
     expect(await capture.exited).toEqual({ code: 0, signal: null });
     expect(capture.stdout()).toContain('8 request(s) in flight finished, 0 cut off');
     expect(outcomes(db)).toEqual({ complete: 8 });
@@ -199,7 +201,11 @@ describe('SIGTERM with streams in flight', () => {
     await signalAndDrain(serve);
     for (const port of ports) {
       expect((await fetch(`http://127.0.0.1:${port}/health`)).status).toBe(503);
-      const refused = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'late' }) });
+      const refused = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt: 'late' }),
+      });
       expect(refused.status).toBe(503);
       expect(((await refused.json()) as { error: { code: number } }).error.code).toBe(503);
     }

@@ -3,8 +3,18 @@ import type { PassStats } from '../src/engine/index.js';
 import { StatsLog } from '../src/metrics/statsLog.js';
 
 const pass = (p: Partial<PassStats>): PassStats => ({
-  running: 0, waiting: 0, activeBlocks: 0, totalBlocks: 100, prefixCacheQueries: 0, prefixCacheHits: 0, preemptions: 0,
-  promptTokens: 0, generationTokens: 0, timesToFirstTokenS: [], interTokenLatenciesS: [], ...p,
+  running: 0,
+  waiting: 0,
+  activeBlocks: 0,
+  totalBlocks: 100,
+  prefixCacheQueries: 0,
+  prefixCacheHits: 0,
+  preemptions: 0,
+  promptTokens: 0,
+  generationTokens: 0,
+  timesToFirstTokenS: [],
+  interTokenLatenciesS: [],
+  ...p,
 });
 
 describe("vLLM's periodic stats line", () => {

@@ -61,14 +61,50 @@ function writeOldExchange(file: Database.Database, ex: StoredExchange): void {
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     )
     .run(
-      ex.id, ex.runId, ex.startedAt, ex.requestId, ex.method, ex.path, ex.endpoint, ex.outcome, ex.error, ex.status, ex.model, ex.stream ? 1 : 0, ex.totalMs, ex.tokenSource,
-      ex.promptIds ? u32(ex.promptIds) : null, ex.promptIds?.length ?? null, key, ex.requestShape, JSON.stringify(ex.injected), ex.usage === undefined ? null : JSON.stringify(ex.usage),
-      JSON.stringify(ex.requestHeaders), ex.requestBody, JSON.stringify(ex.responseHeaders), ex.responseBody, u32(ex.eventEnds), f64(ex.eventTimes), u32(ex.eventTokens),
+      ex.id,
+      ex.runId,
+      ex.startedAt,
+      ex.requestId,
+      ex.method,
+      ex.path,
+      ex.endpoint,
+      ex.outcome,
+      ex.error,
+      ex.status,
+      ex.model,
+      ex.stream ? 1 : 0,
+      ex.totalMs,
+      ex.tokenSource,
+      ex.promptIds ? u32(ex.promptIds) : null,
+      ex.promptIds?.length ?? null,
+      key,
+      ex.requestShape,
+      JSON.stringify(ex.injected),
+      ex.usage === undefined ? null : JSON.stringify(ex.usage),
+      JSON.stringify(ex.requestHeaders),
+      ex.requestBody,
+      JSON.stringify(ex.responseHeaders),
+      ex.responseBody,
+      u32(ex.eventEnds),
+      f64(ex.eventTimes),
+      u32(ex.eventTokens),
     );
   for (const g of ex.generations) {
     file
-      .prepare(`INSERT INTO generations (exchange_id, choice_index, output_ids, token_times, chunk_tokens, chunk_deltas, text, finish_reason, stop_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-      .run(ex.id, g.choiceIndex, u32(g.outputIds), f64(g.tokenTimes), u32(g.chunkTokens), JSON.stringify(g.chunkDeltas), g.text, g.finishReason, JSON.stringify(g.stopReason));
+      .prepare(
+        `INSERT INTO generations (exchange_id, choice_index, output_ids, token_times, chunk_tokens, chunk_deltas, text, finish_reason, stop_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      )
+      .run(
+        ex.id,
+        g.choiceIndex,
+        u32(g.outputIds),
+        f64(g.tokenTimes),
+        u32(g.chunkTokens),
+        JSON.stringify(g.chunkDeltas),
+        g.text,
+        g.finishReason,
+        JSON.stringify(g.stopReason),
+      );
   }
 }
 
@@ -95,7 +131,8 @@ function bruteNearest(exchanges: readonly StoredExchange[], model: string, probe
   for (const ex of exchanges) {
     if (ex.model !== model || ex.outcome !== 'complete' || ex.promptIds === null) continue;
     const k = lcp(ex.promptIds, probe);
-    if (!best || k > best.commonPrefix || (k === best.commonPrefix && ex.id > best.exchangeId)) best = { exchangeId: ex.id, promptIds: ex.promptIds, commonPrefix: k };
+    if (!best || k > best.commonPrefix || (k === best.commonPrefix && ex.id > best.exchangeId))
+      best = { exchangeId: ex.id, promptIds: ex.promptIds, commonPrefix: k };
   }
   return best;
 }
@@ -142,7 +179,8 @@ describe('a capture file of the layout before encoding 1', () => {
     file.exec('DETACH recorded');
     const store = CaptureStore.open(recorded, { readonly: true });
     for (const run of store.runs()) {
-      for (const data of store.tokenizerFiles(run).values()) file.prepare('INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)').run(sha256(data), data.length, data);
+      for (const data of store.tokenizerFiles(run).values())
+        file.prepare('INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)').run(sha256(data), data.length, data);
     }
     store.close();
     for (const ex of exchanges) writeOldExchange(file, ex);
@@ -219,7 +257,7 @@ describe('the compact encodings round-trip', () => {
     }
   });
 
-  it('the prompt\'s id lists cut out of bodies and put back byte for byte: both separators, several lists, near misses left in place', () => {
+  it("the prompt's id lists cut out of bodies and put back byte for byte: both separators, several lists, near misses left in place", () => {
     for (let i = 0; i < 300; i++) {
       const prompt = randomIds(rng.pick([0, 1, 7, 8, 9, rng.int(8, 1500)]));
       const listed = (ids: number[], separator: string) => `[${ids.join(separator)}]`;
@@ -229,12 +267,19 @@ describe('the compact encodings round-trip', () => {
         if (prompt.length === 0) return '[]';
         const ids = [...prompt];
         switch (rng.int(0, 5)) {
-          case 0: ids[rng.int(0, ids.length - 1)] += 1; return listed(ids, ',');
-          case 1: return `[0${prompt.join(',')}]`;
-          case 2: return listed(ids.slice(0, -1), ',');
-          case 3: return listed([...ids, 7], ',');
-          case 4: return listed(ids, ' ,');
-          default: return `[${prompt.join(',')}`;
+          case 0:
+            ids[rng.int(0, ids.length - 1)] += 1;
+            return listed(ids, ',');
+          case 1:
+            return `[0${prompt.join(',')}]`;
+          case 2:
+            return listed(ids.slice(0, -1), ',');
+          case 3:
+            return listed([...ids, 7], ',');
+          case 4:
+            return listed(ids, ' ,');
+          default:
+            return `[${prompt.join(',')}`;
         }
       };
       let expected = 0;
@@ -262,7 +307,8 @@ describe('the compact encodings round-trip', () => {
     const list = `[${prompt.join(',')}]`;
     // A completion stream of n choices with return_token_ids, as vllm-wire-reference.md describes it: the prompt's
     // ids on the first chunk of each choice, null on the others.
-    const chunk = (choice: number, ids: string) => `data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":${choice},"text":"a","prompt_token_ids":${ids},"token_ids":[7]}]}\n\n`;
+    const chunk = (choice: number, ids: string) =>
+      `data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":${choice},"text":"a","prompt_token_ids":${ids},"token_ids":[7]}]}\n\n`;
     for (const choices of [1, 2, 4]) {
       const events = [
         ...Array.from({ length: choices }, (_, c) => chunk(c, list)),
@@ -279,7 +325,14 @@ describe('the compact encodings round-trip', () => {
       expect(Buffer.concat(parts).length).toBe(responseBody.length - choices * (list.length - 2));
       // Without the events' bounds (a body that is not a stream), every list is cut.
       expect(elideIdLists(responseBody, prompt).cuts.length / 2).toBe(choices + 1);
-      const record = { requestBody: Buffer.from(`{"prompt":${list},"n":${choices}}`), responseBody, eventEnds, eventTimes: eventEnds.map((_, k) => k), eventTokens: eventEnds.map(() => 1), generations: [] };
+      const record = {
+        requestBody: Buffer.from(`{"prompt":${list},"n":${choices}}`),
+        responseBody,
+        eventEnds,
+        eventTimes: eventEnds.map((_, k) => k),
+        eventTokens: eventEnds.map(() => 1),
+        generations: [],
+      };
       expect(unpackRecord(packRecord(record, prompt), 4, () => prompt)).toEqual(record);
     }
   });
@@ -292,10 +345,19 @@ describe('the compact encodings round-trip', () => {
       // Each token at an event's time, in order; or, for some, at a time no event has.
       const tokens = events.flatMap((t) => Array.from({ length: rng.int(0, 2) }, () => t));
       if (rng.next() < 0.3 && tokens.length > 0) tokens[rng.int(0, tokens.length - 1)] = 1234.5678;
-      const generation = { choiceIndex: 0, outputIds: tokens.map((_, k) => k), tokenTimes: tokens, chunkTokens: [], chunkDeltas: [], text: '', finishReason: null, stopReason: null };
+      const generation = {
+        choiceIndex: 0,
+        outputIds: tokens.map((_, k) => k),
+        tokenTimes: tokens,
+        chunkTokens: [],
+        chunkDeltas: [],
+        text: '',
+        finishReason: null,
+        stopReason: null,
+      };
       const record = { requestBody: null, responseBody: null, eventEnds: [], eventTimes: events, eventTokens: [], generations: [generation] };
       const decoded = unpackRecord(packRecord(record, null), 4, () => null).generations[0].tokenTimes;
-      expect(decoded.map((t) => Object.is(t, -0) ? 'minus zero' : t)).toEqual(tokens.map((t) => Object.is(t, -0) ? 'minus zero' : t));
+      expect(decoded.map((t) => (Object.is(t, -0) ? 'minus zero' : t))).toEqual(tokens.map((t) => (Object.is(t, -0) ? 'minus zero' : t)));
     }
   });
 
@@ -309,8 +371,24 @@ describe('the compact encodings round-trip', () => {
         if (rng.next() < 0.03) delta.tool_calls = [{ index: 0, function: { arguments: rng.pick(PIECES) } }];
         return delta;
       });
-      const generation = { choiceIndex: 0, outputIds: [], tokenTimes: [], chunkTokens: [], chunkDeltas: deltas, text: rng.pick(PIECES), finishReason: null, stopReason: null };
-      const record = { requestBody: randomBytes(rng.int(0, 100)), responseBody: randomBytes(rng.int(0, 100)), eventEnds: [], eventTimes: [], eventTokens: [], generations: [generation] };
+      const generation = {
+        choiceIndex: 0,
+        outputIds: [],
+        tokenTimes: [],
+        chunkTokens: [],
+        chunkDeltas: deltas,
+        text: rng.pick(PIECES),
+        finishReason: null,
+        stopReason: null,
+      };
+      const record = {
+        requestBody: randomBytes(rng.int(0, 100)),
+        responseBody: randomBytes(rng.int(0, 100)),
+        eventEnds: [],
+        eventTimes: [],
+        eventTokens: [],
+        generations: [generation],
+      };
       const prompt = randomIds(rng.int(0, 30));
       expect(unpackRecord(packRecord(record, prompt), 4, () => prompt)).toEqual(record);
     }
@@ -324,17 +402,39 @@ describe('the compact encodings round-trip', () => {
       const events = Array.from({ length: rng.int(0, 30) }, (_, k) => k * 10.25 + rng.next());
       const outcome = rng.pick<Outcome>(['complete', 'complete', 'failed', 'aborted']);
       const ex: Exchange = {
-        runId, startedAt: 1_700_000_000_000 + i, requestId: rng.next() < 0.5 ? null : `req-${i}`, method: 'POST', path: '/v1/completions',
-        endpoint: rng.pick(['chat', 'completion', null] as const), outcome, error: outcome === 'complete' ? null : 'upstream closed', status: 200,
-        model: rng.next() < 0.2 ? null : rng.pick(['m1', 'm2']), stream: rng.next() < 0.5,
-        requestHeaders: { 'content-type': 'application/json', 'x-many': ['a', 'b'] }, requestBody: randomBytes(rng.int(0, 3000)),
-        responseHeaders: {}, responseBody: randomBytes(rng.int(0, 9000)),
-        eventEnds: randomIds(events.length), eventTimes: events, eventTokens: randomIds(events.length), totalMs: rng.next() * 1000,
-        tokenSource: 'engine', promptIds: rng.next() < 0.15 ? null : randomIds(rng.pick([0, 1, rng.int(0, 500)])),
-        requestShape: '{"stream":true}', injected: ['return_token_ids'], usage: rng.next() < 0.5 ? undefined : { prompt_tokens: 3 },
+        runId,
+        startedAt: 1_700_000_000_000 + i,
+        requestId: rng.next() < 0.5 ? null : `req-${i}`,
+        method: 'POST',
+        path: '/v1/completions',
+        endpoint: rng.pick(['chat', 'completion', null] as const),
+        outcome,
+        error: outcome === 'complete' ? null : 'upstream closed',
+        status: 200,
+        model: rng.next() < 0.2 ? null : rng.pick(['m1', 'm2']),
+        stream: rng.next() < 0.5,
+        requestHeaders: { 'content-type': 'application/json', 'x-many': ['a', 'b'] },
+        requestBody: randomBytes(rng.int(0, 3000)),
+        responseHeaders: {},
+        responseBody: randomBytes(rng.int(0, 9000)),
+        eventEnds: randomIds(events.length),
+        eventTimes: events,
+        eventTokens: randomIds(events.length),
+        totalMs: rng.next() * 1000,
+        tokenSource: 'engine',
+        promptIds: rng.next() < 0.15 ? null : randomIds(rng.pick([0, 1, rng.int(0, 500)])),
+        requestShape: '{"stream":true}',
+        injected: ['return_token_ids'],
+        usage: rng.next() < 0.5 ? undefined : { prompt_tokens: 3 },
         generations: Array.from({ length: rng.int(0, 3) }, (_, c) => ({
-          choiceIndex: c, outputIds: randomIds(rng.int(0, 300)), tokenTimes: events.filter(() => rng.next() < 0.7), chunkTokens: randomIds(rng.int(0, 20)),
-          chunkDeltas: [{ text: 'é🚀\u0000' }, { content: null }], text: `naïve ${i} \u{1F680}`, finishReason: rng.pick(['stop', 'length', null]), stopReason: rng.pick(['\n', 151645, null]),
+          choiceIndex: c,
+          outputIds: randomIds(rng.int(0, 300)),
+          tokenTimes: events.filter(() => rng.next() < 0.7),
+          chunkTokens: randomIds(rng.int(0, 20)),
+          chunkDeltas: [{ text: 'é🚀\u0000' }, { content: null }],
+          text: `naïve ${i} \u{1F680}`,
+          finishReason: rng.pick(['stop', 'length', null]),
+          stopReason: rng.pick(['\n', 151645, null]),
         })),
       };
       saved.push(ex);
@@ -350,10 +450,15 @@ describe('files written by earlier versions (encodings 1, 2 and 3)', () => {
   const fixtures = join(import.meta.dirname, 'fixtures', 'captures');
   /** The values those versions were given (test/support/formatExchanges.ts), as a store gives them back. */
   const expected = () =>
-    formatExchanges(1).map((ex, i): StoredExchange => ({
-      ...ex, id: i + 1, poolingKey: null, bodiesRedacted: ex.bodiesRedacted === true,
-      ...(ex.bodiesRedacted ? { requestBody: Buffer.alloc(0), responseBody: Buffer.alloc(0) } : {}),
-    }));
+    formatExchanges(1).map(
+      (ex, i): StoredExchange => ({
+        ...ex,
+        id: i + 1,
+        poolingKey: null,
+        bodiesRedacted: ex.bodiesRedacted === true,
+        ...(ex.bodiesRedacted ? { requestBody: Buffer.alloc(0), responseBody: Buffer.alloc(0) } : {}),
+      }),
+    );
 
   for (const encoding of [1, 2, 3]) {
     it(`encoding ${encoding}: every exchange reads back as it was written, read-only and after a writer opened it (and new exchanges beside them)`, () => {
@@ -376,26 +481,32 @@ describe('files written by earlier versions (encodings 1, 2 and 3)', () => {
     });
   }
 
-  it.each([2, 3])('encoding %i replays through the CLI: the streamed completion byte for byte', async (encoding) => {
-    const [bench] = formatExchanges(1);
-    const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', join(fixtures, `encoding-${encoding}.db`), '--timing', 'none']);
-    try {
-      const res = await fetch(`http://127.0.0.1:${replay.port}/v1/completions`, {
-        method: 'POST', headers: { 'content-type': 'application/json' }, body: bench.requestBody,
-      });
-      expect(res.status).toBe(200);
-      const normalize = (text: string) => text.replace(/"id":"[^"]*"/g, '"id":"X"').replace(/"created":\d+/g, '"created":0');
-      // The proxy asked for the token ids (return_token_ids), this client did not: vLLM then sends them as null.
-      const asVllmWithoutIds = bench.responseBody.toString('utf8').replace(/"(prompt_token_ids|token_ids)":\[[\d,]*\]/g, '"$1":null');
-      expect(normalize(await res.text())).toBe(normalize(asVllmWithoutIds));
-    } finally {
-      await replay.stop();
-    }
-  }, 30_000);
+  it.each([2, 3])(
+    'encoding %i replays through the CLI: the streamed completion byte for byte',
+    async (encoding) => {
+      const [bench] = formatExchanges(1);
+      const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', join(fixtures, `encoding-${encoding}.db`), '--timing', 'none']);
+      try {
+        const res = await fetch(`http://127.0.0.1:${replay.port}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: bench.requestBody,
+        });
+        expect(res.status).toBe(200);
+        const normalize = (text: string) => text.replace(/"id":"[^"]*"/g, '"id":"X"').replace(/"created":\d+/g, '"created":0');
+        // The proxy asked for the token ids (return_token_ids), this client did not: vLLM then sends them as null.
+        const asVllmWithoutIds = bench.responseBody.toString('utf8').replace(/"(prompt_token_ids|token_ids)":\[[\d,]*\]/g, '"$1":null');
+        expect(normalize(await res.text())).toBe(normalize(asVllmWithoutIds));
+      } finally {
+        await replay.stop();
+      }
+    },
+    30_000,
+  );
 });
 
 describe('the nearest capture through the prompt tree', () => {
-  it('is the brute-force scan\'s on a few hundred prompts with shared prefixes, duplicates and prefixes of each other', () => {
+  it("is the brute-force scan's on a few hundred prompts with shared prefixes, duplicates and prefixes of each other", () => {
     const rng = prng(7);
     const path = join(dir, 'nearest.db');
     const store = CaptureStore.open(path);
@@ -409,7 +520,7 @@ describe('the nearest capture through the prompt tree', () => {
     const checkProbes = (count: number) => {
       for (let k = 0; k < count; k++) {
         const model = rng.next() < 0.05 ? 'never-captured' : rng.pick(models);
-        const base = saved.length > 0 && rng.next() < 0.8 ? rng.pick(saved).promptIds ?? [] : rng.pick(stems);
+        const base = saved.length > 0 && rng.next() < 0.8 ? (rng.pick(saved).promptIds ?? []) : rng.pick(stems);
         const probe = [...base];
         const change = rng.int(0, 3);
         if (change === 0 && probe.length > 0) probe[rng.int(0, probe.length - 1)] = token();
@@ -419,17 +530,30 @@ describe('the nearest capture through the prompt tree', () => {
       }
     };
     for (let i = 0; i < 400; i++) {
-      const earlier = saved.length > 0 ? rng.pick(saved).promptIds ?? [] : [];
+      const earlier = saved.length > 0 ? (rng.pick(saved).promptIds ?? []) : [];
       const shape = rng.int(0, 9);
       const prompt =
-        shape === 0 ? [...earlier] // the same prompt again
-          : shape === 1 ? earlier.slice(0, rng.int(0, earlier.length)) // a prefix of an earlier one
-            : shape === 2 ? [...earlier, ...run(rng.int(1, 100))] // an earlier one continued
+        shape === 0
+          ? [...earlier] // the same prompt again
+          : shape === 1
+            ? earlier.slice(0, rng.int(0, earlier.length)) // a prefix of an earlier one
+            : shape === 2
+              ? [...earlier, ...run(rng.int(1, 100))] // an earlier one continued
               : [...rng.pick(stems), ...run(rng.int(0, 150))];
       const ex = benchExchange(runId, i);
-      const stored: StoredExchange = { bodiesRedacted: false,
-        ...ex, id: i + 1, model: rng.pick(models), promptIds: prompt, outcome: rng.next() < 0.85 ? 'complete' : 'failed', generations: [],
-        requestBody: Buffer.from(JSON.stringify({ prompt })), responseBody: Buffer.alloc(0), eventEnds: [], eventTimes: [], eventTokens: [],
+      const stored: StoredExchange = {
+        bodiesRedacted: false,
+        ...ex,
+        id: i + 1,
+        model: rng.pick(models),
+        promptIds: prompt,
+        outcome: rng.next() < 0.85 ? 'complete' : 'failed',
+        generations: [],
+        requestBody: Buffer.from(JSON.stringify({ prompt })),
+        responseBody: Buffer.alloc(0),
+        eventEnds: [],
+        eventTimes: [],
+        eventTokens: [],
       };
       expect(store.saveExchange(stored)).toBe(i + 1);
       saved.push(stored);
@@ -502,7 +626,7 @@ describe('group commit', () => {
   });
 });
 
-describe('background checkpoints (the recorder\'s writer)', () => {
+describe("background checkpoints (the recorder's writer)", () => {
   it('fold the log into the database file while the writer saves, and close still leaves one self-contained file', async () => {
     const path = join(dir, 'checkpointed.db');
     const store = CaptureStore.open(path, { backgroundCheckpoints: true });
@@ -527,7 +651,7 @@ describe('background checkpoints (the recorder\'s writer)', () => {
 });
 
 describe('the file size', () => {
-  it('is under 20 KB an exchange for bench/store.ts\'s exchange (it was 104 KB before encoding 1)', () => {
+  it("is under 20 KB an exchange for bench/store.ts's exchange (it was 104 KB before encoding 1)", () => {
     const N = 300;
     const path = join(dir, 'size.db');
     const store = CaptureStore.open(path);

@@ -42,14 +42,27 @@ const PERSON = {
   },
   required: ['name', 'age', 'email', 'tags', 'address'],
   additionalProperties: false,
-  $defs: { address: { type: 'object', properties: { city: { type: 'string' }, zip: { type: 'string', pattern: '^[0-9]{5}$' } }, required: ['city', 'zip'], additionalProperties: false } },
+  $defs: {
+    address: {
+      type: 'object',
+      properties: { city: { type: 'string' }, zip: { type: 'string', pattern: '^[0-9]{5}$' } },
+      required: ['city', 'zip'],
+      additionalProperties: false,
+    },
+  },
 };
 
 const messages = [{ role: 'user' as const, content: 'Describe a person as JSON.' }];
 
 /** A streamed chat's content, finish reason and completion tokens. */
 async function streamed(client: OpenAI, body: Record<string, unknown>): Promise<{ content: string; finish: string | null; tokens: number }> {
-  const stream = await client.chat.completions.create({ model: MODEL, messages, ...body, stream: true, stream_options: { include_usage: true } } as OpenAI.ChatCompletionCreateParamsStreaming);
+  const stream = await client.chat.completions.create({
+    model: MODEL,
+    messages,
+    ...body,
+    stream: true,
+    stream_options: { include_usage: true },
+  } as OpenAI.ChatCompletionCreateParamsStreaming);
   let content = '';
   let finish: string | null = null;
   let tokens = 0;
@@ -153,7 +166,13 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
       for (const extra of [{ structured_outputs: { regex: REGEX } }, { guided_regex: REGEX }]) {
         const chat = await client.chat.completions.create({ model: MODEL, messages, seed, ...extra } as OpenAI.ChatCompletionCreateParamsNonStreaming);
         expect(chat.choices[0].message.content).toMatch(whole);
-        const completion = await client.completions.create({ model: MODEL, prompt: 'Code:', seed, max_tokens: 64, ...extra } as OpenAI.CompletionCreateParamsNonStreaming);
+        const completion = await client.completions.create({
+          model: MODEL,
+          prompt: 'Code:',
+          seed,
+          max_tokens: 64,
+          ...extra,
+        } as OpenAI.CompletionCreateParamsNonStreaming);
         expect(completion.choices[0].text).toMatch(whole);
         expect(completion.choices[0].finish_reason).toBe('stop');
       }
@@ -163,8 +182,18 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
 
   it('completions take response_format and guided_json too', async () => {
     const schema = { type: 'object', properties: { ok: { type: 'boolean' }, n: { type: 'integer', minimum: 5, maximum: 9 } }, required: ['ok', 'n'] };
-    for (const extra of [{ response_format: { type: 'json_schema', json_schema: { name: 's', schema } } }, { guided_json: schema }, { guided_json: JSON.stringify(schema) }, { structured_outputs: { json: schema } }]) {
-      const completion = await client.completions.create({ model: MODEL, prompt: 'JSON:', max_tokens: 64, ...extra } as OpenAI.CompletionCreateParamsNonStreaming);
+    for (const extra of [
+      { response_format: { type: 'json_schema', json_schema: { name: 's', schema } } },
+      { guided_json: schema },
+      { guided_json: JSON.stringify(schema) },
+      { structured_outputs: { json: schema } },
+    ]) {
+      const completion = await client.completions.create({
+        model: MODEL,
+        prompt: 'JSON:',
+        max_tokens: 64,
+        ...extra,
+      } as OpenAI.CompletionCreateParamsNonStreaming);
       expect(completion.choices[0].finish_reason).toBe('stop');
       expectValid(schema, completion.choices[0].text);
     }
@@ -173,19 +202,35 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
   it('a grammar, several kinds at once, or a schema keyword mocker cannot honour: a 400 naming it', async () => {
     expect(await refused({ guided_grammar: 'root ::= "a"' })).toContain('guided_grammar');
     expect(await refused({ structured_outputs: { grammar: 'root ::= "a"' } })).toContain('structured_outputs.grammar');
-    expect(await refused({ structured_outputs: { regex: 'a', choice: ['a'] } })).toContain("You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice').");
+    expect(await refused({ structured_outputs: { regex: 'a', choice: ['a'] } })).toContain(
+      "You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice').",
+    );
     expect(await refused({ guided_regex: 'a', guided_choice: ['a'] })).toContain('You can only use one kind of structured outputs constraint');
-    expect(await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: { required: ['a'] } } } } })).toContain('`not`');
-    expect(await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', format: 'iri' } } } })).toContain('format');
+    expect(
+      await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: { required: ['a'] } } } } }),
+    ).toContain('`not`');
+    expect(await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', format: 'iri' } } } })).toContain(
+      'format',
+    );
     // One randexp cannot honour; one whose shortest string outgrows even the largest budget (256 KiB).
     expect(await refused({ structured_outputs: { regex: '(?=b)a' } })).toContain('(?=b)a');
     expect(await refused({ guided_regex: 'a{300000}' })).toContain('max_tokens');
     // Longer than max_tokens × 8 characters but within the largest budget: written until max_tokens stops it, as vLLM's model.
-    const cut = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 10, guided_regex: 'a{100}' } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const cut = await client.chat.completions.create({
+      model: MODEL,
+      messages,
+      max_tokens: 10,
+      guided_regex: 'a{100}',
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming);
     expect(cut.choices[0].finish_reason).toBe('length');
     expect(cut.choices[0].message.content).toMatch(/^a+$/);
     // Classes beyond ASCII are drawn from (randexp alone draws within printable ASCII, so nothing).
-    const cyrillic = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 32, guided_regex: '[а-я]{3}-[À-ÿ]' } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const cyrillic = await client.chat.completions.create({
+      model: MODEL,
+      messages,
+      max_tokens: 32,
+      guided_regex: '[а-я]{3}-[À-ÿ]',
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming);
     expect(cyrillic.choices[0].message.content).toMatch(/^[а-я]{3}-[À-ÿ]$/);
   });
 
@@ -199,17 +244,30 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
     // 31 levels of allOf over two $refs to the next level: 2^31 resolutions of a small schema, cut by the budget.
     const $defs: Record<string, unknown> = { a31: { type: 'string' } };
     for (let i = 0; i < 31; i++) $defs[`a${i}`] = { allOf: [{ $ref: `#/$defs/a${i + 1}` }, { $ref: `#/$defs/a${i + 1}` }] };
-    const deep = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 16, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { $ref: '#/$defs/a0', $defs } } } });
+    const deep = await client.chat.completions.create({
+      model: MODEL,
+      messages,
+      max_tokens: 16,
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { $ref: '#/$defs/a0', $defs } } },
+    });
     expect(deep.choices[0].finish_reason).toBe('length');
   });
 
   it('never answers a value its schema refuses: uniqueItems ends the array before a repeat, a pattern its lengths exclude is a 400', async () => {
     const booleans = { type: 'array', items: { type: 'boolean' }, uniqueItems: true, maxItems: 3 };
     for (let seed = 0; seed < 24; seed++) {
-      const answer = await client.chat.completions.create({ model: MODEL, messages, seed, max_tokens: 64, response_format: { type: 'json_schema', json_schema: { name: 'flags', schema: booleans } } });
+      const answer = await client.chat.completions.create({
+        model: MODEL,
+        messages,
+        seed,
+        max_tokens: 64,
+        response_format: { type: 'json_schema', json_schema: { name: 'flags', schema: booleans } },
+      });
       expectValid(booleans, answer.choices[0].message.content!);
     }
-    expect(await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^[a-z]+$', minLength: 40 } } } })).toContain('minLength/maxLength with pattern');
+    expect(
+      await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^[a-z]+$', minLength: 40 } } } }),
+    ).toContain('minLength/maxLength with pattern');
   });
 
   it('tool_choice auto never reads the schema (as vLLM): a keyword mocker cannot honour is no 400, the call is drawn unconstrained', async () => {
@@ -217,16 +275,26 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
     const tools = [{ type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', not: { required: ['q'] } } } }];
     for (let seed = 0; seed < 4; seed++) {
       const answer = await calling.chat.completions.create({ model: MODEL, messages, tools, seed });
-      expect(answer.choices[0].message.tool_calls?.[0]).toEqual(expect.objectContaining({ type: 'function', function: expect.objectContaining({ name: 'lookup' }) }));
+      expect(answer.choices[0].message.tool_calls?.[0]).toEqual(
+        expect.objectContaining({ type: 'function', function: expect.objectContaining({ name: 'lookup' }) }),
+      );
     }
   });
 
   it('tools offered with tool_choice auto (every answer a call at --tool-call-rate 1): the constraint holds the answer, no call', async () => {
     const calling = await serve(['--mode', 'random', '--timing', 'none', '--tool-call-rate', '1']);
-    const tools = [{ type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } } }];
+    const tools = [
+      { type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } } },
+    ];
     const free = await calling.chat.completions.create({ model: MODEL, messages, tools });
     expect(free.choices[0].message.tool_calls?.length).toBe(1);
-    const constrained = await calling.chat.completions.create({ model: MODEL, messages, tools, n: 3, response_format: { type: 'json_schema', json_schema: { name: 'person', schema: PERSON } } });
+    const constrained = await calling.chat.completions.create({
+      model: MODEL,
+      messages,
+      tools,
+      n: 3,
+      response_format: { type: 'json_schema', json_schema: { name: 'person', schema: PERSON } },
+    });
     for (const choice of constrained.choices) {
       expect(choice.message.tool_calls ?? []).toEqual([]);
       expectValid(PERSON, choice.message.content!);
@@ -237,7 +305,11 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
 
   it('with --reasoning, the thinking span comes first and the content is the constrained answer', async () => {
     const thinking = await serve(['--mode', 'random', '--timing', 'none', '--reasoning', '{"thinking_ratio":0.3}']);
-    const completion = await thinking.chat.completions.create({ model: MODEL, messages, response_format: { type: 'json_schema', json_schema: { name: 'person', schema: PERSON } } } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const completion = await thinking.chat.completions.create({
+      model: MODEL,
+      messages,
+      response_format: { type: 'json_schema', json_schema: { name: 'person', schema: PERSON } },
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming);
     const message = completion.choices[0].message as OpenAI.ChatCompletionMessage & { reasoning_content?: string | null };
     expect(message.reasoning_content?.length).toBeGreaterThan(0);
     expect(completion.choices[0].finish_reason).toBe('stop');
@@ -314,10 +386,17 @@ describe('1,000 seeded random JSON schemas answered in random mode', () => {
         const seed = next++;
         const schema = randomSchema(seed);
         const maxTokens = [16, 48, 160, 600][seed % 4];
-        const completion = await client.chat.completions.create({ model: MODEL, messages, seed, max_tokens: maxTokens, response_format: { type: 'json_schema', json_schema: { name: `s${seed}`, schema } } } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+        const completion = await client.chat.completions.create({
+          model: MODEL,
+          messages,
+          seed,
+          max_tokens: maxTokens,
+          response_format: { type: 'json_schema', json_schema: { name: `s${seed}`, schema } },
+        } as OpenAI.ChatCompletionCreateParamsNonStreaming);
         const choice = completion.choices[0];
         if (choice.finish_reason === 'length') {
-          if (completion.usage!.completion_tokens !== maxTokens) failures.push(`seed ${seed}: length after ${completion.usage!.completion_tokens} of ${maxTokens} tokens`);
+          if (completion.usage!.completion_tokens !== maxTokens)
+            failures.push(`seed ${seed}: length after ${completion.usage!.completion_tokens} of ${maxTokens} tokens`);
           outcomes.length++;
           continue;
         }

@@ -32,7 +32,11 @@ type VllmMessage = ChatCompletion.Choice['message'] & { reasoning_content?: stri
 type VllmChoice = ChatCompletion.Choice & { token_ids?: number[] | null };
 
 async function chat(client: OpenAI, body: Record<string, unknown>): Promise<{ message: VllmMessage; choice: VllmChoice; completion: ChatCompletion }> {
-  const completion = await client.chat.completions.create({ model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user', content: 'Think first.' }], ...body } as ChatCompletionCreateParamsNonStreaming);
+  const completion = await client.chat.completions.create({
+    model: 'Qwen/Qwen3-0.6B',
+    messages: [{ role: 'user', content: 'Think first.' }],
+    ...body,
+  } as ChatCompletionCreateParamsNonStreaming);
   const choice = completion.choices[0] as VllmChoice;
   return { message: choice.message as VllmMessage, choice, completion };
 }
@@ -65,7 +69,13 @@ describe('--reasoning: a thinking span opens every random answer', () => {
   it('streamed, the reasoning_content deltas come first and accumulate to the non-streamed texts', async () => {
     const client = await serve(['--reasoning', '{"thinking_ratio":0.5}', '--seed', '3']);
     const { message } = await chat(client, { max_tokens: 30 });
-    const stream = await client.chat.completions.create({ model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user', content: 'Think first.' }], max_tokens: 30, stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      model: 'Qwen/Qwen3-0.6B',
+      messages: [{ role: 'user', content: 'Think first.' }],
+      max_tokens: 30,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let reasoning = '';
     let content = '';
     let contentStarted = false;
@@ -88,7 +98,10 @@ describe('--reasoning: a thinking span opens every random answer', () => {
 
   it("follows Dynamo's rule: floor(max_tokens × ratio), clamped to [2, max_tokens], none below 2 tokens or when it floors to 0", async () => {
     // The ids given explicitly, through the engine args (Dynamo's key).
-    const client = await serve(['--extra-engine-args', JSON.stringify({ reasoning: { start_thinking_token_id: THINK, end_thinking_token_id: END_THINK, thinking_ratio: 0.1 } })]);
+    const client = await serve([
+      '--extra-engine-args',
+      JSON.stringify({ reasoning: { start_thinking_token_id: THINK, end_thinking_token_id: END_THINK, thinking_ratio: 0.1 } }),
+    ]);
     const cases: [maxTokens: number, span: number][] = [
       [100, 10], // floor(10) = 10
       [15, 2], // floor(1.5) = 1 → at least 2
@@ -147,7 +160,12 @@ const WEATHER: ChatCompletionTool = {
         unit: { type: 'string', enum: ['celsius', 'fahrenheit'] },
         days: { type: 'integer', minimum: 1, maximum: 7 },
         hourly: { type: 'boolean' },
-        where: { type: 'object', properties: { lat: { type: 'number', minimum: -90, maximum: 90 }, lon: { type: 'number', exclusiveMinimum: -180, exclusiveMaximum: 180 } }, required: ['lat', 'lon'], additionalProperties: false },
+        where: {
+          type: 'object',
+          properties: { lat: { type: 'number', minimum: -90, maximum: 90 }, lon: { type: 'number', exclusiveMinimum: -180, exclusiveMaximum: 180 } },
+          required: ['lat', 'lon'],
+          additionalProperties: false,
+        },
         fields: { type: 'array', items: { type: 'string', enum: ['temp', 'wind', 'rain'] }, minItems: 1, maxItems: 3 },
       },
       required: ['city', 'unit', 'where'],
@@ -159,7 +177,12 @@ const SEARCH: ChatCompletionTool = {
   type: 'function',
   function: {
     name: 'search',
-    parameters: { type: 'object', properties: { query: { type: 'string' }, limit: { type: 'integer', exclusiveMinimum: 0, maximum: 10 } }, required: ['query', 'limit'], additionalProperties: false },
+    parameters: {
+      type: 'object',
+      properties: { query: { type: 'string' }, limit: { type: 'integer', exclusiveMinimum: 0, maximum: 10 } },
+      required: ['query', 'limit'],
+      additionalProperties: false,
+    },
   },
 };
 const TOOLS = [WEATHER, SEARCH];
@@ -251,7 +274,10 @@ describe('--tool-call-rate: a chat offering tools gets a call to one of them', (
 
   it("refuses tool_choice without tools, and a named tool that is not offered, with vLLM's 400", async () => {
     const client = await serve([]);
-    await expect(chat(client, { tool_choice: 'auto', max_tokens: 5 })).rejects.toMatchObject({ status: 400, message: expect.stringContaining('`tools` must be set') });
+    await expect(chat(client, { tool_choice: 'auto', max_tokens: 5 })).rejects.toMatchObject({
+      status: 400,
+      message: expect.stringContaining('`tools` must be set'),
+    });
     await expect(chat(client, { tools: TOOLS, tool_choice: { type: 'function', function: { name: 'nope' } }, max_tokens: 5 })).rejects.toMatchObject({
       status: 400,
       message: expect.stringContaining('does not match any of the specified `tools`'),

@@ -60,7 +60,13 @@ async function load(ports: number[], count: number, maxTokens: number): Promise<
   await Promise.all(
     ports.flatMap((port) =>
       Array.from({ length: count }, async (_, i) => {
-        const stream = await client(port).completions.create({ model: MODEL, prompt: `load ${i}`, max_tokens: maxTokens, stream: true, ignore_eos: true } as OpenAI.CompletionCreateParamsStreaming);
+        const stream = await client(port).completions.create({
+          model: MODEL,
+          prompt: `load ${i}`,
+          max_tokens: maxTokens,
+          stream: true,
+          ignore_eos: true,
+        } as OpenAI.CompletionCreateParamsStreaming);
         for await (const chunk of stream) void chunk;
       }),
     ),
@@ -74,7 +80,13 @@ async function cpuShares(pid: number, work: () => Promise<void>): Promise<{ main
   const after = threadTicks(pid);
   const used = [...after].map(([tid, t]) => [tid, t - (before.get(tid) ?? 0)] as const);
   const total = used.reduce((sum, [, t]) => sum + t, 0);
-  return { main: (used.find(([tid]) => tid === pid)?.[1] ?? 0) / total, others: used.filter(([tid]) => tid !== pid).map(([, t]) => t / total).sort((a, b) => b - a) };
+  return {
+    main: (used.find(([tid]) => tid === pid)?.[1] ?? 0) / total,
+    others: used
+      .filter(([tid]) => tid !== pid)
+      .map(([, t]) => t / total)
+      .sort((a, b) => b - a),
+  };
 }
 
 describe('serve --threads', () => {
@@ -87,7 +99,11 @@ describe('serve --threads', () => {
     // Port i gets i + 1 chat completions: its counter must say i + 1, whatever the others got.
     for (const [i, port] of ports.entries()) {
       for (let k = 0; k <= i; k++) {
-        const answer = await client(port).chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: `engine ${i}, question ${k}` }], max_tokens: 5 });
+        const answer = await client(port).chat.completions.create({
+          model: MODEL,
+          messages: [{ role: 'user', content: `engine ${i}, question ${k}` }],
+          max_tokens: 5,
+        });
         expect(answer.choices[0].message.role).toBe('assistant');
         expect(answer.usage?.completion_tokens).toBeLessThanOrEqual(5);
       }
@@ -117,7 +133,14 @@ describe('serve --threads', () => {
     // Each stream under way (its first chunk here) before the signal; the rest read after it.
     const inFlight = await Promise.all(
       ports.map(async (port) => {
-        const stream = await client(port).completions.create({ model: MODEL, prompt: `drain ${port}`, max_tokens: 10, ignore_eos: true, stream: true, stream_options: { include_usage: true } } as OpenAI.CompletionCreateParamsStreaming);
+        const stream = await client(port).completions.create({
+          model: MODEL,
+          prompt: `drain ${port}`,
+          max_tokens: 10,
+          ignore_eos: true,
+          stream: true,
+          stream_options: { include_usage: true },
+        } as OpenAI.CompletionCreateParamsStreaming);
         const iterator = stream[Symbol.asyncIterator]();
         const chunks = [(await iterator.next()).value as OpenAI.Completion];
         const rest = async () => {
@@ -139,7 +162,19 @@ describe('serve --threads', () => {
 
   it("KV events: an engine in a worker thread publishes its blocks on its own port, the other engine's stay silent", async () => {
     const [events0, events1] = await freePorts(2);
-    const serve = await mocker(['serve', '--mode', 'random', '--num-workers', '2', '--threads', '2', '--zmq-kv-events-ports', `${events0},${events1}`, '--block-size', '16']);
+    const serve = await mocker([
+      'serve',
+      '--mode',
+      'random',
+      '--num-workers',
+      '2',
+      '--threads',
+      '2',
+      '--zmq-kv-events-ports',
+      `${events0},${events1}`,
+      '--block-size',
+      '16',
+    ]);
     const ports = servedPorts(serve);
     const [sub0, sub1] = await Promise.all([EventSubscriber.connect(`tcp://127.0.0.1:${events0}`), EventSubscriber.connect(`tcp://127.0.0.1:${events1}`)]);
     subscribers.push(sub0, sub1);
@@ -156,7 +191,21 @@ describe('serve --threads', () => {
     const upstream: Upstream = await startUpstream((body) => ({ content: `Answer to ${String(body.prompt)}.` }));
     closers.push(() => upstream.close());
     const db = join(mkdtempSync(join(testTmpdir(), 'mocker-threads-')), 'recorded.db');
-    const serve = await mocker(['serve', '--mode', 'replay', '--on-miss', 'record', '--upstream', upstream.url, '--captures', db, '--num-workers', '2', '--threads', '2']);
+    const serve = await mocker([
+      'serve',
+      '--mode',
+      'replay',
+      '--on-miss',
+      'record',
+      '--upstream',
+      upstream.url,
+      '--captures',
+      db,
+      '--num-workers',
+      '2',
+      '--threads',
+      '2',
+    ]);
     const ports = servedPorts(serve);
     const asked = ['a', 'b', 'c', 'd', 'e'].map((p, i) => ({ prompt: `question ${p}`, port: ports[i % 2] }));
     for (const { prompt, port } of asked) {

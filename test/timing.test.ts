@@ -12,7 +12,6 @@ const TTFT_MS = 200;
 const gap = (i: number) => 20 + ((i * 37) % 61);
 const BODY = { model: MODEL, prompt: 'Tell me a long story', max_tokens: 24, stream: true };
 
-
 describe('captured timing', () => {
   let upstream: Upstream;
   /** The capture's stamps of each event of every captured request, oldest first (the one replay answers with is the first). */

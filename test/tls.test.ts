@@ -27,11 +27,46 @@ const pem = (name: string) => join(dir, name);
 function makeCertificates(): void {
   const openssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  openssl('req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=mocker test CA', '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
-  for (const [name, usage, san] of [['server', 'serverAuth', 'subjectAltName=IP:127.0.0.1,DNS:localhost'], ['client', 'clientAuth', 'subjectAltName=DNS:client']]) {
+  openssl(
+    'req',
+    '-x509',
+    ...ec,
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.pem',
+    '-days',
+    '1',
+    '-subj',
+    '/CN=mocker test CA',
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign,cRLSign',
+  );
+  for (const [name, usage, san] of [
+    ['server', 'serverAuth', 'subjectAltName=IP:127.0.0.1,DNS:localhost'],
+    ['client', 'clientAuth', 'subjectAltName=DNS:client'],
+  ]) {
     openssl('req', ...ec, '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=mocker test ${name}`);
     writeFileSync(join(dir, `${name}.ext`), `${san}\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=${usage}\n`);
-    openssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', `${name}.pem`, '-days', '1', '-extfile', `${name}.ext`);
+    openssl(
+      'x509',
+      '-req',
+      '-in',
+      `${name}.csr`,
+      '-CA',
+      'ca.pem',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-out',
+      `${name}.pem`,
+      '-days',
+      '1',
+      '-extfile',
+      `${name}.ext`,
+    );
   }
   openssl('req', '-x509', ...ec, '-keyout', 'rogue.key', '-out', 'rogue.pem', '-days', '1', '-subj', '/CN=mocker rogue client');
 }
@@ -57,7 +92,11 @@ async function mocker(args: string[]): Promise<MockerProcess> {
 }
 
 /** What the official openai client gets from `baseURL` (also its models, `listModels`), run in a child process trusting `ca` if given. */
-async function openaiClient(baseURL: string, ca?: string, listModels = true): Promise<{ models?: string[]; finish?: string; tokens?: number; streamed?: string; error?: string }> {
+async function openaiClient(
+  baseURL: string,
+  ca?: string,
+  listModels = true,
+): Promise<{ models?: string[]; finish?: string; tokens?: number; streamed?: string; error?: string }> {
   const script = `
     import OpenAI from 'openai';
     const client = new OpenAI({ baseURL: process.env.BASE_URL, apiKey: 'sk-tls', maxRetries: 0 });
@@ -77,12 +116,18 @@ async function openaiClient(baseURL: string, ca?: string, listModels = true): Pr
 
 /** A GET with Node's TLS client trusting our CA (presenting the named client certificate, if any). */
 function httpsGet(url: string, clientCert?: 'client' | 'rogue'): Promise<{ status: number; body: string }> {
-  const options: https.RequestOptions = { ca: readFileSync(pem('ca.pem')), ...(clientCert ? { cert: readFileSync(pem(`${clientCert}.pem`)), key: readFileSync(pem(`${clientCert}.key`)) } : {}) };
+  const options: https.RequestOptions = {
+    ca: readFileSync(pem('ca.pem')),
+    ...(clientCert ? { cert: readFileSync(pem(`${clientCert}.pem`)), key: readFileSync(pem(`${clientCert}.key`)) } : {}),
+  };
   return new Promise((resolve, reject) => {
     https
       .get(url, options, (res) => {
         let body = '';
-        res.setEncoding('utf8').on('data', (d: string) => (body += d)).on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        res
+          .setEncoding('utf8')
+          .on('data', (d: string) => (body += d))
+          .on('end', () => resolve({ status: res.statusCode ?? 0, body }));
       })
       .on('error', reject);
   });
@@ -140,7 +185,11 @@ describe('capture and pd-proxy over TLS', () => {
     }
 
     const untrusting = await mocker(['capture', '--upstream', upstreamUrl, '--captures', pem('untrusted.db')]);
-    const refused = await fetch(`http://127.0.0.1:${untrusting.port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', prompt: 'Hi', max_tokens: 2 }) });
+    const refused = await fetch(`http://127.0.0.1:${untrusting.port}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: 'Hi', max_tokens: 2 }),
+    });
     expect(refused.status).toBe(502);
     expect(((await refused.json()) as { error: { message: string } }).error.message).toMatch(/certificate/i);
   });
@@ -150,7 +199,11 @@ describe('capture and pd-proxy over TLS', () => {
     const decode = await mocker([...SERVE, '--disaggregation-mode', 'decode', '--kv-transfer-allowed-hosts', `127.0.0.1:${prefill.port}`]);
     const proxy = await mocker(['pd-proxy', '--prefill', `http://127.0.0.1:${prefill.port}`, '--decode', `http://127.0.0.1:${decode.port}`, ...SERVER_TLS()]);
     expect(proxy.stdout()).toMatch(new RegExp(`on https://127\\.0\\.0\\.1:${proxy.port}\\b`));
-    expect(JSON.parse((await httpsGet(`https://127.0.0.1:${proxy.port}/healthcheck`)).body)).toEqual({ status: 'ok', prefill_instances: 1, decode_instances: 1 });
+    expect(JSON.parse((await httpsGet(`https://127.0.0.1:${proxy.port}/healthcheck`)).body)).toEqual({
+      status: 'ok',
+      prefill_instances: 1,
+      decode_instances: 1,
+    });
     // The proxy serves the two generation routes only (vLLM's toy proxy): no model list.
     expect(await openaiClient(`https://127.0.0.1:${proxy.port}/v1`, pem('ca.pem'), false)).toMatchObject({ finish: 'length', tokens: 4 });
   });

@@ -39,7 +39,12 @@ describe('/tokenize and /detokenize', () => {
     expect(encodes.length).toBeGreaterThan(100);
     for (const r of encodes) {
       const withSpecial = await post('/tokenize', { prompt: r.text });
-      expect(withSpecial.json, JSON.stringify(r.text)).toEqual({ count: r.ids_with_special!.length, max_model_len: 40960, tokens: r.ids_with_special, token_strs: null });
+      expect(withSpecial.json, JSON.stringify(r.text)).toEqual({
+        count: r.ids_with_special!.length,
+        max_model_len: 40960,
+        tokens: r.ids_with_special,
+        token_strs: null,
+      });
       const without = await post('/tokenize', { prompt: r.text, add_special_tokens: false });
       expect(without.json.tokens).toEqual(r.ids_without_special);
     }

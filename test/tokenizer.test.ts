@@ -7,13 +7,32 @@ import { testTmpdir } from './support/tempRoot.js';
 
 const FIXTURES = new URL('./fixtures/tokenizer/', import.meta.url);
 
-interface EncodeRow { kind: 'encode'; text: string; ids_with_special: number[]; ids_without_special: number[] }
-interface ChatRow { kind: 'chat'; request: { messages: unknown[]; tools?: unknown[]; add_generation_prompt?: boolean; chat_template_kwargs?: Record<string, unknown> }; prompt: string; ids: number[] }
-interface DecodeRow { kind: 'decode'; ids: number[]; skip_special_tokens: boolean; stream_pieces: (string | null)[]; full: string }
+interface EncodeRow {
+  kind: 'encode';
+  text: string;
+  ids_with_special: number[];
+  ids_without_special: number[];
+}
+interface ChatRow {
+  kind: 'chat';
+  request: { messages: unknown[]; tools?: unknown[]; add_generation_prompt?: boolean; chat_template_kwargs?: Record<string, unknown> };
+  prompt: string;
+  ids: number[];
+}
+interface DecodeRow {
+  kind: 'decode';
+  ids: number[];
+  skip_special_tokens: boolean;
+  stream_pieces: (string | null)[];
+  full: string;
+}
 type Row = EncodeRow | ChatRow | DecodeRow;
 
 function rows(file: string): Row[] {
-  return readFileSync(new URL(file, FIXTURES), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Row);
+  return readFileSync(new URL(file, FIXTURES), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Row);
 }
 
 const require = createRequire(import.meta.url);
@@ -95,8 +114,14 @@ describe('the vocabulary random outputs draw from', () => {
   const expected = (files: Map<string, Buffer>) => {
     const vocab = (JSON.parse(files.get('tokenizer.json')!.toString('utf8')) as { model: { vocab: Record<string, number> } }).model.vocab;
     const config = JSON.parse(files.get('tokenizer_config.json')?.toString('utf8') ?? '{}') as { added_tokens_decoder?: Record<string, { special?: boolean }> };
-    const special = new Set(Object.entries(config.added_tokens_decoder ?? {}).filter(([, t]) => t.special === true).map(([id]) => Number(id)));
-    return Object.values(vocab).filter((id) => !special.has(id)).sort((a, b) => a - b);
+    const special = new Set(
+      Object.entries(config.added_tokens_decoder ?? {})
+        .filter(([, t]) => t.special === true)
+        .map(([id]) => Number(id)),
+    );
+    return Object.values(vocab)
+      .filter((id) => !special.has(id))
+      .sort((a, b) => a - b);
   };
   const wordLevel = (vocab: Record<string, number>, added: { id: number; content: string; special: boolean }[], special: number[]) =>
     new Map([
@@ -104,14 +129,24 @@ describe('the vocabulary random outputs draw from', () => {
         'tokenizer.json',
         Buffer.from(
           JSON.stringify({
-            version: '1.0', truncation: null, padding: null,
+            version: '1.0',
+            truncation: null,
+            padding: null,
             added_tokens: added.map((t) => ({ ...t, single_word: false, lstrip: false, rstrip: false, normalized: false })),
-            normalizer: null, pre_tokenizer: { type: 'Whitespace' }, post_processor: null, decoder: null,
+            normalizer: null,
+            pre_tokenizer: { type: 'Whitespace' },
+            post_processor: null,
+            decoder: null,
             model: { type: 'WordLevel', vocab, unk_token: 'a' },
           }),
         ),
       ],
-      ['tokenizer_config.json', Buffer.from(JSON.stringify({ added_tokens_decoder: Object.fromEntries(added.map((t) => [t.id, { content: t.content, special: special.includes(t.id) }])) }))],
+      [
+        'tokenizer_config.json',
+        Buffer.from(
+          JSON.stringify({ added_tokens_decoder: Object.fromEntries(added.map((t) => [t.id, { content: t.content, special: special.includes(t.id) }])) }),
+        ),
+      ],
     ]);
 
   it.each([

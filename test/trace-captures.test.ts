@@ -74,7 +74,16 @@ describe('capturedWorkload on a file written by mocker capture', () => {
     await complete(1, true);
     expect((await post(url, { model: MODEL, prompt: [FAILING, 1, 2], max_tokens: 8 })).status).toBe(500);
     await complete(2, false);
-    await (await post(url, { model: MODEL, prompt: [[7000, 7001], [7100, 7101]], max_tokens: 8 })).text();
+    await (
+      await post(url, {
+        model: MODEL,
+        prompt: [
+          [7000, 7001],
+          [7100, 7101],
+        ],
+        max_tokens: 8,
+      })
+    ).text();
     await complete(3, true);
     // Cut by the client after its first chunk: aborted.
     const slow = (await post(url, { model: MODEL, prompt: [SLOW, 1, 2], max_tokens: 40, stream: true })).body!.getReader();
@@ -135,7 +144,8 @@ describe('mocker trace --from-captures --target: a load, not a comparison', () =
       expect(res.status).toBe(200);
       await res.text();
     };
-    const chat = (content: string, stream: boolean) => post(url, { model: MODEL, messages: [{ role: 'user', content }], max_tokens: 32, stream }, '/v1/chat/completions');
+    const chat = (content: string, stream: boolean) =>
+      post(url, { model: MODEL, messages: [{ role: 'user', content }], max_tokens: 32, stream }, '/v1/chat/completions');
     await answered(await chat('First question?', false));
     await answered(await chat('Second question?', true));
     await answered(await post(url, { model: MODEL, prompt: 'Complete this', max_tokens: 32 }));
@@ -144,7 +154,10 @@ describe('mocker trace --from-captures --target: a load, not a comparison', () =
 
     replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', file, '--timing', 'none'], 0, { cwd: dir });
     const target = `http://127.0.0.1:${replay.port}`;
-    const { code, stdout, stderr } = await runMockerToExit(['trace', '--from-captures', file, '--target', target, '--report-json', join(dir, 'report.json'), '--no-progress'], { cwd: dir });
+    const { code, stdout, stderr } = await runMockerToExit(
+      ['trace', '--from-captures', file, '--target', target, '--report-json', join(dir, 'report.json'), '--no-progress'],
+      { cwd: dir },
+    );
     expect(`${stdout}${stderr}`).not.toMatch(/mismatch/i);
     // Every exchange was sent (a load: how the target answered is counted, not judged).
     expect((JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as { num_requests: number }).num_requests).toBe(4);

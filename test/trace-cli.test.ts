@@ -18,13 +18,25 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const DISTRIBUTIONS = ['ttft', 'ttst', 'tpot', 'itl', 'e2e_latency'];
 const STATS = ['mean', 'min', 'max', 'median', 'p75', 'p90', 'p95', 'p99', 'std'];
 const REPORT_KEYS = [
-  'num_requests', 'completed_requests', 'total_input_tokens', 'total_output_tokens', 'duration_ms', 'wall_time_ms',
-  'request_throughput_rps', 'input_throughput_tok_s', 'output_throughput_tok_s', 'total_throughput_tok_s', 'prefix_cache_reused_ratio',
+  'num_requests',
+  'completed_requests',
+  'total_input_tokens',
+  'total_output_tokens',
+  'duration_ms',
+  'wall_time_ms',
+  'request_throughput_rps',
+  'input_throughput_tok_s',
+  'output_throughput_tok_s',
+  'total_throughput_tok_s',
+  'prefix_cache_reused_ratio',
   ...DISTRIBUTIONS.flatMap((d) => STATS.map((s) => `${s}_${d}_ms`)),
   ...STATS.map((s) => `${s}_output_token_throughput_per_user`),
 ].sort();
 
-const rows = readFileSync(TRACE, 'utf8').trim().split('\n').map((line) => JSON.parse(line) as { input_length: number; output_length: number });
+const rows = readFileSync(TRACE, 'utf8')
+  .trim()
+  .split('\n')
+  .map((line) => JSON.parse(line) as { input_length: number; output_length: number });
 
 async function trace(args: string[], cwd = dir) {
   const result = await runMockerToExit(['trace', ...args, '--no-progress'], { cwd });
@@ -69,7 +81,10 @@ describe('mocker trace: a Mooncake trace offline', () => {
   });
 
   it('says how far it got on stderr when not asked to be quiet (no terminal: lines, not a bar)', async () => {
-    const { code, stderr } = await runMockerToExit(['trace', '--input-tokens', '64', '--output-tokens', '2', '--request-count', '3', '--report-json', join(dir, 'progress.json')], { cwd: dir });
+    const { code, stderr } = await runMockerToExit(
+      ['trace', '--input-tokens', '64', '--output-tokens', '2', '--request-count', '3', '--report-json', join(dir, 'progress.json')],
+      { cwd: dir },
+    );
     expect(code).toBe(0);
     const lines = stderr.trim().split('\n');
     expect(lines[0]).toBe('mocker trace: 3 requests');
@@ -78,9 +93,29 @@ describe('mocker trace: a Mooncake trace offline', () => {
 
   it('prints each progress line once: the end just after a 5 s line is not said again', async () => {
     // Online, the second request arrives and ends 6 s in: the 5 s line and the end line would say the same.
-    const { code, stderr } = await runMockerToExit(['trace', '--replay-mode', 'online', '--input-tokens', '16', '--output-tokens', '2', '--request-count', '2', '--arrival-interval-ms', '6000', '--report-json', join(dir, 'progress-once.json')], { cwd: dir });
+    const { code, stderr } = await runMockerToExit(
+      [
+        'trace',
+        '--replay-mode',
+        'online',
+        '--input-tokens',
+        '16',
+        '--output-tokens',
+        '2',
+        '--request-count',
+        '2',
+        '--arrival-interval-ms',
+        '6000',
+        '--report-json',
+        join(dir, 'progress-once.json'),
+      ],
+      { cwd: dir },
+    );
     expect(code).toBe(0);
-    const done = stderr.split('\n').map((line) => /^mocker trace: (\d+\/\d+) requests done, /.exec(line)?.[1]).filter((n) => n !== undefined);
+    const done = stderr
+      .split('\n')
+      .map((line) => /^mocker trace: (\d+\/\d+) requests done, /.exec(line)?.[1])
+      .filter((n) => n !== undefined);
     expect(done).toEqual(['2/2']);
   });
 
@@ -110,7 +145,14 @@ describe('mocker trace: a Mooncake trace offline', () => {
 
   it('runs sessions closed-loop, and a disaggregated fleet', async () => {
     const sessions = join(dir, 'sessions.jsonl');
-    writeFileSync(sessions, ['{"session_id":"a","timestamp":0,"input_length":600,"output_length":4,"hash_ids":[1,2]}', '{"session_id":"a","delay":250,"input_length":900,"output_length":4,"hash_ids":[1,2,3]}', '{"session_id":"b","timestamp":10,"input_length":500,"output_length":4,"hash_ids":[4]}'].join('\n'));
+    writeFileSync(
+      sessions,
+      [
+        '{"session_id":"a","timestamp":0,"input_length":600,"output_length":4,"hash_ids":[1,2]}',
+        '{"session_id":"a","delay":250,"input_length":900,"output_length":4,"hash_ids":[1,2,3]}',
+        '{"session_id":"b","timestamp":10,"input_length":500,"output_length":4,"hash_ids":[4]}',
+      ].join('\n'),
+    );
     const json = join(dir, 'sessions.json');
     expect((await trace([sessions, '--replay-concurrency', '1', '--report-json', json])).code).toBe(0);
     const report = readReport(json);
@@ -119,8 +161,19 @@ describe('mocker trace: a Mooncake trace offline', () => {
     expect(report.duration_ms).toBeGreaterThan(250);
     const disagg = join(dir, 'disagg.json');
     const { code, stderr } = await trace([
-      TRACE, '--router-mode', 'kv_router', '--prefill-engine-args', '{"worker_type":"prefill","kv_bytes_per_token":131072,"kv_transfer_bandwidth":64}',
-      '--decode-engine-args', '{"worker_type":"decode"}', '--num-prefill-workers', '2', '--num-decode-workers', '2', '--report-json', disagg,
+      TRACE,
+      '--router-mode',
+      'kv_router',
+      '--prefill-engine-args',
+      '{"worker_type":"prefill","kv_bytes_per_token":131072,"kv_transfer_bandwidth":64}',
+      '--decode-engine-args',
+      '{"worker_type":"decode"}',
+      '--num-prefill-workers',
+      '2',
+      '--num-decode-workers',
+      '2',
+      '--report-json',
+      disagg,
     ]);
     expect(stderr).toBe('');
     expect(code).toBe(0);
@@ -129,7 +182,26 @@ describe('mocker trace: a Mooncake trace offline', () => {
 
   it('runs online in real time with simulated workers', async () => {
     const json = join(dir, 'online.json');
-    const { code } = await trace(['--replay-mode', 'online', '--input-tokens', '128', '--output-tokens', '4', '--request-count', '8', '--arrival-interval-ms', '5', '--speedup-ratio', '50', '--num-workers', '2', '--router-mode', 'kv_router', '--report-json', json]);
+    const { code } = await trace([
+      '--replay-mode',
+      'online',
+      '--input-tokens',
+      '128',
+      '--output-tokens',
+      '4',
+      '--request-count',
+      '8',
+      '--arrival-interval-ms',
+      '5',
+      '--speedup-ratio',
+      '50',
+      '--num-workers',
+      '2',
+      '--router-mode',
+      'kv_router',
+      '--report-json',
+      json,
+    ]);
     expect(code).toBe(0);
     const report = readReport(json);
     expect([report.completed_requests, report.total_output_tokens]).toEqual([8, 32]);
@@ -141,17 +213,37 @@ describe('mocker trace: a Mooncake trace offline', () => {
 describe('mocker trace: what it refuses, naming the problem', () => {
   it.each([
     ['with no workload', [], /give a trace file, a synthetic workload/],
-    ['with a trace and a synthetic workload', [TRACE, '--input-tokens', '5', '--output-tokens', '5', '--request-count', '5'], /give one workload, not a trace file and a synthetic workload/],
-    ['with a partial synthetic workload', ['--input-tokens', '5'], /needs --input-tokens, --output-tokens and --request-count \(missing --output-tokens, --request-count\)/],
+    [
+      'with a trace and a synthetic workload',
+      [TRACE, '--input-tokens', '5', '--output-tokens', '5', '--request-count', '5'],
+      /give one workload, not a trace file and a synthetic workload/,
+    ],
+    [
+      'with a partial synthetic workload',
+      ['--input-tokens', '5'],
+      /needs --input-tokens, --output-tokens and --request-count \(missing --output-tokens, --request-count\)/,
+    ],
     ['offline kv_router with one worker', [TRACE, '--router-mode', 'kv_router'], /offline --router-mode kv_router needs --num-workers > 1/],
-    ['online disaggregated replay', [TRACE, '--prefill-engine-args', '{}', '--decode-engine-args', '{}', '--router-mode', 'kv_router', '--replay-mode', 'online'], /disaggregated replay runs offline only/],
+    [
+      'online disaggregated replay',
+      [TRACE, '--prefill-engine-args', '{}', '--decode-engine-args', '{}', '--router-mode', 'kv_router', '--replay-mode', 'online'],
+      /disaggregated replay runs offline only/,
+    ],
     ['half a disaggregated fleet', [TRACE, '--prefill-engine-args', '{}'], /needs both --prefill-engine-args and --decode-engine-args/],
     ['pool sizes without pools', [TRACE, '--num-decode-workers', '2'], /--num-prefill-workers \/ --num-decode-workers need --prefill-engine-args/],
     ['an unknown router setting', [TRACE, '--router-config', '{"overlap_score_wieght":1}'], /--router-config: unknown key "overlap_score_wieght"/],
     ['a bad engine arg', [TRACE, '--extra-engine-args', '{"block_size":"big"}'], /--extra-engine-args: "block_size"/],
-    ['a bad router queue policy in the engine args', [TRACE, '--num-workers', '2', '--extra-engine-args', '{"router_queue_policy":"random"}'], /--extra-engine-args: "router_queue_policy" must be fcfs, lcfs or wspt/],
+    [
+      'a bad router queue policy in the engine args',
+      [TRACE, '--num-workers', '2', '--extra-engine-args', '{"router_queue_policy":"random"}'],
+      /--extra-engine-args: "router_queue_policy" must be fcfs, lcfs or wspt/,
+    ],
     ['a missing trace file', [join(dir, 'missing.jsonl')], /cannot read the trace .*missing\.jsonl/],
-    ['a concurrency of 0', ['--replay-concurrency', '0', '--input-tokens', '5', '--output-tokens', '5', '--request-count', '5'], /--replay-concurrency must be an integer >= 1/],
+    [
+      'a concurrency of 0',
+      ['--replay-concurrency', '0', '--input-tokens', '5', '--output-tokens', '5', '--request-count', '5'],
+      /--replay-concurrency must be an integer >= 1/,
+    ],
     ['an unknown router mode', [TRACE, '--router-mode', 'least_loaded'], /argument 'least_loaded' is invalid/],
   ])('refuses %s', async (_label, args, message) => {
     const { code, stderr } = await trace(args);

@@ -30,7 +30,13 @@ describe('mocker trace --target: routing over live servers by the KV events they
   // Fresh servers for each run: the workload's prompts are the same every time (a fixed seed).
   beforeEach(async () => {
     pubPorts = await freePorts(2);
-    servers = await Promise.all(pubPorts.map((port) => startMockerProcess(['serve', '--timing', 'none', '--block-size', '16', '--enable-prompt-tokens-details', '--zmq-kv-events-ports', String(port)], 0, { cwd: dir })));
+    servers = await Promise.all(
+      pubPorts.map((port) =>
+        startMockerProcess(['serve', '--timing', 'none', '--block-size', '16', '--enable-prompt-tokens-details', '--zmq-kv-events-ports', String(port)], 0, {
+          cwd: dir,
+        }),
+      ),
+    );
   });
 
   afterEach(async () => {
@@ -44,9 +50,30 @@ describe('mocker trace --target: routing over live servers by the KV events they
     const json = join(dir, `${routerMode}.json`);
     const { code, stdout, stderr } = await runMockerToExit(
       [
-        'trace', '--target', servers.map((s) => `http://127.0.0.1:${s.port}`).join(','), '--kv-events', pubPorts.map((p) => `tcp://127.0.0.1:${p}`).join(','),
-        '--router-mode', routerMode, '--extra-engine-args', '{"block_size":16}', '--input-tokens', '512', '--output-tokens', '4', '--request-count', '16',
-        '--arrival-interval-ms', '100', '--shared-prefix-ratio', '0.75', '--num-prefix-groups', '1', '--report-json', json, '--no-progress',
+        'trace',
+        '--target',
+        servers.map((s) => `http://127.0.0.1:${s.port}`).join(','),
+        '--kv-events',
+        pubPorts.map((p) => `tcp://127.0.0.1:${p}`).join(','),
+        '--router-mode',
+        routerMode,
+        '--extra-engine-args',
+        '{"block_size":16}',
+        '--input-tokens',
+        '512',
+        '--output-tokens',
+        '4',
+        '--request-count',
+        '16',
+        '--arrival-interval-ms',
+        '100',
+        '--shared-prefix-ratio',
+        '0.75',
+        '--num-prefix-groups',
+        '1',
+        '--report-json',
+        json,
+        '--no-progress',
       ],
       { cwd: dir },
     );
@@ -71,7 +98,10 @@ describe('mocker trace --target: routing over live servers by the KV events they
 
   it('round robin alternates, so each server computes the prefix once', async () => {
     const { counted, report } = await run('round_robin');
-    expect(counted).toEqual([{ queries: 8 * 512, hits: 7 * 384 }, { queries: 8 * 512, hits: 7 * 384 }]);
+    expect(counted).toEqual([
+      { queries: 8 * 512, hits: 7 * 384 },
+      { queries: 8 * 512, hits: 7 * 384 },
+    ]);
     expect(report.prefix_cache_reused_ratio).toBeCloseTo((14 * 384) / (16 * 512), 9);
   });
 });

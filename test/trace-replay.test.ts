@@ -15,10 +15,15 @@ import { formatReportTable, reportJson } from '../src/trace/report.js';
 import { RoundRobinRouter } from '../src/trace/router.js';
 
 /** A fixed-step engine: every pass that emits tokens takes `stepMs`, prefill is free (hand-computable timelines). */
-const fixedConfig = (blockSize: number, stepMs = 10): AnySchedulerConfig => schedulerConfig({ ...DEFAULT_ENGINE_ARGS, blockSize, numGpuBlocks: 1000 }, fixedTiming(stepMs, 1), 1);
+const fixedConfig = (blockSize: number, stepMs = 10): AnySchedulerConfig =>
+  schedulerConfig({ ...DEFAULT_ENGINE_ARGS, blockSize, numGpuBlocks: 1000 }, fixedTiming(stepMs, 1), 1);
 
 function replay(workload: Workload, fleet: Fleet, mode: DriverMode = { kind: 'trace' }, names?: string[]) {
-  const workerNames = names ?? (fleet.kind === 'aggregated' ? fleet.workers.map((_, i) => `worker-${i}`) : [...fleet.prefill.map((_, i) => `prefill-${i}`), ...fleet.decode.map((_, i) => `decode-${i}`)]);
+  const workerNames =
+    names ??
+    (fleet.kind === 'aggregated'
+      ? fleet.workers.map((_, i) => `worker-${i}`)
+      : [...fleet.prefill.map((_, i) => `prefill-${i}`), ...fleet.decode.map((_, i) => `decode-${i}`)]);
   const collector = new ReplayCollector(workerNames);
   new OfflineReplay(fleet, new WorkloadDriver(workload, mode), collector).run();
   return collector;
@@ -46,20 +51,44 @@ describe('collector statistics (§8.8, §9.2 item 31)', () => {
     const c = new ReplayCollector(['w']);
     c.onArrival('never', 0, 8, 2);
     const r = c.report(5);
-    expect([r.num_requests, r.completed_requests, r.total_input_tokens, r.mean_ttft_ms, r.std_e2e_latency_ms, r.prefix_cache_reused_ratio]).toEqual([1, 0, 0, 0, 0, 0]);
+    expect([r.num_requests, r.completed_requests, r.total_input_tokens, r.mean_ttft_ms, r.std_e2e_latency_ms, r.prefix_cache_reused_ratio]).toEqual([
+      1, 0, 0, 0, 0, 0,
+    ]);
   });
 });
 
 describe('the AIPerf table and the JSON file (§8.8, §9.2 item 37)', () => {
   // The figures of Dynamo's own test fixture.
   const fixture = {
-    completed_requests: 711, num_requests: 711, request_throughput_rps: 255.54, output_throughput_tok_s: 10944.03, wall_time_ms: 4046.31, prefix_cache_reused_ratio: 0.3587,
-    mean_ttft_ms: 12.5, min_ttft_ms: 1, max_ttft_ms: 1234.5678, p99_ttft_ms: 1000, p90_ttft_ms: 100, p75_ttft_ms: 50, std_ttft_ms: 3,
+    completed_requests: 711,
+    num_requests: 711,
+    request_throughput_rps: 255.54,
+    output_throughput_tok_s: 10944.03,
+    wall_time_ms: 4046.31,
+    prefix_cache_reused_ratio: 0.3587,
+    mean_ttft_ms: 12.5,
+    min_ttft_ms: 1,
+    max_ttft_ms: 1234.5678,
+    p99_ttft_ms: 1000,
+    p90_ttft_ms: 100,
+    p75_ttft_ms: 50,
+    std_ttft_ms: 3,
   };
 
   it('prints the golden strings', () => {
     const table = formatReportTable(fixture);
-    for (const golden of ['NVIDIA AIPerf | LLM Metrics', 'Time to First Token (ms)', 'Output Token Throughput (tokens/sec)', 'Request Throughput (requests/sec)', 'Prefix Cache Reused Ratio: 0.36', '10,944.03', '255.54', 'N/A', '1,234.57', 'Wall Time (ms): 4,046.31']) {
+    for (const golden of [
+      'NVIDIA AIPerf | LLM Metrics',
+      'Time to First Token (ms)',
+      'Output Token Throughput (tokens/sec)',
+      'Request Throughput (requests/sec)',
+      'Prefix Cache Reused Ratio: 0.36',
+      '10,944.03',
+      '255.54',
+      'N/A',
+      '1,234.57',
+      'Wall Time (ms): 4,046.31',
+    ]) {
       expect(table).toContain(golden);
     }
     const lines = table.split('\n');
@@ -77,7 +106,9 @@ describe('the AIPerf table and the JSON file (§8.8, §9.2 item 37)', () => {
 
   it('writes JSON as Python json.dumps(indent=2, sort_keys=True) + newline', () => {
     expect(reportJson({ completed_requests: 2 })).toBe('{\n  "completed_requests": 2\n}\n');
-    expect(reportJson({ z_ms: 2, a_ms: 0.00001, duration_ms: 1.5, num_requests: 3 })).toBe('{\n  "a_ms": 1e-05,\n  "duration_ms": 1.5,\n  "num_requests": 3,\n  "z_ms": 2.0\n}\n');
+    expect(reportJson({ z_ms: 2, a_ms: 0.00001, duration_ms: 1.5, num_requests: 3 })).toBe(
+      '{\n  "a_ms": 1e-05,\n  "duration_ms": 1.5,\n  "num_requests": 3,\n  "z_ms": 2.0\n}\n',
+    );
   });
 });
 
@@ -94,11 +125,31 @@ describe('workloads (§8.1–§8.3)', () => {
       const low = Number(v & 0xffffffffn);
       return low === 0 ? 1 : low;
     };
-    for (const [r, t] of [[0, 0], [1, 0], [0, 1], [7, 1234], [123456, 99999], [2 ** 31, 2 ** 32 - 1]]) expect(syntheticTokenId(r, t)).toBe(oracle(r, t));
+    for (const [r, t] of [
+      [0, 0],
+      [1, 0],
+      [0, 1],
+      [7, 1234],
+      [123456, 99999],
+      [2 ** 31, 2 ** 32 - 1],
+    ])
+      expect(syntheticTokenId(r, t)).toBe(oracle(r, t));
   });
 
   const synthetic = (o: Partial<SyntheticOptions>): Workload =>
-    syntheticWorkload({ inputTokens: 64, outputTokens: 4, requestCount: 4, arrivalIntervalMs: 10, turnsPerSession: 1, sharedPrefixRatio: 0, numPrefixGroups: 0, interTurnDelayMs: 0, blockSize: 16, seed: 42, ...o });
+    syntheticWorkload({
+      inputTokens: 64,
+      outputTokens: 4,
+      requestCount: 4,
+      arrivalIntervalMs: 10,
+      turnsPerSession: 1,
+      sharedPrefixRatio: 0,
+      numPrefixGroups: 0,
+      interTurnDelayMs: 0,
+      blockSize: 16,
+      seed: 42,
+      ...o,
+    });
 
   it('flat synthetic requests share nothing and arrive every interval', () => {
     const w = synthetic({});
@@ -119,7 +170,10 @@ describe('workloads (§8.1–§8.3)', () => {
   });
 
   it('normalises arrivals to start at 0 and divides starts and delays by the speedup', () => {
-    const w = mooncakeFileWorkload('{"timestamp":100,"output_length":1,"hash_ids":[1]}\n{"timestamp":200,"output_length":1,"hash_ids":[2]}\n{"session_id":"s","timestamp":300,"output_length":1,"hash_ids":[3]}\n{"session_id":"s","delay":50,"output_length":1,"hash_ids":[4]}', 4);
+    const w = mooncakeFileWorkload(
+      '{"timestamp":100,"output_length":1,"hash_ids":[1]}\n{"timestamp":200,"output_length":1,"hash_ids":[2]}\n{"session_id":"s","timestamp":300,"output_length":1,"hash_ids":[3]}\n{"session_id":"s","delay":50,"output_length":1,"hash_ids":[4]}',
+      4,
+    );
     const n = normalizeArrivals(w, 10);
     expect(n.sessions.map((s) => s.startMs)).toEqual([0, 10, 20]);
     expect(n.sessions[2].turns[1].delayMs).toBe(5);
@@ -144,7 +198,9 @@ describe('workload driver (§8.4, §9.2 item 34)', () => {
   });
 
   it('refuses a trace-mode session without a start time, and a concurrency below 1', () => {
-    expect(() => new WorkloadDriver({ requests: 1, sessions: [{ id: 'x', startMs: null, turns: twoTurns(0).sessions[0].turns }] }, { kind: 'trace' })).toThrow(/session x has no arrival timestamp/);
+    expect(() => new WorkloadDriver({ requests: 1, sessions: [{ id: 'x', startMs: null, turns: twoTurns(0).sessions[0].turns }] }, { kind: 'trace' })).toThrow(
+      /session x has no arrival timestamp/,
+    );
     expect(() => new WorkloadDriver(twoTurns(0), { kind: 'concurrency', limit: 0 })).toThrow(/--replay-concurrency/);
   });
 });
@@ -159,54 +215,108 @@ describe('offline replay (§8.5)', () => {
     const c = replay(mooncakeFileWorkload(TRACE, 4), single(fixedConfig(4)));
     const r = c.report(0);
     const expected: Record<string, number> = {
-      num_requests: 2, completed_requests: 2, total_input_tokens: 16, total_output_tokens: 5, duration_ms: 30,
-      request_throughput_rps: 2 / 0.03, output_throughput_tok_s: 5 / 0.03, input_throughput_tok_s: 16 / 0.03, total_throughput_tok_s: 21 / 0.03,
+      num_requests: 2,
+      completed_requests: 2,
+      total_input_tokens: 16,
+      total_output_tokens: 5,
+      duration_ms: 30,
+      request_throughput_rps: 2 / 0.03,
+      output_throughput_tok_s: 5 / 0.03,
+      input_throughput_tok_s: 16 / 0.03,
+      total_throughput_tok_s: 21 / 0.03,
       prefix_cache_reused_ratio: 4 / 16,
-      mean_ttft_ms: 12.5, min_ttft_ms: 10, max_ttft_ms: 15, median_ttft_ms: 15, std_ttft_ms: 2.5,
-      mean_itl_ms: 10, max_itl_ms: 10, std_itl_ms: 0, mean_tpot_ms: 10, mean_ttst_ms: 10,
-      mean_e2e_latency_ms: 27.5, min_e2e_latency_ms: 25, max_e2e_latency_ms: 30,
+      mean_ttft_ms: 12.5,
+      min_ttft_ms: 10,
+      max_ttft_ms: 15,
+      median_ttft_ms: 15,
+      std_ttft_ms: 2.5,
+      mean_itl_ms: 10,
+      max_itl_ms: 10,
+      std_itl_ms: 0,
+      mean_tpot_ms: 10,
+      mean_ttst_ms: 10,
+      mean_e2e_latency_ms: 27.5,
+      min_e2e_latency_ms: 25,
+      max_e2e_latency_ms: 30,
       mean_output_token_throughput_per_user: 100,
     };
     for (const [key, value] of Object.entries(expected)) expect(r[key], key).toBeCloseTo(value, 9);
     const records = c.perRequest();
-    expect(records.map((x) => [x.arrival_time_ms, x.first_admit_ms, x.first_token_ms, x.last_token_ms, x.reused_input_tokens])).toEqual([[0, 0, 10, 30, 0], [5, 10, 20, 30, 4]]);
+    expect(records.map((x) => [x.arrival_time_ms, x.first_admit_ms, x.first_token_ms, x.last_token_ms, x.reused_input_tokens])).toEqual([
+      [0, 0, 10, 30, 0],
+      [5, 10, 20, 30, 4],
+    ]);
   });
 
   it("one worker gives the engine's own offline results: same token times for every request", () => {
-    const text = Array.from({ length: 60 }, (_, i) => JSON.stringify({ timestamp: i * 37, input_length: 300 + ((i * 97) % 700), output_length: 5 + (i % 23), hash_ids: Array.from({ length: 4 }, (_, b) => (b < 2 ? b : i * 10 + b)) })).join('\n');
+    const text = Array.from({ length: 60 }, (_, i) =>
+      JSON.stringify({
+        timestamp: i * 37,
+        input_length: 300 + ((i * 97) % 700),
+        output_length: 5 + (i % 23),
+        hash_ids: Array.from({ length: 4 }, (_, b) => (b < 2 ? b : i * 10 + b)),
+      }),
+    ).join('\n');
     const config = schedulerConfig({ ...DEFAULT_ENGINE_ARGS, blockSize: 16, numGpuBlocks: 400, maxNumSeqs: 8 }, modelTiming(polynomialPerfModel, 1, 1), 3);
     const workload = mooncakeFileWorkload(text, 256);
     const c = replay(workload, single(config));
     const own = runOffline(
       createSchedulerCore(config),
-      workload.sessions.map((s, i) => ({ arrivalMs: s.startMs!, request: { id: `req-${i}`, promptTokenIds: s.turns[0].prompt(), maxOutputTokens: s.turns[0].outputLength } })),
+      workload.sessions.map((s, i) => ({
+        arrivalMs: s.startMs!,
+        request: { id: `req-${i}`, promptTokenIds: s.turns[0].prompt(), maxOutputTokens: s.turns[0].outputLength },
+      })),
     );
     const records = c.perRequest();
     expect(records).toHaveLength(60);
     for (const [i, record] of records.entries()) {
       const mine = own.records.get(`req-${i}`)!;
       expect([record.first_admit_ms, record.first_token_ms, record.last_token_ms, record.output_length, record.reused_input_tokens]).toEqual([
-        mine.admittedMs, mine.tokenTimesMs[0], mine.tokenTimesMs.at(-1), mine.tokenTimesMs.length, mine.cachedTokens,
+        mine.admittedMs,
+        mine.tokenTimesMs[0],
+        mine.tokenTimesMs.at(-1),
+        mine.tokenTimesMs.length,
+        mine.cachedTokens,
       ]);
     }
     expect(c.report(0).duration_ms).toBe(own.durationMs);
   });
 
   const sharedPrefix = (o: Partial<SyntheticOptions> = {}) =>
-    syntheticWorkload({ inputTokens: 1024, outputTokens: 8, requestCount: 64, arrivalIntervalMs: 20, turnsPerSession: 1, sharedPrefixRatio: 0.75, numPrefixGroups: 4, interTurnDelayMs: 0, blockSize: 64, seed: 7, ...o });
+    syntheticWorkload({
+      inputTokens: 1024,
+      outputTokens: 8,
+      requestCount: 64,
+      arrivalIntervalMs: 20,
+      turnsPerSession: 1,
+      sharedPrefixRatio: 0.75,
+      numPrefixGroups: 4,
+      interTurnDelayMs: 0,
+      blockSize: 64,
+      seed: 7,
+      ...o,
+    });
   const fleet = (workers: number, router: 'rr' | 'kv'): Fleet => {
     const config = schedulerConfig({ ...DEFAULT_ENGINE_ARGS, blockSize: 64 }, modelTiming(polynomialPerfModel, 1, 1), 1);
     return {
       kind: 'aggregated',
       workers: Array.from({ length: workers }, () => config),
-      router: router === 'rr' ? new RoundRobinRouter(workers) : new KvRouter({ workers, blockSize: 64, config: DEFAULT_KV_ROUTER_CONFIG, maxNumBatchedTokens: 8192, seed: 1 }),
+      router:
+        router === 'rr'
+          ? new RoundRobinRouter(workers)
+          : new KvRouter({ workers, blockSize: 64, config: DEFAULT_KV_ROUTER_CONFIG, maxNumBatchedTokens: 8192, seed: 1 }),
     };
   };
 
   it('round robin spreads requests evenly over the workers', () => {
     const c = replay(sharedPrefix(), fleet(4, 'rr'));
     expect(c.charts().workers.map((w) => w.requests)).toEqual([16, 16, 16, 16]);
-    expect(c.perRequest().map((r) => r.worker).slice(0, 5)).toEqual(['worker-0', 'worker-1', 'worker-2', 'worker-3', 'worker-0']);
+    expect(
+      c
+        .perRequest()
+        .map((r) => r.worker)
+        .slice(0, 5),
+    ).toEqual(['worker-0', 'worker-1', 'worker-2', 'worker-3', 'worker-0']);
   });
 
   it('kv_router sends a request to the worker holding its prefix: more reuse than round robin', () => {
@@ -225,7 +335,12 @@ describe('offline replay (§8.5)', () => {
     const c = replay(sharedPrefix({ requestCount: 40 }), fleet(2, 'rr'), { kind: 'concurrency', limit: 3 });
     const records = c.perRequest();
     expect(records.filter((r) => r.output_length > 0)).toHaveLength(40);
-    const edges = records.flatMap((r) => [[r.arrival_time_ms, 1], [r.last_token_ms!, -1]]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+    const edges = records
+      .flatMap((r) => [
+        [r.arrival_time_ms, 1],
+        [r.last_token_ms!, -1],
+      ])
+      .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
     let inFlight = 0;
     let peak = 0;
     for (const [, delta] of edges) peak = Math.max(peak, (inFlight += delta));
@@ -233,7 +348,18 @@ describe('offline replay (§8.5)', () => {
   });
 
   it('a session turn starts no earlier than its predecessor completes plus the delay', () => {
-    const w = syntheticWorkload({ inputTokens: 128, outputTokens: 6, requestCount: 5, arrivalIntervalMs: 3, turnsPerSession: 3, sharedPrefixRatio: 0, numPrefixGroups: 0, interTurnDelayMs: 25, blockSize: 64, seed: 1 });
+    const w = syntheticWorkload({
+      inputTokens: 128,
+      outputTokens: 6,
+      requestCount: 5,
+      arrivalIntervalMs: 3,
+      turnsPerSession: 3,
+      sharedPrefixRatio: 0,
+      numPrefixGroups: 0,
+      interTurnDelayMs: 25,
+      blockSize: 64,
+      seed: 1,
+    });
     const records = replay(w, fleet(2, 'rr')).perRequest();
     expect(records).toHaveLength(15);
     for (const r of records.filter((x) => x.turn_index! > 0)) {
@@ -261,7 +387,10 @@ describe('offline replay (§8.5)', () => {
     // Decode workers report every requested token: 3 and 2.
     expect(records.map((r) => r.output_length)).toEqual([3, 2]);
     expect(records.every((r) => r.decode_worker?.startsWith('decode-'))).toBe(true);
-    const decodeRequests = slow.charts().workers.filter((x) => x.name.startsWith('decode')).reduce((n, x) => n + x.requests, 0);
+    const decodeRequests = slow
+      .charts()
+      .workers.filter((x) => x.name.startsWith('decode'))
+      .reduce((n, x) => n + x.requests, 0);
     expect(decodeRequests).toBe(2);
     const ttft = (c: ReplayCollector) => c.perRequest().map((r) => r.first_token_ms! - r.arrival_time_ms);
     // r0: prefill token at 10 ms; with the handoff the decode enqueue waits 8 ms more.

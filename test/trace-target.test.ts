@@ -116,7 +116,9 @@ describe('HttpTargetWorker against two mocker serve processes publishing KV even
     pubPorts = await freePorts(2);
     servers = await Promise.all(
       pubPorts.map((port) =>
-        startMockerProcess(['serve', '--timing', 'none', '--block-size', '16', '--enable-prompt-tokens-details', '--zmq-kv-events-ports', String(port)], 0, { cwd: dir }),
+        startMockerProcess(['serve', '--timing', 'none', '--block-size', '16', '--enable-prompt-tokens-details', '--zmq-kv-events-ports', String(port)], 0, {
+          cwd: dir,
+        }),
       ),
     );
     workers = await connectTargets(
@@ -159,7 +161,7 @@ describe('HttpTargetWorker against two mocker serve processes publishing KV even
     expect(router.overlaps(a)).toEqual([4, 0]);
   });
 
-  it('samples each server\'s cache metrics: idle usage 0, prefix queries and hits in prompt tokens', async () => {
+  it("samples each server's cache metrics: idle usage 0, prefix queries and hits in prompt tokens", async () => {
     // From the first test: server 0 was asked 70 + 70 prompt tokens and hit 64; server 1 was asked 40.
     await vi.waitFor(
       () => {
@@ -170,7 +172,7 @@ describe('HttpTargetWorker against two mocker serve processes publishing KV even
     );
   });
 
-  it('answers an HTTP error with its status and the server\'s message, without throwing', async () => {
+  it("answers an HTTP error with its status and the server's message, without throwing", async () => {
     // Far beyond Qwen3's vocabulary: vLLM refuses such a prompt with a 400.
     const answer = await workers[0].send({ uuid: 'bad', prompt: [9_999_999], maxTokens: 1 }, recorder().sink);
     expect(answer.error).toMatch(/^HTTP 400: \S/);
@@ -203,7 +205,9 @@ describe('HttpTargetWorker against servers that are not vLLM', () => {
         const body = JSON.parse(raw) as Record<string, unknown>;
         bodies.push(body);
         if ('return_token_ids' in body) {
-          res.writeHead(400, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'Unrecognized request argument supplied: return_token_ids', type: 'invalid_request_error' } }));
+          res
+            .writeHead(400, { 'content-type': 'application/json' })
+            .end(JSON.stringify({ error: { message: 'Unrecognized request argument supplied: return_token_ids', type: 'invalid_request_error' } }));
           return;
         }
         res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -272,7 +276,10 @@ describe('mocker trace --target against servers that answer badly', () => {
   });
 
   it('a server that stalls after its headers: each request is given up after --request-timeout, the run ends, exit 1', async () => {
-    const { code, stderr } = await traceAgainst((res) => res.writeHead(200, { 'content-type': 'text/event-stream' }).flushHeaders(), ['--request-timeout', '1']);
+    const { code, stderr } = await traceAgainst(
+      (res) => res.writeHead(200, { 'content-type': 'text/event-stream' }).flushHeaders(),
+      ['--request-timeout', '1'],
+    );
     expect(stderr).toMatch(/5 request\(s\) failed: .*nothing received for 1 s/);
     expect(code).toBe(1);
   });

@@ -9,7 +9,10 @@ describe('Mooncake traces (§9.2 item 33)', () => {
   });
 
   it('reads a later turn of a session with its delay', () => {
-    const rows = parseMooncake('{"session_id":"a","timestamp":1000,"output_length":1,"hash_ids":[1]}\n{"session_id":"a","delay":25,"output_length":1,"hash_ids":[1]}', 4);
+    const rows = parseMooncake(
+      '{"session_id":"a","timestamp":1000,"output_length":1,"hash_ids":[1]}\n{"session_id":"a","delay":25,"output_length":1,"hash_ids":[1]}',
+      4,
+    );
     expect(rows[1].delayMs).toBe(25);
   });
 

@@ -16,7 +16,15 @@ afterAll(async () => {
 
 async function captureOf(upstreamUrl: string, timeoutMs = 10_000): Promise<{ port: number; db: string }> {
   const db = join(mkdtempSync(join(testTmpdir(), 'mocker-fail-')), 'capture.db');
-  const capture = await startCapture({ upstream: upstreamUrl, captures: db, host: '127.0.0.1', port: 0, upstreamTimeoutMs: timeoutMs, maxBodyBytes: 1 << 20, redactHeaders: [] });
+  const capture = await startCapture({
+    upstream: upstreamUrl,
+    captures: db,
+    host: '127.0.0.1',
+    port: 0,
+    upstreamTimeoutMs: timeoutMs,
+    maxBodyBytes: 1 << 20,
+    redactHeaders: [],
+  });
   cleanup.push(() => capture.close());
   return { port: capture.port, db };
 }
@@ -31,7 +39,11 @@ async function upstreamOf(script: Script, legacy = false): Promise<Upstream> {
 function stored(db: string): { outcome: string; error: string | null; token_source: string | null }[] {
   const sqlite = new Database(db, { readonly: true });
   try {
-    return sqlite.prepare('select outcome, error, token_source from exchanges order by id').all() as { outcome: string; error: string | null; token_source: string | null }[];
+    return sqlite.prepare('select outcome, error, token_source from exchanges order by id').all() as {
+      outcome: string;
+      error: string | null;
+      token_source: string | null;
+    }[];
   } finally {
     sqlite.close();
   }
@@ -49,7 +61,11 @@ async function eventually<T>(read: () => T, ok: (value: T) => boolean): Promise<
 const completion = (prompt: string, extra: Record<string, unknown> = {}) => ({ model: MODEL, prompt, max_tokens: 16, ...extra });
 
 async function post(port: number, body: unknown): Promise<{ status: number; json: { error?: { message: string; type: string; code: number } } }> {
-  const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, json: (await res.json()) as never };
 }
 
@@ -83,20 +99,26 @@ describe('upstream failures reach the client as they happened and are stored as 
     const upstream = await upstreamOf(() => ({ content: 'one two three four five six seven', resetAfterChunks: 3 }));
     const capture = await captureOf(upstream.url);
     const received = await new Promise<{ events: number; error: string | null }>((resolve) => {
-      const req = http.request({ host: '127.0.0.1', port: capture.port, path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-        let text = '';
-        res.on('data', (d: Buffer) => (text += d.toString()));
-        const done = (error: string | null) => resolve({ events: text.split('\n\n').filter(Boolean).length, error });
-        res.on('error', (err) => done(err.message));
-        res.on('aborted', () => done('aborted'));
-        res.on('end', () => done(null));
-      });
+      const req = http.request(
+        { host: '127.0.0.1', port: capture.port, path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json' } },
+        (res) => {
+          let text = '';
+          res.on('data', (d: Buffer) => (text += d.toString()));
+          const done = (error: string | null) => resolve({ events: text.split('\n\n').filter(Boolean).length, error });
+          res.on('error', (err) => done(err.message));
+          res.on('aborted', () => done('aborted'));
+          res.on('end', () => done(null));
+        },
+      );
       req.on('error', (err) => resolve({ events: -1, error: err.message }));
       req.end(JSON.stringify(completion('reset me', { stream: true })));
     });
     expect(received.error).not.toBeNull();
     expect(received.events).toBe(3);
-    const rows = await eventually(() => stored(capture.db), (r) => r.length > 0);
+    const rows = await eventually(
+      () => stored(capture.db),
+      (r) => r.length > 0,
+    );
     expect(rows).toMatchObject([{ outcome: 'failed' }]);
     expect(rows[0].error).toContain('reset');
   });
@@ -105,18 +127,29 @@ describe('upstream failures reach the client as they happened and are stored as 
     const upstream = await upstreamOf(() => ({ content: 'slow '.repeat(100), gapMs: () => 30 }));
     const capture = await captureOf(upstream.url);
     await new Promise<void>((resolve) => {
-      const req = http.request({ host: '127.0.0.1', port: capture.port, path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-        res.once('data', () => {
-          req.destroy();
-          resolve();
-        });
-      });
+      const req = http.request(
+        { host: '127.0.0.1', port: capture.port, path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json' } },
+        (res) => {
+          res.once('data', () => {
+            req.destroy();
+            resolve();
+          });
+        },
+      );
       req.on('error', () => undefined);
       req.end(JSON.stringify(completion('abandon me', { stream: true, max_tokens: 100 })));
     });
-    const rows = await eventually(() => stored(capture.db), (r) => r.length > 0);
+    const rows = await eventually(
+      () => stored(capture.db),
+      (r) => r.length > 0,
+    );
     expect(rows).toMatchObject([{ outcome: 'aborted' }]);
-    expect(await eventually(() => upstream.abandoned, (n) => n > 0)).toBe(1);
+    expect(
+      await eventually(
+        () => upstream.abandoned,
+        (n) => n > 0,
+      ),
+    ).toBe(1);
   });
 
   it('an upstream 4xx answer is forwarded verbatim and never replayed', async () => {
@@ -138,12 +171,20 @@ describe('an engine without return_token_ids (vLLM before 0.10.2)', () => {
   it('takes prompt and output ids from the /tokenize endpoint and marks the capture so', async () => {
     const upstream = await upstreamOf(() => ({ content: 'An older engine answers.' }), true);
     const capture = await captureOf(upstream.url);
-    const direct = await fetch(`${upstream.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(completion('Old engine')) });
+    const direct = await fetch(`${upstream.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(completion('Old engine')),
+    });
     const directJson = (await direct.json()) as { choices: Record<string, unknown>[] };
     // The injected field is ignored by the old engine: no token-id fields at all.
     expect(directJson.choices[0]).not.toHaveProperty('token_ids');
 
-    const res = await fetch(`http://127.0.0.1:${capture.port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(completion('Old engine')) });
+    const res = await fetch(`http://127.0.0.1:${capture.port}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(completion('Old engine')),
+    });
     const proxied = (await res.json()) as { choices: Record<string, unknown>[] };
     expect(proxied.choices[0]).not.toHaveProperty('token_ids');
     expect(stored(capture.db)).toMatchObject([{ outcome: 'complete', token_source: 'tokenize-endpoint' }]);
@@ -151,7 +192,11 @@ describe('an engine without return_token_ids (vLLM before 0.10.2)', () => {
     // The capture answers a token-id request for the same prompt with the engine's tokenization.
     replay = await startServe({ mode: 'replay', captures: capture.db, timing: 'none' });
     const ids = await encode('Old engine', true);
-    const again = await fetch(`http://127.0.0.1:${replay.port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(completion('Old engine', { return_token_ids: true })) });
+    const again = await fetch(`http://127.0.0.1:${replay.port}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(completion('Old engine', { return_token_ids: true })),
+    });
     const json = (await again.json()) as { choices: { text: string; finish_reason: string; prompt_token_ids: number[]; token_ids: number[] }[] };
     expect(json.choices[0].text).toBe('An older engine answers.');
     expect(json.choices[0].prompt_token_ids).toEqual(ids);

@@ -82,7 +82,13 @@ describe('upstream HTTP/1.1 client', () => {
       req.on('data', (d: Buffer) => (body += d.toString()));
       req.on('end', () => {
         Object.assign(received, { method: req.method, url: req.url, headers: req.headers, body });
-        res.writeHead(201, 'Made It', [['content-type', 'text/event-stream'], ['x-seen', 'a'], ['x-seen', 'b'], ['set-cookie', 'k=1'], ['set-cookie', 'j=2']]);
+        res.writeHead(201, 'Made It', [
+          ['content-type', 'text/event-stream'],
+          ['x-seen', 'a'],
+          ['x-seen', 'b'],
+          ['set-cookie', 'k=1'],
+          ['set-cookie', 'j=2'],
+        ]);
         res.write('data: one\n\n');
         setTimeout(() => res.end('data: [DONE]\n\n'), 5);
       });
@@ -92,11 +98,17 @@ describe('upstream HTTP/1.1 client', () => {
     expect(received).toMatchObject({ method: 'POST', url: '/v1/chat/completions?x=1', body: '{"prompt":"héllo"}' });
     expect(received.headers).toMatchObject({ host: url.host, 'content-type': 'application/json' });
     expect(answer).toMatchObject({ status: 201, message: 'Made It', body: 'data: one\n\ndata: [DONE]\n\n', error: null });
-    expect(answer.headers).toMatchObject({ 'content-type': 'text/event-stream', 'x-seen': 'a, b', 'set-cookie': ['k=1', 'j=2'], 'transfer-encoding': 'chunked' });
+    expect(answer.headers).toMatchObject({
+      'content-type': 'text/event-stream',
+      'x-seen': 'a, b',
+      'set-cookie': ['k=1', 'j=2'],
+      'transfer-encoding': 'chunked',
+    });
   });
 
   it('decodes RFC 9112 chunked framing delivered one byte at a time, extensions and trailers included', async () => {
-    const bytes = 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nExpires: never\r\n\r\n';
+    const bytes =
+      'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nExpires: never\r\n\r\n';
     const { url } = await rawServer((_, socket) => {
       let i = 0;
       const next = () => (i < bytes.length ? socket.write(bytes[i++], 'latin1', () => setImmediate(next)) : undefined);

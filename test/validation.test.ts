@@ -112,8 +112,13 @@ describe('vLLM validation parity through the spawned serve', () => {
       [{ temperature: 0, n: 2 }, 'n must be 1 when using greedy sampling, got 2.', 'n'],
     ];
     for (const [extra, message, param] of refused) {
-      expect(await refusal(client.completions.create(withExtra(base, extra))), JSON.stringify(extra)).toEqual({ status: 400, error: badRequest(message, param) });
-      expect(await refusal(client.chat.completions.create(withExtra({ model: base.model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }, extra)))).toEqual({
+      expect(await refusal(client.completions.create(withExtra(base, extra))), JSON.stringify(extra)).toEqual({
+        status: 400,
+        error: badRequest(message, param),
+      });
+      expect(
+        await refusal(client.chat.completions.create(withExtra({ model: base.model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }, extra))),
+      ).toEqual({
         status: 400,
         error: badRequest(message, param),
       });
@@ -121,7 +126,10 @@ describe('vLLM validation parity through the spawned serve', () => {
     // vLLM checks the model and the prompt's length before it builds SamplingParams.
     expect((await refusal(client.completions.create(withExtra({ ...base, model: 'no-such-model' }, { top_k: -5 })))).status).toBe(404);
     const tooLong = await refusal(client.completions.create(withExtra({ ...base, max_tokens: QWEN3_MAX_MODEL_LEN }, { top_k: -5 })));
-    expect(tooLong).toEqual({ status: 400, error: expect.objectContaining({ param: 'max_tokens', message: expect.stringContaining("'max_tokens' or 'max_completion_tokens' is too large") }) });
+    expect(tooLong).toEqual({
+      status: 400,
+      error: expect.objectContaining({ param: 'max_tokens', message: expect.stringContaining("'max_tokens' or 'max_completion_tokens' is too large") }),
+    });
     // -1 is still taken as "disabled"; a greedy single choice is fine.
     for (const extra of [{ top_k: -1 }, { top_k: 0 }, { top_k: 40 }, { temperature: 0 }, { presence_penalty: -2, frequency_penalty: 2, min_p: 0, top_p: 1 }]) {
       const answer = await client.completions.create(withExtra(base, extra));
@@ -134,24 +142,35 @@ describe('vLLM validation parity through the spawned serve', () => {
   });
 
   it("a chat_template in the request is vLLM's 400 without --trust-request-chat-template (in the body or in chat_template_kwargs, for chat and /tokenize)", async () => {
-    const untrusted = badRequest('Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template.', null);
+    const untrusted = badRequest(
+      'Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template.',
+      null,
+    );
     const messages = [{ role: 'user' as const, content: 'Hello world' }];
     const client = clientOf(plain.port);
     for (const extra of [{ chat_template: '{{ messages[0].content }}' }, { chat_template_kwargs: { chat_template: '{{ messages[0].content }}' } }]) {
-      expect(await refusal(client.chat.completions.create(withExtra({ model: 'Qwen/Qwen3-0.6B', messages, max_tokens: 2 }, extra)))).toEqual({ status: 400, error: untrusted });
+      expect(await refusal(client.chat.completions.create(withExtra({ model: 'Qwen/Qwen3-0.6B', messages, max_tokens: 2 }, extra)))).toEqual({
+        status: 400,
+        error: untrusted,
+      });
       const res = await post(plain.port, '/tokenize', JSON.stringify({ messages, ...extra }));
       expect(res.status).toBe(400);
       expect(((await res.json()) as { error: Json }).error).toEqual(untrusted);
     }
     // Other chat_template_kwargs are the model's template's business, as in vLLM.
-    const answer = await client.chat.completions.create(withExtra({ model: 'Qwen/Qwen3-0.6B', messages, max_tokens: 2 }, { chat_template_kwargs: { enable_thinking: false } }));
+    const answer = await client.chat.completions.create(
+      withExtra({ model: 'Qwen/Qwen3-0.6B', messages, max_tokens: 2 }, { chat_template_kwargs: { enable_thinking: false } }),
+    );
     expect(answer.choices).toHaveLength(1);
   });
 
-  it('with --trust-request-chat-template the request\'s template makes the prompt', async () => {
+  it("with --trust-request-chat-template the request's template makes the prompt", async () => {
     const text = 'Hello  world';
     const answer = await clientOf(trusting.port).chat.completions.create(
-      withExtra({ model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user' as const, content: text }], max_tokens: 2 }, { chat_template: '{{ messages[0].content }}', return_token_ids: true }),
+      withExtra(
+        { model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user' as const, content: text }], max_tokens: 2 },
+        { chat_template: '{{ messages[0].content }}', return_token_ids: true },
+      ),
     );
     // Chat prompts get no special tokens (add_special_tokens false): the template's text, tokenized.
     expect((answer as unknown as { prompt_token_ids: number[] }).prompt_token_ids).toEqual(oracleIds(text));
@@ -162,7 +181,9 @@ describe('vLLM validation parity through the spawned serve', () => {
     const client = clientOf(trusting.port);
     let settled = false;
     const hostile = refusal(
-      client.chat.completions.create(withExtra({ model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user' as const, content: 'hi' }], max_tokens: 2 }, { chat_template: HOSTILE_TEMPLATE })),
+      client.chat.completions.create(
+        withExtra({ model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user' as const, content: 'hi' }], max_tokens: 2 }, { chat_template: HOSTILE_TEMPLATE }),
+      ),
     ).finally(() => (settled = true));
     // --enable-server-load-tracking: /load counts the hostile request once the server is working on it.
     while (!settled && ((await (await fetch(`http://127.0.0.1:${trusting.port}/load`)).json()) as { server_load: number }).server_load === 0);
@@ -177,7 +198,9 @@ describe('vLLM validation parity through the spawned serve', () => {
     expect(error).toEqual(badRequest(expect.stringMatching(/^Chat template error: rendering was stopped after \d+ ms$/) as unknown as string, null));
     // A template that exhausts its renderer's memory is stopped too, and the server stays up.
     const greedy = await refusal(
-      client.chat.completions.create(withExtra({ model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user' as const, content: 'hi' }], max_tokens: 2 }, { chat_template: GREEDY_TEMPLATE })),
+      client.chat.completions.create(
+        withExtra({ model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user' as const, content: 'hi' }], max_tokens: 2 }, { chat_template: GREEDY_TEMPLATE }),
+      ),
     );
     expect(greedy).toEqual({ status: 400, error: badRequest(expect.stringMatching(/^Chat template error: rendering was stopped/) as unknown as string, null) });
     expect((await fetch(`http://127.0.0.1:${trusting.port}/health`)).status).toBe(200);
@@ -216,11 +239,16 @@ describe('batched completions through the spawned serve: one choice block per pr
       }
       const promptTokens = prompts.reduce((sum, text) => sum + oracleIds(text).length, 0);
       const completionTokens = choices.reduce((sum, c) => sum + c.token_ids.length, 0);
-      expect(answer.usage).toEqual({ prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens, prompt_tokens_details: null });
+      expect(answer.usage).toEqual({
+        prompt_tokens: promptTokens,
+        completion_tokens: completionTokens,
+        total_tokens: promptTokens + completionTokens,
+        prompt_tokens_details: null,
+      });
     }
   });
 
-  it('streamed: chunks carry index i*n + j, the first of each its prompt\'s ids, and the usage chunk sums every prompt', async () => {
+  it("streamed: chunks carry index i*n + j, the first of each its prompt's ids, and the usage chunk sums every prompt", async () => {
     const client = clientOf(plain.port);
     const single = await alone(client);
     const stream = await client.completions.create(
@@ -276,7 +304,9 @@ describe('bounded resources through the spawned serve', () => {
     expect(status).toBe(400);
     expect(error).toMatchObject({ type: 'BadRequestError', param: 'n', code: 400, message: expect.stringContaining('KV cache') });
     // A batch whose choices alone outgrow it is refused the same way.
-    expect((await refusal(client.completions.create({ model: 'Qwen/Qwen3-0.6B', prompt: Array.from({ length: 2048 }, () => 'Hello world'), n: 1024 }))).status).toBe(400);
+    expect(
+      (await refusal(client.completions.create({ model: 'Qwen/Qwen3-0.6B', prompt: Array.from({ length: 2048 }, () => 'Hello world'), n: 1024 }))).status,
+    ).toBe(400);
     // Many choices that do fit are served, streamed.
     const stream = await client.completions.create({ model: 'Qwen/Qwen3-0.6B', prompt: 'Hello world', n: 256, max_tokens: 64, stream: true });
     const finished = new Set<number>();
@@ -292,7 +322,11 @@ describe('bounded resources through the spawned serve', () => {
     expect(error).toMatchObject({
       type: 'BadRequestError',
       code: 400,
-      message: expect.stringMatching(new RegExp(`^This model's maximum context length is ${QWEN3_MAX_MODEL_LEN} tokens\\. However, your request has more than ${QWEN3_MAX_MODEL_LEN} input tokens`)),
+      message: expect.stringMatching(
+        new RegExp(
+          `^This model's maximum context length is ${QWEN3_MAX_MODEL_LEN} tokens\\. However, your request has more than ${QWEN3_MAX_MODEL_LEN} input tokens`,
+        ),
+      ),
     });
     expect(memoryMb(bounded.child.pid!).peak).toBeLessThan(PEAK_BOUND_MB);
     // A long prompt that does fit is still served whole.
@@ -310,7 +344,11 @@ describe('request templates render off the event loop (in-process, to watch its 
       delay.enable();
       let turns = 0;
       const ticker = setInterval(() => turns++, 20);
-      const res = await post(server.port, '/v1/chat/completions', JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], chat_template: HOSTILE_TEMPLATE }));
+      const res = await post(
+        server.port,
+        '/v1/chat/completions',
+        JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], chat_template: HOSTILE_TEMPLATE }),
+      );
       clearInterval(ticker);
       delay.disable();
       expect(res.status).toBe(400);
@@ -318,7 +356,9 @@ describe('request templates render off the event loop (in-process, to watch its 
       // The same process ran the server, the render's supervision and this ticker: it kept ticking meanwhile.
       expect(turns).toBeGreaterThan(10);
       // A measurement, not an assertion: how long the loop ever waited while the template rendered.
-      console.log(`event-loop delay during a hostile request template: max ${(delay.max / 1e6).toFixed(1)} ms, p99 ${(delay.percentile(99) / 1e6).toFixed(1)} ms`);
+      console.log(
+        `event-loop delay during a hostile request template: max ${(delay.max / 1e6).toFixed(1)} ms, p99 ${(delay.percentile(99) / 1e6).toFixed(1)} ms`,
+      );
     } finally {
       await server.close();
     }

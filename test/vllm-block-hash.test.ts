@@ -2,13 +2,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { cdeEncodeOptions, encode } from 'cbor2';
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  blockHashChain,
-  defaultHashSeed,
-  eventBlockHash,
-  hashBlockTokens,
-  noneHash,
-} from '../src/engine/kv/vllmBlockHash.js';
+import { blockHashChain, defaultHashSeed, eventBlockHash, hashBlockTokens, noneHash } from '../src/engine/kv/vllmBlockHash.js';
 import { prng } from './support/prng.js';
 
 // Oracles here never call the code under test: CBOR bytes are written by hand from RFC 8949 and hashed
@@ -133,16 +127,12 @@ describe('hashBlockTokens against hand-written CBOR', () => {
     const { ids, itemsHex } = boundaryTokens(16);
     const prefix = '83' + '5820' + NONE_HASH_DEFAULT.toString('hex') + '90' + itemsHex;
     // ("my-lora",): array(1), text(7).
-    expect(hashBlockTokens(null, NONE_HASH_DEFAULT, ids, ['my-lora'])).toEqual(
-      sha256(fromHex(prefix + '81' + '67' + asciiHex('my-lora'))),
-    );
+    expect(hashBlockTokens(null, NONE_HASH_DEFAULT, ids, ['my-lora'])).toEqual(sha256(fromHex(prefix + '81' + '67' + asciiHex('my-lora'))));
     // ("my-lora", ("mm-abc", -3), "salt", b"\x07" * 32): -3 is major type 1 with argument 2 (0x22).
     const digest = Buffer.alloc(32, 7);
     expect(hashBlockTokens(null, NONE_HASH_DEFAULT, ids, ['my-lora', ['mm-abc', -3], 'salt', digest])).toEqual(
       sha256(
-        fromHex(
-          prefix + '84' + '67' + asciiHex('my-lora') + '82' + '66' + asciiHex('mm-abc') + '22' + '64' + asciiHex('salt') + '5820' + '07'.repeat(32),
-        ),
+        fromHex(prefix + '84' + '67' + asciiHex('my-lora') + '82' + '66' + asciiHex('mm-abc') + '22' + '64' + asciiHex('salt') + '5820' + '07'.repeat(32)),
       ),
     );
     // An empty tuple is an empty array, not null (vLLM itself passes None when there are no keys).
@@ -228,9 +218,9 @@ describe('blockHashChain', () => {
     expect(hashBlockTokens(null, NONE_HASH_DEFAULT, firstBlock, ['my-lora']).toString('hex')).toBe(
       '5fb55459cf58e9769158fa85b6787ee269eb609c09ccb9797a27a16e7243e086',
     );
-    expect(
-      hashBlockTokens(null, NONE_HASH_DEFAULT, firstBlock, ['my-lora', ['mm-abc', -3], 'salt', Buffer.alloc(32, 7)]).toString('hex'),
-    ).toBe('0df9301606b02513cd40bf05fa5fdf7527fdc5ae2a3b685b1cb45ac335be73e4');
+    expect(hashBlockTokens(null, NONE_HASH_DEFAULT, firstBlock, ['my-lora', ['mm-abc', -3], 'salt', Buffer.alloc(32, 7)]).toString('hex')).toBe(
+      '0df9301606b02513cd40bf05fa5fdf7527fdc5ae2a3b685b1cb45ac335be73e4',
+    );
   });
 });
 
@@ -301,12 +291,24 @@ describe('the kv-hashes oracle fixtures (Python hashlib + cbor2, as vLLM compute
   const rows = readFileSync(new URL('./fixtures/kv-hashes/vllm-block-hashes.jsonl', import.meta.url), 'utf8')
     .trim()
     .split('\n')
-    .map((l) => JSON.parse(l) as { algo: string; seed: string; none_hash_hex: string; block_size: number; token_ids: number[]; blocks: { hex: string; event_u64: string }[] });
+    .map(
+      (l) =>
+        JSON.parse(l) as {
+          algo: string;
+          seed: string;
+          none_hash_hex: string;
+          block_size: number;
+          token_ids: number[];
+          blocks: { hex: string; event_u64: string }[];
+        },
+    );
   const cbor = rows.filter((r) => r.algo === 'sha256_cbor');
   const pickle = rows.filter((r) => r.algo === 'sha256');
 
   it('covers every seed and block size of the fixture file', () => {
-    expect(new Set(cbor.map((r) => `${r.seed}/${r.block_size}`))).toEqual(new Set(['0/16', '0/64', '42/16', '42/64', 'vllm-none-hash/16', 'vllm-none-hash/64']));
+    expect(new Set(cbor.map((r) => `${r.seed}/${r.block_size}`))).toEqual(
+      new Set(['0/16', '0/64', '42/16', '42/64', 'vllm-none-hash/16', 'vllm-none-hash/64']),
+    );
   });
 
   it('reproduces NONE_HASH, every block digest and every event value for sha256_cbor', () => {
@@ -319,7 +321,7 @@ describe('the kv-hashes oracle fixtures (Python hashlib + cbor2, as vLLM compute
     }
   });
 
-  it('reproduces NONE_HASH, every block digest and every event value for sha256 (pickle, vLLM\'s default)', () => {
+  it("reproduces NONE_HASH, every block digest and every event value for sha256 (pickle, vLLM's default)", () => {
     expect(new Set(pickle.map((r) => `${r.seed}/${r.block_size}`)).size).toBe(6);
     for (const row of pickle) {
       const none = noneHash(row.seed, 'sha256');
@@ -331,7 +333,7 @@ describe('the kv-hashes oracle fixtures (Python hashlib + cbor2, as vLLM compute
   });
 });
 
-describe('sha256 (pickle protocol 5) against bytes from Python\'s pickle.dumps', () => {
+describe("sha256 (pickle protocol 5) against bytes from Python's pickle.dumps", () => {
   // Hex printed by CPython 3 `pickle.dumps(value, protocol=5)`: PROTO 5, FRAME, opcodes, STOP.
   it('pickles the seed string', () => {
     expect(noneHash('0', 'sha256')).toEqual(sha256(fromHex('80059505000000000000008c0130942e')));
@@ -339,9 +341,7 @@ describe('sha256 (pickle protocol 5) against bytes from Python\'s pickle.dumps',
 
   it('pickles (parent, tuple(tokens), None) at every int width, MARK…TUPLE for long tuples', () => {
     const parent = Buffer.alloc(32, 1);
-    const expected = fromHex(
-      '80059544000000000000004320' + '01'.repeat(32) + '94284b014b024d2c014a701101004affffff7f8a05ffffffff004b0074944e87942e',
-    );
+    const expected = fromHex('80059544000000000000004320' + '01'.repeat(32) + '94284b014b024d2c014a701101004affffff7f8a05ffffffff004b0074944e87942e');
     expect(hashBlockTokens(parent, NONE_HASH_DEFAULT, [1, 2, 300, 70000, 2147483647, 4294967295, 0], null, 'sha256')).toEqual(sha256(expected));
   });
 

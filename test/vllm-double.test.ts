@@ -9,7 +9,12 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI, { APIError } from 'openai';
-import type { ChatCompletionCreateParamsNonStreaming, ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources';
+import type {
+  ChatCompletionCreateParamsNonStreaming,
+  ChatCompletionCreateParamsStreaming,
+  ChatCompletionMessageParam,
+  ChatCompletionTool,
+} from 'openai/resources';
 import type { CompletionCreateParamsNonStreaming, CompletionCreateParamsStreaming } from 'openai/resources';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
@@ -21,7 +26,10 @@ type Json = Record<string, unknown>;
 const FIXTURE = readFileSync(join(import.meta.dirname, 'fixtures', 'tokenizer', 'qwen3.jsonl'), 'utf8')
   .split('\n')
   .filter(Boolean)
-  .map((line) => JSON.parse(line) as { kind: string; text?: string; ids_without_special?: number[]; request?: { messages: ChatCompletionMessageParam[] }; ids?: number[] });
+  .map(
+    (line) =>
+      JSON.parse(line) as { kind: string; text?: string; ids_without_special?: number[]; request?: { messages: ChatCompletionMessageParam[] }; ids?: number[] },
+  );
 
 /** Python HF tokenizers' ids of a text (no special tokens). */
 function oracleIds(text: string): number[] {
@@ -40,7 +48,7 @@ function oracleChat(firstUserContent: string): { messages: ChatCompletionMessage
 /** Qwen3's <|im_start|> and <|im_end|> (the EOS ending a chat turn): the first and last ids of an encoded turn. */
 const TURN = '<|im_start|>user\nhi<|im_end|>';
 const IM_START = oracleIds(TURN)[0];
-const IM_END = (oracleIds(TURN).at(-1) as number);
+const IM_END = oracleIds(TURN).at(-1) as number;
 const HELLO_WORLD = 'Hello world';
 /** Starts with "Hello world": the same first two tokens (the pre-tokenizer splits at the space and the dot). */
 const HELLO_LONG = 'Hello world. The end.';
@@ -119,11 +127,20 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
     const rendered = oracleChat('empty system');
     for (const chat of [hi, sum, rendered]) answers.set(lastText({ messages: chat.messages }), () => ({ content: HELLO_WORLD }));
     const completionIds = [...oracleIds(HELLO_WORLD), IM_END];
-    const usage = (prompt: number[], completion: number) => ({ prompt_tokens: prompt.length, total_tokens: prompt.length + completion, completion_tokens: completion });
+    const usage = (prompt: number[], completion: number) => ({
+      prompt_tokens: prompt.length,
+      total_tokens: prompt.length + completion,
+      completion_tokens: completion,
+    });
 
     const empty = (c: OpenAI) => c.chat.completions.create({ model: MODEL, messages: hi.messages, stream: true, stream_options: {} });
     const continuous = (c: OpenAI) =>
-      c.chat.completions.create(withExtra<ChatCompletionCreateParamsStreaming>({ model: MODEL, messages: sum.messages, stream: true }, { stream_options: { continuous_usage_stats: true } }));
+      c.chat.completions.create(
+        withExtra<ChatCompletionCreateParamsStreaming>(
+          { model: MODEL, messages: sum.messages, stream: true },
+          { stream_options: { continuous_usage_stats: true } },
+        ),
+      );
     const fromDouble = await collect(await empty(direct));
     expect(fromDouble.at(-1)).toMatchObject({ choices: [], usage: usage(hi.ids, completionIds.length) });
     const through = await collect(await empty(captured));
@@ -145,7 +162,11 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
       expect(unstamped(await collect(await continuous(replay)))).toEqual(unstamped(continuousThrough));
       const asStream = await collect(await replay.chat.completions.create({ model: MODEL, messages: rendered.messages, stream: true, stream_options: {} }));
       expect(asStream.at(-1)).toEqual(expect.objectContaining({ choices: [], usage: usage(rendered.ids, completionIds.length) }));
-      expect(choicesOf(asStream).map((c) => c.delta?.content ?? '').join('')).toBe(plain.choices[0].message.content);
+      expect(
+        choicesOf(asStream)
+          .map((c) => c.delta?.content ?? '')
+          .join(''),
+      ).toBe(plain.choices[0].message.content);
     });
   });
 
@@ -154,13 +175,21 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
     answers.set(prompt, () => ({ content: HELLO_WORLD }));
     const withoutStream = (c: OpenAI) => c.completions.create({ model: MODEL, prompt, max_tokens: 4, stream_options: { include_usage: true } });
     const refusal = async (c: OpenAI) => {
-      const err = await withoutStream(c).then(() => null, (e: unknown) => e);
+      const err = await withoutStream(c).then(
+        () => null,
+        (e: unknown) => e,
+      );
       expect(err).toBeInstanceOf(APIError);
       return { status: (err as APIError).status, error: (err as APIError).error };
     };
     const fromDouble = await refusal(direct);
     expect(fromDouble.status).toBe(400);
-    expect(fromDouble.error).toEqual({ message: expect.stringContaining('Stream options can only be defined when `stream=True`.'), type: 'Bad Request', param: null, code: 400 });
+    expect(fromDouble.error).toEqual({
+      message: expect.stringContaining('Stream options can only be defined when `stream=True`.'),
+      type: 'Bad Request',
+      param: null,
+      code: 400,
+    });
     expect(await refusal(captured)).toEqual(fromDouble);
 
     // `{}` is falsy for vLLM's validator: accepted without `stream`.
@@ -169,10 +198,16 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
 
     // The openai client always sends JSON: a text/plain body has to be sent by hand.
     const asText = (url: string) =>
-      fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: JSON.stringify({ model: MODEL, prompt, max_tokens: 4 }) }).then(async (r) => ({ status: r.status, body: await r.text() }));
+      fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'text/plain' },
+        body: JSON.stringify({ model: MODEL, prompt, max_tokens: 4 }),
+      }).then(async (r) => ({ status: r.status, body: await r.text() }));
     const textDouble = await asText(upstream.url);
     expect(textDouble.status).toBe(400);
-    expect(JSON.parse(textDouble.body)).toEqual({ error: { message: expect.stringContaining("Unsupported Media Type: Only 'application/json' is allowed"), type: 'Bad Request', param: null, code: 400 } });
+    expect(JSON.parse(textDouble.body)).toEqual({
+      error: { message: expect.stringContaining("Unsupported Media Type: Only 'application/json' is allowed"), type: 'Bad Request', param: null, code: 400 },
+    });
     expect(await asText(`http://127.0.0.1:${capture.port}`)).toEqual(textDouble);
 
     await withReplay(async (replay, url) => {
@@ -181,19 +216,28 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
       expect(replayed.error).toMatchObject({ message: expect.stringContaining('Stream options can only be defined when `stream=True`.'), code: 400 });
       const textReplay = await asText(url);
       expect(textReplay.status).toBe(400);
-      expect(JSON.parse(textReplay.body)).toEqual({ error: { message: expect.stringContaining("Unsupported Media Type: Only 'application/json' is allowed"), type: 'Bad Request', param: null, code: 400 } });
+      expect(JSON.parse(textReplay.body)).toEqual({
+        error: { message: expect.stringContaining("Unsupported Media Type: Only 'application/json' is allowed"), type: 'Bad Request', param: null, code: 400 },
+      });
       // Neither refusal left a generation behind for this prompt.
-      const miss = await replay.completions.create({ model: MODEL, prompt, max_tokens: 4 }).then(() => null, (e: unknown) => e);
+      const miss = await replay.completions.create({ model: MODEL, prompt, max_tokens: 4 }).then(
+        () => null,
+        (e: unknown) => e,
+      );
       expect((miss as APIError).status).toBe(404);
     });
   });
 
-  it('(c) the body\'s `request_id` names the response (`chatcmpl-<request_id>`); an X-Request-Id header wins over it', async () => {
+  it("(c) the body's `request_id` names the response (`chatcmpl-<request_id>`); an X-Request-Id header wins over it", async () => {
     const messages: ChatCompletionMessageParam[] = [{ role: 'user', content: 'Which id does this answer get?' }];
     answers.set(lastText({ messages }), () => ({ content: HELLO_LONG }));
-    const byBody = (c: OpenAI) => c.chat.completions.create(withExtra<ChatCompletionCreateParamsNonStreaming>({ model: MODEL, messages, max_tokens: 8 }, { request_id: 'body-req-7' }));
+    const byBody = (c: OpenAI) =>
+      c.chat.completions.create(withExtra<ChatCompletionCreateParamsNonStreaming>({ model: MODEL, messages, max_tokens: 8 }, { request_id: 'body-req-7' }));
     const byBoth = (c: OpenAI) =>
-      c.chat.completions.create(withExtra<ChatCompletionCreateParamsStreaming>({ model: MODEL, messages, max_tokens: 8, stream: true }, { request_id: 'body-req-8' }), { headers: { 'X-Request-Id': 'header-req-8' } });
+      c.chat.completions.create(
+        withExtra<ChatCompletionCreateParamsStreaming>({ model: MODEL, messages, max_tokens: 8, stream: true }, { request_id: 'body-req-8' }),
+        { headers: { 'X-Request-Id': 'header-req-8' } },
+      );
     const check = async (c: OpenAI) => {
       expect((await byBody(c)).id).toBe('chatcmpl-body-req-7');
       const chunks = await collect(await byBoth(c));
@@ -208,11 +252,18 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
     const question = 'Tool call: weather in Paris?';
     const args = '{"city": "Paris", "unit": "celsius"}';
     answers.set(question, () => ({ toolCall: { name: 'get_weather', arguments: args } }));
-    const tools: ChatCompletionTool[] = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+    const tools: ChatCompletionTool[] = [
+      { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } },
+    ];
     const run = (c: OpenAI) => c.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: question }], tools, stream: true });
     const fromDouble = await collect(await run(direct));
     const toolDeltas = choicesOf(fromDouble).flatMap((c) => (c.delta?.tool_calls as Json[] | undefined) ?? []);
-    expect(toolDeltas[0]).toEqual({ index: 0, id: expect.stringMatching(/^chatcmpl-tool-[0-9a-f]{32}$/), type: 'function', function: { name: 'get_weather', arguments: '' } });
+    expect(toolDeltas[0]).toEqual({
+      index: 0,
+      id: expect.stringMatching(/^chatcmpl-tool-[0-9a-f]{32}$/),
+      type: 'function',
+      function: { name: 'get_weather', arguments: '' },
+    });
     for (const later of toolDeltas.slice(1)) expect(Object.keys(later).sort()).toEqual(['function', 'index']);
     expect(toolDeltas.map((d) => (d.function as { arguments: string }).arguments).join('')).toBe(args);
     expect(choicesOf(fromDouble).at(-1)?.finish_reason).toBe('tool_calls');
@@ -224,7 +275,11 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
       // Asked without streaming: the deltas folded into one message, the captured call id kept.
       const full = await replay.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: question }], tools });
       const call = full.choices[0].message.tool_calls?.[0];
-      expect(call).toEqual({ id: (choicesOf(through).flatMap((c) => (c.delta?.tool_calls as Json[] | undefined) ?? [])[0] as { id: string }).id, type: 'function', function: { name: 'get_weather', arguments: args } });
+      expect(call).toEqual({
+        id: (choicesOf(through).flatMap((c) => (c.delta?.tool_calls as Json[] | undefined) ?? [])[0] as { id: string }).id,
+        type: 'function',
+        function: { name: 'get_weather', arguments: args },
+      });
       expect(full.choices[0].finish_reason).toBe('tool_calls');
     });
   });
@@ -237,7 +292,12 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
     const [hello, world] = oracleIds(HELLO_WORLD);
 
     const byString = (c: OpenAI) =>
-      c.chat.completions.create(withExtra<ChatCompletionCreateParamsStreaming>({ model: MODEL, messages: stopString.messages, stream: true, stop: ['world'] }, { return_token_ids: true, add_generation_prompt: false }));
+      c.chat.completions.create(
+        withExtra<ChatCompletionCreateParamsStreaming>(
+          { model: MODEL, messages: stopString.messages, stream: true, stop: ['world'] },
+          { return_token_ids: true, add_generation_prompt: false },
+        ),
+      );
     const fromDouble = await collect(await byString(direct));
     const choices = choicesOf(fromDouble);
     // The text ends before the stop string; the ids run through the token that completed it.
@@ -248,7 +308,10 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
     const through = await collect(await byString(captured));
     expect(unstamped(through)).toEqual(unstamped(fromDouble));
 
-    const tokenParams = withExtra<CompletionCreateParamsNonStreaming>({ model: MODEL, prompt: stopToken, max_tokens: 20 }, { return_token_ids: true, stop_token_ids: [world] });
+    const tokenParams = withExtra<CompletionCreateParamsNonStreaming>(
+      { model: MODEL, prompt: stopToken, max_tokens: 20 },
+      { return_token_ids: true, stop_token_ids: [world] },
+    );
     const byToken = (c: OpenAI) => c.completions.create(tokenParams);
     const byTokenStreamed = (c: OpenAI) => c.completions.create({ ...tokenParams, stream: true } as CompletionCreateParamsStreaming);
     const tokenDouble = await byToken(direct);
@@ -261,7 +324,12 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
       expect(unstamped(await collect(await byString(replay)))).toEqual(unstamped(through));
       expect(unstamped([(await byToken(replay)) as unknown as Json])).toEqual(unstamped([tokenThrough as unknown as Json]));
       // The other shape of each, rendered from the captured tokens: same text, ids and stop_reason.
-      const asFull = await replay.chat.completions.create(withExtra<ChatCompletionCreateParamsNonStreaming>({ model: MODEL, messages: stopString.messages, stop: ['world'] }, { return_token_ids: true, add_generation_prompt: false }));
+      const asFull = await replay.chat.completions.create(
+        withExtra<ChatCompletionCreateParamsNonStreaming>(
+          { model: MODEL, messages: stopString.messages, stop: ['world'] },
+          { return_token_ids: true, add_generation_prompt: false },
+        ),
+      );
       expect(asFull.choices[0]).toMatchObject({ message: { content: 'Hello ' }, finish_reason: 'stop', stop_reason: 'world', token_ids: [hello, world] });
       const asStream = choicesOf(await collect(await byTokenStreamed(replay)));
       expect(asStream.map((c) => c.text).join('')).toBe('Hello');
@@ -274,7 +342,8 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
     const chat = 'Abort me after two tokens';
     const completion = 'Abort this completion';
     for (const text of [chat, completion]) answers.set(text, () => ({ content: HELLO_LONG, abortAfterTokens: 2 }));
-    const streamed = (c: OpenAI) => c.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: chat }], stream: true, stream_options: { include_usage: true } });
+    const streamed = (c: OpenAI) =>
+      c.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: chat }], stream: true, stream_options: { include_usage: true } });
     const fromDouble = await collect(await streamed(direct));
     const choices = choicesOf(fromDouble);
     expect(choices.map((c) => c.delta?.content ?? '').join('')).toBe(HELLO_WORLD);
@@ -283,14 +352,25 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
     const through = await collect(await streamed(captured));
     expect(unstamped(through)).toEqual(unstamped(fromDouble));
 
-    const whole = (c: OpenAI) => c.chat.completions.create(withExtra<ChatCompletionCreateParamsNonStreaming>({ model: MODEL, messages: [{ role: 'user', content: chat }] }, { return_token_ids: true }));
+    const whole = (c: OpenAI) =>
+      c.chat.completions.create(
+        withExtra<ChatCompletionCreateParamsNonStreaming>({ model: MODEL, messages: [{ role: 'user', content: chat }] }, { return_token_ids: true }),
+      );
     const wholeDouble = await whole(direct);
-    expect(wholeDouble.choices[0]).toMatchObject({ message: { content: HELLO_WORLD }, finish_reason: 'abort', stop_reason: null, token_ids: oracleIds(HELLO_WORLD) });
+    expect(wholeDouble.choices[0]).toMatchObject({
+      message: { content: HELLO_WORLD },
+      finish_reason: 'abort',
+      stop_reason: null,
+      token_ids: oracleIds(HELLO_WORLD),
+    });
     const wholeThrough = await whole(captured);
     expect(unstamped([wholeThrough as unknown as Json])).toEqual(unstamped([wholeDouble as unknown as Json]));
 
     const abortedCompletion = async (c: OpenAI) => {
-      const err = (await c.completions.create({ model: MODEL, prompt: completion, max_tokens: 8 }).then(() => null, (e: unknown) => e)) as APIError;
+      const err = (await c.completions.create({ model: MODEL, prompt: completion, max_tokens: 8 }).then(
+        () => null,
+        (e: unknown) => e,
+      )) as APIError;
       return { status: err.status, error: err.error };
     };
     const refusal = await abortedCompletion(direct);
@@ -310,22 +390,36 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
     const message = 'scripted engine failure';
     answers.set(prompt, () => ({ content: HELLO_LONG, streamError: { afterTokens: 2, message } }));
     const body = JSON.stringify({ model: MODEL, prompt, max_tokens: 8, stream: true });
-    const raw = (url: string) => fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body }).then(async (r) => ({ status: r.status, text: await r.text() }));
+    const raw = (url: string) =>
+      fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body }).then(async (r) => ({
+        status: r.status,
+        text: await r.text(),
+      }));
     const fromDouble = await raw(upstream.url);
     expect(fromDouble.status).toBe(200);
     const events = fromDouble.text.split('\n\n').filter(Boolean);
     expect(events.slice(-2)).toEqual([`data: {"error": {"message": "${message}", "type": "BadRequestError", "param": null, "code": 400}}`, 'data: [DONE]']);
-    expect(events.slice(0, -2).map((e) => (JSON.parse(e.slice(6)) as { choices: Choice[] }).choices[0].text).join('')).toBe(HELLO_WORLD);
+    expect(
+      events
+        .slice(0, -2)
+        .map((e) => (JSON.parse(e.slice(6)) as { choices: Choice[] }).choices[0].text)
+        .join(''),
+    ).toBe(HELLO_WORLD);
     const through = await raw(`http://127.0.0.1:${capture.port}`);
     expect(through.status).toBe(200);
-    expect(through.text.replace(/"id":"cmpl-[0-9a-f]+","object":"text_completion","created":\d+/g, '')).toBe(fromDouble.text.replace(/"id":"cmpl-[0-9a-f]+","object":"text_completion","created":\d+/g, ''));
+    expect(through.text.replace(/"id":"cmpl-[0-9a-f]+","object":"text_completion","created":\d+/g, '')).toBe(
+      fromDouble.text.replace(/"id":"cmpl-[0-9a-f]+","object":"text_completion","created":\d+/g, ''),
+    );
 
     // The openai client reads the same tokens, then raises the event's error.
     const viaClient = async (c: OpenAI) => {
       const seen: string[] = [];
       const err = await (async () => {
         for await (const chunk of await c.completions.create({ model: MODEL, prompt, max_tokens: 8, stream: true })) seen.push(chunk.choices[0].text);
-      })().then(() => null, (e: unknown) => e);
+      })().then(
+        () => null,
+        (e: unknown) => e,
+      );
       return { seen, message: (err as APIError).message };
     };
     expect(await viaClient(captured)).toEqual(await viaClient(direct));
@@ -333,7 +427,10 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
 
     // A stream that ended in an error is stored as failed: a replay does not answer from it (docs/capture.md: never replayed).
     await withReplay(async (replay) => {
-      const miss = await replay.completions.create({ model: MODEL, prompt, max_tokens: 8, stream: true }).then(() => null, (e: unknown) => e);
+      const miss = await replay.completions.create({ model: MODEL, prompt, max_tokens: 8, stream: true }).then(
+        () => null,
+        (e: unknown) => e,
+      );
       expect((miss as APIError).status).toBe(404);
     });
   });
@@ -346,7 +443,13 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
     answers.set(completionPrompt, (choice) => ({ content: texts[choice] }));
     const perChoice = texts.map((t) => oracleIds(t).length + 1);
 
-    const streamed = (c: OpenAI) => c.chat.completions.create(withExtra<ChatCompletionCreateParamsStreaming>({ model: MODEL, messages: chat.messages, n: 3, stream: true, stream_options: { include_usage: true } }, { return_token_ids: true }));
+    const streamed = (c: OpenAI) =>
+      c.chat.completions.create(
+        withExtra<ChatCompletionCreateParamsStreaming>(
+          { model: MODEL, messages: chat.messages, n: 3, stream: true, stream_options: { include_usage: true } },
+          { return_token_ids: true },
+        ),
+      );
     const fromDouble = await collect(await streamed(direct));
     const choices = choicesOf(fromDouble);
     // One role chunk per choice, then one token of each unfinished choice per engine step.
@@ -359,13 +462,19 @@ describe('the vLLM double, captured and replayed through the CLI', () => {
       expect(own.at(-1)?.finish_reason).toBe('stop');
     });
     const completionTokens = perChoice.reduce((a, b) => a + b, 0);
-    expect(fromDouble.at(-1)).toMatchObject({ choices: [], usage: { prompt_tokens: chat.ids.length, completion_tokens: completionTokens, total_tokens: chat.ids.length + completionTokens } });
+    expect(fromDouble.at(-1)).toMatchObject({
+      choices: [],
+      usage: { prompt_tokens: chat.ids.length, completion_tokens: completionTokens, total_tokens: chat.ids.length + completionTokens },
+    });
     const through = await collect(await streamed(captured));
     expect(unstamped(through)).toEqual(unstamped(fromDouble));
 
     const two = (c: OpenAI) => c.completions.create({ model: MODEL, prompt: completionPrompt, n: 2, max_tokens: 32 });
     const twoDouble = await two(direct);
-    expect(twoDouble.choices.map((c) => [c.index, c.text])).toEqual([[0, texts[0]], [1, texts[1]]]);
+    expect(twoDouble.choices.map((c) => [c.index, c.text])).toEqual([
+      [0, texts[0]],
+      [1, texts[1]],
+    ]);
     expect(twoDouble.usage?.completion_tokens).toBe(perChoice[0] + perChoice[1]);
     const twoThrough = await two(captured);
     expect(unstamped([twoThrough as unknown as Json])).toEqual(unstamped([twoDouble as unknown as Json]));
@@ -390,17 +499,32 @@ describe("the double's knobs for a new build's regressions: one thing changed, t
   }
   const withIds = { return_token_ids: true };
   /** The chat answer's parts a client reads, streamed or not. */
-  async function chatAnswer(c: OpenAI, messages: ChatCompletionMessageParam[], stream: boolean): Promise<{ content: string; reasoning: string; args: string; ids: number[] }> {
+  async function chatAnswer(
+    c: OpenAI,
+    messages: ChatCompletionMessageParam[],
+    stream: boolean,
+  ): Promise<{ content: string; reasoning: string; args: string; ids: number[] }> {
     if (!stream) {
-      const [choice] = (await c.chat.completions.create(withExtra<ChatCompletionCreateParamsNonStreaming>({ model: MODEL, messages }, withIds))).choices as unknown as {
+      const [choice] = (await c.chat.completions.create(withExtra<ChatCompletionCreateParamsNonStreaming>({ model: MODEL, messages }, withIds)))
+        .choices as unknown as {
         message: { content: string | null; reasoning_content: string | null; tool_calls: { function: { arguments: string } }[] };
         token_ids: number[];
       }[];
-      return { content: choice.message.content ?? '', reasoning: choice.message.reasoning_content ?? '', args: choice.message.tool_calls.map((t) => t.function.arguments).join(''), ids: choice.token_ids };
+      return {
+        content: choice.message.content ?? '',
+        reasoning: choice.message.reasoning_content ?? '',
+        args: choice.message.tool_calls.map((t) => t.function.arguments).join(''),
+        ids: choice.token_ids,
+      };
     }
-    const choices = choicesOf(await collect(await c.chat.completions.create(withExtra<ChatCompletionCreateParamsStreaming>({ model: MODEL, messages, stream: true }, withIds))));
+    const choices = choicesOf(
+      await collect(await c.chat.completions.create(withExtra<ChatCompletionCreateParamsStreaming>({ model: MODEL, messages, stream: true }, withIds))),
+    );
     const text = (key: string) => choices.map((ch) => (typeof ch.delta?.[key] === 'string' ? ch.delta[key] : '')).join('');
-    const args = choices.flatMap((ch) => (ch.delta?.tool_calls as { function: { arguments: string } }[] | undefined) ?? []).map((t) => t.function.arguments).join('');
+    const args = choices
+      .flatMap((ch) => (ch.delta?.tool_calls as { function: { arguments: string } }[] | undefined) ?? [])
+      .map((t) => t.function.arguments)
+      .join('');
     return { content: text('content'), reasoning: text('reasoning_content'), args, ids: choices.flatMap((ch) => ch.token_ids ?? []) };
   }
 
@@ -419,16 +543,24 @@ describe("the double's knobs for a new build's regressions: one thing changed, t
     expect((full as unknown as { prompt_token_ids: number[] }).prompt_token_ids).toEqual(changed(chat.ids));
     expect(full.usage?.prompt_tokens).toBe(chat.ids.length);
     expect(full.choices[0].message.content).toBe(HELLO_WORLD);
-    const streamed = await collect(await client.chat.completions.create(withExtra<ChatCompletionCreateParamsStreaming>({ model: MODEL, messages: chat.messages, stream: true }, withIds)));
+    const streamed = await collect(
+      await client.chat.completions.create(withExtra<ChatCompletionCreateParamsStreaming>({ model: MODEL, messages: chat.messages, stream: true }, withIds)),
+    );
     expect(streamed[0].prompt_token_ids).toEqual(changed(chat.ids));
 
     const completion = await client.completions.create(withExtra<CompletionCreateParamsNonStreaming>({ model: MODEL, prompt: TURN, max_tokens: 4 }, withIds));
     expect((completion.choices[0] as unknown as { prompt_token_ids: number[] }).prompt_token_ids).toEqual(changed(oracleIds(TURN)));
     // A token-id prompt meets no tokenizer: as sent.
-    const asIds = await client.completions.create(withExtra<CompletionCreateParamsNonStreaming>({ model: MODEL, prompt: oracleIds(TURN), max_tokens: 4 }, withIds));
+    const asIds = await client.completions.create(
+      withExtra<CompletionCreateParamsNonStreaming>({ model: MODEL, prompt: oracleIds(TURN), max_tokens: 4 }, withIds),
+    );
     expect((asIds.choices[0] as unknown as { prompt_token_ids: number[] }).prompt_token_ids).toEqual(oracleIds(TURN));
 
-    const tokenize = await fetch(`${url}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: chat.messages }) });
+    const tokenize = await fetch(`${url}/tokenize`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: chat.messages }),
+    });
     expect(((await tokenize.json()) as { tokens: number[] }).tokens).toEqual(changed(chat.ids));
   });
 
@@ -437,7 +569,11 @@ describe("the double's knobs for a new build's regressions: one thing changed, t
     const { client } = await newBuild({ detokenize: (piece) => piece.replaceAll(' ', '\u2581') });
     const messages: ChatCompletionMessageParam[] = [{ role: 'user', content: 'Detokenize: think, call, answer' }];
     const args = '{"city": "Paris"}';
-    answers.set(lastText({ messages }), () => ({ reasoning: 'Let me think about it', toolCall: { name: 'get_weather', arguments: args }, content: HELLO_WORLD }));
+    answers.set(lastText({ messages }), () => ({
+      reasoning: 'Let me think about it',
+      toolCall: { name: 'get_weather', arguments: args },
+      content: HELLO_WORLD,
+    }));
     for (const stream of [false, true]) {
       const before = await chatAnswer(direct, messages, stream);
       const after = await chatAnswer(client, messages, stream);
@@ -449,7 +585,11 @@ describe("the double's knobs for a new build's regressions: one thing changed, t
     answers.set(prompt, () => ({ content: HELLO_WORLD }));
     const completion = await client.completions.create(withExtra<CompletionCreateParamsNonStreaming>({ model: MODEL, prompt, max_tokens: 8 }, withIds));
     expect(completion.choices[0]).toMatchObject({ text: 'Hello\u2581world', token_ids: [...oracleIds(HELLO_WORLD), IM_END] });
-    const streamed = choicesOf(await collect(await client.completions.create(withExtra<CompletionCreateParamsStreaming>({ model: MODEL, prompt, max_tokens: 8, stream: true }, withIds))));
+    const streamed = choicesOf(
+      await collect(
+        await client.completions.create(withExtra<CompletionCreateParamsStreaming>({ model: MODEL, prompt, max_tokens: 8, stream: true }, withIds)),
+      ),
+    );
     expect(streamed.map((c) => c.text).join('')).toBe('Hello\u2581world');
     expect(streamed.flatMap((c) => c.token_ids ?? [])).toEqual([...oracleIds(HELLO_WORLD), IM_END]);
   });

@@ -164,9 +164,20 @@ export function spawnServer(role: 'serve', options: ServeOptions, verbose?: bool
 export function spawnServer(role: 'bare', options: BareOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: 'pd-proxy', options: PdProxyOptions, verbose?: boolean): Promise<ServerProcess>;
 export function spawnServer(role: Role, options: object, verbose = false): Promise<ServerProcess> {
-  const child = spawn(process.execPath, [...(process.env.MOCKER_BENCH_NODE_FLAGS?.split(' ').filter(Boolean) ?? []), '--import', 'tsx', fileURLToPath(import.meta.url), role, JSON.stringify(options)], {
-    stdio: ['pipe', 'pipe', 'inherit'],
-  });
+  const child = spawn(
+    process.execPath,
+    [
+      ...(process.env.MOCKER_BENCH_NODE_FLAGS?.split(' ').filter(Boolean) ?? []),
+      '--import',
+      'tsx',
+      fileURLToPath(import.meta.url),
+      role,
+      JSON.stringify(options),
+    ],
+    {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    },
+  );
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
   const replies: ((json: string) => void)[] = [];
   const command = (line: string) =>
@@ -224,9 +235,9 @@ async function main(role: Role, options: string): Promise<void> {
             ? await startPipe(opts as PipeOptions)
             : role === 'relay'
               ? await startRelay(opts as PipeOptions)
-            : role === 'pd-proxy'
-              ? await (await import('../../src/pd/proxy.js')).startPdProxy(revivePdProxyOptions(opts as PdProxyOptions))
-              : await startBare(opts as BareOptions);
+              : role === 'pd-proxy'
+                ? await (await import('../../src/pd/proxy.js')).startPdProxy(revivePdProxyOptions(opts as PdProxyOptions))
+                : await startBare(opts as BareOptions);
   console.log(`READY ${running.port}`);
 
   const delay = monitorEventLoopDelay({ resolution: 1 });
@@ -234,8 +245,7 @@ async function main(role: Role, options: string): Promise<void> {
   let cpu = process.cpuUsage();
   let elu = performance.eventLoopUtilization();
   const session = new Session();
-  const post = (method: string) =>
-    new Promise<unknown>((resolve, reject) => session.post(method, (err, result) => (err ? reject(err) : resolve(result))));
+  const post = (method: string) => new Promise<unknown>((resolve, reject) => session.post(method, (err, result) => (err ? reject(err) : resolve(result))));
 
   const handle = async (line: string): Promise<unknown> => {
     if (line === 'STATS') {

@@ -103,11 +103,20 @@ export function printProfile(path: string, top = 15): ProfileSummary {
   const { f: file, s: summary } = summaries.sort((a, b) => b.s.totalMs - b.s.idleMs - (a.s.totalMs - a.s.idleMs))[0];
   path = file;
   console.log(`\nCPU profile ${path}: ${summary.totalMs.toFixed(0)} ms sampled, ${summary.idleMs.toFixed(0)} ms idle; % of busy time`);
-  printTable(['self ms', '%', 'function', 'where'], summary.functions.map((f) => [f.selfMs.toFixed(1), f.pct.toFixed(1), f.name, f.where]));
+  printTable(
+    ['self ms', '%', 'function', 'where'],
+    summary.functions.map((f) => [f.selfMs.toFixed(1), f.pct.toFixed(1), f.name, f.where]),
+  );
   console.log('');
-  printTable(['self ms', '%', 'file / package'], summary.files.map((f) => [f.selfMs.toFixed(1), f.pct.toFixed(1), f.file]));
+  printTable(
+    ['self ms', '%', 'file / package'],
+    summary.files.map((f) => [f.selfMs.toFixed(1), f.pct.toFixed(1), f.file]),
+  );
   console.log('');
-  printTable(['total ms', '%', 'project function (inclusive)', 'where'], summary.project.map((f) => [f.totalMs.toFixed(1), f.pct.toFixed(1), f.name, f.where]));
+  printTable(
+    ['total ms', '%', 'project function (inclusive)', 'where'],
+    summary.project.map((f) => [f.totalMs.toFixed(1), f.pct.toFixed(1), f.name, f.where]),
+  );
   return summary;
 }
 

@@ -94,7 +94,10 @@ export async function startFastUpstream(opts: FastUpstreamOptions, port = 0): Pr
     const path = (req.url ?? '/').split('?')[0];
     if (req.method === 'GET' && path === '/version') return json(res, { version: '0.11.0' });
     if (req.method === 'GET' && path === '/v1/models') {
-      return json(res, { object: 'list', data: [{ id: MODEL, object: 'model', created: 1, owned_by: 'vllm', root: MODEL, parent: null, max_model_len: 40960, permission: [] }] });
+      return json(res, {
+        object: 'list',
+        data: [{ id: MODEL, object: 'model', created: 1, owned_by: 'vllm', root: MODEL, parent: null, max_model_len: 40960, permission: [] }],
+      });
     }
     if (req.method === 'GET' && path === '/bench/times') {
       const out = Object.fromEntries(times);

@@ -48,4 +48,3 @@ export function startHealthProber(targets: { name: string; port: number; path: s
       })()),
   };
 }
-

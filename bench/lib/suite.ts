@@ -163,7 +163,7 @@ const STORE: Benchmark = {
     return [
       absolute(`capture store saveExchanges by 8, 0 → ${n} exchanges`, numberAt(json, 'writes.perS'), 'writes/s', ge(5000)),
       absolute('capture store save p99 (a batch of 8 ÷ 8)', numberAt(json, 'writes.p99Ms'), 'ms'),
-      absolute('capture store CPU per save (its thread and the checkpointer\'s)', numberAt(json, 'writes.cpuUsPerWrite'), 'µs'),
+      absolute("capture store CPU per save (its thread and the checkpointer's)", numberAt(json, 'writes.cpuUsPerWrite'), 'µs'),
       {
         ...absolute(`capture store findByPrompt hit at ${n} (median of rounds)`, numberAt(json, 'lookups.perS'), 'lookups/s', ge(40_000)),
         min: numberAt(json, 'lookups.perSMin'),
@@ -200,7 +200,10 @@ const OFFLINE: Benchmark = {
       ...offlineWall(json, 'a', '1,000 trace rows, block 512, wall'),
       ...(a.length === 0
         ? []
-        : [absolute('mocker trace offline, setting a: simulated duration', numberAt(a, 'simulatedS'), 's'), absolute('mocker trace offline, setting a: prefix reuse', numberAt(a, 'prefixReuseRatio'), '')]),
+        : [
+            absolute('mocker trace offline, setting a: simulated duration', numberAt(a, 'simulatedS'), 's'),
+            absolute('mocker trace offline, setting a: prefix reuse', numberAt(a, 'prefixReuseRatio'), ''),
+          ]),
       ...offlineWall(json, 'b', '1,000 trace rows, block 64, wall'),
       ...(d.length === 0
         ? []
@@ -326,7 +329,20 @@ const WORKERS: Benchmark = {
   ],
 };
 
-export const BENCHMARKS: Benchmark[] = [replay(16), replay(256), proxy(64, 6), proxy(256, 3), ENGINE_PASS, OFFLINE, STORE, KV_EVENTS, PD_PROXY, FIDELITY, FUZZ, WORKERS];
+export const BENCHMARKS: Benchmark[] = [
+  replay(16),
+  replay(256),
+  proxy(64, 6),
+  proxy(256, 3),
+  ENGINE_PASS,
+  OFFLINE,
+  STORE,
+  KV_EVENTS,
+  PD_PROXY,
+  FIDELITY,
+  FUZZ,
+  WORKERS,
+];
 
 /** The invocations `names` select (by name or group), in suite order; all of them when `names` is empty. */
 export function selectBenchmarks(names: string[]): Benchmark[] {

@@ -70,9 +70,7 @@ function deltaText(kind: 'chat' | 'completion', delta: ChunkDelta): string {
 }
 
 function finish(building: Map<number, Building>): Generation[] {
-  return [...building.entries()]
-    .sort(([a], [b]) => a - b)
-    .map(([choiceIndex, { hadIds: _, ...gen }]) => ({ choiceIndex, ...gen }));
+  return [...building.entries()].sort(([a], [b]) => a - b).map(([choiceIndex, { hadIds: _, ...gen }]) => ({ choiceIndex, ...gen }));
 }
 
 /**
@@ -95,7 +93,7 @@ export function parseResponse(
     return b;
   };
   let promptIds: number[] | null = null;
-  let usage: unknown ;
+  let usage: unknown;
   let model: string | null = null;
   let error: string | null = null;
   const eventTokens: number[] = eventEnds.map(() => 0);
@@ -147,7 +145,13 @@ export function parseResponse(
       for (const c of (chunk.choices ?? []) as Json[]) {
         const delta = kind === 'chat' ? chatDelta((c.delta ?? {}) as Json) : { text: String(c.text ?? '') };
         // vLLM's first chat chunk (role + empty content) carries no token.
-        if (kind === 'chat' && (c.delta as Json | undefined)?.role !== undefined && !Array.isArray(c.token_ids) && deltaText(kind, delta) === '' && c.finish_reason == null) {
+        if (
+          kind === 'chat' &&
+          (c.delta as Json | undefined)?.role !== undefined &&
+          !Array.isArray(c.token_ids) &&
+          deltaText(kind, delta) === '' &&
+          c.finish_reason == null
+        ) {
           choice(Number(c.index ?? 0));
           continue;
         }

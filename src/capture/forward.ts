@@ -424,40 +424,42 @@ export async function forwardExchange(
         // node:http sends a response's writes on the next tick (each write corks the client's socket until then). When
         // one read of the upstream carried the stream's last events and its end, ending the exchange at once would
         // hold those events back behind handing it to the recorder (measured: 2-3 ms on the last event).
-        end: () => process.nextTick(() => {
-          const refused = mayResend ? refusedFields(injected, raw.status ?? 0, body.buffer.subarray(0, body.length)) : [];
-          if (refused.length > 0) {
-            engine.refused(refused);
-            // The one field ever added was refused: the engine gets the client's own bytes.
-            injected = [];
-            raw.injected = injected;
-            sentBody = requestBody;
-            raw.status = null;
-            // Held whole, never written to the client.
-            body.release();
-            body = new ByteSink();
-            splitter = new EventSplitter();
-            raw.eventEnds = splitter.ends;
-            raw.eventTimes = splitter.times;
-            // The engine's own timing starts with the request it answers.
-            t0 = performance.now();
-            return send();
-          }
-          const status = raw.status ?? 0;
-          const failed = status >= 400;
-          const lastEvent = splitter.ends.at(-1) ?? 0;
-          const tail = transform && raw.stream && body.length > lastEvent ? hideTokenIdsInBytes(body.buffer, lastEvent, body.length, dialect.unaskedIds) : undefined;
-          const headers = raw.responseHeaders;
-          void done(failed ? 'failed' : 'complete', failed ? `upstream status ${status}` : null, () => {
-            if (!deferHead && holdBody) return void res.end(body.buffer.subarray(0, body.length));
-            if (!deferHead) return void (tail ? res.end(tail) : res.end());
-            // From the proxy's own copy: the sink may have taken raw.responseBody.
-            const out = transform ? hideTokenIdsInBytes(body.buffer, 0, body.length, dialect.unaskedIds) : body.buffer.subarray(0, body.length);
-            const outHeaders = clientHeaders(headers, true);
-            outHeaders['content-length'] = out.length;
-            res.writeHead(status, statusMessage, outHeaders).end(out);
-          });
-        }),
+        end: () =>
+          process.nextTick(() => {
+            const refused = mayResend ? refusedFields(injected, raw.status ?? 0, body.buffer.subarray(0, body.length)) : [];
+            if (refused.length > 0) {
+              engine.refused(refused);
+              // The one field ever added was refused: the engine gets the client's own bytes.
+              injected = [];
+              raw.injected = injected;
+              sentBody = requestBody;
+              raw.status = null;
+              // Held whole, never written to the client.
+              body.release();
+              body = new ByteSink();
+              splitter = new EventSplitter();
+              raw.eventEnds = splitter.ends;
+              raw.eventTimes = splitter.times;
+              // The engine's own timing starts with the request it answers.
+              t0 = performance.now();
+              return send();
+            }
+            const status = raw.status ?? 0;
+            const failed = status >= 400;
+            const lastEvent = splitter.ends.at(-1) ?? 0;
+            const tail =
+              transform && raw.stream && body.length > lastEvent ? hideTokenIdsInBytes(body.buffer, lastEvent, body.length, dialect.unaskedIds) : undefined;
+            const headers = raw.responseHeaders;
+            void done(failed ? 'failed' : 'complete', failed ? `upstream status ${status}` : null, () => {
+              if (!deferHead && holdBody) return void res.end(body.buffer.subarray(0, body.length));
+              if (!deferHead) return void (tail ? res.end(tail) : res.end());
+              // From the proxy's own copy: the sink may have taken raw.responseBody.
+              const out = transform ? hideTokenIdsInBytes(body.buffer, 0, body.length, dialect.unaskedIds) : body.buffer.subarray(0, body.length);
+              const outHeaders = clientHeaders(headers, true);
+              outHeaders['content-length'] = out.length;
+              res.writeHead(status, statusMessage, outHeaders).end(out);
+            });
+          }),
         error: (err) => {
           const message = `upstream ${base.origin}: ${err.message}`;
           if (raw.status === null) {

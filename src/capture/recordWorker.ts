@@ -53,7 +53,14 @@ const tokenizer: RecorderTokenizer = {
   renderChatGuarded: (req) => local.renderChatGuarded(req),
   encode: (text, addSpecialTokens) => local.encode(text, addSpecialTokens),
 };
-const recorder = new Recorder(store, init.runId, tokenizer, { url: new URL(init.upstream), tls: init.upstreamTls ?? {} }, new Set(init.redacted), init.redactBodies === true);
+const recorder = new Recorder(
+  store,
+  init.runId,
+  tokenizer,
+  { url: new URL(init.upstream), tls: init.upstreamTls ?? {} },
+  new Set(init.redacted),
+  init.redactBodies === true,
+);
 
 const bytes = (a: Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
@@ -100,8 +107,7 @@ port.on('message', (msg: ToWorker) => {
       store.setRunTokenizer(init.runId, msg.name, files);
       local = next;
     });
-  }
-  else {
+  } else {
     closeRequested = true;
     if (inFlight === 0) shutDown();
   }

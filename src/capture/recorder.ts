@@ -208,7 +208,12 @@ export class Recorder {
     const ids = upstreamIds ?? (await this.tokenizer.encode(gen.text, false));
     // The token that stopped generation is in the engine's ids but not in the text: a stop_token_ids hit (or
     // SGLang's matched_stop) names it; an EOS stop vLLM does not name is the model's EOS.
-    const stopToken = typeof gen.stopReason === 'number' ? gen.stopReason : gen.stopReason === null && gen.finishReason !== 'length' ? this.tokenizer.eosTokenIds[0] : undefined;
+    const stopToken =
+      typeof gen.stopReason === 'number'
+        ? gen.stopReason
+        : gen.stopReason === null && gen.finishReason !== 'length'
+          ? this.tokenizer.eosTokenIds[0]
+          : undefined;
     if (stopToken !== undefined && gen.finishReason !== null && gen.finishReason !== 'abort') ids.push(stopToken);
     return { generation: withOutputIds(gen, ids), source: upstreamIds ? 'tokenize-endpoint' : 'local' };
   }
@@ -259,9 +264,7 @@ export class Recorder {
       ex.error = parsed.error;
     }
     const modelField = ex.model === null ? {} : { model: ex.model };
-    const prompt = parsed.promptIds
-      ? { ids: parsed.promptIds, source: 'engine' as const }
-      : await this.promptIds(raw.endpoint, raw.request, raw);
+    const prompt = parsed.promptIds ? { ids: parsed.promptIds, source: 'engine' as const } : await this.promptIds(raw.endpoint, raw.request, raw);
     ex.promptIds = prompt?.ids ?? null;
     if (isPromptBatch(raw.endpoint, raw.request)) {
       // Its choices belong to different prompts: keyed by one of them, a replay of that prompt would serve the

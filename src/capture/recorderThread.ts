@@ -41,10 +41,7 @@ export type ToWorker =
   | { type: 'setTokenizer'; id: number; name: string; files: [string, Uint8Array][] }
   | { type: 'close' };
 
-export type FromWorker =
-  | { type: 'ready' }
-  | { type: 'reply'; id: number; ok: true; value?: unknown }
-  | { type: 'reply'; id: number; ok: false; error: string };
+export type FromWorker = { type: 'ready' } | { type: 'reply'; id: number; ok: true; value?: unknown } | { type: 'reply'; id: number; ok: false; error: string };
 
 interface Pending {
   resolve(value: unknown): void;

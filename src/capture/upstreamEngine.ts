@@ -63,7 +63,13 @@ export interface EngineIdentity {
 
 /** A capture run's columns for what its upstream said it is. */
 export function runColumns(identity: EngineIdentity) {
-  return { engine: identity.kind, engineVersion: identity.engineVersion, versionJson: identity.versionJson, modelsJson: identity.modelsJson, maxModelLen: identity.maxModelLen };
+  return {
+    engine: identity.kind,
+    engineVersion: identity.engineVersion,
+    versionJson: identity.versionJson,
+    modelsJson: identity.modelsJson,
+    maxModelLen: identity.maxModelLen,
+  };
 }
 
 /** "vllm 0.11.0", "llama.cpp", or that it is not known yet. */
@@ -121,7 +127,9 @@ export async function identifyEngine(upstream: URL, tls: UpstreamTls = {}): Prom
   if (version?.status === 200) identity.versionJson = version.text;
   if (models?.status === 200) identity.modelsJson = models.text;
   if (typeof versionBody?.version === 'string') identity.engineVersion = versionBody.version;
-  const first = Array.isArray(modelsBody?.data) ? (modelsBody.data[0] as { id?: unknown; root?: unknown; max_model_len?: unknown; owned_by?: unknown } | undefined) : undefined;
+  const first = Array.isArray(modelsBody?.data)
+    ? (modelsBody.data[0] as { id?: unknown; root?: unknown; max_model_len?: unknown; owned_by?: unknown } | undefined)
+    : undefined;
   if (typeof first?.max_model_len === 'number') identity.maxModelLen = first.max_model_len;
   const root = typeof first?.root === 'string' ? first.root : typeof first?.id === 'string' ? first.id : undefined;
   if (root !== undefined) identity.modelRoot = root;

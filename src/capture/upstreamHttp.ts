@@ -27,9 +27,24 @@ export interface UpstreamRequest {
 
 /** Headers node:http keeps only once when repeated (RFC 9110: single-valued); the first one wins. */
 const SINGLE_VALUED = new Set([
-  'age', 'authorization', 'content-length', 'content-type', 'etag', 'expires', 'from', 'host', 'if-modified-since',
-  'if-unmodified-since', 'last-modified', 'location', 'max-forwards', 'proxy-authorization', 'referer', 'retry-after',
-  'server', 'user-agent',
+  'age',
+  'authorization',
+  'content-length',
+  'content-type',
+  'etag',
+  'expires',
+  'from',
+  'host',
+  'if-modified-since',
+  'if-unmodified-since',
+  'last-modified',
+  'location',
+  'max-forwards',
+  'proxy-authorization',
+  'referer',
+  'retry-after',
+  'server',
+  'user-agent',
 ]);
 
 const MAX_HEAD_BYTES = 64 * 1024;
@@ -54,7 +69,8 @@ function parseHead(text: string): { status: number; message: string; version: st
     const name = rawName.toLowerCase();
     const seen = headers[name];
     // Differing lengths leave the body's end unknown (RFC 9112 §6.3): refused, as node:http does.
-    if (name === 'content-length' && seen !== undefined && seen !== value) throw new Error(`conflicting content-length values ${JSON.stringify(seen)} and ${JSON.stringify(value)}`);
+    if (name === 'content-length' && seen !== undefined && seen !== value)
+      throw new Error(`conflicting content-length values ${JSON.stringify(seen)} and ${JSON.stringify(value)}`);
     if (name === 'set-cookie') headers['set-cookie'] = [...((seen as string[] | undefined) ?? []), value];
     else if (seen === undefined) headers[name] = value;
     else if (!SINGLE_VALUED.has(name)) headers[name] = `${seen as string}${name === 'cookie' ? '; ' : ', '}${value}`;
@@ -328,7 +344,13 @@ export class UpstreamPool {
     }
     const socket =
       this.origin.protocol === 'https:'
-        ? tls.connect({ host: this.host, port: this.port, servername: net.isIP(this.host) ? undefined : this.host, ALPNProtocols: ['http/1.1'], ca: this.tls.ca })
+        ? tls.connect({
+            host: this.host,
+            port: this.port,
+            servername: net.isIP(this.host) ? undefined : this.host,
+            ALPNProtocols: ['http/1.1'],
+            ca: this.tls.ca,
+          })
         : net.connect({ host: this.host, port: this.port });
     socket.setNoDelay(true);
     return socket;

@@ -4,7 +4,17 @@
  * requests only one file holds, and the shift of the TTFT and ITL distributions.
  */
 import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
-import { firstDifference, firstTokenMs, formatMs as ms, formatSignedMs as signed, percentiles, percentileShift, requestKey, tokenGaps, type Percentiles } from './pairing.js';
+import {
+  firstDifference,
+  firstTokenMs,
+  formatMs as ms,
+  formatSignedMs as signed,
+  percentiles,
+  percentileShift,
+  requestKey,
+  tokenGaps,
+  type Percentiles,
+} from './pairing.js';
 import { RunTokenizers } from './runTokenizers.js';
 
 export interface DiffOptions {
@@ -41,7 +51,6 @@ export interface Unpaired {
   model: string;
   path: string;
 }
-
 
 export interface TimingShift {
   a: Percentiles;
@@ -110,7 +119,16 @@ function textOf(file: File, ex: StoredExchange, ids: readonly number[]): Promise
   });
 }
 
-async function tokenChange(a: File, exA: StoredExchange, idsA: number[], b: File, exB: StoredExchange, idsB: number[], position: number, choice?: number): Promise<TokenChange> {
+async function tokenChange(
+  a: File,
+  exA: StoredExchange,
+  idsA: number[],
+  b: File,
+  exB: StoredExchange,
+  idsB: number[],
+  position: number,
+  choice?: number,
+): Promise<TokenChange> {
   return {
     a: exA.id,
     b: exB.id,
@@ -230,7 +248,6 @@ export async function diffCaptures(pathA: string, pathB: string, options: DiffOp
   }
 }
 
-
 function describeChange(kind: string, c: TokenChange): string {
   const choice = c.choice === undefined ? '' : ` choice ${c.choice}`;
   const text = (t: string | null) => (t === null ? '(no tokenizer)' : JSON.stringify(t));
@@ -248,9 +265,20 @@ export function formatDiffReport(report: DiffReport): string {
   for (const u of report.examples.onlyInA) lines.push(`only in A: exchange ${u.exchangeId} (${u.model}, ${u.path})`);
   for (const u of report.examples.onlyInB) lines.push(`only in B: exchange ${u.exchangeId} (${u.model}, ${u.path})`);
   const shown = report.examples;
-  const more = report.promptChanges - shown.promptChanges.length + report.outputChanges - shown.outputChanges.length + report.onlyInA - shown.onlyInA.length + report.onlyInB - shown.onlyInB.length;
+  const more =
+    report.promptChanges -
+    shown.promptChanges.length +
+    report.outputChanges -
+    shown.outputChanges.length +
+    report.onlyInA -
+    shown.onlyInA.length +
+    report.onlyInB -
+    shown.onlyInB.length;
   if (more > 0) lines.push(`… and ${more} more (--limit)`);
-  for (const [name, t] of [['TTFT', report.timing.ttftMs], ['ITL', report.timing.itlMs]] as const) {
+  for (const [name, t] of [
+    ['TTFT', report.timing.ttftMs],
+    ['ITL', report.timing.itlMs],
+  ] as const) {
     lines.push(
       `${name} ms (A ${t.a.count} / B ${t.b.count} samples): p50 ${ms(t.a.p50)} -> ${ms(t.b.p50)} (${signed(t.change.p50)}), ` +
         `p90 ${ms(t.a.p90)} -> ${ms(t.b.p90)} (${signed(t.change.p90)}), p99 ${ms(t.a.p99)} -> ${ms(t.b.p99)} (${signed(t.change.p99)})`,

@@ -42,7 +42,11 @@ export async function importCaptures(input: AsyncIterable<Buffer>, source: strin
         batch = [];
       };
       for await (const item of readJsonl(input, source)) {
-        if (item.type === 'run') runIds.set(item.ordinal, namingCapture(out, () => store.startRun(item.info, item.tokenizerFiles, item.startedAt)));
+        if (item.type === 'run')
+          runIds.set(
+            item.ordinal,
+            namingCapture(out, () => store.startRun(item.info, item.tokenizerFiles, item.startedAt)),
+          );
         else {
           batch.push({ ...item.exchange, runId: runIds.get(item.run)! }); // readJsonl checked the run came first
           if (batch.length >= IMPORT_BATCH) flush();
@@ -90,7 +94,11 @@ export async function mergeCaptures(sources: readonly string[], out: string, { f
             const read = <T>(work: () => T) => namingCapture(sources[i], work);
             for (const run of read(() => source.runs())) {
               const { id: _, startedAt, tokenizerFiles: __, ...info } = run;
-              const runId = target.startRun(info, read(() => source.storedTokenizerFiles(run)), startedAt);
+              const runId = target.startRun(
+                info,
+                read(() => source.storedTokenizerFiles(run)),
+                startedAt,
+              );
               runs++;
               for (const id of read(() => source.exchangeIds(run.id))) {
                 const ex = read(() => source.getExchange(id));
@@ -99,7 +107,11 @@ export async function mergeCaptures(sources: readonly string[], out: string, { f
                 const mergedId = target.saveExchange({ ...copy, runId });
                 exchanges++;
                 const request = ex.bodiesRedacted ? Buffer.from(`ids:${JSON.stringify(ex.promptIds)}`) : ex.requestBody;
-                const key = createHash('sha256').update(ex.model ?? '').update('\0').update(request).digest('hex');
+                const key = createHash('sha256')
+                  .update(ex.model ?? '')
+                  .update('\0')
+                  .update(request)
+                  .digest('hex');
                 const group = groups.get(key) ?? { model: ex.model, exchanges: [] };
                 group.exchanges.push({ file: sources[i], id, mergedId });
                 groups.set(key, group);
@@ -142,7 +154,12 @@ export function pruneCaptures(path: string, filter: ExchangeFilter, dryRun: bool
     const touched = [...new Set(selected.map((e) => e.runId))];
     if (dryRun) {
       const removed = new Set(selected.map((e) => e.id));
-      const left = new Set(store.exchangeSummaries().filter((e) => !removed.has(e.id)).map((e) => e.runId));
+      const left = new Set(
+        store
+          .exchangeSummaries()
+          .filter((e) => !removed.has(e.id))
+          .map((e) => e.runId),
+      );
       return { exchanges, runs: touched.filter((run) => !left.has(run)), bytesBefore, bytesAfter: bytesBefore, dryRun };
     }
     const runs = store.transaction(() => {

@@ -77,7 +77,8 @@ export function fitCaptureFile(file: string, options: FitCommandOptions): Promis
         store.close();
       }
     });
-    if (options.model !== undefined && !timeline.sequences.some((s) => s.fitted)) throw new Error(`${file} has no streamed, complete generation of model '${options.model}'`);
+    if (options.model !== undefined && !timeline.sequences.some((s) => s.fitted))
+      throw new Error(`${file} has no streamed, complete generation of model '${options.model}'`);
     const fit = fitPerfProfile(timeline, { blockSize: options.blockSize });
     const vector = (values: ArrayLike<number>) => ({ shape: [values.length], data: Float64Array.from(values) });
     const { tables } = fit;
@@ -113,7 +114,9 @@ export function formatFitReport(fit: PerfFit, output: string): string {
     `  ${formula(decode, { per_sequence: 'sequences', per_kv_token: 'active KV tokens' })}`,
     prefill.source === 'prefill steps'
       ? `prefill: ${prefill.points} steps under load that prefilled ${span(prefill.ranges.new_prompt_tokens)} new prompt tokens; ` +
-        (prefill.overheadMs === null ? 'no request met an idle engine' : `${prefill.idleRequests} requests that met an idle engine got their first token ${number(prefill.overheadMs, 3)} ms after the passes (left out)`)
+        (prefill.overheadMs === null
+          ? 'no request met an idle engine'
+          : `${prefill.idleRequests} requests that met an idle engine got their first token ${number(prefill.overheadMs, 3)} ms after the passes (left out)`)
       : `prefill: ${prefill.points} requests that met an idle engine (no prefill steps under load); ${span(prefill.ranges.new_prompt_tokens)} new prompt tokens`,
     `  ${formula(prefill, { per_token: 'tokens', per_token_squared: 'tokens²' })}`,
     ...[...decode.notes, ...prefill.notes].map((note) => `note: ${note}`),

@@ -1,6 +1,16 @@
 /** What `mocker captures list`, `show` and `stats` read from a capture file (the CLI only prints it). */
 import { ReplayCollector, type ReplayReport } from '../trace/collector.js';
-import { isGeneration, type CaptureStore, type ExchangeFilter, type ExchangeSummary, type HeaderMap, type Outcome, type RecordedEndpoint, type StoredExchange, type StoredRun } from '../store/captureStore.js';
+import {
+  isGeneration,
+  type CaptureStore,
+  type ExchangeFilter,
+  type ExchangeSummary,
+  type HeaderMap,
+  type Outcome,
+  type RecordedEndpoint,
+  type StoredExchange,
+  type StoredRun,
+} from '../store/captureStore.js';
 import { ModelTokenizer } from '../tokenizer/index.js';
 import { exchangeRecord, type ExchangeLine } from './jsonl.js';
 
@@ -141,7 +151,13 @@ function chunkTimings(tokenTimes: number[], chunkTokens: number[], outputIds: nu
     end += count;
     // A chunk without tokens (text held back until the end) arrived with the previous token.
     const atMs = end > 0 ? tokenTimes[end - 1] : null;
-    out.push({ atMs, gapMs: atMs === null ? null : atMs - previous, tokens: count, ids: outputIds.slice(start, end), ...(deltas[i] ? { delta: deltas[i] } : {}) });
+    out.push({
+      atMs,
+      gapMs: atMs === null ? null : atMs - previous,
+      tokens: count,
+      ids: outputIds.slice(start, end),
+      ...(deltas[i] ? { delta: deltas[i] } : {}),
+    });
     if (atMs !== null) previous = atMs;
   }
   return out;

@@ -401,7 +401,9 @@ function learnableTerms<P>(what: string, terms: Term<P>[], points: number, more:
   const fate = dropped.length > 0 ? `${names(dropped)} not learnt` : 'an exact fit with no residual, not to be trusted';
   return {
     terms: kept,
-    warnings: [`${what}: only ${points} point(s) for the ${terms.length} term(s) of its form (${names(terms)}): ${fate}; ${terms.length + 1} points are needed: ${more}`],
+    warnings: [
+      `${what}: only ${points} point(s) for the ${terms.length} term(s) of its form (${names(terms)}): ${fate}; ${terms.length + 1} points are needed: ${more}`,
+    ],
   };
 }
 
@@ -409,7 +411,13 @@ function learnableTerms<P>(what: string, terms: Term<P>[], points: number, more:
  * A cost fitted negative that matters (it takes off more than the typical residual across the points' range):
  * more work in less time, which no engine does, so the fit followed noise or something else than the form.
  */
-function negativeCosts<P>(what: string, terms: Term<P>[], points: P[], fit: { coefficients: Record<string, number>; medianAbsResidualMs: number }, more: string): string[] {
+function negativeCosts<P>(
+  what: string,
+  terms: Term<P>[],
+  points: P[],
+  fit: { coefficients: Record<string, number>; medianAbsResidualMs: number },
+  more: string,
+): string[] {
   return terms
     .filter((t) => t.name !== 'base')
     .filter((t) => {
@@ -417,7 +425,10 @@ function negativeCosts<P>(what: string, terms: Term<P>[], points: P[], fit: { co
       const c = fit.coefficients[t.name];
       return c < 0 && -c * (high - low) > fit.medianAbsResidualMs;
     })
-    .map((t) => `${what}: the ${t.name} cost is fitted negative (${fit.coefficients[t.name].toPrecision(3)} ms per ${t.unit}): more work in less time is no engine's timing, the profile is not to be trusted; ${more}`);
+    .map(
+      (t) =>
+        `${what}: the ${t.name} cost is fitted negative (${fit.coefficients[t.name].toPrecision(3)} ms per ${t.unit}): more work in less time is no engine's timing, the profile is not to be trusted; ${more}`,
+    );
 }
 
 /** Huber's tuning constant: 95 % efficiency on Gaussian noise, bounded pull of outliers. */

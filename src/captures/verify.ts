@@ -83,7 +83,8 @@ function firstDifference(captured: unknown, rendered: unknown, path: string): { 
   if (Array.isArray(captured) && Array.isArray(rendered)) {
     for (let i = 0; i < Math.max(captured.length, rendered.length); i++) {
       const at = `${path}[${i}]`;
-      if (i >= captured.length || i >= rendered.length) return { path: at, captured: i < captured.length ? captured[i] : ABSENT, rendered: i < rendered.length ? rendered[i] : ABSENT };
+      if (i >= captured.length || i >= rendered.length)
+        return { path: at, captured: i < captured.length ? captured[i] : ABSENT, rendered: i < rendered.length ? rendered[i] : ABSENT };
       const d = firstDifference(captured[i], rendered[i], at);
       if (d) return d;
     }
@@ -93,7 +94,8 @@ function firstDifference(captured: unknown, rendered: unknown, path: string): { 
   if (isObject(captured) && isObject(rendered)) {
     for (const key of new Set([...Object.keys(captured), ...Object.keys(rendered)])) {
       const at = path === '' ? key : `${path}.${key}`;
-      if (!(key in captured) || !(key in rendered)) return { path: at, captured: key in captured ? captured[key] : ABSENT, rendered: key in rendered ? rendered[key] : ABSENT };
+      if (!(key in captured) || !(key in rendered))
+        return { path: at, captured: key in captured ? captured[key] : ABSENT, rendered: key in rendered ? rendered[key] : ABSENT };
       const d = firstDifference(captured[key], rendered[key], at);
       if (d) return d;
     }
@@ -182,7 +184,8 @@ class Verifier {
     if (wants(body.logprobs) || wants(body.prompt_logprobs)) return { type: 'skip', reason: 'logprobs requested' };
     if (wants(body.echo)) return { type: 'skip', reason: 'echo requested' };
     if (wants(body.kv_transfer_params)) return { type: 'skip', reason: 'a prefill/decode hop (kv_transfer_params)' };
-    if (kind === 'completion' && Array.isArray(body.prompt) && body.prompt.length > 0 && typeof body.prompt[0] !== 'number') return { type: 'skip', reason: 'a batched completion' };
+    if (kind === 'completion' && Array.isArray(body.prompt) && body.prompt.length > 0 && typeof body.prompt[0] !== 'number')
+      return { type: 'skip', reason: 'a batched completion' };
     if (ex.promptIds === null) return { type: 'skip', reason: 'no prompt token ids' };
     if (ex.generations.length === 0) return { type: 'skip', reason: 'no choices' };
     if (ex.generations.some((g) => g.outputIds.length === 0 && g.text !== '')) return { type: 'skip', reason: 'no output token ids' };
@@ -197,7 +200,12 @@ class Verifier {
     const comparison: Comparison = run.engine === 'vllm' && ex.tokenSource === 'engine' ? 'bytes' : 'content';
     const plans: ChoicePlan[] = ex.generations.map((g) => {
       let end = 0;
-      return { tokenIds: g.outputIds, chunks: g.chunkTokens.map((count) => ({ end: (end += count) })), finishReason: g.finishReason!, stopReason: g.stopReason };
+      return {
+        tokenIds: g.outputIds,
+        chunks: g.chunkTokens.map((count) => ({ end: (end += count) })),
+        finishReason: g.finishReason!,
+        stopReason: g.stopReason,
+      };
     });
     const ctx: RenderContext = {
       kind,
@@ -223,12 +231,15 @@ class Verifier {
     // What a client reads of each side: each choice's whole text, its finish, the usage.
     const capturedRead = parseResponse(kind, ex.stream, ex.responseBody, ex.eventEnds, [], 0);
     const renderedRead = parseResponse(kind, ex.stream, renderedBody, eventEndsOf(events), [], 0);
-    const sameText = capturedRead.generations.length === renderedRead.generations.length && capturedRead.generations.every((g, i) => g.text === renderedRead.generations[i].text);
+    const sameText =
+      capturedRead.generations.length === renderedRead.generations.length &&
+      capturedRead.generations.every((g, i) => g.text === renderedRead.generations[i].text);
     const stopStrings = req.stop !== null && req.stop !== undefined && req.stop.length > 0;
     const base = { exchangeId: ex.id, endpoint: kind, stream: ex.stream, engine: run.engine ?? null, comparison };
-    const mismatch = comparison === 'bytes'
-      ? this.compareBytes(ex, events, sameText, stopStrings)
-      : compareContent(kind, capturedRead, renderedRead, ex.tokenSource === 'engine', stopStrings);
+    const mismatch =
+      comparison === 'bytes'
+        ? this.compareBytes(ex, events, sameText, stopStrings)
+        : compareContent(kind, capturedRead, renderedRead, ex.tokenSource === 'engine', stopStrings);
     return mismatch ? { type: 'mismatch', mismatch: { ...base, ...mismatch } } : { type: 'match', comparison };
   }
 
@@ -238,7 +249,14 @@ class Verifier {
       const event = ex.stream ? i : null;
       const cap = captured[i];
       if (!cap || rendered[i] === undefined) {
-        return { event, path: null, captured: cap?.text ?? ABSENT, rendered: rendered[i] ?? ABSENT, byteOffset: cap?.start ?? ex.responseBody.length, kind: 'chunking boundaries' };
+        return {
+          event,
+          path: null,
+          captured: cap?.text ?? ABSENT,
+          rendered: rendered[i] ?? ABSENT,
+          byteOffset: cap?.start ?? ex.responseBody.length,
+          kind: 'chunking boundaries',
+        };
       }
       const stamp = ID_AND_CREATED.exec(cap.text);
       const ren = stamp ? restamp(rendered[i], JSON.parse(stamp[1]) as string, Number(stamp[2])) : rendered[i];
@@ -255,7 +273,14 @@ class Verifier {
       }
       const d = firstDifference(capJson, renJson, '');
       if (!d) return { event, path: null, captured: cap.text, rendered: ren, byteOffset: cap.start + at, kind: 'serialization' };
-      return { event, path: d.path, captured: d.captured, rendered: d.rendered, byteOffset: cap.start + at, kind: classify(d.path, d.captured, d.rendered, sameText, stopStrings) };
+      return {
+        event,
+        path: d.path,
+        captured: d.captured,
+        rendered: d.rendered,
+        byteOffset: cap.start + at,
+        kind: classify(d.path, d.captured, d.rendered, sameText, stopStrings),
+      };
     }
     return null;
   }
@@ -270,7 +295,11 @@ function compareContent(kind: EndpointKind, captured: ParsedResponse, rendered: 
   const field = kind === 'chat' ? 'content' : 'text';
   const summary = (parsed: ParsedResponse) => {
     const usage = (parsed.usage ?? null) as Json | null;
-    const counts = usage && (engineIds ? { prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, total_tokens: usage.total_tokens } : { prompt_tokens: usage.prompt_tokens });
+    const counts =
+      usage &&
+      (engineIds
+        ? { prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, total_tokens: usage.total_tokens }
+        : { prompt_tokens: usage.prompt_tokens });
     return {
       choices: parsed.generations.map((g) => ({ [field]: g.text, finish_reason: g.finishReason })),
       // A stream without include_usage has none to compare.
@@ -279,7 +308,14 @@ function compareContent(kind: EndpointKind, captured: ParsedResponse, rendered: 
   };
   const d = firstDifference(summary(captured), summary(rendered), '');
   if (!d) return null;
-  return { event: null, path: d.path, captured: d.captured, rendered: d.rendered, byteOffset: null, kind: classify(d.path, d.captured, d.rendered, false, stopStrings) };
+  return {
+    event: null,
+    path: d.path,
+    captured: d.captured,
+    rendered: d.rendered,
+    byteOffset: null,
+    kind: classify(d.path, d.captured, d.rendered, false, stopStrings),
+  };
 }
 
 export async function verifyCaptures(file: string, options: VerifyOptions): Promise<VerifyReport> {
@@ -295,7 +331,17 @@ export async function verifyCaptures(file: string, options: VerifyOptions): Prom
 async function verifyStore(store: CaptureStore, file: string, options: VerifyOptions): Promise<VerifyReport> {
   store.checkIntegrity();
   const verifier = new Verifier(store);
-  const report: VerifyReport = { file, exchanges: 0, verified: 0, matched: 0, mismatched: 0, skipped: 0, skippedBy: {}, comparedBy: { bytes: 0, content: 0 }, mismatches: [] };
+  const report: VerifyReport = {
+    file,
+    exchanges: 0,
+    verified: 0,
+    matched: 0,
+    mismatched: 0,
+    skipped: 0,
+    skippedBy: {},
+    comparedBy: { bytes: 0, content: 0 },
+    mismatches: [],
+  };
   for (const id of store.exchangeIds()) {
     const ex = store.getExchange(id)!; // listed a moment ago, by this reader alone
     report.exchanges++;
@@ -318,17 +364,21 @@ async function verifyStore(store: CaptureStore, file: string, options: VerifyOpt
   return report;
 }
 
-const show = (value: unknown) => (typeof value === 'string' ? JSON.stringify(value) : JSON.stringify(value) ?? String(value));
+const show = (value: unknown) => (typeof value === 'string' ? JSON.stringify(value) : (JSON.stringify(value) ?? String(value)));
 
 /** The report as lines for a terminal. */
 export function formatVerifyReport(report: VerifyReport): string {
   const lines = report.mismatches.map((m) => {
-    const where = [m.event !== null ? `event ${m.event}` : m.stream ? null : 'body', m.path ?? null, m.byteOffset !== null ? `byte ${m.byteOffset}` : null].filter((x) => x !== null).join(', ');
+    const where = [m.event !== null ? `event ${m.event}` : m.stream ? null : 'body', m.path ?? null, m.byteOffset !== null ? `byte ${m.byteOffset}` : null]
+      .filter((x) => x !== null)
+      .join(', ');
     const what = `${m.endpoint}${m.stream ? ' stream' : ''}, ${m.engine ?? 'unknown engine'}, ${m.comparison}`;
     return `exchange ${m.exchangeId} (${what}): ${where}: captured ${show(m.captured)}, rendered ${show(m.rendered)}${m.kind ? ` — ${m.kind}` : ''}`;
   });
   if (report.mismatched > report.mismatches.length) lines.push(`… and ${report.mismatched - report.mismatches.length} more mismatching exchanges (--limit)`);
-  const skipped = Object.entries(report.skippedBy).map(([reason, n]) => `${reason}: ${n}`).join(', ');
+  const skipped = Object.entries(report.skippedBy)
+    .map(([reason, n]) => `${reason}: ${n}`)
+    .join(', ');
   lines.push(
     `${report.file}: ${report.exchanges} exchanges, ${report.verified} verified (${report.comparedBy.bytes} by bytes, ${report.comparedBy.content} by content): ` +
       `${report.matched} match, ${report.mismatched} mismatch; ${report.skipped} skipped${skipped ? ` (${skipped})` : ''}`,

@@ -45,7 +45,13 @@ export interface CaptureOptions {
  * answers); everything else is forwarded as the API's.
  */
 export const CAPTURE_ROUTES: readonly ClassifiedRoute[] = [
-  ...[...new Set(Object.entries(SERVE_ROUTES).filter(([path, r]) => r.class === 'public' && !path.startsWith('/mocker/')).map(([path]) => path))].map((path) => ({ method: '*', path, class: 'public' as const })),
+  ...[
+    ...new Set(
+      Object.entries(SERVE_ROUTES)
+        .filter(([path, r]) => r.class === 'public' && !path.startsWith('/mocker/'))
+        .map(([path]) => path),
+    ),
+  ].map((path) => ({ method: '*', path, class: 'public' as const })),
   { method: 'GET', path: OWN_HEALTH_PATH, class: 'public' },
   { method: '*', path: '/mocker/*', class: 'control' },
   { method: '*', path: '/*', class: 'key' },
@@ -130,12 +136,15 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
     recorder = thread;
     upstream.onIdentified((later) => {
       if (!opts.quiet) console.log(`mocker capture: ${upstream.url.origin} answers now: ${describeEngine(later)}`);
-      const failed = (what: string) => (err: unknown) => console.error(`mocker capture: could not store ${what} in ${opts.captures}: ${(err as Error).message}`);
+      const failed = (what: string) => (err: unknown) =>
+        console.error(`mocker capture: could not store ${what} in ${opts.captures}: ${(err as Error).message}`);
       thread.updateRun(runColumns(later)).catch(failed("the engine's identity"));
       if (!standIn || later.modelRoot === undefined) return;
       try {
         const own = loadModelFiles(later.modelRoot);
-        thread.setTokenizer(own.name, own.files).then(() => opts.quiet || console.log(`mocker capture: tokenizer ${own.name} from now on`), failed('the tokenizer'));
+        thread
+          .setTokenizer(own.name, own.files)
+          .then(() => opts.quiet || console.log(`mocker capture: tokenizer ${own.name} from now on`), failed('the tokenizer'));
       } catch (err) {
         console.warn(`mocker capture: ${(err as Error).message}; keeping the bundled tokenizer (pass --model to choose)`);
       }
@@ -145,7 +154,8 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
     const access = opts.access ?? { scope: DEFAULT_API_KEY_SCOPE };
     const handler = (req: IncomingMessage, res: ServerResponse) => {
       const path = decodedPath(req.url ?? '/');
-      if (path === null) return void sendJson(res, 400, errorJson(400, `Invalid request path ${JSON.stringify((req.url ?? '').slice(0, 200))}: it does not percent-decode.`));
+      if (path === null)
+        return void sendJson(res, 400, errorJson(400, `Invalid request path ${JSON.stringify((req.url ?? '').slice(0, 200))}: it does not percent-decode.`));
       // The proxy's own health, not its upstream's (whose /health is forwarded): it takes requests. Never forwarded.
       if (path === OWN_HEALTH_PATH) return void (req.method === 'GET' ? res.writeHead(200).end() : sendJson(res, 405, '{"detail":"Method Not Allowed"}'));
       // Every path matches the catch-all.
@@ -170,17 +180,22 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       );
     };
     drain.handle(server, handler);
-    if (!opts.quiet) console.log(`mocker capture: proxying ${tls ? 'https' : 'http'}://${opts.host}:${port} -> ${upstream.url.href} (${describeEngine(identity)}), recording into ${opts.captures} (run ${runId}, tokenizer ${model.name})`);
-    let lastLogged = 0;
-    const stats = opts.quiet ? undefined : setInterval(() => {
-      const n = recording.recorded.exchanges;
-      if (n === lastLogged) return;
-      lastLogged = n;
-      thread.counts().then(
-        (c) => console.log(`mocker capture: ${n} exchanges this run; file holds ${c.complete} complete, ${c.failed} failed, ${c.aborted} aborted`),
-        (err: unknown) => console.error(`mocker capture: could not count the captures in ${opts.captures}: ${(err as Error).message}`),
+    if (!opts.quiet)
+      console.log(
+        `mocker capture: proxying ${tls ? 'https' : 'http'}://${opts.host}:${port} -> ${upstream.url.href} (${describeEngine(identity)}), recording into ${opts.captures} (run ${runId}, tokenizer ${model.name})`,
       );
-    }, STATS_INTERVAL_MS);
+    let lastLogged = 0;
+    const stats = opts.quiet
+      ? undefined
+      : setInterval(() => {
+          const n = recording.recorded.exchanges;
+          if (n === lastLogged) return;
+          lastLogged = n;
+          thread.counts().then(
+            (c) => console.log(`mocker capture: ${n} exchanges this run; file holds ${c.complete} complete, ${c.failed} failed, ${c.aborted} aborted`),
+            (err: unknown) => console.error(`mocker capture: could not count the captures in ${opts.captures}: ${(err as Error).message}`),
+          );
+        }, STATS_INTERVAL_MS);
     stats?.unref();
     return {
       port,

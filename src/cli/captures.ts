@@ -38,7 +38,8 @@ function timePoint(flag: string) {
 
 /** `--older-than`: an age (`30d`) or a date; exchanges started before that point. */
 function olderThan(value: string): number {
-  if (parseAge(value) === null && !/^\d{4}-/.test(value)) throw new InvalidArgumentError(`--older-than: "${value}" is neither an age (30m, 12h, 7d) nor a date (2026-11-01)`);
+  if (parseAge(value) === null && !/^\d{4}-/.test(value))
+    throw new InvalidArgumentError(`--older-than: "${value}" is neither an age (30m, 12h, 7d) nor a date (2026-11-01)`);
   return timePoint('--older-than')(value);
 }
 
@@ -74,25 +75,61 @@ const inline = (text: string) => terminalText(text);
 function table(headers: string[], rows: (string | number | null)[][]): string {
   const cells = [headers, ...rows.map((r) => r.map((c) => (c === null ? '-' : inline(String(c)))))];
   const widths = headers.map((_, i) => Math.max(...cells.map((r) => r[i].length)));
-  return cells.map((r) => r.map((c, i) => c.padEnd(widths[i])).join('  ').trimEnd()).join('\n');
+  return cells
+    .map((r) =>
+      r
+        .map((c, i) => c.padEnd(widths[i]))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 function printListing(file: string, l: Listing): void {
-  const lines = [`${file}: ${l.total} exchanges (${l.outcomes.complete} complete, ${l.outcomes.failed} failed, ${l.outcomes.aborted} aborted; ${l.endpoints.chat} chat, ${l.endpoints.completion} completion${l.endpoints.other ? `, ${l.endpoints.other} other` : ''})`];
+  const lines = [
+    `${file}: ${l.total} exchanges (${l.outcomes.complete} complete, ${l.outcomes.failed} failed, ${l.outcomes.aborted} aborted; ${l.endpoints.chat} chat, ${l.endpoints.completion} completion${l.endpoints.other ? `, ${l.endpoints.other} other` : ''})`,
+  ];
   lines.push(`captured: ${l.from === null ? '-' : `${l.from} .. ${l.until}`}`);
   lines.push(`models: ${l.models.length > 0 ? l.models.map(inline).join(', ') : '-'}`);
-  lines.push('', table(['run', 'kind', 'engine', 'version', 'upstream', 'label', 'started', 'exchanges'], l.runs.map((r) => [r.id, r.kind, r.engine, r.engineVersion, r.upstream, r.label, r.startedAt, r.exchanges])));
+  lines.push(
+    '',
+    table(
+      ['run', 'kind', 'engine', 'version', 'upstream', 'label', 'started', 'exchanges'],
+      l.runs.map((r) => [r.id, r.kind, r.engine, r.engineVersion, r.upstream, r.label, r.startedAt, r.exchanges]),
+    ),
+  );
   if (l.exchanges) {
-    const rows = l.exchanges.map((e) => [e.id, e.runId, e.startedAt, e.endpoint ?? e.path, e.stream ? 'stream' : '', e.model, e.outcome, e.status, e.promptLen, e.totalMs === null ? null : e.totalMs.toFixed(1), e.bodiesRedacted ? 'redacted' : '']);
+    const rows = l.exchanges.map((e) => [
+      e.id,
+      e.runId,
+      e.startedAt,
+      e.endpoint ?? e.path,
+      e.stream ? 'stream' : '',
+      e.model,
+      e.outcome,
+      e.status,
+      e.promptLen,
+      e.totalMs === null ? null : e.totalMs.toFixed(1),
+      e.bodiesRedacted ? 'redacted' : '',
+    ]);
     lines.push('', table(['id', 'run', 'started', 'endpoint', 'stream', 'model', 'outcome', 'status', 'prompt', 'ms', 'bodies'], rows));
   }
   print(lines.join('\n'));
 }
 
 const ms = (v: number | null) => (v === null ? '-' : v.toFixed(1));
-const indent = (text: string) => text.split('\n').map((line) => `  ${line}`).join('\n');
+const indent = (text: string) =>
+  text
+    .split('\n')
+    .map((line) => `  ${line}`)
+    .join('\n');
 
-const headerLines = (headers: Shown['requestHeaders']) => indent(Object.entries(headers).map(([k, v]) => `${inline(k)}: ${inline(Array.isArray(v) ? v.join(', ') : v)}`).join('\n') || '-');
+const headerLines = (headers: Shown['requestHeaders']) =>
+  indent(
+    Object.entries(headers)
+      .map(([k, v]) => `${inline(k)}: ${inline(Array.isArray(v) ? v.join(', ') : v)}`)
+      .join('\n') || '-',
+  );
 
 /** A stored body shown on a page at most this long (`--json` and `captures export` give it whole). */
 const BODY_CHARS = 64 * 1024;
@@ -105,9 +142,14 @@ function bodyText(body: NonNullable<Shown['requestBody']>): string {
 
 function printShown(s: Shown): void {
   const lines = [`exchange ${s.id} · run ${s.run} · ${s.startedAt} · ${inline(s.method)} ${inline(s.path)}${s.stream ? ' · stream' : ''}`];
-  lines.push(`model: ${inline(s.model ?? '-')}   outcome: ${s.outcome}${s.status === null ? '' : ` (HTTP ${s.status})`}   total: ${ms(s.totalMs)} ms   token ids from: ${s.tokenSource ?? '-'}`);
+  lines.push(
+    `model: ${inline(s.model ?? '-')}   outcome: ${s.outcome}${s.status === null ? '' : ` (HTTP ${s.status})`}   total: ${ms(s.totalMs)} ms   token ids from: ${s.tokenSource ?? '-'}`,
+  );
   if (s.error) lines.push(`error: ${inline(s.error)}`);
-  if (s.bodiesRedacted) lines.push('bodies: redacted at capture (--redact-bodies): no request body, response bytes or text were stored; the texts below are decoded from the token ids');
+  if (s.bodiesRedacted)
+    lines.push(
+      'bodies: redacted at capture (--redact-bodies): no request body, response bytes or text were stored; the texts below are decoded from the token ids',
+    );
   lines.push('request headers (as stored: secrets never are):', headerLines(s.requestHeaders));
   if (s.requestBody !== null) lines.push('request body:', indent(bodyText(s.requestBody)));
   lines.push('response headers:', headerLines(s.responseHeaders));
@@ -119,7 +161,9 @@ function printShown(s: Shown): void {
     lines.push(`  ids: ${JSON.stringify(s.promptIds)}`);
   }
   for (const c of s.choices) {
-    lines.push(`choice ${c.index}: ${c.outputIds.length} tokens, finish_reason ${inline(c.finishReason ?? '-')}, stop_reason ${inline(JSON.stringify(c.stopReason))}`);
+    lines.push(
+      `choice ${c.index}: ${c.outputIds.length} tokens, finish_reason ${inline(c.finishReason ?? '-')}, stop_reason ${inline(JSON.stringify(c.stopReason))}`,
+    );
     lines.push(`  text${c.textDecoded ? ' (decoded from the ids)' : ''}: ${JSON.stringify(c.text)}`, `  ids: ${JSON.stringify(c.outputIds)}`);
     const rows = c.chunks.map((k, i) => [i, ms(k.atMs), ms(k.gapMs), k.tokens, k.delta === undefined ? '' : JSON.stringify(k.delta)]);
     lines.push(indent(table(['chunk', 'at ms', 'gap ms', 'tokens', 'delta'], rows)));
@@ -131,7 +175,13 @@ function printShown(s: Shown): void {
 function printPrune(file: string, r: PruneResult): void {
   const verb = r.dryRun ? 'would remove' : 'removed';
   const lines = [`${file}: ${verb} ${r.exchanges.length} exchanges${r.runs.length > 0 ? ` and runs ${r.runs.join(', ')} (left empty)` : ''}`];
-  if (r.exchanges.length > 0) lines.push(table(['id', 'run', 'started', 'model', 'outcome'], r.exchanges.map((e) => [e.id, e.runId, e.startedAt, e.model, e.outcome])));
+  if (r.exchanges.length > 0)
+    lines.push(
+      table(
+        ['id', 'run', 'started', 'model', 'outcome'],
+        r.exchanges.map((e) => [e.id, e.runId, e.startedAt, e.model, e.outcome]),
+      ),
+    );
   lines.push(r.dryRun ? `file: ${r.bytesBefore} bytes (nothing changed)` : `file: ${r.bytesBefore} -> ${r.bytesAfter} bytes after VACUUM`);
   print(lines.join('\n'));
 }
@@ -192,7 +242,10 @@ const exportCommand = new Command('export')
   .action(async (file: string, o: { output?: string; force?: boolean }) => {
     const { output } = o;
     if (output === undefined) await withReadonly(file, (store) => exportJsonl(store, writeStdout));
-    else await writeOutputFile(output, { inputs: [file], force: o.force }, (write) => withReadonly(file, (store) => exportJsonl(store, async (text) => write(text))));
+    else
+      await writeOutputFile(output, { inputs: [file], force: o.force }, (write) =>
+        withReadonly(file, (store) => exportJsonl(store, async (text) => write(text))),
+      );
   });
 
 const importCommand = new Command('import')
@@ -216,8 +269,11 @@ const merge = new Command('merge')
   .action(async (files: string[], o) => {
     const result = await mergeCaptures(files, o.output, { force: o.force });
     if (o.json) return printJson({ file: o.output, ...result });
-    const lines = [`${o.output}: ${result.exchanges} exchanges in ${result.runs} runs from ${files.length} files; ${result.duplicates} duplicates (same model and request body) in ${result.duplicateGroups.length} groups`];
-    for (const g of result.duplicateGroups) lines.push(`  ${inline(g.model ?? '-')}: ${g.exchanges.map((e) => `${e.file}#${e.id} (now #${e.mergedId})`).join(' = ')}`);
+    const lines = [
+      `${o.output}: ${result.exchanges} exchanges in ${result.runs} runs from ${files.length} files; ${result.duplicates} duplicates (same model and request body) in ${result.duplicateGroups.length} groups`,
+    ];
+    for (const g of result.duplicateGroups)
+      lines.push(`  ${inline(g.model ?? '-')}: ${g.exchanges.map((e) => `${e.file}#${e.id} (now #${e.mergedId})`).join(' = ')}`);
     print(lines.join('\n'));
   });
 
@@ -261,7 +317,22 @@ const stats = new Command('stats')
       return captureStats(store, o.run);
     });
     if (o.json) return printJson({ file, runs });
-    print(runs.map((r) => `run ${r.run}${r.engine ? ` (${inline(r.engine)})` : ''}${r.label ? ` ${inline(r.label)}` : ''}, started ${r.startedAt}\n${timingCoverage(r)}\n${formatReportTable(r.report)}`).join('\n\n'));
+    print(
+      runs
+        .map(
+          (r) =>
+            `run ${r.run}${r.engine ? ` (${inline(r.engine)})` : ''}${r.label ? ` ${inline(r.label)}` : ''}, started ${r.startedAt}\n${timingCoverage(r)}\n${formatReportTable(r.report)}`,
+        )
+        .join('\n\n'),
+    );
   });
 
-export { list as capturesList, show as capturesShow, exportCommand as capturesExport, importCommand as capturesImport, merge as capturesMerge, prune as capturesPrune, stats as capturesStats };
+export {
+  list as capturesList,
+  show as capturesShow,
+  exportCommand as capturesExport,
+  importCommand as capturesImport,
+  merge as capturesMerge,
+  prune as capturesPrune,
+  stats as capturesStats,
+};

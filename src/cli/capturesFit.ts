@@ -11,8 +11,21 @@ export function fitCommand(): Command {
     .description("Learn the perf model from a capture's timings and write the NPZ that serve --planner-profile-data reads.")
     .argument('<file>', 'capture file (SQLite), only read')
     .optionsGroup(GROUPS.fit)
-    .option('--block-size <n>', 'block size the profile will be served with, at least 2 (active KV is counted in whole blocks)', numericFlag('--block-size', { integer: true, min: 2 }), DEFAULT_ENGINE_ARGS.blockSize)
-    .addOption(laterDefault(new Option('--run <id>', 'only this capture run (repeatable)').argParser((v: string, previous: number[] = []) => [...previous, numericFlag('--run', { integer: true, min: 1 })(v)]), 'all'))
+    .option(
+      '--block-size <n>',
+      'block size the profile will be served with, at least 2 (active KV is counted in whole blocks)',
+      numericFlag('--block-size', { integer: true, min: 2 }),
+      DEFAULT_ENGINE_ARGS.blockSize,
+    )
+    .addOption(
+      laterDefault(
+        new Option('--run <id>', 'only this capture run (repeatable)').argParser((v: string, previous: number[] = []) => [
+          ...previous,
+          numericFlag('--run', { integer: true, min: 1 })(v),
+        ]),
+        'all',
+      ),
+    )
     .option('--model <name>', "fitting points only from this model's requests (all requests still occupy the engine)")
     .optionsGroup(GROUPS.output)
     .requiredOption('-o, --output <file>', 'where the NPZ goes (written whole, or not at all)')

@@ -14,11 +14,14 @@ const DEFAULT_LIMIT = 20;
 /** diff(1)'s exit code for trouble: a side could not be read. */
 const DIFF_TROUBLE = 2;
 
-const printReport = (json: boolean, report: object, format: () => string) => console.log(json ? terminalJson(report) : terminalText(format(), { keepNewlines: true }));
+const printReport = (json: boolean, report: object, format: () => string) =>
+  console.log(json ? terminalJson(report) : terminalText(format(), { keepNewlines: true }));
 
 export function capturesVerifyCommand(): Command {
   return new Command('verify')
-    .description("Render every complete exchange again from its stored token ids with mocker's own rendering and compare with the captured bytes; exit 1 on any mismatch.")
+    .description(
+      "Render every complete exchange again from its stored token ids with mocker's own rendering and compare with the captured bytes; exit 1 on any mismatch.",
+    )
     .argument('<file>', 'capture file (SQLite)')
     .option('--json', 'print the report as JSON')
     .option('--limit <n>', `describe at most n mismatching exchanges (all are counted)`, limit, DEFAULT_LIMIT)
@@ -31,7 +34,9 @@ export function capturesVerifyCommand(): Command {
 
 export function capturesDiffCommand(): Command {
   return new Command('diff')
-    .description('Pair the exchanges of two capture files by request and report prompts tokenized differently, outputs that differ, requests only in one file and the TTFT/ITL shift; exit 1 on any difference but timing, 2 when a file cannot be read.')
+    .description(
+      'Pair the exchanges of two capture files by request and report prompts tokenized differently, outputs that differ, requests only in one file and the TTFT/ITL shift; exit 1 on any difference but timing, 2 when a file cannot be read.',
+    )
     .argument('<a>', 'capture file A (the reference)')
     .argument('<b>', 'capture file B')
     .optionsGroup(GROUPS.pairing)

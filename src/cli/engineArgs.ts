@@ -77,7 +77,10 @@ const supported = {
   engine_type: z.enum(['vllm', 'sglang']),
   sglang: z.strictObject({
     // "fcfs" is SGLang's own name for FIFO.
-    schedule_policy: z.enum(['fifo', 'fcfs', 'lpm']).transform((p) => (p === 'fcfs' ? 'fifo' : p)).optional(),
+    schedule_policy: z
+      .enum(['fifo', 'fcfs', 'lpm'])
+      .transform((p) => (p === 'fcfs' ? 'fifo' : p))
+      .optional(),
     page_size: positiveInt.optional(),
     max_prefill_tokens: positiveInt.optional(),
     chunked_prefill_size: positiveInt.optional(),
@@ -89,8 +92,18 @@ const supported = {
 };
 /** Dynamo keys that mocker knows but does not simulate: refused by name rather than ignored. */
 const UNSUPPORTED = new Set([
-  'startup_time', 'aic_backend', 'aic_system', 'aic_backend_version', 'aic_tp_size', 'aic_model_path', 'aic_moe_tp_size',
-  'aic_moe_ep_size', 'aic_attention_dp_size', 'enable_local_indexer', 'bootstrap_port', 'router_queue_policy',
+  'startup_time',
+  'aic_backend',
+  'aic_system',
+  'aic_backend_version',
+  'aic_tp_size',
+  'aic_model_path',
+  'aic_moe_tp_size',
+  'aic_moe_ep_size',
+  'aic_attention_dp_size',
+  'enable_local_indexer',
+  'bootstrap_port',
+  'router_queue_policy',
 ]);
 /** Dynamo keys whose setting is a serve flag in mocker (they configure the server, not the scheduler). */
 const AS_FLAGS: Record<string, string> = {
@@ -125,20 +138,48 @@ export function applyEngineArgsObject(base: EngineArgs, raw: Record<string, unkn
     if (!parsed.success) throw new Error(`${flag}: "${key}": ${parsed.error.issues[0].message} (got ${JSON.stringify(value)})`);
     const v = parsed.data;
     switch (key) {
-      case 'num_gpu_blocks': out.numGpuBlocks = v as number; break;
-      case 'block_size': out.blockSize = v as number; break;
-      case 'max_num_seqs': out.maxNumSeqs = v as number | null; break;
-      case 'max_num_batched_tokens': out.maxNumBatchedTokens = v as number | null; break;
-      case 'enable_prefix_caching': out.enablePrefixCaching = v as boolean; break;
-      case 'enable_chunked_prefill': out.enableChunkedPrefill = v as boolean; break;
-      case 'preemption_mode': out.preemptionMode = v as PreemptionMode; break;
-      case 'speedup_ratio': out.speedupRatio = v as number; break;
-      case 'decode_speedup_ratio': out.decodeSpeedupRatio = v as number; break;
-      case 'dp_size': out.dataParallelSize = v as number; break;
-      case 'planner_profile_data': out.plannerProfileData = (v as string | null) ?? undefined; break;
-      case 'watermark': out.watermark = v as number; break;
-      case 'engine_type': out.engineType = v as EngineArgs['engineType']; break;
-      case 'reasoning': out.reasoning = v as ReasoningConfig; break;
+      case 'num_gpu_blocks':
+        out.numGpuBlocks = v as number;
+        break;
+      case 'block_size':
+        out.blockSize = v as number;
+        break;
+      case 'max_num_seqs':
+        out.maxNumSeqs = v as number | null;
+        break;
+      case 'max_num_batched_tokens':
+        out.maxNumBatchedTokens = v as number | null;
+        break;
+      case 'enable_prefix_caching':
+        out.enablePrefixCaching = v as boolean;
+        break;
+      case 'enable_chunked_prefill':
+        out.enableChunkedPrefill = v as boolean;
+        break;
+      case 'preemption_mode':
+        out.preemptionMode = v as PreemptionMode;
+        break;
+      case 'speedup_ratio':
+        out.speedupRatio = v as number;
+        break;
+      case 'decode_speedup_ratio':
+        out.decodeSpeedupRatio = v as number;
+        break;
+      case 'dp_size':
+        out.dataParallelSize = v as number;
+        break;
+      case 'planner_profile_data':
+        out.plannerProfileData = (v as string | null) ?? undefined;
+        break;
+      case 'watermark':
+        out.watermark = v as number;
+        break;
+      case 'engine_type':
+        out.engineType = v as EngineArgs['engineType'];
+        break;
+      case 'reasoning':
+        out.reasoning = v as ReasoningConfig;
+        break;
       case 'sglang': {
         const g = v as z.infer<typeof supported.sglang>;
         out.sglang = {
@@ -162,9 +203,12 @@ export function applyEngineArgsObject(base: EngineArgs, raw: Record<string, unkn
 export function checkEngineArgs(args: EngineArgs): EngineArgs {
   if (args.engineType === 'sglang') {
     const { pageSize, chunkedPrefillSize, maxPrefillTokens } = args.sglang;
-    if (pageSize !== null && pageSize !== args.blockSize) throw new Error(`the SGLang page size (--sglang-page-size) ${pageSize} and the block size (--block-size) ${args.blockSize} must be equal`);
-    if (chunkedPrefillSize % args.blockSize !== 0) throw new Error(`--sglang-chunked-prefill-size ${chunkedPrefillSize} must be a multiple of the page size ${args.blockSize}`);
-    if (maxPrefillTokens < chunkedPrefillSize) throw new Error(`--sglang-max-prefill-tokens ${maxPrefillTokens} must be at least --sglang-chunked-prefill-size ${chunkedPrefillSize}`);
+    if (pageSize !== null && pageSize !== args.blockSize)
+      throw new Error(`the SGLang page size (--sglang-page-size) ${pageSize} and the block size (--block-size) ${args.blockSize} must be equal`);
+    if (chunkedPrefillSize % args.blockSize !== 0)
+      throw new Error(`--sglang-chunked-prefill-size ${chunkedPrefillSize} must be a multiple of the page size ${args.blockSize}`);
+    if (maxPrefillTokens < chunkedPrefillSize)
+      throw new Error(`--sglang-max-prefill-tokens ${maxPrefillTokens} must be at least --sglang-chunked-prefill-size ${chunkedPrefillSize}`);
     return args;
   }
   if (args.blockSize < 2) throw new Error(`the block size (--block-size) must be at least 2 with --engine-type vllm, got ${args.blockSize}`);
@@ -173,7 +217,8 @@ export function checkEngineArgs(args: EngineArgs): EngineArgs {
       `max_num_batched_tokens (--max-num-batched-tokens) ${args.maxNumBatchedTokens} must be at least max_num_seqs (--max-num-seqs) ${args.maxNumSeqs}: every running request needs a token per pass`,
     );
   }
-  if (Math.floor(args.watermark * args.numGpuBlocks) >= args.numGpuBlocks) throw new Error(`watermark (--watermark) ${args.watermark} leaves no KV cache blocks to use`);
+  if (Math.floor(args.watermark * args.numGpuBlocks) >= args.numGpuBlocks)
+    throw new Error(`watermark (--watermark) ${args.watermark} leaves no KV cache blocks to use`);
   return args;
 }
 

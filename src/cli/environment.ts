@@ -40,7 +40,12 @@ function setFromText(command: Command, option: Option, text: string, variable: s
   }
   // A variadic or repeatable flag (one with a list default, which each use extends) takes a comma-separated list.
   const list = option.variadic || Array.isArray(option.defaultValue);
-  const parts = list ? text.split(',').map((p) => p.trim()).filter(Boolean) : [text];
+  const parts = list
+    ? text
+        .split(',')
+        .map((p) => p.trim())
+        .filter(Boolean)
+    : [text];
   let value: unknown = option.variadic ? [] : option.defaultValue;
   for (const part of parts) {
     try {
@@ -125,14 +130,16 @@ export function npuMockFlags(env: NodeJS.ProcessEnv): Record<string, { value: st
   if (mode === 'RANDOM_MODE') flags['--mode'] = { value: 'random', from: [mode] };
   if (env.FORWARD_TIME !== undefined) flags['--forward-time-ms'] = { value: env.FORWARD_TIME, from: ['FORWARD_TIME'] };
   if (on('SIMULATE_ELAPSED_TIME')) flags['--timing'] = { value: 'captured', from: ['SIMULATE_ELAPSED_TIME'] };
-  else if (mode === 'REPLAY_MODE') flags['--timing'] = env.FORWARD_TIME !== undefined ? { value: 'fixed', from: [mode, 'FORWARD_TIME'] } : { value: 'none', from: [mode] };
+  else if (mode === 'REPLAY_MODE')
+    flags['--timing'] = env.FORWARD_TIME !== undefined ? { value: 'fixed', from: [mode, 'FORWARD_TIME'] } : { value: 'none', from: [mode] };
   const dir = env.MOCK_CAPTURE_DIR;
   const file = env.MOCK_CAPTURE_FILE;
   if (dir !== undefined || file !== undefined) {
     flags['--captures'] = { value: join(dir ?? '.', file ?? 'mocker.db'), from: ['MOCK_CAPTURE_DIR', 'MOCK_CAPTURE_FILE'].filter((v) => env[v] !== undefined) };
   }
   const prefill = on('PREFILL_PROCESS');
-  if (on('KV_CACHE_MODE')) flags['--disaggregation-mode'] = { value: prefill ? 'prefill' : 'decode', from: prefill ? ['KV_CACHE_MODE', 'PREFILL_PROCESS'] : ['KV_CACHE_MODE'] };
+  if (on('KV_CACHE_MODE'))
+    flags['--disaggregation-mode'] = { value: prefill ? 'prefill' : 'decode', from: prefill ? ['KV_CACHE_MODE', 'PREFILL_PROCESS'] : ['KV_CACHE_MODE'] };
   else if (prefill) throw new InvalidArgumentError('PREFILL_PROCESS=1 marks the prefill node of PD separation, which needs KV_CACHE_MODE=1 too');
   for (const [name, why] of Object.entries(NPU_MOCK_IGNORED)) if (env[name] !== undefined) console.warn(`mocker: ${name} is ignored: ${why}`);
   return flags;

@@ -5,7 +5,9 @@ export function number(name: string, { integer = false, min = -Infinity, max = I
   return (value: string) => {
     const n = Number(value);
     if (!Number.isFinite(n) || (integer && !Number.isInteger(n)) || n < min || n > max || n <= above || n >= below) {
-      const bounds = [min > -Infinity && `>= ${min}`, above > -Infinity && `> ${above}`, max < Infinity && `<= ${max}`, below < Infinity && `< ${below}`].filter(Boolean).join(' and ');
+      const bounds = [min > -Infinity && `>= ${min}`, above > -Infinity && `> ${above}`, max < Infinity && `<= ${max}`, below < Infinity && `< ${below}`]
+        .filter(Boolean)
+        .join(' and ');
       throw new InvalidArgumentError(`${name} must be ${integer ? 'an integer' : 'a number'}${bounds ? ` ${bounds}` : ''}, got "${value}"`);
     }
     return n;

@@ -60,7 +60,9 @@ const optionChoices = (option: Option): string | undefined => option.argChoices?
 export function optionDescription(option: Option): string {
   const choices = optionChoices(option);
   const byDefault = optionDefault(option);
-  const extra = [option.mandatory && 'required', choices !== undefined && `choices: ${choices}`, byDefault !== undefined && `default: ${byDefault}`].filter(Boolean);
+  const extra = [option.mandatory && 'required', choices !== undefined && `choices: ${choices}`, byDefault !== undefined && `default: ${byDefault}`].filter(
+    Boolean,
+  );
   return extra.length > 0 ? `${option.description} (${extra.join(', ')})` : option.description;
 }
 

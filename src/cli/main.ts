@@ -2,4 +2,6 @@
 import { reportFailure } from './exit.js';
 import { buildProgram } from './program.js';
 
-buildProgram().parseAsync().catch((err: unknown) => process.exit(reportFailure(err)));
+buildProgram()
+  .parseAsync()
+  .catch((err: unknown) => process.exit(reportFailure(err)));

@@ -26,7 +26,17 @@ export async function startPdDeployment(options: ServeOptions, layout: { prefill
   const start = async (role: 'prefill' | 'decode', roleIndex: number) => {
     // Engine i publishes its KV events on the config's ports offset by i × DP size, as worker i would.
     // Behind the proxy on loopback: TLS is the proxy's.
-    const running = await startServe({ ...options, tls: undefined, role, roleIndex, host: '127.0.0.1', port: 0, numWorkers: 1, engineIndex: engines.length, kvTransferAllowedHosts: role === 'decode' ? prefillPeers : [] });
+    const running = await startServe({
+      ...options,
+      tls: undefined,
+      role,
+      roleIndex,
+      host: '127.0.0.1',
+      port: 0,
+      numWorkers: 1,
+      engineIndex: engines.length,
+      kvTransferAllowedHosts: role === 'decode' ? prefillPeers : [],
+    });
     engines.push(running);
     return new URL(`http://127.0.0.1:${running.port}`);
   };
@@ -39,7 +49,15 @@ export async function startPdDeployment(options: ServeOptions, layout: { prefill
       prefillPeers.push(`${advertisedHost('127.0.0.1')}:${url.port}`);
     }
     for (let i = 0; i < layout.decode; i++) decode.push(await start('decode', i));
-    const proxy = await startPdProxy({ prefill, decode, host, port: options.port ?? 0, maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, access: apiKeyPolicy(options), listening: { drain, server } });
+    const proxy = await startPdProxy({
+      prefill,
+      decode,
+      host,
+      port: options.port ?? 0,
+      maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
+      access: apiKeyPolicy(options),
+      listening: { drain, server },
+    });
     return {
       port: proxy.port,
       ports: engines.map((e) => e.port),

@@ -20,7 +20,16 @@ import { rerunCommand } from './rerun.js';
 import { defaultThreads, startServeThreads } from './threads.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
 import { fitCommand } from './capturesFit.js';
-import { DEFAULT_FORWARD_TIME_MS, DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS, DEFAULT_MAX_BODY_BYTES, DEFAULT_POOLING, DEFAULT_UPSTREAM_TIMEOUT_MS, startServe, type ServeMode, type ServeOptions } from './serve.js';
+import {
+  DEFAULT_FORWARD_TIME_MS,
+  DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS,
+  DEFAULT_MAX_BODY_BYTES,
+  DEFAULT_POOLING,
+  DEFAULT_UPSTREAM_TIMEOUT_MS,
+  startServe,
+  type ServeMode,
+  type ServeOptions,
+} from './serve.js';
 import { parseReasoningConfig } from '../generation/reasoning.js';
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { DEFAULT_LATENCY_KNOBS } from '../engine/index.js';
@@ -65,7 +74,10 @@ function percentage(name: string) {
 }
 
 const shutdownTimeout = () =>
-  new Option('--shutdown-timeout <s>', 'on SIGINT/SIGTERM, seconds the requests in flight get to finish before they are cut off (a second signal exits at once)')
+  new Option(
+    '--shutdown-timeout <s>',
+    'on SIGINT/SIGTERM, seconds the requests in flight get to finish before they are cut off (a second signal exits at once)',
+  )
     .argParser(number('--shutdown-timeout', { min: 0 }))
     .default(DEFAULT_SHUTDOWN_TIMEOUT_S);
 
@@ -75,14 +87,19 @@ const tlsOptions = () =>
     new Option('--ssl-keyfile <file>', 'serve HTTPS: the private key (PEM), with --ssl-certfile'),
     new Option('--ssl-certfile <file>', 'serve HTTPS: the certificate chain (PEM), with --ssl-keyfile'),
     new Option('--ssl-ca-certs <file>', 'CA certificates (PEM) client certificates are checked against (with --ssl-cert-reqs)'),
-    new Option('--ssl-cert-reqs <n>', 'client certificates: 0 not asked, 1 optional (checked when sent), 2 required').argParser(number('--ssl-cert-reqs', { integer: true, min: 0, max: 2 })).default(0),
+    new Option('--ssl-cert-reqs <n>', 'client certificates: 0 not asked, 1 optional (checked when sent), 2 required')
+      .argParser(number('--ssl-cert-reqs', { integer: true, min: 0, max: 2 }))
+      .default(0),
   ].map((option) => option.helpGroup(GROUPS.security));
 const tlsFiles = (o: OptionValues) => ({ keyfile: o.sslKeyfile, certfile: o.sslCertfile, caCerts: o.sslCaCerts, certReqs: o.sslCertReqs });
 
-const upstreamCaCerts = () => new Option('--upstream-ca-certs <file>', "CA certificates (PEM) an https: upstream's certificate is checked against, instead of Node's");
+const upstreamCaCerts = () =>
+  new Option('--upstream-ca-certs <file>', "CA certificates (PEM) an https: upstream's certificate is checked against, instead of Node's");
 
 const apiKeyScope = () =>
-  new Option('--api-key-scope <scope>', 'what --api-key guards: v1 (/v1/*, as vLLM) | all (every route but health, version and metrics)').choices(API_KEY_SCOPES).default(DEFAULT_API_KEY_SCOPE);
+  new Option('--api-key-scope <scope>', 'what --api-key guards: v1 (/v1/*, as vLLM) | all (every route but health, version and metrics)')
+    .choices(API_KEY_SCOPES)
+    .default(DEFAULT_API_KEY_SCOPE);
 
 /** A TCP port (0: any free one, where `allowAny`). */
 function port(name: string, allowAny = true) {
@@ -163,109 +180,382 @@ export function buildProgram(): Command {
     .option('--enable-request-id-headers', 'responses carry X-Request-Id', false)
     .option('--enable-server-load-tracking', '/load counts requests in flight', false)
     .option('--enable-prompt-tokens-details', 'usage.prompt_tokens_details.cached_tokens, as vLLM', false)
-    .addOption(laterDefault(new Option('--enable-control-routes', 'the routes that change the server at run time exist: /mocker/config, /reset_prefix_cache'), 'on with VLLM_SERVER_DEV_MODE=1'))
+    .addOption(
+      laterDefault(
+        new Option('--enable-control-routes', 'the routes that change the server at run time exist: /mocker/config, /reset_prefix_cache'),
+        'on with VLLM_SERVER_DEV_MODE=1',
+      ),
+    )
     .addOption(shutdownTimeout())
     .optionsGroup(GROUPS.modes)
     .addOption(new Option('--mode <mode>', 'simulate | replay | random').choices(['simulate', 'replay', 'random']).default('simulate'))
     .option('--captures <file>', 'capture file (SQLite)', DEFAULT_CAPTURES)
     .addOption(laterDefault(new Option('--outputs <source>', 'captured | random').choices(['captured', 'random']), 'random in random mode, else captured'))
     // Matching modes: which captures answer a request.
-    .addOption(new Option('--match <mode>', 'exact: a capture of the same prompt | prefix: else the longest captured prefix, or the capture sharing the longest prefix | sequence: captures of one prompt in capture order, one per request').choices(['exact', 'prefix', 'sequence']).default('exact'))
-    .option('--min-prefix-ratio <r>', '--match prefix: the least share of the request\'s prompt tokens a capture must share with it', number('--min-prefix-ratio', { above: 0, max: 1 }), DEFAULT_MIN_PREFIX_RATIO)
-    .option('--ignore-field <name>', 'request field left out of the comparison that decides whether a capture\'s bytes are served verbatim (repeatable)', collect, [])
-    .addOption(laterDefault(new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record').choices(['error', 'random', 'passthrough', 'record']), 'random in simulate, error otherwise'))
+    .addOption(
+      new Option(
+        '--match <mode>',
+        'exact: a capture of the same prompt | prefix: else the longest captured prefix, or the capture sharing the longest prefix | sequence: captures of one prompt in capture order, one per request',
+      )
+        .choices(['exact', 'prefix', 'sequence'])
+        .default('exact'),
+    )
+    .option(
+      '--min-prefix-ratio <r>',
+      "--match prefix: the least share of the request's prompt tokens a capture must share with it",
+      number('--min-prefix-ratio', { above: 0, max: 1 }),
+      DEFAULT_MIN_PREFIX_RATIO,
+    )
+    .option(
+      '--ignore-field <name>',
+      "request field left out of the comparison that decides whether a capture's bytes are served verbatim (repeatable)",
+      collect,
+      [],
+    )
+    .addOption(
+      laterDefault(
+        new Option('--on-miss <policy>', 'when no capture matches: error | random | passthrough | record').choices([
+          'error',
+          'random',
+          'passthrough',
+          'record',
+        ]),
+        'random in simulate, error otherwise',
+      ),
+    )
     .option('--upstream <url>', 'engine to forward misses to (--on-miss passthrough|record)', urlFlag('--upstream'))
     .addOption(upstreamCaCerts())
     .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
     .option('--redact-header <name>', 'also never store this header (for --on-miss record)', collect, [...DEFAULT_REDACTED_HEADERS])
     .optionsGroup(GROUPS.model)
-    .addOption(laterDefault(new Option('--model <model>', 'local model directory or Hugging Face id in the local HF cache'), "the capture's tokenizer, else bundled Qwen/Qwen3-0.6B"))
+    .addOption(
+      laterDefault(
+        new Option('--model <model>', 'local model directory or Hugging Face id in the local HF cache'),
+        "the capture's tokenizer, else bundled Qwen/Qwen3-0.6B",
+      ),
+    )
     .addOption(laterDefault(new Option('--served-model-name <name...>', 'model names to accept'), 'the captured models, else --model'))
-    .addOption(laterDefault(new Option('--max-model-len <n>', 'context length').argParser(number('--max-model-len', { integer: true, min: 1 })), 'captured, else the model config'))
-    .option('--trust-request-chat-template', "render a chat_template sent in a request (in a process of its own, stopped after 2 s) instead of answering vLLM's 400", false)
+    .addOption(
+      laterDefault(
+        new Option('--max-model-len <n>', 'context length').argParser(number('--max-model-len', { integer: true, min: 1 })),
+        'captured, else the model config',
+      ),
+    )
+    .option(
+      '--trust-request-chat-template',
+      "render a chat_template sent in a request (in a process of its own, stopped after 2 s) instead of answering vLLM's 400",
+      false,
+    )
     .option('--enable-lora', 'serve LoRA adapters (requests name one in `model`)', false)
-    .option('--lora-modules <specs...>', 'LoRA adapters loaded at start: name=path, a JSON {"name","path","base_model_name"}, or a bare name (needs --enable-lora)')
+    .option(
+      '--lora-modules <specs...>',
+      'LoRA adapters loaded at start: name=path, a JSON {"name","path","base_model_name"}, or a bare name (needs --enable-lora)',
+    )
     .option('--max-loras <n>', 'distinct LoRA adapters in one batch', number('--max-loras', { integer: true, min: 1 }), 1)
     // Latency knobs (AIPerf's mock server, llm-d's simulator, Dynamo).
     .optionsGroup(GROUPS.timing)
-    .addOption(laterDefault(new Option('--timing <timing>', 'model | captured | fixed | latency | none').choices(['model', 'captured', 'fixed', 'latency', 'none']), 'model in simulate, captured in replay, fixed in random; latency with --ttft/--itl'))
+    .addOption(
+      laterDefault(
+        new Option('--timing <timing>', 'model | captured | fixed | latency | none').choices(['model', 'captured', 'fixed', 'latency', 'none']),
+        'model in simulate, captured in replay, fixed in random; latency with --ttft/--itl',
+      ),
+    )
     .option('--fast', 'no simulated latency at all: --timing none')
-    .addOption(laterDefault(new Option('--ttft <ms>', '--timing latency: time to first token, the duration of a pass that prefills').argParser(number('--ttft', { min: 0 })), String(DEFAULT_LATENCY_KNOBS.ttftMs)))
-    .addOption(laterDefault(new Option('--itl <ms>', '--timing latency: inter-token latency, the duration of a decode pass').argParser(number('--itl', { min: 0 })), String(DEFAULT_LATENCY_KNOBS.itlMs)))
-    .addOption(laterDefault(new Option('--ttft-std <ms>', '--timing latency: standard deviation of the TTFT (Gaussian, seeded by --seed, clipped at 0)').argParser(number('--ttft-std', { min: 0 })), String(DEFAULT_LATENCY_KNOBS.ttftStdMs)))
-    .addOption(laterDefault(new Option('--itl-std <ms>', '--timing latency: standard deviation of the ITL').argParser(number('--itl-std', { min: 0 })), String(DEFAULT_LATENCY_KNOBS.itlStdMs)))
+    .addOption(
+      laterDefault(
+        new Option('--ttft <ms>', '--timing latency: time to first token, the duration of a pass that prefills').argParser(number('--ttft', { min: 0 })),
+        String(DEFAULT_LATENCY_KNOBS.ttftMs),
+      ),
+    )
+    .addOption(
+      laterDefault(
+        new Option('--itl <ms>', '--timing latency: inter-token latency, the duration of a decode pass').argParser(number('--itl', { min: 0 })),
+        String(DEFAULT_LATENCY_KNOBS.itlMs),
+      ),
+    )
+    .addOption(
+      laterDefault(
+        new Option('--ttft-std <ms>', '--timing latency: standard deviation of the TTFT (Gaussian, seeded by --seed, clipped at 0)').argParser(
+          number('--ttft-std', { min: 0 }),
+        ),
+        String(DEFAULT_LATENCY_KNOBS.ttftStdMs),
+      ),
+    )
+    .addOption(
+      laterDefault(
+        new Option('--itl-std <ms>', '--timing latency: standard deviation of the ITL').argParser(number('--itl-std', { min: 0 })),
+        String(DEFAULT_LATENCY_KNOBS.itlStdMs),
+      ),
+    )
     .option('--forward-time-ms <ms>', 'duration of one engine step for --timing fixed', number('--forward-time-ms', { min: 0 }), DEFAULT_FORWARD_TIME_MS)
     .addOption(laterDefault(new Option('--planner-profile-data <path>', 'perf model for --timing model: NPZ or profiler results directory'), 'polynomial'))
     .option('--speedup-ratio <x>', 'divide every simulated duration by this', number('--speedup-ratio', { above: 0 }), DEFAULT_ENGINE_ARGS.speedupRatio)
-    .option('--decode-speedup-ratio <x>', 'further divide decode steps (speculative decoding)', number('--decode-speedup-ratio', { above: 0 }), DEFAULT_ENGINE_ARGS.decodeSpeedupRatio)
+    .option(
+      '--decode-speedup-ratio <x>',
+      'further divide decode steps (speculative decoding)',
+      number('--decode-speedup-ratio', { above: 0 }),
+      DEFAULT_ENGINE_ARGS.decodeSpeedupRatio,
+    )
     .optionsGroup(GROUPS.engine)
-    .addOption(new Option('--engine-type <type>', "whose scheduler and KV cache are simulated: vllm (hashed blocks, preemption) or sglang (radix cache, retraction)").choices(['vllm', 'sglang']).default(DEFAULT_ENGINE_ARGS.engineType))
+    .addOption(
+      new Option('--engine-type <type>', 'whose scheduler and KV cache are simulated: vllm (hashed blocks, preemption) or sglang (radix cache, retraction)')
+        .choices(['vllm', 'sglang'])
+        .default(DEFAULT_ENGINE_ARGS.engineType),
+    )
     .option('--max-num-seqs <n>', 'running requests per rank', number('--max-num-seqs', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.maxNumSeqs)
-    .option('--max-num-batched-tokens <n>', 'token budget of one pass (at least --max-num-seqs)', number('--max-num-batched-tokens', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.maxNumBatchedTokens)
+    .option(
+      '--max-num-batched-tokens <n>',
+      'token budget of one pass (at least --max-num-seqs)',
+      number('--max-num-batched-tokens', { integer: true, min: 1 }),
+      DEFAULT_ENGINE_ARGS.maxNumBatchedTokens,
+    )
     .option('--enable-chunked-prefill', 'split long prompts over passes', DEFAULT_ENGINE_ARGS.enableChunkedPrefill)
     .option('--no-enable-chunked-prefill', 'a prompt waits until it fits one pass')
-    .addOption(new Option('--preemption-mode <mode>', 'which running request is preempted on KV pressure').choices(['lifo', 'fifo']).default(DEFAULT_ENGINE_ARGS.preemptionMode))
-    .option('--data-parallel-size <n>', 'ranks, each with its own scheduler and KV cache', number('--data-parallel-size', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.dataParallelSize)
-    .option('--extra-engine-args <json>', "Dynamo mocker engine args (JSON file or inline object), applied over the flags")
+    .addOption(
+      new Option('--preemption-mode <mode>', 'which running request is preempted on KV pressure')
+        .choices(['lifo', 'fifo'])
+        .default(DEFAULT_ENGINE_ARGS.preemptionMode),
+    )
+    .option(
+      '--data-parallel-size <n>',
+      'ranks, each with its own scheduler and KV cache',
+      number('--data-parallel-size', { integer: true, min: 1 }),
+      DEFAULT_ENGINE_ARGS.dataParallelSize,
+    )
+    .option('--extra-engine-args <json>', 'Dynamo mocker engine args (JSON file or inline object), applied over the flags')
     .optionsGroup(GROUPS.kvCache)
-    .option('--num-gpu-blocks-override <n>', 'KV cache blocks per rank', number('--num-gpu-blocks-override', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.numGpuBlocks)
-    .option('--block-size <n>', 'tokens per KV block: at least 2 with vllm, 1 or more with sglang (its page size, given either way)', number('--block-size', { integer: true, min: 1 }), DEFAULT_ENGINE_ARGS.blockSize)
+    .option(
+      '--num-gpu-blocks-override <n>',
+      'KV cache blocks per rank',
+      number('--num-gpu-blocks-override', { integer: true, min: 1 }),
+      DEFAULT_ENGINE_ARGS.numGpuBlocks,
+    )
+    .option(
+      '--block-size <n>',
+      'tokens per KV block: at least 2 with vllm, 1 or more with sglang (its page size, given either way)',
+      number('--block-size', { integer: true, min: 1 }),
+      DEFAULT_ENGINE_ARGS.blockSize,
+    )
     .option('--enable-prefix-caching', 'reuse cached prompt blocks', DEFAULT_ENGINE_ARGS.enablePrefixCaching)
     .option('--no-enable-prefix-caching', 'never reuse cached blocks')
-    .option('--watermark <fraction>', 'fraction of KV blocks kept free when admitting', number('--watermark', { min: 0, below: 1 }), DEFAULT_ENGINE_ARGS.watermark)
+    .option(
+      '--watermark <fraction>',
+      'fraction of KV blocks kept free when admitting',
+      number('--watermark', { min: 0, below: 1 }),
+      DEFAULT_ENGINE_ARGS.watermark,
+    )
     .optionsGroup(GROUPS.sglang)
-    .addOption(new Option('--sglang-schedule-policy <policy>', 'admission order, fifo (fcfs) or lpm (longest cached prefix first)').choices(['fifo', 'fcfs', 'lpm']).default(DEFAULT_SGLANG_ARGS.schedulePolicy))
-    .addOption(laterDefault(new Option('--sglang-page-size <n>', 'radix cache page size in tokens').argParser(number('--sglang-page-size', { integer: true, min: 1 })), '--block-size'))
-    .option('--sglang-max-prefill-tokens <n>', 'prompt tokens per pass (at least --sglang-chunked-prefill-size)', number('--sglang-max-prefill-tokens', { integer: true, min: 1 }), DEFAULT_SGLANG_ARGS.maxPrefillTokens)
-    .option('--sglang-chunked-prefill-size <n>', 'longer prompts are prefilled in chunks of this (a multiple of the page size)', number('--sglang-chunked-prefill-size', { integer: true, min: 1 }), DEFAULT_SGLANG_ARGS.chunkedPrefillSize)
-    .option('--sglang-clip-max-new-tokens <n>', 'output tokens reserved per request at most when admitting', number('--sglang-clip-max-new-tokens', { integer: true, min: 1 }), DEFAULT_SGLANG_ARGS.clipMaxNewTokens)
-    .option('--sglang-schedule-conservativeness <x>', 'scales the output reservation, in [0, 1]', number('--sglang-schedule-conservativeness', { min: 0, below: 1.0000001 }), DEFAULT_SGLANG_ARGS.scheduleConservativeness)
+    .addOption(
+      new Option('--sglang-schedule-policy <policy>', 'admission order, fifo (fcfs) or lpm (longest cached prefix first)')
+        .choices(['fifo', 'fcfs', 'lpm'])
+        .default(DEFAULT_SGLANG_ARGS.schedulePolicy),
+    )
+    .addOption(
+      laterDefault(
+        new Option('--sglang-page-size <n>', 'radix cache page size in tokens').argParser(number('--sglang-page-size', { integer: true, min: 1 })),
+        '--block-size',
+      ),
+    )
+    .option(
+      '--sglang-max-prefill-tokens <n>',
+      'prompt tokens per pass (at least --sglang-chunked-prefill-size)',
+      number('--sglang-max-prefill-tokens', { integer: true, min: 1 }),
+      DEFAULT_SGLANG_ARGS.maxPrefillTokens,
+    )
+    .option(
+      '--sglang-chunked-prefill-size <n>',
+      'longer prompts are prefilled in chunks of this (a multiple of the page size)',
+      number('--sglang-chunked-prefill-size', { integer: true, min: 1 }),
+      DEFAULT_SGLANG_ARGS.chunkedPrefillSize,
+    )
+    .option(
+      '--sglang-clip-max-new-tokens <n>',
+      'output tokens reserved per request at most when admitting',
+      number('--sglang-clip-max-new-tokens', { integer: true, min: 1 }),
+      DEFAULT_SGLANG_ARGS.clipMaxNewTokens,
+    )
+    .option(
+      '--sglang-schedule-conservativeness <x>',
+      'scales the output reservation, in [0, 1]',
+      number('--sglang-schedule-conservativeness', { min: 0, below: 1.0000001 }),
+      DEFAULT_SGLANG_ARGS.scheduleConservativeness,
+    )
     .optionsGroup(GROUPS.workers)
     .option('--num-workers <n>', 'independent engines, each on its own port: --port, --port + 1, …', number('--num-workers', { integer: true, min: 1 }), 1)
-    .addOption(laterDefault(new Option('--threads <n>', 'worker threads the --num-workers engines are spread over, round-robin (1: all in the main thread)').argParser(number('--threads', { integer: true, min: 1 })), 'the cores, at most --num-workers'))
+    .addOption(
+      laterDefault(
+        new Option('--threads <n>', 'worker threads the --num-workers engines are spread over, round-robin (1: all in the main thread)').argParser(
+          number('--threads', { integer: true, min: 1 }),
+        ),
+        'the cores, at most --num-workers',
+      ),
+    )
     .optionsGroup(GROUPS.disaggregation)
     .option('--pd <xPyD>', 'run x prefill and y decode engines in-process behind a PD proxy on --port (e.g. 1P1D)')
-    .addOption(laterDefault(new Option('--disaggregation-mode <mode>', 'agg | prefill (answers one token, holds its KV for a decode engine) | decode').choices(['agg', 'prefill', 'decode']), 'agg, or as --is-prefill-worker / --is-decode-worker'))
+    .addOption(
+      laterDefault(
+        new Option('--disaggregation-mode <mode>', 'agg | prefill (answers one token, holds its KV for a decode engine) | decode').choices([
+          'agg',
+          'prefill',
+          'decode',
+        ]),
+        'agg, or as --is-prefill-worker / --is-decode-worker',
+      ),
+    )
     .option('--is-prefill-worker', "Dynamo's legacy spelling of --disaggregation-mode prefill")
     .option('--is-decode-worker', "Dynamo's legacy spelling of --disaggregation-mode decode")
-    .addOption(laterDefault(new Option('--kv-bytes-per-token <n>', 'KV bytes per token for PD transfer times').argParser(number('--kv-bytes-per-token', { min: 0 })), "the model's config.json: layers x 2 x KV heads x head dim x dtype bytes"))
-    .addOption(new Option('--kv-cache-dtype <dtype>', 'KV cache dtype for --kv-bytes-per-token').choices(['auto', 'bfloat16', 'float16', 'float32', 'fp8', 'fp8_e4m3', 'fp8_e5m2', 'fp8_inc', 'fp8_ds_mla']).default('auto'))
-    .option('--kv-transfer-bandwidth <GBps>', 'PD KV transfer bandwidth in GB/s (0: instant)', number('--kv-transfer-bandwidth', { min: 0 }), DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS)
-    .addOption(laterDefault(new Option('--kv-transfer-allowed-hosts <peers>', 'PD: the prefill engines (comma list of host:port, as their kv_transfer_params name them) this engine may pull KV from; others are never called').argParser(peerList), 'none'))
+    .addOption(
+      laterDefault(
+        new Option('--kv-bytes-per-token <n>', 'KV bytes per token for PD transfer times').argParser(number('--kv-bytes-per-token', { min: 0 })),
+        "the model's config.json: layers x 2 x KV heads x head dim x dtype bytes",
+      ),
+    )
+    .addOption(
+      new Option('--kv-cache-dtype <dtype>', 'KV cache dtype for --kv-bytes-per-token')
+        .choices(['auto', 'bfloat16', 'float16', 'float32', 'fp8', 'fp8_e4m3', 'fp8_e5m2', 'fp8_inc', 'fp8_ds_mla'])
+        .default('auto'),
+    )
+    .option(
+      '--kv-transfer-bandwidth <GBps>',
+      'PD KV transfer bandwidth in GB/s (0: instant)',
+      number('--kv-transfer-bandwidth', { min: 0 }),
+      DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS,
+    )
+    .addOption(
+      laterDefault(
+        new Option(
+          '--kv-transfer-allowed-hosts <peers>',
+          'PD: the prefill engines (comma list of host:port, as their kv_transfer_params name them) this engine may pull KV from; others are never called',
+        ).argParser(peerList),
+        'none',
+      ),
+    )
     .optionsGroup(GROUPS.randomOutputs)
     .option('--seed <n>', 'seed of random outputs', number('--seed', { integer: true }), 0)
-    .option('--reasoning <json>', 'random answers open with a thinking span (Dynamo\'s {"start_thinking_token_id":N,"end_thinking_token_id":M,"thinking_ratio":R}; ids default to the tokenizer\'s <think> </think>)', (v: string) => parseReasoningConfig(readJsonObjectArg(v, '--reasoning'), '--reasoning'))
-    .option('--tool-call-rate <r>', 'share of random answers to a chat with tool_choice auto that call one of its tools', number('--tool-call-rate', { min: 0, below: 1.0000001 }), DEFAULT_TOOL_CALL_RATE)
+    .option(
+      '--reasoning <json>',
+      'random answers open with a thinking span (Dynamo\'s {"start_thinking_token_id":N,"end_thinking_token_id":M,"thinking_ratio":R}; ids default to the tokenizer\'s <think> </think>)',
+      (v: string) => parseReasoningConfig(readJsonObjectArg(v, '--reasoning'), '--reasoning'),
+    )
+    .option(
+      '--tool-call-rate <r>',
+      'share of random answers to a chat with tool_choice auto that call one of its tools',
+      number('--tool-call-rate', { min: 0, below: 1.0000001 }),
+      DEFAULT_TOOL_CALL_RATE,
+    )
     .optionsGroup(GROUPS.pooling)
-    .option('--embedding-dimensions <n>', '/v1/embeddings vector size (the largest `dimensions` a request may ask for)', number('--embedding-dimensions', { integer: true, min: 1, below: 65537 }), DEFAULT_POOLING.embeddingDimensions)
-    .option('--embedding-base-latency <ms>', '/v1/embeddings latency per request', number('--embedding-base-latency', { min: 0 }), DEFAULT_POOLING.embeddingBaseLatencyMs)
-    .option('--embedding-per-input-latency <ms>', '/v1/embeddings latency per input', number('--embedding-per-input-latency', { min: 0 }), DEFAULT_POOLING.embeddingPerInputLatencyMs)
-    .option('--ranking-base-latency <ms>', '/v1/ranking, /rerank, /v2/rerank latency per request', number('--ranking-base-latency', { min: 0 }), DEFAULT_POOLING.rankingBaseLatencyMs)
-    .option('--ranking-per-passage-latency <ms>', '/v1/ranking, /rerank, /v2/rerank latency per passage', number('--ranking-per-passage-latency', { min: 0 }), DEFAULT_POOLING.rankingPerPassageLatencyMs)
+    .option(
+      '--embedding-dimensions <n>',
+      '/v1/embeddings vector size (the largest `dimensions` a request may ask for)',
+      number('--embedding-dimensions', { integer: true, min: 1, below: 65537 }),
+      DEFAULT_POOLING.embeddingDimensions,
+    )
+    .option(
+      '--embedding-base-latency <ms>',
+      '/v1/embeddings latency per request',
+      number('--embedding-base-latency', { min: 0 }),
+      DEFAULT_POOLING.embeddingBaseLatencyMs,
+    )
+    .option(
+      '--embedding-per-input-latency <ms>',
+      '/v1/embeddings latency per input',
+      number('--embedding-per-input-latency', { min: 0 }),
+      DEFAULT_POOLING.embeddingPerInputLatencyMs,
+    )
+    .option(
+      '--ranking-base-latency <ms>',
+      '/v1/ranking, /rerank, /v2/rerank latency per request',
+      number('--ranking-base-latency', { min: 0 }),
+      DEFAULT_POOLING.rankingBaseLatencyMs,
+    )
+    .option(
+      '--ranking-per-passage-latency <ms>',
+      '/v1/ranking, /rerank, /v2/rerank latency per passage',
+      number('--ranking-per-passage-latency', { min: 0 }),
+      DEFAULT_POOLING.rankingPerPassageLatencyMs,
+    )
     // Failure injection and start-up delay (AIPerf's mock server, llm-d's simulator, Dynamo).
     .optionsGroup(GROUPS.failures)
     .addOption(laterDefault(new Option('--error-rate <pct>', 'percentage of generation requests that fail').argParser(percentage('--error-rate')), '0'))
-    .addOption(laterDefault(new Option('--error-types <types>', 'comma list the failures are drawn from: rate_limit, invalid_api_key, context_length, server_error, invalid_request, model_not_found, timeout, midstream, disconnect').argParser(errorTypes), DEFAULT_FAULT_TYPES.join(',')))
-    .addOption(laterDefault(new Option('--fail-first <n>', 'the first n generation requests fail (for retry tests)').argParser(number('--fail-first', { integer: true, min: 0 })), '0'))
-    .option('--midstream-after-tokens <n>', 'midstream and disconnect failures break the answer after this many tokens', number('--midstream-after-tokens', { integer: true, min: 0 }), DEFAULT_MIDSTREAM_AFTER_TOKENS)
+    .addOption(
+      laterDefault(
+        new Option(
+          '--error-types <types>',
+          'comma list the failures are drawn from: rate_limit, invalid_api_key, context_length, server_error, invalid_request, model_not_found, timeout, midstream, disconnect',
+        ).argParser(errorTypes),
+        DEFAULT_FAULT_TYPES.join(','),
+      ),
+    )
+    .addOption(
+      laterDefault(
+        new Option('--fail-first <n>', 'the first n generation requests fail (for retry tests)').argParser(number('--fail-first', { integer: true, min: 0 })),
+        '0',
+      ),
+    )
+    .option(
+      '--midstream-after-tokens <n>',
+      'midstream and disconnect failures break the answer after this many tokens',
+      number('--midstream-after-tokens', { integer: true, min: 0 }),
+      DEFAULT_MIDSTREAM_AFTER_TOKENS,
+    )
     .addOption(laterDefault(new Option('--random-seed <n>', 'seed of which requests fail').argParser(number('--random-seed', { integer: true })), '--seed'))
-    .addOption(laterDefault(new Option('--startup-time <s>', '/health and the API answer 503 for this many seconds after start').argParser(number('--startup-time', { min: 0 })), '0'))
+    .addOption(
+      laterDefault(
+        new Option('--startup-time <s>', '/health and the API answer 503 for this many seconds after start').argParser(number('--startup-time', { min: 0 })),
+        '0',
+      ),
+    )
     .optionsGroup(GROUPS.kvEvents)
-    .option('--kv-events-config <json>', "vLLM's KV events config, e.g. '{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:5557\",\"replay_endpoint\":\"tcp://*:5558\"}'")
-    .option('--zmq-kv-events-ports <ports>', "Dynamo's spelling: one KV events PUB port per worker (comma list), rank r on port + r", portList('--zmq-kv-events-ports'))
+    .option(
+      '--kv-events-config <json>',
+      'vLLM\'s KV events config, e.g. \'{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}\'',
+    )
+    .option(
+      '--zmq-kv-events-ports <ports>',
+      "Dynamo's spelling: one KV events PUB port per worker (comma list), rank r on port + r",
+      portList('--zmq-kv-events-ports'),
+    )
     .option('--zmq-replay-ports <ports>', 'one KV events replay (ROUTER) port per worker, with --zmq-kv-events-ports', portList('--zmq-replay-ports'))
-    .addOption(new Option('--kv-events-format <format>', 'KV event layout: array (vLLM <= 0.2x tagged arrays) | map (named fields, vLLM PR #42892)').choices(['array', 'map']).default('array'))
-    .addOption(new Option('--prefix-caching-hash-algo <algo>', "vLLM block hash of KV events (seed: $PYTHONHASHSEED, else \"vllm-none-hash\")").choices(['sha256_cbor', 'sha256']).default('sha256_cbor'))
+    .addOption(
+      new Option('--kv-events-format <format>', 'KV event layout: array (vLLM <= 0.2x tagged arrays) | map (named fields, vLLM PR #42892)')
+        .choices(['array', 'map'])
+        .default('array'),
+    )
+    .addOption(
+      new Option('--prefix-caching-hash-algo <algo>', 'vLLM block hash of KV events (seed: $PYTHONHASHSEED, else "vllm-none-hash")')
+        .choices(['sha256_cbor', 'sha256'])
+        .default('sha256_cbor'),
+    )
     .optionsGroup(GROUPS.metrics)
     .option('--show-hidden-metrics-for-version <version>', "also vLLM's hidden deprecated metrics (gpu_cache_usage_perc)")
     .addOption(new Option('--dcgm-gpu-name <gpu>', 'GPU model of the simulated DCGM telemetry').choices(DCGM_GPU_NAMES).default(DEFAULT_DCGM.gpuName))
-    .option('--dcgm-num-gpus <n>', 'GPUs per simulated DCGM exporter (1-8)', number('--dcgm-num-gpus', { integer: true, min: 1, below: 9 }), DEFAULT_DCGM.numGpus)
+    .option(
+      '--dcgm-num-gpus <n>',
+      'GPUs per simulated DCGM exporter (1-8)',
+      number('--dcgm-num-gpus', { integer: true, min: 1, below: 9 }),
+      DEFAULT_DCGM.numGpus,
+    )
     .option('--dcgm-auto-load', 'DCGM load follows token throughput', DEFAULT_DCGM.autoLoad)
     .option('--no-dcgm-auto-load', 'DCGM GPUs stay idle')
-    .option('--dcgm-min-throughput <tokens/s>', 'token throughput taken as full DCGM load until more is seen', number('--dcgm-min-throughput', { above: 0 }), DEFAULT_DCGM.minThroughput)
-    .option('--dcgm-window-sec <s>', 'sliding window of the DCGM throughput (0.1-60)', number('--dcgm-window-sec', { min: 0.1, below: 60.0000001 }), DEFAULT_DCGM.windowSec)
+    .option(
+      '--dcgm-min-throughput <tokens/s>',
+      'token throughput taken as full DCGM load until more is seen',
+      number('--dcgm-min-throughput', { above: 0 }),
+      DEFAULT_DCGM.minThroughput,
+    )
+    .option(
+      '--dcgm-window-sec <s>',
+      'sliding window of the DCGM throughput (0.1-60)',
+      number('--dcgm-window-sec', { min: 0.1, below: 60.0000001 }),
+      DEFAULT_DCGM.windowSec,
+    )
     .option('--dcgm-hostname <name>', 'Hostname label of the DCGM metrics', DEFAULT_DCGM.hostname)
-    .addOption(laterDefault(new Option('--dcgm-seed <n>', 'seed of the DCGM noise and GPU UUIDs').argParser(number('--dcgm-seed', { integer: true, min: 0 })), 'a new one each start'))
+    .addOption(
+      laterDefault(
+        new Option('--dcgm-seed <n>', 'seed of the DCGM noise and GPU UUIDs').argParser(number('--dcgm-seed', { integer: true, min: 0 })),
+        'a new one each start',
+      ),
+    )
     .optionsGroup(GROUPS.security)
     .addOption(laterDefault(new Option('--api-key <key>', 'require Authorization: Bearer <key> on /v1/*'), '$VLLM_API_KEY'))
     .addOption(apiKeyScope())
@@ -307,13 +597,20 @@ export function buildProgram(): Command {
       const format = o.kvEventsFormat as KvEventsFormat;
       if (o.kvEventsConfig && o.zmqKvEventsPorts) throw new Error('--kv-events-config and --zmq-kv-events-ports both configure KV events: give one');
       if (o.zmqReplayPorts && !o.zmqKvEventsPorts) throw new Error('--zmq-replay-ports needs --zmq-kv-events-ports');
-      if (o.disaggregationMode && (o.isPrefillWorker || o.isDecodeWorker)) throw new Error('--disaggregation-mode cannot be combined with --is-prefill-worker / --is-decode-worker');
+      if (o.disaggregationMode && (o.isPrefillWorker || o.isDecodeWorker))
+        throw new Error('--disaggregation-mode cannot be combined with --is-prefill-worker / --is-decode-worker');
       if (o.isPrefillWorker && o.isDecodeWorker) throw new Error('--is-prefill-worker and --is-decode-worker are exclusive');
-      const latency = given({ ttftMs: o.ttft as number | undefined, itlMs: o.itl as number | undefined, ttftStdMs: o.ttftStd as number | undefined, itlStdMs: o.itlStd as number | undefined });
+      const latency = given({
+        ttftMs: o.ttft as number | undefined,
+        itlMs: o.itl as number | undefined,
+        ttftStdMs: o.ttftStd as number | undefined,
+        itlStdMs: o.itlStd as number | undefined,
+      });
       const latencyGiven = Object.keys(latency).length > 0;
       if (o.fast && o.timing !== undefined && o.timing !== 'none') throw new Error(`--fast is --timing none: it cannot be combined with --timing ${o.timing}`);
       if (o.fast && latencyGiven) throw new Error('--fast (no latency) cannot be combined with --ttft / --itl / --ttft-std / --itl-std');
-      if (latencyGiven && o.timing !== undefined && o.timing !== 'latency') throw new Error(`--ttft / --itl / --ttft-std / --itl-std are --timing latency's: they cannot be combined with --timing ${o.timing}`);
+      if (latencyGiven && o.timing !== undefined && o.timing !== 'latency')
+        throw new Error(`--ttft / --itl / --ttft-std / --itl-std are --timing latency's: they cannot be combined with --timing ${o.timing}`);
       const role: ServeOptions['role'] = o.disaggregationMode ?? (o.isPrefillWorker ? 'prefill' : o.isDecodeWorker ? 'decode' : 'agg');
       let kvEvents: KvEventsConfig[] | undefined;
       if (o.kvEventsConfig) {
@@ -348,7 +645,12 @@ export function buildProgram(): Command {
         outputs: o.outputs,
         timing: o.fast ? 'none' : latencyGiven ? 'latency' : o.timing,
         latency: latencyGiven ? latency : undefined,
-        faults: given({ errorRate: o.errorRate as number | undefined, errorTypes: o.errorTypes as ReturnType<typeof errorTypes> | undefined, failFirst: o.failFirst as number | undefined, midstreamAfterTokens: o.midstreamAfterTokens as number }),
+        faults: given({
+          errorRate: o.errorRate as number | undefined,
+          errorTypes: o.errorTypes as ReturnType<typeof errorTypes> | undefined,
+          failFirst: o.failFirst as number | undefined,
+          midstreamAfterTokens: o.midstreamAfterTokens as number,
+        }),
         faultSeed: o.randomSeed,
         startupTimeS: o.startupTime,
         matching: { match: o.match, minPrefixRatio: o.minPrefixRatio, ignoreFields: o.ignoreField },
@@ -370,7 +672,15 @@ export function buildProgram(): Command {
           rankingPerPassageLatencyMs: o.rankingPerPassageLatency,
         },
         toolCallRate: o.toolCallRate,
-        dcgm: { gpuName: o.dcgmGpuName, numGpus: o.dcgmNumGpus, autoLoad: o.dcgmAutoLoad, minThroughput: o.dcgmMinThroughput, windowSec: o.dcgmWindowSec, hostname: o.dcgmHostname, seed: o.dcgmSeed },
+        dcgm: {
+          gpuName: o.dcgmGpuName,
+          numGpus: o.dcgmNumGpus,
+          autoLoad: o.dcgmAutoLoad,
+          minThroughput: o.dcgmMinThroughput,
+          windowSec: o.dcgmWindowSec,
+          hostname: o.dcgmHostname,
+          seed: o.dcgmSeed,
+        },
       };
       // More threads than engines would idle.
       const threads = Math.min(o.threads ?? defaultThreads(o.numWorkers), o.numWorkers);
@@ -383,41 +693,107 @@ export function buildProgram(): Command {
 
   program
     .command('trace')
-    .description("Replay a Mooncake trace, a synthetic workload or a capture's traffic through simulated workers (offline or online) or against live servers; report like AIPerf (Dynamo's python -m dynamo.replay).")
+    .description(
+      "Replay a Mooncake trace, a synthetic workload or a capture's traffic through simulated workers (offline or online) or against live servers; report like AIPerf (Dynamo's python -m dynamo.replay).",
+    )
     .argument('[trace]', 'Mooncake JSONL trace (hash_ids, input_length, output_length, timestamp, session_id, delay)')
     .optionsGroup(GROUPS.input)
-    .option('--from-captures <file>', "replay a capture file's own requests (prompt ids, output lengths, arrival times) as load; answers are checked by mocker rerun")
+    .option(
+      '--from-captures <file>',
+      "replay a capture file's own requests (prompt ids, output lengths, arrival times) as load; answers are checked by mocker rerun",
+    )
     .option('--trace-block-size <n>', 'tokens per hash id of the trace', number('--trace-block-size', { integer: true, min: 1 }), 512)
     .option('--input-tokens <n>', 'synthetic workload: prompt tokens per request', number('--input-tokens', { integer: true, min: 1 }))
     .option('--output-tokens <n>', 'synthetic workload: output tokens per request', number('--output-tokens', { integer: true, min: 1 }))
     .option('--request-count <n>', 'synthetic workload: requests (sessions when multi-turn)', number('--request-count', { integer: true, min: 1 }))
     .option('--arrival-interval-ms <ms>', 'synthetic workload: ms between arrivals (sessions)', number('--arrival-interval-ms', { min: 0 }), 1)
     .option('--turns-per-session <n>', 'synthetic workload: turns per session', number('--turns-per-session', { integer: true, min: 1 }), 1)
-    .option('--shared-prefix-ratio <r>', 'synthetic workload: fraction of each prompt shared with its prefix group', number('--shared-prefix-ratio', { min: 0, below: 1.0000001 }), 0)
+    .option(
+      '--shared-prefix-ratio <r>',
+      'synthetic workload: fraction of each prompt shared with its prefix group',
+      number('--shared-prefix-ratio', { min: 0, below: 1.0000001 }),
+      0,
+    )
     .option('--num-prefix-groups <n>', 'synthetic workload: prefix groups sessions are drawn into', number('--num-prefix-groups', { integer: true, min: 0 }), 0)
-    .option('--inter-turn-delay-ms <ms>', "synthetic workload: ms after a turn completes before the session's next", number('--inter-turn-delay-ms', { min: 0 }), 0)
+    .option(
+      '--inter-turn-delay-ms <ms>',
+      "synthetic workload: ms after a turn completes before the session's next",
+      number('--inter-turn-delay-ms', { min: 0 }),
+      0,
+    )
     .optionsGroup(GROUPS.replay)
-    .addOption(laterDefault(new Option('--replay-mode <mode>', 'offline: virtual clock, as fast as possible | online: real time').choices(['offline', 'online']), 'offline; online with --target'))
-    .addOption(laterDefault(new Option('--speedup-ratio <x>', 'divide every simulated duration by this').argParser(number('--speedup-ratio', { above: 0 })), "the engine args' speedup_ratio, 1"))
+    .addOption(
+      laterDefault(
+        new Option('--replay-mode <mode>', 'offline: virtual clock, as fast as possible | online: real time').choices(['offline', 'online']),
+        'offline; online with --target',
+      ),
+    )
+    .addOption(
+      laterDefault(
+        new Option('--speedup-ratio <x>', 'divide every simulated duration by this').argParser(number('--speedup-ratio', { above: 0 })),
+        "the engine args' speedup_ratio, 1",
+      ),
+    )
     .option('--arrival-speedup-ratio <x>', 'divide arrival times and inter-turn delays by this', number('--arrival-speedup-ratio', { above: 0 }), 1)
-    .option('--replay-concurrency <n>', 'closed loop: keep n requests in flight, ignoring arrival times', number('--replay-concurrency', { integer: true, min: 1 }))
+    .option(
+      '--replay-concurrency <n>',
+      'closed loop: keep n requests in flight, ignoring arrival times',
+      number('--replay-concurrency', { integer: true, min: 1 }),
+    )
     .option('--seed <n>', 'seed of the synthetic workload, the engines and the router', number('--seed', { integer: true }), 42)
     .optionsGroup(GROUPS.replayWorkers)
     .addOption(new Option('--router-mode <mode>', 'how requests are spread over workers').choices(['round_robin', 'kv_router']).default('round_robin'))
-    .addOption(laterDefault(new Option('--num-workers <n>', 'aggregated workers').argParser(number('--num-workers', { integer: true, min: 1 })), '1; with --target, one per target'))
-    .addOption(laterDefault(new Option('--num-prefill-workers <n>', 'prefill workers of a disaggregated replay').argParser(number('--num-prefill-workers', { integer: true, min: 1 })), '1'))
-    .addOption(laterDefault(new Option('--num-decode-workers <n>', 'decode workers of a disaggregated replay').argParser(number('--num-decode-workers', { integer: true, min: 1 })), '1'))
+    .addOption(
+      laterDefault(
+        new Option('--num-workers <n>', 'aggregated workers').argParser(number('--num-workers', { integer: true, min: 1 })),
+        '1; with --target, one per target',
+      ),
+    )
+    .addOption(
+      laterDefault(
+        new Option('--num-prefill-workers <n>', 'prefill workers of a disaggregated replay').argParser(
+          number('--num-prefill-workers', { integer: true, min: 1 }),
+        ),
+        '1',
+      ),
+    )
+    .addOption(
+      laterDefault(
+        new Option('--num-decode-workers <n>', 'decode workers of a disaggregated replay').argParser(number('--num-decode-workers', { integer: true, min: 1 })),
+        '1',
+      ),
+    )
     .option('--extra-engine-args <json>', 'Dynamo mocker engine args of every aggregated worker (JSON file or inline object)')
-    .option('--prefill-engine-args <json>', 'engine args of the prefill workers (disaggregated; kv_bytes_per_token and kv_transfer_bandwidth set the KV handoff)')
+    .option(
+      '--prefill-engine-args <json>',
+      'engine args of the prefill workers (disaggregated; kv_bytes_per_token and kv_transfer_bandwidth set the KV handoff)',
+    )
     .option('--decode-engine-args <json>', 'engine args of the decode workers (disaggregated)')
-    .option('--router-config <json>', 'KV router settings (JSON file or inline object), e.g. {"overlap_score_weight":1,"router_temperature":0,"router_queue_policy":"fcfs"}')
+    .option(
+      '--router-config <json>',
+      'KV router settings (JSON file or inline object), e.g. {"overlap_score_weight":1,"router_temperature":0,"router_queue_policy":"fcfs"}',
+    )
     .optionsGroup(GROUPS.live)
-    .option('--target <urls>', 'send the requests to these running servers (comma list: one worker each) instead of simulating', (v: string) => v.split(',').map((u) => (checkedUrl('--target', u.trim()), u.trim())))
-    .option('--kv-events <endpoints>', "each server's ZMQ KV events endpoint (comma list, e.g. tcp://host:5557), for --router-mode kv_router", (v: string) => v.split(',').map((e) => e.trim()))
+    .option('--target <urls>', 'send the requests to these running servers (comma list: one worker each) instead of simulating', (v: string) =>
+      v.split(',').map((u) => (checkedUrl('--target', u.trim()), u.trim())),
+    )
+    .option('--kv-events <endpoints>', "each server's ZMQ KV events endpoint (comma list, e.g. tcp://host:5557), for --router-mode kv_router", (v: string) =>
+      v.split(',').map((e) => e.trim()),
+    )
     .addOption(laterDefault(new Option('--model <name>', 'the model to ask for'), "the first of each server's /v1/models"))
-    .option('--request-timeout <s>', 'give up a request after this many seconds without a byte from its server (0: never)', number('--request-timeout', { min: 0 }), 600)
+    .option(
+      '--request-timeout <s>',
+      'give up a request after this many seconds without a byte from its server (0: never)',
+      number('--request-timeout', { min: 0 }),
+      600,
+    )
     .optionsGroup(GROUPS.output)
-    .addOption(laterDefault(new Option('--report-json <path>', 'where the JSON report goes (a directory: a timestamped file inside)'), `${DEFAULT_REPORTS_DIR}/dynamo_replay_report_<time>.json`))
+    .addOption(
+      laterDefault(
+        new Option('--report-json <path>', 'where the JSON report goes (a directory: a timestamped file inside)'),
+        `${DEFAULT_REPORTS_DIR}/dynamo_replay_report_<time>.json`,
+      ),
+    )
     .option('--report-html <file>', 'also write a self-contained HTML report with latency CDFs, throughput, KV usage and prefix hits over time')
     .addOption(forceOption())
     .option('--no-progress', 'no progress bar or progress lines on stderr')
@@ -442,7 +818,15 @@ export function buildProgram(): Command {
     .action(async (o) => {
       const urls = (list: string, flag: string) => list.split(',').map((u) => checkedUrl(flag, u.trim()));
       const access = { key: o.apiKey, scope: o.apiKeyScope };
-      const options = { prefill: urls(o.prefill, '--prefill'), decode: urls(o.decode, '--decode'), host: o.host, port: o.port, maxBodyBytes: o.maxBodyBytes, access, tls: tlsFiles(o) };
+      const options = {
+        prefill: urls(o.prefill, '--prefill'),
+        decode: urls(o.decode, '--decode'),
+        host: o.host,
+        port: o.port,
+        maxBodyBytes: o.maxBodyBytes,
+        access,
+        tls: tlsFiles(o),
+      };
       await stopOnSignal('pd-proxy', startPdProxy(options), o.shutdownTimeout);
     });
 
@@ -455,7 +839,12 @@ export function buildProgram(): Command {
     .option('--upstream-timeout <ms>', 'upstream inactivity timeout', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
     .optionsGroup(GROUPS.recording)
     .option('--captures <file>', 'capture file (SQLite)', DEFAULT_CAPTURES)
-    .addOption(laterDefault(new Option('--model <model>', 'tokenizer stored with the capture: local directory or HF id in the local cache'), "the upstream's model if cached, else bundled"))
+    .addOption(
+      laterDefault(
+        new Option('--model <model>', 'tokenizer stored with the capture: local directory or HF id in the local cache'),
+        "the upstream's model if cached, else bundled",
+      ),
+    )
     .option('--label <text>', 'free text stored with this capture run')
     .option('--redact-header <name>', 'also never store this header (Authorization, API keys and cookies never are)', collect, [...DEFAULT_REDACTED_HEADERS])
     .option('--redact-bodies', 'store token ids and timing only: no text, request body or response bytes (replay renders from the ids)')
@@ -470,12 +859,15 @@ export function buildProgram(): Command {
     .action(async (o) => stopOnSignal('capture', startCaptureWith(o), o.shutdownTimeout));
 
   // Every server takes vLLM's TLS flags (listed after its own).
-  for (const server of ['serve', 'capture', 'pd-proxy']) for (const option of tlsOptions()) program.commands.find((c) => c.name() === server)!.addOption(option);
+  for (const server of ['serve', 'capture', 'pd-proxy'])
+    for (const option of tlsOptions()) program.commands.find((c) => c.name() === server)!.addOption(option);
 
   program.addCommand(rerunCommand());
 
   /** `mocker captures <command> FILE`: capture files as a product (each command registers itself here). */
-  program.command('captures').description('Inspect, export, merge, verify, diff and fit capture files.')
+  program
+    .command('captures')
+    .description('Inspect, export, merge, verify, diff and fit capture files.')
     .addCommand(capturesList)
     .addCommand(capturesShow)
     .addCommand(capturesExport)
@@ -490,4 +882,3 @@ export function buildProgram(): Command {
   useOptionStyle(program);
   return program;
 }
-

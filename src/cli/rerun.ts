@@ -57,7 +57,8 @@ const HEADER_VALUE = /^[^\x00-\x08\x0a-\x1f\x7f]*$/;
 function parseHeader(text: string): [string, string] {
   const colon = text.indexOf(':');
   const [name, value] = [text.slice(0, colon).trim(), text.slice(colon + 1).trim()];
-  if (colon <= 0 || !HEADER_NAME.test(name) || !HEADER_VALUE.test(value)) throw new ExitError(`--header "${text}": expected "Name: value" (a name of letters, digits and !#$%&'*+.^_\`|~-, a value on one line)`, COULD_NOT_RUN);
+  if (colon <= 0 || !HEADER_NAME.test(name) || !HEADER_VALUE.test(value))
+    throw new ExitError(`--header "${text}": expected "Name: value" (a name of letters, digits and !#$%&'*+.^_\`|~-, a value on one line)`, COULD_NOT_RUN);
   return [name, value];
 }
 
@@ -97,7 +98,8 @@ export async function runRerun(golden: string, o: RerunOptions): Promise<number>
       if (resolve(path) === resolve(output)) throw new ExitError(`${path} is also -o: the rerun's capture file and its report are two files`, COULD_NOT_RUN);
       checkOutput(path, { inputs: [golden], force: o.force });
     }
-    if (reports.length === 2 && resolve(reports[0]) === resolve(reports[1])) throw new ExitError(`--junit and --report-html both name ${reports[0]}`, COULD_NOT_RUN);
+    if (reports.length === 2 && resolve(reports[0]) === resolve(reports[1]))
+      throw new ExitError(`--junit and --report-html both name ${reports[0]}`, COULD_NOT_RUN);
     ({ requests, skipped } = goldenRequests(golden));
     tokenizer = goldenTokenizer(golden);
   } catch (err) {
@@ -120,11 +122,17 @@ export async function runRerun(golden: string, o: RerunOptions): Promise<number>
     tokenizer,
     quiet: true,
   }).catch(couldNotRun);
-  console.error(`mocker rerun: sending ${requests.length} request(s) of ${golden} to ${o.target} (${o.asCaptured ? `as captured${o.speedup !== 1 ? `, ${o.speedup}x faster` : ''}` : `${o.concurrency} at a time`}), recording into ${output}`);
+  console.error(
+    `mocker rerun: sending ${requests.length} request(s) of ${golden} to ${o.target} (${o.asCaptured ? `as captured${o.speedup !== 1 ? `, ${o.speedup}x faster` : ''}` : `${o.concurrency} at a time`}), recording into ${output}`,
+  );
   const progress = progressReporter('rerun', true, requests.length);
   const started = performance.now();
   try {
-    await sendRequests(new URL(`http://127.0.0.1:${proxy.port}`), requests, { pacing, headers, onDone: (done) => progress.update(done, performance.now() - started) });
+    await sendRequests(new URL(`http://127.0.0.1:${proxy.port}`), requests, {
+      pacing,
+      headers,
+      onDone: (done) => progress.update(done, performance.now() - started),
+    });
   } finally {
     progress.stop();
     await proxy.close(0);
@@ -133,9 +141,17 @@ export async function runRerun(golden: string, o: RerunOptions): Promise<number>
   const report = await compareRerun({ golden, candidate: output, target: o.target, skipped }).catch(couldNotRun);
   const sent = report.exchanges.filter((e) => e.verdict !== 'not-compared');
   const unanswered = sent.filter((e) => e.status.candidate === null);
-  if (unanswered.length === sent.length) throw new ExitError(`${o.target} answered none of the ${sent.length} request(s) (${unanswered[0]?.note ?? 'no answer'}); what was tried is in ${output}`, COULD_NOT_RUN);
+  if (unanswered.length === sent.length)
+    throw new ExitError(
+      `${o.target} answered none of the ${sent.length} request(s) (${unanswered[0]?.note ?? 'no answer'}); what was tried is in ${output}`,
+      COULD_NOT_RUN,
+    );
   const refused = sent.filter((e) => e.status.candidate === 401 || e.status.candidate === 403);
-  if (refused.length === sent.length) throw new ExitError(`${o.target} refused every request (${refused[0].status.candidate}): give its key with --api-key or --header; what was tried is in ${output}`, COULD_NOT_RUN);
+  if (refused.length === sent.length)
+    throw new ExitError(
+      `${o.target} refused every request (${refused[0].status.candidate}): give its key with --api-key or --header; what was tried is in ${output}`,
+      COULD_NOT_RUN,
+    );
   console.log(o.json ? terminalJson(report) : terminalText(formatRerunReport(report, o.limit), { keepNewlines: true }));
   const rules = { inputs: [golden, output], force: o.force };
   try {
@@ -156,16 +172,28 @@ export function rerunCommand(): Command {
     .argument('<file>', 'the golden capture file (read only)')
     .optionsGroup(GROUPS.target)
     .requiredOption('--target <url>', 'the server to check (any engine `capture` speaks to)')
-    .option('--header <header>', "add this header to every request (\"Name: value\"; repeatable); stored secrets never exist, so keys come from here or --api-key", (v: string, prev: string[]) => [...prev, v], [] as string[])
+    .option(
+      '--header <header>',
+      'add this header to every request ("Name: value"; repeatable); stored secrets never exist, so keys come from here or --api-key',
+      (v: string, prev: string[]) => [...prev, v],
+      [] as string[],
+    )
     .addOption(laterDefault(new Option('--api-key <key>', 'send Authorization: Bearer <key>'), '$OPENAI_API_KEY when set'))
-    .option('--upstream-timeout <ms>', 'give up on an answer after this long without a byte from the target', number('--upstream-timeout', { integer: true, min: 1 }), DEFAULT_UPSTREAM_TIMEOUT_MS)
+    .option(
+      '--upstream-timeout <ms>',
+      'give up on an answer after this long without a byte from the target',
+      number('--upstream-timeout', { integer: true, min: 1 }),
+      DEFAULT_UPSTREAM_TIMEOUT_MS,
+    )
     .option('--upstream-ca-certs <file>', "CA certificates (PEM) an https: target's certificate is checked against, instead of Node's")
     .optionsGroup(GROUPS.pacing)
     .option('--concurrency <n>', 'requests in flight at once, each sent when one ends', number('--concurrency', { integer: true, min: 1 }), 1)
     .addOption(new Option('--as-captured', 'send each request at its captured arrival time instead (see --speedup)').conflicts('concurrency'))
     .option('--speedup <x>', 'with --as-captured: divide the captured arrival times by x', number('--speedup', { above: 0 }), 1)
     .optionsGroup(GROUPS.output)
-    .addOption(laterDefault(new Option('-o, --output <file>', "the new capture file of the target's answers (never an existing file)"), 'captures/rerun-<UTC time>.db'))
+    .addOption(
+      laterDefault(new Option('-o, --output <file>', "the new capture file of the target's answers (never an existing file)"), 'captures/rerun-<UTC time>.db'),
+    )
     .option('--json', 'print the report as JSON')
     .option('--junit <file>', 'also write the report as JUnit XML, one test case per exchange (for CI systems)')
     .option('--report-html <file>', 'also write the report as one self-contained HTML page: the exchanges side by side, timing CDFs')

@@ -3,7 +3,23 @@ import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { DEFAULT_REDACTED_HEADERS } from '../capture/forward.js';
 import { Recorder } from '../capture/recorder.js';
-import { badLatencyKnob, DEFAULT_LATENCY_KNOBS, defaultHashSeed, fixedTiming, latencyTiming, loadPerfModel, modelTiming, polynomialPerfModel, SimulatedEngine, zeroTiming, type BlockHashAlgo, type EngineObserver, type LatencyKnobs, type PassTiming, type TimingMode } from '../engine/index.js';
+import {
+  badLatencyKnob,
+  DEFAULT_LATENCY_KNOBS,
+  defaultHashSeed,
+  fixedTiming,
+  latencyTiming,
+  loadPerfModel,
+  modelTiming,
+  polynomialPerfModel,
+  SimulatedEngine,
+  zeroTiming,
+  type BlockHashAlgo,
+  type EngineObserver,
+  type LatencyKnobs,
+  type PassTiming,
+  type TimingMode,
+} from '../engine/index.js';
 import { KvEventStreams, KvTraceLog, kvTraceEnabled, type KvEventsConfig } from '../events/index.js';
 import { DEFAULT_MIN_PREFIX_RATIO, OutputResolver, type MatchMode, type MissPolicy, type OutputsMode } from '../generation/resolver.js';
 import { resolveReasoningSpan } from '../generation/reasoning.js';
@@ -165,7 +181,8 @@ const UNIGNORABLE_FIELDS: Record<string, string> = {
 function matchingOf(given: ServeOptions['matching']): Required<NonNullable<ServeOptions['matching']>> {
   const matching = { match: 'exact' as MatchMode, minPrefixRatio: DEFAULT_MIN_PREFIX_RATIO, ignoreFields: [] as string[], ...given };
   if (!['exact', 'prefix', 'sequence'].includes(matching.match)) throw new Error(`--match must be exact, prefix or sequence, got ${matching.match}`);
-  if (!(matching.minPrefixRatio > 0 && matching.minPrefixRatio <= 1)) throw new Error(`--min-prefix-ratio must be > 0 and <= 1, got ${matching.minPrefixRatio}`);
+  if (!(matching.minPrefixRatio > 0 && matching.minPrefixRatio <= 1))
+    throw new Error(`--min-prefix-ratio must be > 0 and <= 1, got ${matching.minPrefixRatio}`);
   for (const name of matching.ignoreFields) {
     if (Object.hasOwn(UNIGNORABLE_FIELDS, name)) throw new Error(`--ignore-field ${name}: ${UNIGNORABLE_FIELDS[name]}`);
   }
@@ -215,7 +232,8 @@ export interface StartupLine {
 
 /** The startup line: the settings, then every engine's URL (tests and scripts wait for "on http://…"). */
 /** (Model names from a capture file are in it: escaped for the terminal.) */
-export const startupLineText = (line: StartupLine, ports: number[]) => terminalText(`${line.head}${ports.map((p) => `${line.scheme}://${line.host}:${p}`).join(', ')}${line.tail}`);
+export const startupLineText = (line: StartupLine, ports: number[]) =>
+  terminalText(`${line.head}${ports.map((p) => `${line.scheme}://${line.host}:${p}`).join(', ')}${line.tail}`);
 
 /** vLLM's side-channel host, where decode engines reach a prefill engine listening on `host` (a wildcard is not one they can call). */
 export function advertisedHost(host: string): string {
@@ -291,7 +309,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   if (!(opts.forwardTimeMs >= 0)) throw new Error(`--forward-time-ms must be >= 0, got ${opts.forwardTimeMs}`);
   const args = checkEngineArgs({ ...DEFAULT_ENGINE_ARGS, ...opts.engine });
   const lora = opts.lora ?? { enabled: false, modules: [], maxLoras: 1 };
-  if ((lora.enabled || lora.modules.length > 0) && args.engineType === 'sglang') throw new Error('--enable-lora / --lora-modules: LoRA adapters are simulated with --engine-type vllm only');
+  if ((lora.enabled || lora.modules.length > 0) && args.engineType === 'sglang')
+    throw new Error('--enable-lora / --lora-modules: LoRA adapters are simulated with --engine-type vllm only');
   if (!(args.speedupRatio > 0)) throw new Error(`--speedup-ratio must be > 0, got ${args.speedupRatio}`);
   if (!(args.decodeSpeedupRatio > 0)) throw new Error(`--decode-speedup-ratio must be > 0, got ${args.decodeSpeedupRatio}`);
   if (opts.latency && timing !== 'latency') throw new Error(`--ttft / --itl apply to --timing latency, not --timing ${timing}`);
@@ -299,7 +318,13 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const latencyKnobs = Array.from({ length: timing === 'latency' ? workers : 0 }, () => ({ ...DEFAULT_LATENCY_KNOBS, ...opts.latency }));
   const badKnob = latencyKnobs.length > 0 ? badLatencyKnob(latencyKnobs[0]) : null;
   if (badKnob) throw new Error(`--timing latency: ${badKnob[0]} must be a non-negative number of ms, got ${badKnob[1]}`);
-  const faults: FaultSettings = { errorRate: 0, errorTypes: [...DEFAULT_FAULT_TYPES], failFirst: 0, midstreamAfterTokens: DEFAULT_MIDSTREAM_AFTER_TOKENS, ...opts.faults };
+  const faults: FaultSettings = {
+    errorRate: 0,
+    errorTypes: [...DEFAULT_FAULT_TYPES],
+    failFirst: 0,
+    midstreamAfterTokens: DEFAULT_MIDSTREAM_AFTER_TOKENS,
+    ...opts.faults,
+  };
   const badFault = badFaultSetting(faults);
   if (badFault) throw new Error(`failure injection: ${badFault[1]}`);
   const matching = matchingOf(opts.matching);
@@ -357,7 +382,10 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   if (connections) closers.push(() => connections.close());
   let recording: RecordingSink | undefined;
   if (onMiss === 'record' && store && upstream) {
-    const runId = store.startRun({ kind: 'record', upstream: upstream.url.href, ...runColumns(upstream.identity), tokenizerName: tokenizer.name }, tokenizer.files);
+    const runId = store.startRun(
+      { kind: 'record', upstream: upstream.url.href, ...runColumns(upstream.identity), tokenizerName: tokenizer.name },
+      tokenizer.files,
+    );
     upstream.onIdentified((later) => store.updateRun(runId, runColumns(later)));
     recording = new RecordingSink(new Recorder(store, runId, tokenizer, upstream, new Set(opts.redactHeaders.map((h) => h.toLowerCase()))).sink, opts.captures);
   }
@@ -372,13 +400,16 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   const hashAlgo = opts.prefixCachingHashAlgo ?? 'sha256_cbor';
   // As Dynamo: a config without the KV geometry means no transfer delay (said when it matters).
   const bytesPerToken = opts.kvBytesPerToken ?? kvBytesPerToken(tokenizer.modelConfig, opts.kvCacheDtype ?? 'auto');
-  if (bytesPerToken === null && role !== 'agg' && !quiet) console.warn(`mocker serve: ${tokenizer.name}'s config.json gives no KV geometry: KV transfers take no time (give --kv-bytes-per-token)`);
+  if (bytesPerToken === null && role !== 'agg' && !quiet)
+    console.warn(`mocker serve: ${tokenizer.name}'s config.json gives no KV geometry: KV transfers take no time (give --kv-bytes-per-token)`);
   const bandwidthGBps = opts.kvTransferBandwidthGBps ?? DEFAULT_KV_TRANSFER_BANDWIDTH_GBPS;
   if (!(bandwidthGBps >= 0)) throw new Error(`--kv-transfer-bandwidth must be >= 0, got ${bandwidthGBps}`);
   const kvHoldTimeoutMs = opts.kvHoldTimeoutMs ?? 1000 * Number(process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT ?? 480);
   // setTimeout fires at once for anything that is not a number of ms up to 2^31 - 1 (about 24.8 days).
   if (!(kvHoldTimeoutMs > 0 && kvHoldTimeoutMs <= 2 ** 31 - 1)) {
-    throw new Error(`VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be a number of seconds between 0 and ${Math.floor((2 ** 31 - 1) / 1000)}, got "${process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT}"`);
+    throw new Error(
+      `VLLM_NIXL_ABORT_REQUEST_TIMEOUT must be a number of seconds between 0 and ${Math.floor((2 ** 31 - 1) / 1000)}, got "${process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT}"`,
+    );
   }
   const advertised = advertisedHost(opts.host);
   const kvPeers = new Set(
@@ -390,7 +421,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       }
     }),
   );
-  if (role === 'decode' && kvPeers.size === 0 && !quiet) console.warn('mocker serve: a decode engine without --kv-transfer-allowed-hosts pulls no KV: every prompt is recomputed here');
+  if (role === 'decode' && kvPeers.size === 0 && !quiet)
+    console.warn('mocker serve: a decode engine without --kv-transfer-allowed-hosts pulls no KV: every prompt is recomputed here');
   const kvTrace = opts.kvTrace ?? kvTraceEnabled();
   const settings: EffectiveSettings = {
     mode: opts.mode,
@@ -422,7 +454,13 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     decode_speedup_ratio: args.decodeSpeedupRatio,
     data_parallel_size: args.dataParallelSize,
     planner_profile_data: args.plannerProfileData ?? null,
-    reasoning: synthetic.reasoning && JSON.stringify({ start_thinking_token_id: synthetic.reasoning.startTokenId, end_thinking_token_id: synthetic.reasoning.endTokenId, thinking_ratio: synthetic.reasoning.thinkingRatio }),
+    reasoning:
+      synthetic.reasoning &&
+      JSON.stringify({
+        start_thinking_token_id: synthetic.reasoning.startTokenId,
+        end_thinking_token_id: synthetic.reasoning.endTokenId,
+        thinking_ratio: synthetic.reasoning.thinkingRatio,
+      }),
     tool_call_rate: toolCallRate,
     disaggregation_mode: role,
     kv_bytes_per_token: bytesPerToken,
@@ -471,7 +509,10 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
         prefix_caching_hash_algo: hashAlgo,
       },
     };
-    const metrics = args.engineType === 'sglang' ? new SglangMetrics({ modelName: servedModels[0], ranks: args.dataParallelSize, pageSize: args.blockSize }) : new VllmMetrics(vllmConfig);
+    const metrics =
+      args.engineType === 'sglang'
+        ? new SglangMetrics({ modelName: servedModels[0], ranks: args.dataParallelSize, pageSize: args.blockSize })
+        : new VllmMetrics(vllmConfig);
     const statsLog = new StatsLog(args.dataParallelSize, performance.now());
     const logTimer = setInterval(() => {
       for (const line of statsLog.lines(performance.now())) console.log(workers > 1 ? `worker ${w}: ${line}` : line);
@@ -493,7 +534,11 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     const engineId = randomUUID();
     const eventsConfig = kvEvents.length > 1 ? kvEvents[w] : kvEvents[0];
     if (eventsConfig) {
-      const stream = await KvEventStreams.open(eventsConfig, args.dataParallelSize, kvEvents.length > 1 ? 0 : ((opts.engineIndex ?? 0) + w) * args.dataParallelSize);
+      const stream = await KvEventStreams.open(
+        eventsConfig,
+        args.dataParallelSize,
+        kvEvents.length > 1 ? 0 : ((opts.engineIndex ?? 0) + w) * args.dataParallelSize,
+      );
       closers.push(() => stream.close());
       observers.push(stream);
     }
@@ -544,7 +589,11 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
       lora: new LoraAdapters(lora.enabled, servedModels, lora.modules),
       loraRuntimeUpdating: runtimeLoraUpdating(),
       controlRoutes: opts.enableControlRoutes ?? serverDevMode(),
-      runtime: { faults: new FaultInjector({ ...faults, errorTypes: [...faults.errorTypes] }, opts.faultSeed ?? opts.seed), latency: latencyKnobs[w] ?? null, timing },
+      runtime: {
+        faults: new FaultInjector({ ...faults, errorTypes: [...faults.errorTypes] }, opts.faultSeed ?? opts.seed),
+        latency: latencyKnobs[w] ?? null,
+        timing,
+      },
       readyAtMs,
     });
     drain.handle(servers[i], getRequestListener(app.fetch, { hostname: opts.host }));
@@ -604,4 +653,3 @@ function openCaptures(path: string, outputs: OutputsMode, onMiss: MissPolicy, sa
   say(`mocker serve: ${path} holds ${describeContents(store.contents())}`);
   return store;
 }
-

@@ -17,10 +17,13 @@ try {
   const running = await startServe(workerData as ServeOptions);
   report({ type: 'listening', ports: running.ports ?? [running.port], startupLine: running.startupLine! });
   main.once('message', (command: StopCommand) => {
-    running.close(command.graceMs).then(
-      (stopped) => report({ type: 'stopped', report: stopped }),
-      (err: unknown) => report({ type: 'stopFailed', message: messageOf(err) }),
-    ).finally(() => process.exit(0));
+    running
+      .close(command.graceMs)
+      .then(
+        (stopped) => report({ type: 'stopped', report: stopped }),
+        (err: unknown) => report({ type: 'stopFailed', message: messageOf(err) }),
+      )
+      .finally(() => process.exit(0));
   });
 } catch (err) {
   report({ type: 'failed', message: messageOf(err) });

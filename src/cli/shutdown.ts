@@ -83,7 +83,9 @@ export function stopSummary(report: StopReport): string {
   const tally = report.recorded;
   if (!tally) return `stopped: ${drained}`;
   // A file another connection still has open stays in WAL mode (see CaptureStore.close): not self-contained yet.
-  const closed = existsSync(`${tally.file}-wal`) ? `${tally.file} closed, its -wal file kept (another connection has it open)` : `${tally.file} closed self-contained`;
+  const closed = existsSync(`${tally.file}-wal`)
+    ? `${tally.file} closed, its -wal file kept (another connection has it open)`
+    : `${tally.file} closed self-contained`;
   return `stopped: ${drained}; ${tally.exchanges} exchange(s) recorded (${tally.aborted} aborted), ${closed}`;
 }
 
@@ -130,7 +132,10 @@ export async function stopOnSignal(command: string, starting: Promise<{ close(gr
   // `npm start` and `npx mocker` exit on a SIGTERM without passing it on: started by npm, the command stops as on
   // SIGTERM once npm has gone (it is then another process's child), instead of serving on as an orphan.
   const parent = process.ppid;
-  orphaned = process.env.npm_command === undefined ? undefined : setInterval(() => process.ppid !== parent && onSignal('SIGTERM', `npm (pid ${parent}), which started it, has exited`), ORPHAN_CHECK_MS);
+  orphaned =
+    process.env.npm_command === undefined
+      ? undefined
+      : setInterval(() => process.ppid !== parent && onSignal('SIGTERM', `npm (pid ${parent}), which started it, has exited`), ORPHAN_CHECK_MS);
   orphaned?.unref();
   try {
     await starting;

@@ -72,8 +72,17 @@ interface RoleArgs {
 
 function roleEngineArgs(source: string | undefined, flag: string): RoleArgs {
   if (source === undefined) return { engine: DEFAULT_ENGINE_ARGS, routerQueuePolicy: null, workerType: null, kvBytesPerToken: null, kvTransferBandwidth: null };
-  const { worker_type: workerType, is_prefill: isPrefill, is_decode: isDecode, kv_bytes_per_token: bytes, kv_transfer_bandwidth: bandwidth, router_queue_policy: policy, ...rest } = readJsonObjectArg(source, flag);
-  if (policy !== undefined && policy !== 'fcfs' && policy !== 'lcfs' && policy !== 'wspt') throw new Error(`${flag}: "router_queue_policy" must be fcfs, lcfs or wspt (got ${JSON.stringify(policy)})`);
+  const {
+    worker_type: workerType,
+    is_prefill: isPrefill,
+    is_decode: isDecode,
+    kv_bytes_per_token: bytes,
+    kv_transfer_bandwidth: bandwidth,
+    router_queue_policy: policy,
+    ...rest
+  } = readJsonObjectArg(source, flag);
+  if (policy !== undefined && policy !== 'fcfs' && policy !== 'lcfs' && policy !== 'wspt')
+    throw new Error(`${flag}: "router_queue_policy" must be fcfs, lcfs or wspt (got ${JSON.stringify(policy)})`);
   const positive = (key: string, v: unknown) => {
     if (v === undefined || v === null) return null;
     if (typeof v !== 'number' || !(v >= 0)) throw new Error(`${flag}: "${key}" must be a number >= 0 (got ${JSON.stringify(v)})`);
@@ -81,12 +90,19 @@ function roleEngineArgs(source: string | undefined, flag: string): RoleArgs {
   };
   let role: RoleArgs['workerType'] = null;
   if (workerType !== undefined) {
-    if (workerType !== 'aggregated' && workerType !== 'prefill' && workerType !== 'decode') throw new Error(`${flag}: "worker_type" must be aggregated, prefill or decode (got ${JSON.stringify(workerType)})`);
+    if (workerType !== 'aggregated' && workerType !== 'prefill' && workerType !== 'decode')
+      throw new Error(`${flag}: "worker_type" must be aggregated, prefill or decode (got ${JSON.stringify(workerType)})`);
     role = workerType;
   }
   if (isPrefill === true) role = 'prefill';
   if (isDecode === true) role = 'decode';
-  return { engine: applyEngineArgsObject(DEFAULT_ENGINE_ARGS, rest, flag), routerQueuePolicy: policy ?? null, workerType: role, kvBytesPerToken: positive('kv_bytes_per_token', bytes), kvTransferBandwidth: positive('kv_transfer_bandwidth', bandwidth) };
+  return {
+    engine: applyEngineArgsObject(DEFAULT_ENGINE_ARGS, rest, flag),
+    routerQueuePolicy: policy ?? null,
+    workerType: role,
+    kvBytesPerToken: positive('kv_bytes_per_token', bytes),
+    kvTransferBandwidth: positive('kv_transfer_bandwidth', bandwidth),
+  };
 }
 
 async function schedulerFor(args: EngineArgs, speedupRatio: number | undefined, seed: number): Promise<AnySchedulerConfig> {
@@ -102,12 +118,21 @@ const SYNTHETIC_FLAGS = ['inputTokens', 'outputTokens', 'requestCount'] as const
 
 /** Which workload the flags ask for, with Dynamo's rules: exactly one source. */
 function checkSources(o: TraceOptions): 'trace' | 'synthetic' | 'captures' {
-  const synthetic = SYNTHETIC_FLAGS.some((k) => o[k] !== undefined) || o.turnsPerSession !== 1 || o.sharedPrefixRatio !== 0 || o.numPrefixGroups !== 0 || o.interTurnDelayMs !== 0;
-  const sources = [o.trace !== undefined && 'a trace file', synthetic && 'a synthetic workload', o.fromCaptures !== undefined && '--from-captures'].filter(Boolean);
+  const synthetic =
+    SYNTHETIC_FLAGS.some((k) => o[k] !== undefined) ||
+    o.turnsPerSession !== 1 ||
+    o.sharedPrefixRatio !== 0 ||
+    o.numPrefixGroups !== 0 ||
+    o.interTurnDelayMs !== 0;
+  const sources = [o.trace !== undefined && 'a trace file', synthetic && 'a synthetic workload', o.fromCaptures !== undefined && '--from-captures'].filter(
+    Boolean,
+  );
   if (sources.length !== 1) {
-    throw new Error(sources.length === 0
-      ? 'give a trace file, a synthetic workload (--input-tokens, --output-tokens and --request-count) or --from-captures FILE'
-      : `give one workload, not ${sources.join(' and ')}`);
+    throw new Error(
+      sources.length === 0
+        ? 'give a trace file, a synthetic workload (--input-tokens, --output-tokens and --request-count) or --from-captures FILE'
+        : `give one workload, not ${sources.join(' and ')}`,
+    );
   }
   if (synthetic) {
     const missing = SYNTHETIC_FLAGS.filter((k) => o[k] === undefined).map((k) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`);
@@ -122,32 +147,41 @@ export async function runTrace(o: TraceOptions): Promise<number> {
   const source = checkSources(o);
   const targets = o.target ?? [];
   const online = targets.length > 0 || o.replayMode === 'online';
-  if (targets.length > 0 && o.replayMode === 'offline') throw new Error('--target sends requests to live servers: it runs online, not with --replay-mode offline');
-  if (o.kvEvents && o.kvEvents.length > 0 && o.kvEvents.length !== targets.length) throw new Error(`--kv-events needs one endpoint per --target (${targets.length} targets, ${o.kvEvents.length} endpoints)`);
+  if (targets.length > 0 && o.replayMode === 'offline')
+    throw new Error('--target sends requests to live servers: it runs online, not with --replay-mode offline');
+  if (o.kvEvents && o.kvEvents.length > 0 && o.kvEvents.length !== targets.length)
+    throw new Error(`--kv-events needs one endpoint per --target (${targets.length} targets, ${o.kvEvents.length} endpoints)`);
   if (o.model !== undefined && targets.length === 0) throw new Error('--model names the model of the --target servers');
 
   const disaggregated = o.prefillEngineArgs !== undefined || o.decodeEngineArgs !== undefined;
   if (disaggregated) {
-    if (o.prefillEngineArgs === undefined || o.decodeEngineArgs === undefined) throw new Error('disaggregated replay needs both --prefill-engine-args and --decode-engine-args');
-    if (o.extraEngineArgs !== undefined) throw new Error('--extra-engine-args is for aggregated workers: with --prefill-engine-args / --decode-engine-args give each pool its own');
+    if (o.prefillEngineArgs === undefined || o.decodeEngineArgs === undefined)
+      throw new Error('disaggregated replay needs both --prefill-engine-args and --decode-engine-args');
+    if (o.extraEngineArgs !== undefined)
+      throw new Error('--extra-engine-args is for aggregated workers: with --prefill-engine-args / --decode-engine-args give each pool its own');
     if (o.numWorkers !== undefined) throw new Error('--num-workers is for aggregated replay: use --num-prefill-workers and --num-decode-workers');
-    if (online) throw new Error('disaggregated replay runs offline only (as Dynamo\'s)');
+    if (online) throw new Error("disaggregated replay runs offline only (as Dynamo's)");
     if (o.routerMode !== 'kv_router') throw new Error('disaggregated replay routes with --router-mode kv_router');
   } else if (o.numPrefillWorkers !== undefined || o.numDecodeWorkers !== undefined) {
     throw new Error('--num-prefill-workers / --num-decode-workers need --prefill-engine-args and --decode-engine-args');
   }
   const numWorkers = targets.length > 0 ? targets.length : (o.numWorkers ?? 1);
-  if (targets.length > 0 && o.numWorkers !== undefined && o.numWorkers !== targets.length) throw new Error(`--num-workers ${o.numWorkers} but ${targets.length} --target servers: each target is one worker`);
-  if (!online && !disaggregated && o.routerMode === 'kv_router' && numWorkers < 2) throw new Error('offline --router-mode kv_router needs --num-workers > 1 (one worker has nothing to route)');
+  if (targets.length > 0 && o.numWorkers !== undefined && o.numWorkers !== targets.length)
+    throw new Error(`--num-workers ${o.numWorkers} but ${targets.length} --target servers: each target is one worker`);
+  if (!online && !disaggregated && o.routerMode === 'kv_router' && numWorkers < 2)
+    throw new Error('offline --router-mode kv_router needs --num-workers > 1 (one worker has nothing to route)');
   const aggregated = roleEngineArgs(o.extraEngineArgs, '--extra-engine-args');
   const prefill = roleEngineArgs(o.prefillEngineArgs, '--prefill-engine-args');
   const decode = roleEngineArgs(o.decodeEngineArgs, '--decode-engine-args');
   const enginePolicy = (disaggregated ? prefill : aggregated).routerQueuePolicy;
   const routerConfig: KvRouterConfig = parseRouterConfig(o.routerConfig ?? '{}', enginePolicy === null ? {} : { router_queue_policy: enginePolicy });
   if (disaggregated) {
-    if (prefill.workerType !== null && prefill.workerType !== 'prefill') throw new Error(`--prefill-engine-args: worker_type must be prefill (got ${prefill.workerType})`);
-    if (decode.workerType !== null && decode.workerType !== 'decode') throw new Error(`--decode-engine-args: worker_type must be decode (got ${decode.workerType})`);
-    if (prefill.engine.blockSize !== decode.engine.blockSize) throw new Error(`prefill and decode workers need the same block_size (${prefill.engine.blockSize} and ${decode.engine.blockSize})`);
+    if (prefill.workerType !== null && prefill.workerType !== 'prefill')
+      throw new Error(`--prefill-engine-args: worker_type must be prefill (got ${prefill.workerType})`);
+    if (decode.workerType !== null && decode.workerType !== 'decode')
+      throw new Error(`--decode-engine-args: worker_type must be decode (got ${decode.workerType})`);
+    if (prefill.engine.blockSize !== decode.engine.blockSize)
+      throw new Error(`prefill and decode workers need the same block_size (${prefill.engine.blockSize} and ${decode.engine.blockSize})`);
   } else if (aggregated.workerType !== null && aggregated.workerType !== 'aggregated') {
     throw new Error('--extra-engine-args: a prefill or decode worker_type needs --prefill-engine-args and --decode-engine-args');
   }
@@ -158,7 +192,15 @@ export async function runTrace(o: TraceOptions): Promise<number> {
   // The reports are checked now (a long run must not end in a refusal), and written whole at the end.
   const roles = disaggregated ? [prefill, decode] : [aggregated];
   const outputRules: OutputRules = {
-    inputs: [o.trace, o.fromCaptures, o.extraEngineArgs, o.prefillEngineArgs, o.decodeEngineArgs, o.routerConfig, ...roles.map((r) => r.engine.plannerProfileData)],
+    inputs: [
+      o.trace,
+      o.fromCaptures,
+      o.extraEngineArgs,
+      o.prefillEngineArgs,
+      o.decodeEngineArgs,
+      o.routerConfig,
+      ...roles.map((r) => r.engine.plannerProfileData),
+    ],
     force: o.force,
   };
   const jsonPath = reportJsonPath(o.reportJson);
@@ -167,14 +209,24 @@ export async function runTrace(o: TraceOptions): Promise<number> {
 
   let workload: Workload;
   if (source === 'trace') {
-    workload = mooncakeFileWorkload(await readFile(o.trace!, 'utf8').catch((err: Error) => {
-      throw new Error(`cannot read the trace ${o.trace}: ${err.message}`);
-    }), o.traceBlockSize);
+    workload = mooncakeFileWorkload(
+      await readFile(o.trace!, 'utf8').catch((err: Error) => {
+        throw new Error(`cannot read the trace ${o.trace}: ${err.message}`);
+      }),
+      o.traceBlockSize,
+    );
   } else if (source === 'synthetic') {
     workload = syntheticWorkload({
-      inputTokens: o.inputTokens!, outputTokens: o.outputTokens!, requestCount: o.requestCount!, arrivalIntervalMs: o.arrivalIntervalMs,
-      turnsPerSession: o.turnsPerSession, sharedPrefixRatio: o.sharedPrefixRatio, numPrefixGroups: o.numPrefixGroups, interTurnDelayMs: o.interTurnDelayMs,
-      blockSize: engine.blockSize, seed: o.seed,
+      inputTokens: o.inputTokens!,
+      outputTokens: o.outputTokens!,
+      requestCount: o.requestCount!,
+      arrivalIntervalMs: o.arrivalIntervalMs,
+      turnsPerSession: o.turnsPerSession,
+      sharedPrefixRatio: o.sharedPrefixRatio,
+      numPrefixGroups: o.numPrefixGroups,
+      interTurnDelayMs: o.interTurnDelayMs,
+      blockSize: engine.blockSize,
+      seed: o.seed,
     });
   } else {
     // Loaded on demand: only this source opens SQLite.
@@ -195,7 +247,12 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     o.routerMode === 'kv_router' ? new KvRouter({ workers, blockSize, config, maxNumBatchedTokens, seed: o.seed }) : new RoundRobinRouter(workers);
 
   const settings: Record<string, string | number | boolean> = {
-    workload: source === 'trace' ? o.trace! : source === 'captures' ? `captures ${o.fromCaptures!}` : `synthetic ${o.requestCount} × ${o.inputTokens} in / ${o.outputTokens} out`,
+    workload:
+      source === 'trace'
+        ? o.trace!
+        : source === 'captures'
+          ? `captures ${o.fromCaptures!}`
+          : `synthetic ${o.requestCount} × ${o.inputTokens} in / ${o.outputTokens} out`,
     requests: workload.requests,
     replay_mode: online ? 'online' : 'offline',
     router_mode: o.routerMode,
@@ -226,7 +283,10 @@ export async function runTrace(o: TraceOptions): Promise<number> {
         // Dynamo charges the handoff only when both are given (§5.2).
         handoff: bytes !== null && bandwidth !== null ? { bytesPerToken: bytes, bandwidthGBps: bandwidth } : null,
       };
-      collector = new ReplayCollector([...Array.from({ length: numPrefill }, (_, i) => `prefill-${i}`), ...Array.from({ length: numDecode }, (_, i) => `decode-${i}`)]);
+      collector = new ReplayCollector([
+        ...Array.from({ length: numPrefill }, (_, i) => `prefill-${i}`),
+        ...Array.from({ length: numDecode }, (_, i) => `decode-${i}`),
+      ]);
       Object.assign(settings, { prefill_workers: numPrefill, decode_workers: numDecode });
     } else {
       const config = await schedulerFor(engine, o.speedupRatio, o.seed);
@@ -247,15 +307,21 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     if (targets.length > 0) {
       // Loaded on demand: only live targets need HTTP streaming and ZMQ.
       const { connectTargets } = await import('../trace/httpTarget.js');
-      workers = await connectTargets(targets.map((url, i) => ({ url, kvEvents: o.kvEvents?.[i] })), {
-        model: o.model,
-        routerBlockSize: engine.blockSize,
-        stallTimeoutMs: o.requestTimeout > 0 ? o.requestTimeout * 1000 : null,
-      });
+      workers = await connectTargets(
+        targets.map((url, i) => ({ url, kvEvents: o.kvEvents?.[i] })),
+        {
+          model: o.model,
+          routerBlockSize: engine.blockSize,
+          stallTimeoutMs: o.requestTimeout > 0 ? o.requestTimeout * 1000 : null,
+        },
+      );
       settings.targets = targets.join(', ');
     } else {
       const config = await schedulerFor(engine, o.speedupRatio, o.seed);
-      workers = Array.from({ length: numWorkers }, (_, i) => new LocalWorker(`worker-${i}`, { ...config, seed: o.seed + i }, o.speedupRatio ?? engine.speedupRatio));
+      workers = Array.from(
+        { length: numWorkers },
+        (_, i) => new LocalWorker(`worker-${i}`, { ...config, seed: o.seed + i }, o.speedupRatio ?? engine.speedupRatio),
+      );
       settings.speedup_ratio = o.speedupRatio ?? engine.speedupRatio;
     }
     settings.workers = workers.length;
@@ -286,11 +352,13 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     console.log(`Saved HTML report to: ${o.reportHtml}`);
   }
   // Sent as token-id completions, a capture's requests skip the target's preprocessing: answers are rerun's to check.
-  if (source === 'captures' && targets.length > 0) console.log(`Answers are not compared here: mocker rerun ${o.fromCaptures!} --target ${targets.length === 1 ? targets[0] : 'URL'} checks them against the capture`);
+  if (source === 'captures' && targets.length > 0)
+    console.log(
+      `Answers are not compared here: mocker rerun ${o.fromCaptures!} --target ${targets.length === 1 ? targets[0] : 'URL'} checks them against the capture`,
+    );
   if (report.completed_requests === 0 && report.num_requests > 0) {
     console.error(`mocker trace: none of the ${report.num_requests} request(s) completed`);
     return 1;
   }
   return 0;
 }
-

@@ -3,7 +3,18 @@ import { VllmKvEventLog, type VllmKvEvent, type VllmKvEventOptions } from './kv/
 import { ActiveSequence } from './sequence.js';
 import type { PassTiming } from './timingModels.js';
 import { mulberry32 } from '../util/mulberry32.js';
-import type { Admission, CacheEvent, CoreRequest, EngineStats, KvTraceEntry, PassResult, RequestStatus, RequestView, SchedulerCore, TokenOut } from './contract.js';
+import type {
+  Admission,
+  CacheEvent,
+  CoreRequest,
+  EngineStats,
+  KvTraceEntry,
+  PassResult,
+  RequestStatus,
+  RequestView,
+  SchedulerCore,
+  TokenOut,
+} from './contract.js';
 import { WaitQueue } from './waitQueue.js';
 
 export type PreemptionMode = 'lifo' | 'fifo';
@@ -96,11 +107,14 @@ export class EngineCore implements SchedulerCore {
 
   constructor(readonly config: SchedulerConfig) {
     if (!Number.isInteger(config.blockSize) || config.blockSize < 2) throw new Error(`block size must be an integer >= 2, got ${config.blockSize}`);
-    if (!Number.isInteger(config.numGpuBlocks) || config.numGpuBlocks < 1) throw new Error(`the number of GPU blocks must be a positive integer, got ${config.numGpuBlocks}`);
+    if (!Number.isInteger(config.numGpuBlocks) || config.numGpuBlocks < 1)
+      throw new Error(`the number of GPU blocks must be a positive integer, got ${config.numGpuBlocks}`);
     if (config.maxNumSeqs !== null && !(config.maxNumSeqs >= 1)) throw new Error(`max_num_seqs must be >= 1, got ${config.maxNumSeqs}`);
-    if (config.maxNumBatchedTokens !== null && !(config.maxNumBatchedTokens >= 1)) throw new Error(`max_num_batched_tokens must be >= 1, got ${config.maxNumBatchedTokens}`);
+    if (config.maxNumBatchedTokens !== null && !(config.maxNumBatchedTokens >= 1))
+      throw new Error(`max_num_batched_tokens must be >= 1, got ${config.maxNumBatchedTokens}`);
     if (!(config.watermark >= 0 && config.watermark < 1)) throw new Error(`watermark must be in [0, 1), got ${config.watermark}`);
-    if (config.maxLoras !== undefined && !(Number.isInteger(config.maxLoras) && config.maxLoras >= 1)) throw new Error(`max_loras must be an integer >= 1, got ${config.maxLoras}`);
+    if (config.maxLoras !== undefined && !(Number.isInteger(config.maxLoras) && config.maxLoras >= 1))
+      throw new Error(`max_loras must be an integer >= 1, got ${config.maxLoras}`);
     if (config.kvEvents) this.kvEventLog = new VllmKvEventLog(config.kvEvents, config.blockSize);
     this.kv = new KvBlockManager(config.numGpuBlocks, config.kvEvents || config.kvTrace || config.cacheEvents ? (event) => this.onKvEvent(event) : undefined);
     this.random = mulberry32(config.seed);
@@ -131,11 +145,27 @@ export class EngineCore implements SchedulerCore {
     if (this.requests.has(request.id)) throw new Error(`request ${request.id} is already in the engine`);
     if (this.held.has(request.id)) throw new Error(`request ${request.id} still holds blocks`);
     const seq = new ActiveSequence(
-      request.promptTokenIds, request.maxOutputTokens, this.config.blockSize, this.config.enablePrefixCaching, this.uniqueBlockId, request.holdBlocksOnFinish, request.lora,
+      request.promptTokenIds,
+      request.maxOutputTokens,
+      this.config.blockSize,
+      this.config.enablePrefixCaching,
+      this.uniqueBlockId,
+      request.holdBlocksOnFinish,
+      request.lora,
     );
     const state: RequestState = {
-      request, seq, status: 'waiting', numComputed: 0, numPreemptions: 0, done: false, remoteKv: request.remotePrefill === true, kvReadyAtMs: 0,
-      scheduledPass: -1, scheduledTotal: 0, scheduledPromptTokens: 0, scheduledPrefix: 0,
+      request,
+      seq,
+      status: 'waiting',
+      numComputed: 0,
+      numPreemptions: 0,
+      done: false,
+      remoteKv: request.remotePrefill === true,
+      kvReadyAtMs: 0,
+      scheduledPass: -1,
+      scheduledTotal: 0,
+      scheduledPromptTokens: 0,
+      scheduledPrefix: 0,
     };
     this.requests.set(request.id, state);
     this.waiting.pushBack(state);
@@ -314,7 +344,18 @@ export class EngineCore implements SchedulerCore {
     // tokens), not for a time: waking for it would spin.
     const canLand = this.running.length < maxSeqs;
     for (const t of this.transferring) if (canLand || t.kvReadyAtMs > now) wakeAtMs = wakeAtMs === null ? t.kvReadyAtMs : Math.min(wakeAtMs, t.kvReadyAtMs);
-    return { startMs: now, prefillMs, decodeMs, endMs: decodeStart + decodeMs, tokens, admitted: pass.admitted, preempted: pass.preempted, scheduledTokens: pass.scheduledTokens, promptTokens: pass.promptTokens, wakeAtMs };
+    return {
+      startMs: now,
+      prefillMs,
+      decodeMs,
+      endMs: decodeStart + decodeMs,
+      tokens,
+      admitted: pass.admitted,
+      preempted: pass.preempted,
+      scheduledTokens: pass.scheduledTokens,
+      promptTokens: pass.promptTokens,
+      wakeAtMs,
+    };
   }
 
   /** The adapters of the running requests scheduled in this pass (vLLM's scheduled_loras). */

@@ -63,7 +63,8 @@ export function runOffline(core: SchedulerCore, requests: readonly TimedRequest[
     // Nothing can happen before the next captured token time or arrival; without either the engine is stuck.
     const nextArrival = next < arrivals.length ? arrivals[next].arrivalMs : Infinity;
     const wake = Math.min(pass.wakeAtMs ?? Infinity, nextArrival);
-    if (wake === Infinity) throw new Error(`the engine made no progress at ${now} ms with ${core.engineStats().running + core.engineStats().waiting} requests in it`);
+    if (wake === Infinity)
+      throw new Error(`the engine made no progress at ${now} ms with ${core.engineStats().running + core.engineStats().waiting} requests in it`);
     now = Math.max(now, wake);
   }
   return { records, durationMs, passes };

@@ -2,7 +2,16 @@ import { createSchedulerCore, type AnySchedulerConfig } from './scheduler.js';
 import { LiveDriver } from './liveDriver.js';
 import type { KvTraceEntry } from './contract.js';
 import type { VllmKvEvent } from './kv/vllmKvEvents.js';
-import { EngineRejection, type Engine, type EngineObserver, type EngineRequest, type EngineState, type EngineStream, type FinishedRequest, type PassStats } from './types.js';
+import {
+  EngineRejection,
+  type Engine,
+  type EngineObserver,
+  type EngineRequest,
+  type EngineState,
+  type EngineStream,
+  type FinishedRequest,
+  type PassStats,
+} from './types.js';
 
 export interface SimulatedEngineOptions {
   scheduler: AnySchedulerConfig;

@@ -43,9 +43,15 @@ export function parseKvEventsConfig(json: string, format: KvEventsFormat): KvEve
 }
 
 /** Dynamo's `--zmq-kv-events-ports` / `--zmq-replay-ports`: one port per worker, bound on every interface, topic "". */
-export function dynamoKvEventsConfigs(eventPorts: readonly number[], replayPorts: readonly number[] | undefined, workers: number, format: KvEventsFormat): KvEventsConfig[] {
+export function dynamoKvEventsConfigs(
+  eventPorts: readonly number[],
+  replayPorts: readonly number[] | undefined,
+  workers: number,
+  format: KvEventsFormat,
+): KvEventsConfig[] {
   if (eventPorts.length !== workers) throw new Error(`--zmq-kv-events-ports: ${eventPorts.length} port(s) for ${workers} worker(s); give one per worker`);
-  if (replayPorts && replayPorts.length !== workers) throw new Error(`--zmq-replay-ports: ${replayPorts.length} port(s) for ${workers} worker(s); give one per worker`);
+  if (replayPorts && replayPorts.length !== workers)
+    throw new Error(`--zmq-replay-ports: ${replayPorts.length} port(s) for ${workers} worker(s); give one per worker`);
   return eventPorts.map((port, w) => ({
     endpoint: `tcp://*:${port}`,
     replayEndpoint: replayPorts ? `tcp://*:${replayPorts[w]}` : null,

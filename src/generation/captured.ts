@@ -5,7 +5,10 @@ import type { PlannedChunk } from './chunk.js';
 
 /** The request needs more tokens than the capture holds (the capture ended by `length`). */
 export class PartialHit {
-  constructor(readonly captured: number, readonly requested: number) {}
+  constructor(
+    readonly captured: number,
+    readonly requested: number,
+  ) {}
 }
 
 /** The chunks as the engine sent them. */

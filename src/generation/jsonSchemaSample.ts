@@ -84,7 +84,8 @@ export function unsupportedKeyword(schema: unknown, path = '$', depth = 0): { ke
   if (typeof schema.format === 'string' && !FORMATS.includes(schema.format)) return { keyword: `format: ${JSON.stringify(schema.format)}`, path };
   if (typeof schema.$ref === 'string' && !schema.$ref.startsWith('#')) return { keyword: `$ref: ${JSON.stringify(schema.$ref)}`, path };
   const children: [string, unknown][] = [];
-  for (const key of ['properties', '$defs', 'definitions']) if (isSchema(schema[key])) for (const [k, v] of Object.entries(schema[key])) children.push([`${key}.${k}`, v]);
+  for (const key of ['properties', '$defs', 'definitions'])
+    if (isSchema(schema[key])) for (const [k, v] of Object.entries(schema[key])) children.push([`${key}.${k}`, v]);
   for (const key of ['allOf', 'anyOf', 'oneOf', 'prefixItems']) schemaArray(schema[key]).forEach((v, i) => children.push([`${key}[${i}]`, v]));
   if (Array.isArray(schema.items)) schema.items.forEach((v, i) => children.push([`items[${i}]`, v]));
   for (const key of ['items', 'additionalProperties']) if (isSchema(schema[key])) children.push([key, schema[key]]);
@@ -127,8 +128,10 @@ function merge(a: Schema, b: Schema): Schema {
     const both = (Array.isArray(a.type) ? a.type : [a.type]).filter((t) => bt.has(t) || (t === 'number' && bt.has('integer')));
     out.type = both.length > 0 ? both.map((t) => (t === 'number' && bt.has('integer') && !bt.has('number') ? 'integer' : t)) : b.type;
   }
-  for (const key of ['minimum', 'exclusiveMinimum', 'minLength', 'minItems', 'minProperties']) if (num(a[key]) !== undefined && num(b[key]) !== undefined) out[key] = Math.max(a[key] as number, b[key] as number);
-  for (const key of ['maximum', 'exclusiveMaximum', 'maxLength', 'maxItems', 'maxProperties']) if (num(a[key]) !== undefined && num(b[key]) !== undefined) out[key] = Math.min(a[key] as number, b[key] as number);
+  for (const key of ['minimum', 'exclusiveMinimum', 'minLength', 'minItems', 'minProperties'])
+    if (num(a[key]) !== undefined && num(b[key]) !== undefined) out[key] = Math.max(a[key] as number, b[key] as number);
+  for (const key of ['maximum', 'exclusiveMaximum', 'maxLength', 'maxItems', 'maxProperties'])
+    if (num(a[key]) !== undefined && num(b[key]) !== undefined) out[key] = Math.min(a[key] as number, b[key] as number);
   if (Array.isArray(a.enum) && Array.isArray(b.enum)) {
     const inB = new Set(b.enum.map((v) => JSON.stringify(v)));
     out.enum = a.enum.filter((v) => inB.has(JSON.stringify(v)));
@@ -320,7 +323,8 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
       const last = highOpen ? Math.ceil(to / unit) - 1 : Math.floor(to / unit);
       return numberText(between(first, Math.max(first, last)) * unit, integer);
     }
-    if (step !== undefined && step > 0) return numberText(between(Math.ceil(from / step), Math.max(Math.ceil(from / step), Math.floor(to / step))) * step, false);
+    if (step !== undefined && step > 0)
+      return numberText(between(Math.ceil(from / step), Math.max(Math.ceil(from / step), Math.floor(to / step))) * step, false);
     const drawn = Math.round((from + rand() * (to - from)) * 100) / 100;
     const inside = drawn >= from && drawn <= to && !(lowOpen && drawn === low) && !(highOpen && drawn === high);
     return numberText(inside ? drawn : (from + to) / 2, false);
@@ -346,7 +350,10 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
         // A draw of the wrong length is drawn again: each takes at most the budget, 8 of them at most.
         if (fits(drawn)) return drawn;
       }
-      throw new UnsupportedSchema('pattern', `mocker cannot draw a string of ${low} to ${high} characters matching the pattern ${JSON.stringify(schema.pattern)} (minLength/maxLength with pattern).`);
+      throw new UnsupportedSchema(
+        'pattern',
+        `mocker cannot draw a string of ${low} to ${high} characters matching the pattern ${JSON.stringify(schema.pattern)} (minLength/maxLength with pattern).`,
+      );
     }
     // A word too long to write is cut where the budget ends: the write that follows gives up with its start.
     const length = Math.min(between(min, Math.min(max, min + 8)), Math.max(0, left) + 1);

@@ -114,11 +114,7 @@ function firstAtLeast(values: readonly number[], value: number): number {
  * text: looking chunk by chunk cost chunks × stop strings × their length (1.6 s for 20,000 tokens and 900 stop
  * strings of 1,000 characters).
  */
-export async function cutAtStopString(
-  plan: ChoicePlan,
-  params: OutputParams,
-  tokenizer: ModelTokenizer,
-): Promise<ChoicePlan> {
+export async function cutAtStopString(plan: ChoicePlan, params: OutputParams, tokenizer: ModelTokenizer): Promise<ChoicePlan> {
   if (params.stop.length === 0) return plan;
   const field = textField(params.kind);
   const texts = await chunkTexts(plan, params.kind, tokenizer, params.skipSpecialTokens);
@@ -144,7 +140,9 @@ export async function cutAtStopString(
   const before = c === 0 ? 0 : ends[c - 1];
   const cut = hit.at + (params.includeStopStrInOutput ? hit.stop.length : 0);
   // Chunks that carry other fields only (a thinking span's reasoning) keep their delta as it is.
-  const chunks = plan.chunks.slice(0, c + 1).map((chunk, k) => (chunk.delta && !(field in chunk.delta) ? chunk : { ...chunk, delta: { ...(chunk.delta ?? {}), [field]: texts[k] } }));
+  const chunks = plan.chunks
+    .slice(0, c + 1)
+    .map((chunk, k) => (chunk.delta && !(field in chunk.delta) ? chunk : { ...chunk, delta: { ...(chunk.delta ?? {}), [field]: texts[k] } }));
   const last = chunks[c];
   last.delta = { ...last.delta, [field]: text.slice(before, Math.max(before, cut)) };
   return endPlan(plan, last.end, chunks, 'stop', hit.stop);

@@ -50,12 +50,16 @@ export function poolingInputs(kind: PoolingKind, request: Record<string, unknown
   const input = request.input;
   const items =
     kind === 'embeddings'
-      ? Array.isArray(input) && input.length > 0 && typeof input[0] !== 'number' ? input.length : 1
+      ? Array.isArray(input) && input.length > 0 && typeof input[0] !== 'number'
+        ? input.length
+        : 1
       : length(request.documents) + length(request.texts) + length(request.passages);
   return { model: typeof request.model === 'string' ? request.model : null, inputs: JSON.stringify(canonical(picked)), items };
 }
 
 /** The replay key of a pooling exchange: sha256 of the route, the model named (if any) and the canonical inputs. */
 export function poolingKey(url: string, inputs: PoolingInputs): string {
-  return createHash('sha256').update(`pooling\0${routePath(url)}\0${inputs.model ?? ''}\0${inputs.inputs}`).digest('hex');
+  return createHash('sha256')
+    .update(`pooling\0${routePath(url)}\0${inputs.model ?? ''}\0${inputs.inputs}`)
+    .digest('hex');
 }

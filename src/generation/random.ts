@@ -56,9 +56,7 @@ export async function planRandom(
   const rand = randomStream(promptIds, serverSeed, params.seed, choice);
   const pool = tokenizer.ordinaryTokenIds();
   const endsWithEos = !params.maxTokensRequested && !params.ignoreEos && tokenizer.eosTokenIds.length > 0;
-  const length = endsWithEos
-    ? Math.min(params.maxTokens, params.minTokens + 1 + Math.floor(rand() * RANDOM_FREE_LENGTH))
-    : params.maxTokens;
+  const length = endsWithEos ? Math.min(params.maxTokens, params.minTokens + 1 + Math.floor(rand() * RANDOM_FREE_LENGTH)) : params.maxTokens;
   const tokenIds: number[] = [];
   while (tokenIds.length < length) tokenIds.push(pool[Math.floor(rand() * pool.length)]);
   const reachedEos = endsWithEos && length < params.maxTokens;

@@ -36,7 +36,9 @@ export function parseReasoningConfig(raw: unknown, flag: string): ReasoningConfi
   const parsed = reasoningConfigSchema.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    throw new Error(`${flag}: ${issue.path.length ? `"${issue.path.join('.')}": ` : ''}${issue.message} (expected {"start_thinking_token_id":N,"end_thinking_token_id":M,"thinking_ratio":0..1})`);
+    throw new Error(
+      `${flag}: ${issue.path.length ? `"${issue.path.join('.')}": ` : ''}${issue.message} (expected {"start_thinking_token_id":N,"end_thinking_token_id":M,"thinking_ratio":0..1})`,
+    );
   }
   return parsed.data;
 }
@@ -75,7 +77,12 @@ export function thinkingSpanLength(span: ReasoningSpan, length: number, effort: 
  * Chunks of the thinking span `tokenIds[0, spanLength)`, each carrying its text as `reasoning_content`: vLLM's
  * parser sends no chunk for a lone start or end token, so each joins its neighbour thinking token.
  */
-export async function reasoningChunks(tokenIds: readonly number[], spanLength: number, tokenizer: ModelTokenizer, skipSpecialTokens: boolean): Promise<PlannedChunk[]> {
+export async function reasoningChunks(
+  tokenIds: readonly number[],
+  spanLength: number,
+  tokenizer: ModelTokenizer,
+  skipSpecialTokens: boolean,
+): Promise<PlannedChunk[]> {
   const stream = tokenizer.decodeStream(skipSpecialTokens);
   const chunks: PlannedChunk[] = [];
   // Thinking tokens are 1 … spanLength-2; the start token rides with the first, the end token with the last.

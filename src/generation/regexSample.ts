@@ -110,16 +110,22 @@ export function sampleRegex(pattern: string, rand: () => number, maxChars: numbe
   // The token tree is private to randexp's types; it is the parse `gen` walks.
   const tree = (generator as unknown as { tokens: Token }).tokens;
   const unsupported = unsupportedToken(tree, true, true);
-  if (unsupported !== null) throw new RegexUnsupported(`mocker cannot draw a string matching the regular expression ${JSON.stringify(pattern)}: ${unsupported} are not generated.`);
+  if (unsupported !== null)
+    throw new RegexUnsupported(`mocker cannot draw a string matching the regular expression ${JSON.stringify(pattern)}: ${unsupported} are not generated.`);
   let extra = OPEN_REPEAT;
   capRepetitions(tree, extra);
   while (longest(tree) > maxChars && extra > 0) capRepetitions(tree, (extra = Math.floor(extra / 4)));
   if (longest(tree) > maxChars) {
-    throw new RegexUnsupported(`The regular expression ${JSON.stringify(pattern)} needs more than the ${maxChars} characters this request's max_tokens leaves room for.`, true);
+    throw new RegexUnsupported(
+      `The regular expression ${JSON.stringify(pattern)} needs more than the ${maxChars} characters this request's max_tokens leaves room for.`,
+      true,
+    );
   }
   for (let attempt = 0; attempt < 8; attempt++) {
     const drawn = generator.gen();
     if (whole.test(drawn)) return drawn;
   }
-  throw new RegexUnsupported(`mocker cannot draw a string matching the regular expression ${JSON.stringify(pattern)} (lookarounds, back-references and word boundaries are not generated).`);
+  throw new RegexUnsupported(
+    `mocker cannot draw a string matching the regular expression ${JSON.stringify(pattern)} (lookarounds, back-references and word boundaries are not generated).`,
+  );
 }

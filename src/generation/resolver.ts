@@ -98,7 +98,10 @@ export class OutputBudget {
   /** Throws the 400 now if `tokens` more would outgrow the budget (plans whose length is known before they are made). */
   check(tokens: number): void {
     if (this.planned + tokens > this.tokens) {
-      throw badRequest(`This request cannot be served: its choices need more than ${this.tokens} output tokens in all, more than ${this.source}. Lower n or max_tokens.`, 'n');
+      throw badRequest(
+        `This request cannot be served: its choices need more than ${this.tokens} output tokens in all, more than ${this.source}. Lower n or max_tokens.`,
+        'n',
+      );
     }
   }
 }
@@ -242,7 +245,10 @@ export class OutputResolver {
         const route = `POST ${routePath(url)}`;
         const model = inputs.model === null ? 'no model' : `model \`${inputs.model}\``;
         const captured = store.completeAt(routePath(url));
-        const held = captured === 0 ? `The capture file holds no complete capture of ${route}.` : `The capture file holds ${captured} complete capture(s) of ${route}, none with this model and these inputs.`;
+        const held =
+          captured === 0
+            ? `The capture file holds no complete capture of ${route}.`
+            : `The capture file holds ${captured} complete capture(s) of ${route}, none with this model and these inputs.`;
         const message = `No capture matches this request: ${route}, ${model}, ${inputs.items} ${kind === 'embeddings' ? 'input(s)' : 'document(s)'}. ${held}`;
         return { type: 'error', lookup: 'no_match', error: new ApiError(404, message, 'NotFoundError') };
       }
@@ -267,7 +273,11 @@ export class OutputResolver {
     return seed === null ? 0 : ((seed % count) + count) % count;
   }
 
-  private async random(params: OutputParams, promptIds: readonly number[], budget?: OutputBudget): Promise<Omit<Extract<Resolution, { type: 'plans' }>, 'lookup'>> {
+  private async random(
+    params: OutputParams,
+    promptIds: readonly number[],
+    budget?: OutputBudget,
+  ): Promise<Omit<Extract<Resolution, { type: 'plans' }>, 'lookup'>> {
     // With max_tokens given and nothing to stop at, every random choice is exactly max_tokens long.
     if (params.maxTokensRequested && params.stop.length === 0 && params.stopTokenIds.length === 0) budget?.check(params.n * params.maxTokens);
     const plans: ChoicePlan[] = [];
@@ -278,7 +288,12 @@ export class OutputResolver {
     return { type: 'plans', plans, verbatim: null, source: 'random' };
   }
 
-  private async miss(params: OutputParams, model: string, promptIds: readonly number[], budget?: OutputBudget): Promise<DistributiveOmit<Resolution, 'lookup'>> {
+  private async miss(
+    params: OutputParams,
+    model: string,
+    promptIds: readonly number[],
+    budget?: OutputBudget,
+  ): Promise<DistributiveOmit<Resolution, 'lookup'>> {
     switch (this.config.onMiss) {
       case 'random':
         return this.random(params, promptIds, budget);
@@ -293,7 +308,10 @@ export class OutputResolver {
   /** Names the nearest capture, the first diverging token and the text around it on both sides. */
   async missMessage(model: string, promptIds: readonly number[]): Promise<string> {
     const ratio = this.config.minPrefixRatio ?? DEFAULT_MIN_PREFIX_RATIO;
-    const prefixRule = this.config.match === 'prefix' ? ` --match prefix needs a capture sharing at least ${this.leastShared(promptIds.length)} of them (--min-prefix-ratio ${ratio}).` : '';
+    const prefixRule =
+      this.config.match === 'prefix'
+        ? ` --match prefix needs a capture sharing at least ${this.leastShared(promptIds.length)} of them (--min-prefix-ratio ${ratio}).`
+        : '';
     const head = `No capture matches this request: model \`${model}\`, ${promptIds.length} prompt tokens.${prefixRule}`;
     const nearest = this.config.store?.nearest(model, promptIds);
     if (!nearest) return `${head} The capture file holds no complete capture for this model.`;

@@ -19,7 +19,6 @@ type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 const given = (v: unknown) => v !== undefined && v !== null;
 
-
 /** The constraint kinds of vLLM's StructuredOutputsParams, in the order its backends look at them. */
 const KINDS = ['json', 'json_object', 'regex', 'choice', 'grammar', 'structural_tag'] as const;
 type Kind = (typeof KINDS)[number];
@@ -34,14 +33,21 @@ type Kind = (typeof KINDS)[number];
 export function structuredOutput(req: Record<string, unknown>): StructuredOutput | null {
   const params: Partial<Record<Kind, unknown>> = {};
   if (given(req.structured_outputs)) {
-    if (!isObject(req.structured_outputs)) throw badRequest('structured_outputs must be an object ({"json"|"regex"|"choice"|"grammar"|"json_object": …}).', 'structured_outputs');
+    if (!isObject(req.structured_outputs))
+      throw badRequest('structured_outputs must be an object ({"json"|"regex"|"choice"|"grammar"|"json_object": …}).', 'structured_outputs');
     const so = req.structured_outputs;
     if (['json', 'regex', 'choice'].filter((k) => given(so[k])).length > 1) {
       throw badRequest("You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice').", 'structured_outputs');
     }
     for (const kind of KINDS) if (given(so[kind]) && so[kind] !== false) params[kind] = so[kind];
   } else {
-    const legacy = { json: req.guided_json, regex: req.guided_regex, choice: req.guided_choice, grammar: req.guided_grammar, structural_tag: req.structural_tag };
+    const legacy = {
+      json: req.guided_json,
+      regex: req.guided_regex,
+      choice: req.guided_choice,
+      grammar: req.guided_grammar,
+      structural_tag: req.structural_tag,
+    };
     for (const [kind, value] of Object.entries(legacy)) if (given(value)) params[kind as Kind] = value;
   }
   const set = KINDS.filter((k) => k in params);
@@ -57,11 +63,16 @@ export function structuredOutput(req: Record<string, unknown>): StructuredOutput
     if (type === 'json_object') params.json_object = true;
     else if (type === 'json_schema') {
       const spec = isObject(format) ? format.json_schema : undefined;
-      if (!isObject(spec) || typeof spec.name !== 'string') throw badRequest('response_format {"type": "json_schema"} needs "json_schema": {"name": …, "schema": {…}}.', 'response_format');
+      if (!isObject(spec) || typeof spec.name !== 'string')
+        throw badRequest('response_format {"type": "json_schema"} needs "json_schema": {"name": …, "schema": {…}}.', 'response_format');
       params.json = spec.schema ?? {};
       jsonParam = 'response_format';
     } else if (type === 'structural_tag') params.structural_tag = format;
-    else if (type !== 'text') throw badRequest(`response_format.type must be one of "text", "json_object", "json_schema" or "structural_tag", got ${JSON.stringify(type ?? null)}.`, 'response_format');
+    else if (type !== 'text')
+      throw badRequest(
+        `response_format.type must be one of "text", "json_object", "json_schema" or "structural_tag", got ${JSON.stringify(type ?? null)}.`,
+        'response_format',
+      );
   }
   if ('json' in params) return jsonSchema(params.json, jsonParam);
   if ('json_object' in params) return { kind: 'json_object' };
@@ -71,11 +82,22 @@ export function structuredOutput(req: Record<string, unknown>): StructuredOutput
   }
   if ('choice' in params) {
     const choices = params.choice;
-    if (!Array.isArray(choices) || choices.length === 0 || !choices.every((c) => typeof c === 'string')) throw badRequest(`${field('choice')} must be a non-empty list of strings.`, field('choice'));
+    if (!Array.isArray(choices) || choices.length === 0 || !choices.every((c) => typeof c === 'string'))
+      throw badRequest(`${field('choice')} must be a non-empty list of strings.`, field('choice'));
     return { kind: 'choice', choices };
   }
-  if ('grammar' in params) return { kind: 'refused', message: `${field('grammar')}: mocker does not generate output from a grammar; use json, regex or choice.`, param: field('grammar') };
-  if ('structural_tag' in params) return { kind: 'refused', message: 'structural_tag: mocker does not generate output for structural tags; use json, regex or choice.', param: 'structural_tag' };
+  if ('grammar' in params)
+    return {
+      kind: 'refused',
+      message: `${field('grammar')}: mocker does not generate output from a grammar; use json, regex or choice.`,
+      param: field('grammar'),
+    };
+  if ('structural_tag' in params)
+    return {
+      kind: 'refused',
+      message: 'structural_tag: mocker does not generate output for structural tags; use json, regex or choice.',
+      param: 'structural_tag',
+    };
   return null;
 }
 
@@ -91,7 +113,12 @@ function jsonSchema(value: unknown, param: string): StructuredOutput {
   }
   if (!isObject(schema) && typeof schema !== 'boolean') throw badRequest(`${param}: a JSON schema must be an object.`, param);
   const unsupported = unsupportedKeyword(schema);
-  if (unsupported) return { kind: 'refused', message: `${param}: the JSON schema uses \`${unsupported.keyword}\` (at ${unsupported.path}), which mocker does not generate values for.`, param };
+  if (unsupported)
+    return {
+      kind: 'refused',
+      message: `${param}: the JSON schema uses \`${unsupported.keyword}\` (at ${unsupported.path}), which mocker does not generate values for.`,
+      param,
+    };
   return { kind: 'json', schema };
 }
 
@@ -109,7 +136,10 @@ export function drawStructured(output: StructuredOutput, rand: () => number, max
       case 'json':
         return { text: sampleJsonText(output.schema, rand, budget), complete: true };
       case 'json_object':
-        return { text: sampleJsonText({ type: 'object', additionalProperties: { type: ['string', 'integer', 'boolean'] }, minProperties: 1 }, rand, budget), complete: true };
+        return {
+          text: sampleJsonText({ type: 'object', additionalProperties: { type: ['string', 'integer', 'boolean'] }, minProperties: 1 }, rand, budget),
+          complete: true,
+        };
       case 'regex':
         try {
           return { text: sampleRegex(output.pattern, rand, budget), complete: true };

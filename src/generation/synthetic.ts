@@ -62,7 +62,8 @@ export async function shapeRandomAnswer(
     if (!complete && answer.length < room) answer = [...answer, ...Array<number>(room - answer.length).fill((await tokenizer.encode(' ', false))[0])];
     const eos = tokenizer.eosTokenIds[0];
     const used = span + answer.length;
-    const eosCount = eos === undefined ? 0 : Math.max(0, Math.min(params.maxTokens - used, params.ignoreEos ? params.maxTokens : Math.max(1, params.minTokens - used + 1)));
+    const eosCount =
+      eos === undefined ? 0 : Math.max(0, Math.min(params.maxTokens - used, params.ignoreEos ? params.maxTokens : Math.max(1, params.minTokens - used + 1)));
     const ids = [...tokenIds.slice(0, span), ...answer, ...Array<number>(eosCount).fill(eos)];
     const from = thinking.length > 0 ? span : 0;
     const chunks: PlannedChunk[] = [...thinking, ...ids.slice(from).map((_, i) => ({ end: from + i + 1 }))];

@@ -31,9 +31,15 @@ export function toolOffer(req: { tools?: unknown[] | null; tool_choice?: unknown
     return { name: fn.name, parameters: fn.parameters ?? { type: 'object', properties: {} } };
   });
   if (choice === null || choice === 'auto' || choice === 'required') return { tools: functions, choice: choice ?? 'auto' };
-  const named = isObject(choice) && choice.type === 'function' && isObject(choice.function) && typeof choice.function.name === 'string' ? choice.function.name : null;
-  if (named === null) throw badRequest(`Invalid value for \`tool_choice\`: ${JSON.stringify(choice)} (expected "none", "auto", "required" or {"type":"function","function":{"name":…}}).`, 'tool_choice');
-  if (!functions.some((f) => f.name === named)) throw badRequest('The tool specified in `tool_choice` does not match any of the specified `tools`', 'tool_choice');
+  const named =
+    isObject(choice) && choice.type === 'function' && isObject(choice.function) && typeof choice.function.name === 'string' ? choice.function.name : null;
+  if (named === null)
+    throw badRequest(
+      `Invalid value for \`tool_choice\`: ${JSON.stringify(choice)} (expected "none", "auto", "required" or {"type":"function","function":{"name":…}}).`,
+      'tool_choice',
+    );
+  if (!functions.some((f) => f.name === named))
+    throw badRequest('The tool specified in `tool_choice` does not match any of the specified `tools`', 'tool_choice');
   return { tools: functions, choice: { name: named } };
 }
 
@@ -67,7 +73,13 @@ export const outputCharBudget = (maxTokens: number): number => Math.max(0, Math.
  * sample stopped at a bound derived from `maxTokens`, rather than in a 400: vLLM accepts such a schema and its model
  * writes until max_tokens, so a request vLLM serves is served, and no schema costs more than the bound.
  */
-export async function planToolCall(offer: ToolOffer, rate: number, rand: () => number, tokenizer: ModelTokenizer, maxTokens: number): Promise<PlannedToolCall | null> {
+export async function planToolCall(
+  offer: ToolOffer,
+  rate: number,
+  rand: () => number,
+  tokenizer: ModelTokenizer,
+  maxTokens: number,
+): Promise<PlannedToolCall | null> {
   if (offer.choice === 'auto' && !(rand() < rate)) return null;
   const choice = offer.choice;
   const tool = typeof choice === 'object' ? offer.tools.find((t) => t.name === choice.name)! : offer.tools[Math.floor(rand() * offer.tools.length)];
@@ -102,7 +114,12 @@ export async function planToolCall(offer: ToolOffer, rate: number, rand: () => n
   // vLLM streams the call's id, type and name first, then its arguments as they come; `content` is "" for a named call.
   const first = ends.findIndex((end) => end >= argsFrom) + 1;
   const named = typeof choice === 'object' ? { content: '' } : {};
-  const chunks: PlannedChunk[] = [{ end: first, delta: { ...named, tool_calls: [{ index: 0, id, type: 'function', function: { name: tool.name, arguments: fragment(0, ends[first - 1]) } }] } }];
+  const chunks: PlannedChunk[] = [
+    {
+      end: first,
+      delta: { ...named, tool_calls: [{ index: 0, id, type: 'function', function: { name: tool.name, arguments: fragment(0, ends[first - 1]) } }] },
+    },
+  ];
   for (let i = first; i < tokenIds.length; i++) {
     const piece = fragment(ends[i - 1], ends[i]);
     if (piece === '') chunks[chunks.length - 1].end = i + 1;

@@ -11,7 +11,10 @@ const BODILESS = new Set(['GET', 'HEAD', 'TRACE']);
  * stream over the socket for every request and lose its direct read of the body: a tenth of a replay's CPU).
  * A chunked body, or one of unknown length, goes to hono's own middleware, which counts it.
  */
-export function declaredBodyLimit(options: { maxSize: number; onError: (c: Context) => Response | Promise<Response> }): MiddlewareHandler<{ Bindings: HttpBindings }> {
+export function declaredBodyLimit(options: {
+  maxSize: number;
+  onError: (c: Context) => Response | Promise<Response>;
+}): MiddlewareHandler<{ Bindings: HttpBindings }> {
   const counting = bodyLimit(options);
   return async (c, next) => {
     if (BODILESS.has(c.req.method)) return next();

@@ -3,7 +3,17 @@ import { mulberry32 } from '../util/mulberry32.js';
 import { ApiError, errorJson, modelNotFound } from '../wire/errors.js';
 
 /** Failures `--error-types` can inject. All but the last two answer at once; those two break an answer after some tokens. */
-export const FAULT_TYPES = ['rate_limit', 'invalid_api_key', 'context_length', 'server_error', 'invalid_request', 'model_not_found', 'timeout', 'midstream', 'disconnect'] as const;
+export const FAULT_TYPES = [
+  'rate_limit',
+  'invalid_api_key',
+  'context_length',
+  'server_error',
+  'invalid_request',
+  'model_not_found',
+  'timeout',
+  'midstream',
+  'disconnect',
+] as const;
 export type FaultType = (typeof FAULT_TYPES)[number];
 /** AIPerf's mock server injects only a 500. */
 export const DEFAULT_FAULT_TYPES: readonly FaultType[] = ['server_error'];
@@ -39,7 +49,8 @@ export function parseFaultTypes(value: string | readonly unknown[], what: string
 /** The first setting out of range, as [its key (`error_rate`…), a message naming it], else null. */
 export function badFaultSetting(s: Partial<FaultSettings>): [string, string] | null {
   const count = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v >= 0;
-  if (s.errorRate !== undefined && !(typeof s.errorRate === 'number' && s.errorRate >= 0 && s.errorRate <= 100)) return ['error_rate', `error_rate must be a number from 0 to 100, got ${JSON.stringify(s.errorRate)}`];
+  if (s.errorRate !== undefined && !(typeof s.errorRate === 'number' && s.errorRate >= 0 && s.errorRate <= 100))
+    return ['error_rate', `error_rate must be a number from 0 to 100, got ${JSON.stringify(s.errorRate)}`];
   if (s.errorTypes !== undefined && s.errorTypes.length === 0) return ['error_types', `error_types must name at least one of ${FAULT_TYPES.join(', ')}`];
   if (s.failFirst !== undefined && !count(s.failFirst)) return ['fail_first', `fail_first must be a non-negative integer, got ${JSON.stringify(s.failFirst)}`];
   if (s.midstreamAfterTokens !== undefined && !count(s.midstreamAfterTokens)) {
@@ -98,22 +109,45 @@ const maskKey = (key: string) => (key.length > 8 ? `${key.slice(0, 3)}${'*'.repe
  * The answer of an immediate failure: as the server that sends it would. vLLM never rate-limits nor checks keys
  * per request, so 429 and 401 are OpenAI's (string `code`, OpenAI's `type`); the others are vLLM's format.
  */
-export function faultResponse(type: Exclude<FaultType, 'midstream' | 'disconnect'>, ctx: FaultContext): { status: number; headers: Record<string, string>; body: string } {
-  const openai = (status: number, message: string, errorType: string, code: string) => ({ status, headers: {}, body: JSON.stringify({ error: { message, type: errorType, param: null, code } }) });
+export function faultResponse(
+  type: Exclude<FaultType, 'midstream' | 'disconnect'>,
+  ctx: FaultContext,
+): { status: number; headers: Record<string, string>; body: string } {
+  const openai = (status: number, message: string, errorType: string, code: string) => ({
+    status,
+    headers: {},
+    body: JSON.stringify({ error: { message, type: errorType, param: null, code } }),
+  });
   const vllm = (err: ApiError) => ({ status: err.status, headers: {}, body: err.body() });
   switch (type) {
     case 'rate_limit': {
       const message = `Rate limit reached for ${ctx.model} in organization org-mocker on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in ${RETRY_AFTER_S}s.`;
       const answer = openai(429, message, 'requests', 'rate_limit_exceeded');
-      return { ...answer, headers: { 'retry-after': String(RETRY_AFTER_S), 'x-ratelimit-limit-requests': '3', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': `${RETRY_AFTER_S}s` } };
+      return {
+        ...answer,
+        headers: {
+          'retry-after': String(RETRY_AFTER_S),
+          'x-ratelimit-limit-requests': '3',
+          'x-ratelimit-remaining-requests': '0',
+          'x-ratelimit-reset-requests': `${RETRY_AFTER_S}s`,
+        },
+      };
     }
     case 'invalid_api_key': {
       const key = maskKey(ctx.authorization?.replace(/^Bearer\s+/i, '') ?? '');
-      return openai(401, `Incorrect API key provided: ${key}. You can find your API key at https://platform.openai.com/account/api-keys.`, 'invalid_request_error', 'invalid_api_key');
+      return openai(
+        401,
+        `Incorrect API key provided: ${key}. You can find your API key at https://platform.openai.com/account/api-keys.`,
+        'invalid_request_error',
+        'invalid_api_key',
+      );
     }
     case 'context_length':
       return vllm(
-        new ApiError(400, `This model's maximum context length is ${ctx.maxModelLen} tokens. However, your request has ${ctx.maxModelLen + ctx.promptTokens} input tokens. Please reduce the length of the input messages.`),
+        new ApiError(
+          400,
+          `This model's maximum context length is ${ctx.maxModelLen} tokens. However, your request has ${ctx.maxModelLen + ctx.promptTokens} input tokens. Please reduce the length of the input messages.`,
+        ),
       );
     case 'server_error':
       // vLLM's EngineDeadError, which its server answers with a 500.

@@ -30,7 +30,10 @@ export function parseLoraModule(item: string): LoraModule {
     throw new Error(`Invalid JSON format for --lora-modules: ${item}`);
   }
   const parsed = loraModuleJson.safeParse(json);
-  if (!parsed.success) throw new Error(`Invalid fields for --lora-modules: ${item} - ${parsed.error.issues.map((i) => `${i.path.join('.') || 'value'}: ${i.message}`).join('; ')}`);
+  if (!parsed.success)
+    throw new Error(
+      `Invalid fields for --lora-modules: ${item} - ${parsed.error.issues.map((i) => `${i.path.join('.') || 'value'}: ${i.message}`).join('; ')}`,
+    );
   return parsed.data;
 }
 
@@ -75,7 +78,11 @@ export class LoraAdapters {
     if (!name || !path) throw new ApiError(400, "Both 'lora_name' and 'lora_path' must be provided.", 'InvalidUserInput');
     const existing = this.loaded.get(name);
     if (existing && !loadInplace) {
-      throw new ApiError(400, `The lora adapter '${name}' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.`, 'InvalidUserInput');
+      throw new ApiError(
+        400,
+        `The lora adapter '${name}' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.`,
+        'InvalidUserInput',
+      );
     }
     if (!this.enabled) throw new ApiError(400, 'LoRA is not enabled. Use --enable-lora to enable LoRA.', 'BadRequestError');
     // Mocker's own check: a name the base model answers to would never reach the adapter.

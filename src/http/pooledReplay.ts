@@ -92,7 +92,8 @@ export async function answerPooled(config: PooledReplayConfig, res: ServerRespon
   const ex = resolution.exchange;
   const { latency } = config;
   const items = poolingInputs(req.kind, body).items;
-  const ownMs = req.kind === 'embeddings' ? latency.embeddingBaseMs + latency.embeddingPerInputMs * items : latency.rankingBaseMs + latency.rankingPerPassageMs * items;
+  const ownMs =
+    req.kind === 'embeddings' ? latency.embeddingBaseMs + latency.embeddingPerInputMs * items : latency.rankingBaseMs + latency.rankingPerPassageMs * items;
   const waitMs = config.capturedDuration ? config.capturedDuration(ex.totalMs) : ownMs;
   if (waitMs > 0) await sleep(waitMs);
   if (res.destroyed) return;

@@ -136,7 +136,8 @@ export function poolingEndpoints(config: PoolingConfig) {
     const model = config.resolveModel(req.model);
     const input = req.input;
     // A flat list of numbers is one tokenized input; a list of strings or of id lists is a batch.
-    const items: (string | number[])[] = typeof input === 'string' ? [input] : input.length > 0 && typeof input[0] === 'number' ? [input as number[]] : (input as (string | number[])[]);
+    const items: (string | number[])[] =
+      typeof input === 'string' ? [input] : input.length > 0 && typeof input[0] === 'number' ? [input as number[]] : (input as (string | number[])[]);
     checkNotEmpty(items, 'input');
     const dimensions = req.dimensions ?? config.embeddingDimensions;
     if (dimensions < 1 || dimensions > config.embeddingDimensions) {
@@ -174,9 +175,15 @@ export function poolingEndpoints(config: PoolingConfig) {
     const req = parseBody(nimRankingRequest, body);
     config.resolveModel(req.model);
     checkNotEmpty(req.passages, 'passages');
-    await checkPairs(req.query.text, req.passages.map((p) => p.text));
+    await checkPairs(
+      req.query.text,
+      req.passages.map((p) => p.text),
+    );
     await wait(latency.rankingBaseMs, latency.rankingPerPassageMs, req.passages.length);
-    const rankings = ranked(req.query.text, req.passages.map((p) => p.text)).map(({ index, score }) => ({ index, logit: logit(score) }));
+    const rankings = ranked(
+      req.query.text,
+      req.passages.map((p) => p.text),
+    ).map(({ index, score }) => ({ index, logit: logit(score) }));
     return JSON.stringify({ rankings });
   }
 

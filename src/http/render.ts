@@ -108,8 +108,14 @@ export function foldChatDeltas(deltas: readonly ChunkDelta[]): FoldedChat {
 /** A choice's deltas as a non-streamed chat message. */
 function chatMessage(deltas: ChunkDelta[]): string {
   const { content, reasoningContent, reasoning, toolCalls } = foldChatDeltas(deltas);
-  const calls = toolCalls.map((c) => `{"id":${JSON.stringify(c.id ?? null)},"type":${JSON.stringify(c.type ?? 'function')},"function":{"name":${JSON.stringify(c.name)},"arguments":${JSON.stringify(c.arguments)}}}`);
-  const reasoningFields = reasoning !== null ? `,"reasoning":${JSON.stringify(reasoning)},"reasoning_content":${JSON.stringify(reasoningContent ?? reasoning)}` : `,"reasoning_content":${JSON.stringify(reasoningContent)}`;
+  const calls = toolCalls.map(
+    (c) =>
+      `{"id":${JSON.stringify(c.id ?? null)},"type":${JSON.stringify(c.type ?? 'function')},"function":{"name":${JSON.stringify(c.name)},"arguments":${JSON.stringify(c.arguments)}}}`,
+  );
+  const reasoningFields =
+    reasoning !== null
+      ? `,"reasoning":${JSON.stringify(reasoning)},"reasoning_content":${JSON.stringify(reasoningContent ?? reasoning)}`
+      : `,"reasoning_content":${JSON.stringify(reasoningContent)}`;
   return `{"role":"assistant","content":${JSON.stringify(content)},"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[${calls.join(',')}]${reasoningFields}}`;
 }
 

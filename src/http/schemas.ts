@@ -104,7 +104,8 @@ function pyFloat(x: number): string {
 /** The checks of vLLM's request models (pydantic validators), made before the model and the prompt are looked at. */
 export function checkRequestFields(req: CompletionRequest | ChatRequest): void {
   // vLLM's validator tests `data.get("stream_options")`: an empty object is falsy in Python and passes.
-  if (req.stream_options && Object.keys(req.stream_options).length > 0 && req.stream !== true) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
+  if (req.stream_options && Object.keys(req.stream_options).length > 0 && req.stream !== true)
+    throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
   if ('suffix' in req && req.suffix != null) throw badRequest('suffix is not currently supported', 'suffix');
   if ('continue_final_message' in req && req.continue_final_message && req.add_generation_prompt) {
     throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.');
@@ -118,16 +119,20 @@ export function checkRequestFields(req: CompletionRequest | ChatRequest): void {
 export function checkSampling(req: CompletionRequest | ChatRequest): void {
   const n = req.n ?? 1;
   if (n < 1) throw badRequest(`n must be at least 1, got ${n}.`, 'n');
-  if (n > MAX_N_SEQUENCES) throw badRequest(`n must be at most ${MAX_N_SEQUENCES}, got ${n}. To increase this limit, set the VLLM_MAX_N_SEQUENCES environment variable.`, 'n');
+  if (n > MAX_N_SEQUENCES)
+    throw badRequest(`n must be at most ${MAX_N_SEQUENCES}, got ${n}. To increase this limit, set the VLLM_MAX_N_SEQUENCES environment variable.`, 'n');
   for (const penalty of ['presence_penalty', 'frequency_penalty'] as const) {
     const value = req[penalty];
     if (value != null && !(value >= -2 && value <= 2)) throw badRequest(`${penalty} must be in [-2, 2], got ${pyFloat(value)}.`, penalty);
   }
   const repetition = req.repetition_penalty;
-  if (repetition != null && !Number.isFinite(repetition)) throw badRequest(`repetition_penalty must be a finite number, got ${pyFloat(repetition)}.`, 'repetition_penalty');
-  if (repetition != null && repetition <= 0) throw badRequest(`repetition_penalty must be greater than zero, got ${pyFloat(repetition)}.`, 'repetition_penalty');
+  if (repetition != null && !Number.isFinite(repetition))
+    throw badRequest(`repetition_penalty must be a finite number, got ${pyFloat(repetition)}.`, 'repetition_penalty');
+  if (repetition != null && repetition <= 0)
+    throw badRequest(`repetition_penalty must be greater than zero, got ${pyFloat(repetition)}.`, 'repetition_penalty');
   const temperature = req.temperature;
-  if (temperature != null && !Number.isFinite(temperature)) throw badRequest(`temperature must be a finite number, got ${pyFloat(temperature)}.`, 'temperature');
+  if (temperature != null && !Number.isFinite(temperature))
+    throw badRequest(`temperature must be a finite number, got ${pyFloat(temperature)}.`, 'temperature');
   if (temperature != null && temperature < 0) throw badRequest(`temperature must be non-negative, got ${pyFloat(temperature)}.`, 'temperature');
   if (req.top_p != null && !(req.top_p > 0 && req.top_p <= 1)) throw badRequest(`top_p must be in (0, 1], got ${pyFloat(req.top_p)}.`, 'top_p');
   // -1 is still accepted as "disabled"; 0 is the documented spelling.
@@ -151,7 +156,10 @@ export function checkSampling(req: CompletionRequest | ChatRequest): void {
 }
 
 /** vLLM's `_validate_chat_template`: a template in the request (or in its kwargs) needs `--trust-request-chat-template`. */
-export function checkRequestChatTemplate(req: { chat_template?: string | null; chat_template_kwargs?: Record<string, unknown> | null }, trusted: boolean): void {
+export function checkRequestChatTemplate(
+  req: { chat_template?: string | null; chat_template_kwargs?: Record<string, unknown> | null },
+  trusted: boolean,
+): void {
   if (trusted) return;
   if (carriesChatTemplate(req)) {
     throw badRequest('Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template.');

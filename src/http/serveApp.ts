@@ -30,7 +30,18 @@ import { mockerConfigRoutes, type RuntimeSettings } from './mockerConfig.js';
 import { admitted, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute, type RouteClass } from '../wire/access.js';
 import { startupGate } from './startup.js';
 import { LoopSlice } from '../util/loopSlice.js';
-import { chatRequest, checkRequestChatTemplate, checkRequestFields, checkSampling, completionRequest, detokenizeRequest, parseBody, tokenizeRequest, type ChatRequest, type CompletionRequest } from './schemas.js';
+import {
+  chatRequest,
+  checkRequestChatTemplate,
+  checkRequestFields,
+  checkSampling,
+  completionRequest,
+  detokenizeRequest,
+  parseBody,
+  tokenizeRequest,
+  type ChatRequest,
+  type CompletionRequest,
+} from './schemas.js';
 
 export interface ServeAppConfig {
   engine: Engine;
@@ -155,7 +166,8 @@ export function serveRoutes(app: { routes: readonly { method: string; path: stri
     .filter((r) => !(r.method === 'ALL' && r.path === '/*'))
     .map((r) => {
       const entry = SERVE_ROUTES[r.path];
-      if (!entry?.methods.includes(r.method)) throw new Error(`serve registers ${r.method} ${r.path}, which SERVE_ROUTES does not classify (public, key or control)`);
+      if (!entry?.methods.includes(r.method))
+        throw new Error(`serve registers ${r.method} ${r.path}, which SERVE_ROUTES does not classify (public, key or control)`);
       return { method: r.method, path: r.path, class: entry.class };
     });
 }
@@ -274,9 +286,13 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const limit = config.maxModelLen;
     if (promptLen < limit || (use !== 'generation' && promptLen === limit)) return;
     if (use === 'pooling') {
-      throw badRequest(`This model's maximum context length is ${limit} tokens. However, you requested ${promptLen} tokens in the input for embedding generation. Please reduce the length of the input.`);
+      throw badRequest(
+        `This model's maximum context length is ${limit} tokens. However, you requested ${promptLen} tokens in the input for embedding generation. Please reduce the length of the input.`,
+      );
     }
-    throw badRequest(`This model's maximum context length is ${limit} tokens. However, your request has ${promptLen} input tokens. Please reduce the length of the input messages.`);
+    throw badRequest(
+      `This model's maximum context length is ${limit} tokens. However, your request has ${promptLen} input tokens. Please reduce the length of the input messages.`,
+    );
   };
 
   const checkLength = (promptLen: number, maxTokens: number | null): void => {
@@ -357,7 +373,12 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     // Read once for all the prompts of a batch (vLLM checks it with the request's fields, before any prompt).
     const structured = structuredOutput(req);
     if ('logprobs' in req && req.logprobs !== null && req.logprobs !== undefined && req.logprobs !== false) {
-      throw new ApiError(400, 'logprobs are only served verbatim from captures that recorded them; this request asks mocker to compute them.', 'BadRequestError', 'logprobs');
+      throw new ApiError(
+        400,
+        'logprobs are only served verbatim from captures that recorded them; this request asks mocker to compute them.',
+        'BadRequestError',
+        'logprobs',
+      );
     }
     if ('echo' in req && req.echo) throw new ApiError(400, 'echo is not supported by mocker.', 'BadRequestError', 'echo');
     const model = resolveModel(req.model);
@@ -366,7 +387,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     else {
       const prompt = (req as CompletionRequest).prompt;
       // A list of strings or of token-id lists is a batch: one choice block per prompt.
-      const batch: (string | number[])[] = Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== 'number' ? (prompt as (string | number[])[]) : [prompt as string | number[]];
+      const batch: (string | number[])[] =
+        Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== 'number' ? (prompt as (string | number[])[]) : [prompt as string | number[]];
       // Every choice plans at least one token: a batch whose choices alone outgrow the budget is refused untokenized.
       outputBudget().check(batch.length * (req.n ?? 1));
       for (const item of batch) {
@@ -400,7 +422,15 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   }
 
   /** Submits one prompt's plans; `part` numbers the prompts of a batch (vLLM's engine request `<id>-<i>`), null alone. */
-  const runEngine = (ctx: RenderContext, p: Prepared, part: number | null, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill = false) => {
+  const runEngine = (
+    ctx: RenderContext,
+    p: Prepared,
+    part: number | null,
+    plans: ChoicePlan[],
+    arrivalMs: number,
+    signal: AbortSignal,
+    remotePrefill = false,
+  ) => {
     const params = p.params[part ?? 0];
     try {
       const stream = engine.submit(
@@ -430,7 +460,13 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
    * completion's several), its choice j is the response's choice i * n + j (vLLM's numbering), and usage sums them.
    */
   async function serveRendered(
-    res: ServerResponse, ctx: RenderContext, p: Prepared, plansByPrompt: ChoicePlan[][], arrivalMs: number, abort: AbortController, remotePrefill: boolean,
+    res: ServerResponse,
+    ctx: RenderContext,
+    p: Prepared,
+    plansByPrompt: ChoicePlan[][],
+    arrivalMs: number,
+    abort: AbortController,
+    remotePrefill: boolean,
     slice = new LoopSlice(),
   ): Promise<void> {
     const signal = abort.signal;
@@ -443,7 +479,9 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const streams: EngineStream[] = [];
     try {
       for (const [i, prompt] of plansByPrompt.entries()) {
-        streams.push(runEngine({ ...ctx, promptTokenIds: p.prompts[i] }, p, batched ? i : null, prompt, arrivalMs, promptSignals?.[i].signal ?? signal, remotePrefill));
+        streams.push(
+          runEngine({ ...ctx, promptTokenIds: p.prompts[i] }, p, batched ? i : null, prompt, arrivalMs, promptSignals?.[i].signal ?? signal, remotePrefill),
+        );
         if (batched) await slice.pause();
       }
     } catch (err) {
@@ -465,7 +503,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const hold = batched ? null : streams[0].kvHold;
     // vLLM hands the blocks to a remote decode only after a length-capped finish, in a non-streamed answer.
     if (hold && !signal.aborted && !p.stream && renderer.plans[0].finishReason === 'length') {
-      ctx.kvTransferParams = prefillResponseParams(config.pd.endpoint(), hold.holdId, Array.from({ length: hold.blocks }, () => nextBlockId++));
+      ctx.kvTransferParams = prefillResponseParams(
+        config.pd.endpoint(),
+        hold.holdId,
+        Array.from({ length: hold.blocks }, () => nextBlockId++),
+      );
       // An answer its client never got whole names blocks no decode engine will pull: freed at once, not after the timeout.
       res.once('close', () => void (res.writableFinished || engine.releaseKvHold(hold.holdId)));
     } else if (hold) engine.releaseKvHold(hold.holdId);
@@ -477,7 +519,14 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
 
   /** Serves a capture's own bytes (same request shape), released as the engine emits their tokens. */
   async function serveVerbatim(
-    res: ServerResponse, ctx: RenderContext, p: Prepared, ex: StoredExchange, plans: ChoicePlan[], arrivalMs: number, signal: AbortSignal, remotePrefill: boolean,
+    res: ServerResponse,
+    ctx: RenderContext,
+    p: Prepared,
+    ex: StoredExchange,
+    plans: ChoicePlan[],
+    arrivalMs: number,
+    signal: AbortSignal,
+    remotePrefill: boolean,
   ): Promise<void> {
     const hide = ex.injected.includes('return_token_ids') && !p.returnTokenIds;
     const events = runEngine(ctx, p, null, plans, arrivalMs, signal, remotePrefill);
@@ -530,7 +579,8 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   /** vLLM's `validate_json_request` on its API routes: any other media type is a 400 before the body is read. */
   const readApiJson = (c: Context<Env>): ReturnType<typeof readJson> => {
     const mediaType = (c.req.header('content-type') ?? '').toLowerCase().split(';')[0];
-    if (mediaType !== 'application/json') throw new ApiError(400, "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed", 'Bad Request');
+    if (mediaType !== 'application/json')
+      throw new ApiError(400, "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed", 'Bad Request');
     return readJson(c);
   };
 
@@ -539,7 +589,12 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
 
   /** A decode request's pull from its prefill engine; on failure the prompt is recomputed here (vLLM's default policy). */
   const pullKv = async (params: KvTransferParams): Promise<boolean> => {
-    const outcome = await pullRemoteKv(params, config.pd.peers, config.pd.pullTimeoutMs, config.access.key === undefined ? undefined : `Bearer ${config.access.key}`);
+    const outcome = await pullRemoteKv(
+      params,
+      config.pd.peers,
+      config.pd.pullTimeoutMs,
+      config.access.key === undefined ? undefined : `Bearer ${config.access.key}`,
+    );
     config.mockerMetrics?.kvPull(outcome);
     if (!outcome.ok) console.warn(`mocker: KV pull failed (${outcome.reason}): ${outcome.detail}; recomputing the prompt locally`);
     return outcome.ok;
@@ -574,7 +629,12 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const p = await prepare(kind, body, c.req.header('x-data-parallel-rank'), slice);
     if (fault && !breaksMidstream(fault)) {
       config.mockerMetrics?.injectedError(fault);
-      const answer = faultResponse(fault, { model: p.model, maxModelLen: config.maxModelLen, promptTokens: p.prompts[0].length, authorization: c.req.header('authorization') });
+      const answer = faultResponse(fault, {
+        model: p.model,
+        maxModelLen: config.maxModelLen,
+        promptTokens: p.prompts[0].length,
+        authorization: c.req.header('authorization'),
+      });
       return c.body(answer.body, answer.status as 400, { 'content-type': 'application/json', [INJECTED_HEADER]: fault, ...answer.headers });
     }
     const shape = requestShape(kind, body);
@@ -608,12 +668,29 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     }
     const remotePrefill = !batched && p.kvTransfer?.do_remote_prefill === true && (await pullKv(p.kvTransfer));
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestIdFor(c, body)}`;
-    const ctx: RenderContext = { kind, id, created: Math.floor(Date.now() / 1000), model: p.model, returnTokenIds: p.returnTokenIds, promptTokenIds: p.prompts[0] };
+    const ctx: RenderContext = {
+      kind,
+      id,
+      created: Math.floor(Date.now() / 1000),
+      model: p.model,
+      returnTokenIds: p.returnTokenIds,
+      promptTokenIds: p.prompts[0],
+    };
     // Captured bytes carry token ids only when the engine returned them, and never fresh kv_transfer_params.
     const capture = batched ? null : planned[0].verbatim;
     const verbatim = capture && (!p.returnTokenIds || capture.tokenSource === 'engine') && !p.kvTransfer?.do_remote_decode ? capture : null;
     if (verbatim) await serveVerbatim(res, ctx, p, verbatim, planned[0].plans, arrivalMs, abort.signal, remotePrefill);
-    else await serveRendered(res, ctx, p, planned.map((r) => r.plans), arrivalMs, abort, remotePrefill, slice);
+    else
+      await serveRendered(
+        res,
+        ctx,
+        p,
+        planned.map((r) => r.plans),
+        arrivalMs,
+        abort,
+        remotePrefill,
+        slice,
+      );
     return RESPONSE_ALREADY_SENT;
   };
 
@@ -623,8 +700,16 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     const resolution = await resolver.resolve(p.params[0], p.model, p.prompts[0], requestShape('completion', completionBody), outputBudget());
     config.mockerMetrics?.captureLookup(resolution.lookup);
     if (resolution.type === 'error') throw resolution.error;
-    if (resolution.type === 'forward') throw new ApiError(501, 'This endpoint is answered from captures or random tokens only: it is not forwarded to the upstream.', 'NotImplementedError');
-    const ctx: RenderContext = { kind: 'completion', id: `cmpl-${randomUUID().replaceAll('-', '')}`, created: Math.floor(Date.now() / 1000), model: p.model, returnTokenIds: false, promptTokenIds: p.prompts[0] };
+    if (resolution.type === 'forward')
+      throw new ApiError(501, 'This endpoint is answered from captures or random tokens only: it is not forwarded to the upstream.', 'NotImplementedError');
+    const ctx: RenderContext = {
+      kind: 'completion',
+      id: `cmpl-${randomUUID().replaceAll('-', '')}`,
+      created: Math.floor(Date.now() / 1000),
+      model: p.model,
+      returnTokenIds: false,
+      promptTokenIds: p.prompts[0],
+    };
     return { model: p.model, promptIds: p.prompts[0], plan: resolution.plans[0], events: runEngine(ctx, p, null, resolution.plans, arrivalMs, signal) };
   };
 
@@ -657,7 +742,10 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
     '*',
     declaredBodyLimit({
       maxSize: config.maxBodyBytes,
-      onError: (c) => c.body(errorJson(413, `Request body is larger than ${config.maxBodyBytes} bytes.`, 'Request Entity Too Large'), 413, { 'content-type': 'application/json' }),
+      onError: (c) =>
+        c.body(errorJson(413, `Request body is larger than ${config.maxBodyBytes} bytes.`, 'Request Entity Too Large'), 413, {
+          'content-type': 'application/json',
+        }),
     }),
   );
 
@@ -696,22 +784,30 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.post('/generate', tgiRoute(tgi.generate));
   app.post('/generate_stream', tgiRoute(tgi.generateStream));
   app.post('/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
-  app.get('/', (c) => c.json({ message: 'mocker: a vLLM-compatible engine simulator', version: (JSON.parse(config.versionJson) as { version: string }).version, model: config.servedModels[0] }));
+  app.get('/', (c) =>
+    c.json({
+      message: 'mocker: a vLLM-compatible engine simulator',
+      version: (JSON.parse(config.versionJson) as { version: string }).version,
+      model: config.servedModels[0],
+    }),
+  );
   if (config.runtime && config.controlRoutes) app.route('/mocker/config', mockerConfigRoutes(config.runtime));
   app.get('/mocker/engine', (c) => c.json({ ...engine.state(), config: config.settings }));
   if (config.pd.role !== 'agg') {
     app.post(KV_PULL_PATH, async (c) => {
       const req = parseBody(kvPullRequest, (await readJson(c)).body);
       if (req.remote_engine_id !== config.pd.endpoint().engineId || !engine.releaseKvHold(req.remote_request_id)) {
-        throw new ApiError(404, `No KV blocks held for request ${JSON.stringify(req.remote_request_id.slice(0, 100))} of this engine (unknown, already pulled, or expired).`, 'NotFoundError');
+        throw new ApiError(
+          404,
+          `No KV blocks held for request ${JSON.stringify(req.remote_request_id.slice(0, 100))} of this engine (unknown, already pulled, or expired).`,
+          'NotFoundError',
+        );
       }
       return c.json({ released: true });
     });
   }
   // Event hashes as decimal strings: they are u64 and a JSON number would round them.
-  app.get('/mocker/kv-blocks', (c) =>
-    c.json({ ranks: engine.cachedBlockEventHashes().map((hashes, rank) => ({ rank, block_hashes: hashes.map(String) })) }),
-  );
+  app.get('/mocker/kv-blocks', (c) => c.json({ ranks: engine.cachedBlockEventHashes().map((hashes, rank) => ({ rank, block_hashes: hashes.map(String) })) }));
   app.get('/load', (c) => c.json({ server_load: inFlight }));
   if (config.controlRoutes) {
     app.post('/reset_prefix_cache', (c) => {
@@ -721,7 +817,11 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
       }
       // As newer vLLM: a reset that blocks still held by requests prevent is a 409, not a silent 200.
       if (!engine.resetPrefixCache(resetRunning?.toLowerCase() === 'true')) {
-        throw new ApiError(409, 'Prefix cache reset failed: running requests still hold KV cache blocks (retry when idle, or pass ?reset_running_requests=true).', 'Conflict');
+        throw new ApiError(
+          409,
+          'Prefix cache reset failed: running requests still hold KV cache blocks (retry when idle, or pass ?reset_running_requests=true).',
+          'Conflict',
+        );
       }
       return c.body(null, 200);
     });
@@ -771,7 +871,12 @@ export function createServeApp(config: ServeAppConfig): Hono<Env> {
   app.get('/version', (c) => c.body(config.versionJson, 200, { 'content-type': 'application/json' }));
   app.get('/v1/models', (c) => {
     const created = Math.floor(Date.now() / 1000);
-    const bases = config.servedModels.map((id) => ({ id, root: config.modelRoot, parent: null as string | null, max_model_len: config.maxModelLen as number | null }));
+    const bases = config.servedModels.map((id) => ({
+      id,
+      root: config.modelRoot,
+      parent: null as string | null,
+      max_model_len: config.maxModelLen as number | null,
+    }));
     const data = [...bases, ...(config.lora?.cards() ?? [])].map(({ id, root, parent, max_model_len }) => ({
       id,
       object: 'model',

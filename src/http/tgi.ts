@@ -121,7 +121,9 @@ export function tgiEndpoints(runCompletion: RunCompletion, tokenizer: ModelToken
     const text = prefix + (await tokenizer.decode(run.plan.tokenIds, true));
     const answer = {
       generated_text: text,
-      ...(details ? { details: { finish_reason: tgiFinishReason(run.plan), generated_tokens: tokens.length, seed: completion.seed ?? null, prefill: [], tokens } } : {}),
+      ...(details
+        ? { details: { finish_reason: tgiFinishReason(run.plan), generated_tokens: tokens.length, seed: completion.seed ?? null, prefill: [], tokens } }
+        : {}),
     };
     const json = JSON.stringify(answer);
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) }).end(json);

@@ -47,7 +47,10 @@ const DCGM_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
  * handled from arrival to its first token) and its decode worker (the whole request); a prefill or decode engine
  * serves its own role's path, the other one answers 404.
  */
-export function backendMetrics(config: BackendMetricsConfig): { observers: EngineObserver[]; routes: Record<(typeof BACKEND_METRICS_PATHS)[number], MetricsSource | MissingMetrics> } {
+export function backendMetrics(config: BackendMetricsConfig): {
+  observers: EngineObserver[];
+  routes: Record<(typeof BACKEND_METRICS_PATHS)[number], MetricsSource | MissingMetrics>;
+} {
   const { modelName, ranks, maxModelLen } = config.vllm;
   const vllm = new VllmMetrics(config.vllm);
   const sglang = new SglangMetrics({ modelName, ranks, pageSize: config.blockSize });
@@ -62,9 +65,16 @@ export function backendMetrics(config: BackendMetricsConfig): { observers: Engin
   });
   const component = (role: 'prefill' | 'decode'): DynamoComponentMetrics | MissingMetrics => {
     if (config.role !== 'agg' && config.role !== role) {
-      return { notFound: `this server is a ${config.role} worker (--disaggregation-mode ${config.role}): its Dynamo component metrics are at /dynamo_component/${config.role}/metrics` };
+      return {
+        notFound: `this server is a ${config.role} worker (--disaggregation-mode ${config.role}): its Dynamo component metrics are at /dynamo_component/${config.role}/metrics`,
+      };
     }
-    return new DynamoComponentMetrics({ modelName, ranks, component: role === 'prefill' ? 'prefill' : 'backend', span: config.role === 'agg' && role === 'prefill' ? 'prefill' : 'request' });
+    return new DynamoComponentMetrics({
+      modelName,
+      ranks,
+      component: role === 'prefill' ? 'prefill' : 'backend',
+      span: config.role === 'agg' && role === 'prefill' ? 'prefill' : 'request',
+    });
   };
   const prefill = component('prefill');
   const decode = component('decode');

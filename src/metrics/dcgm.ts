@@ -22,13 +22,83 @@ interface GpuSpec {
  * server uses the same ones).
  */
 export const DCGM_GPUS = {
-  rtx6000: { modelName: 'NVIDIA RTX 6000 Ada Generation', memoryMiB: 48 * 1024, maxPowerW: 300, idlePowerW: 30, idleSmClockMHz: 915, maxSmClockMHz: 2505, memClockMHz: 10001, idleTempC: 35, maxTempC: 83 },
-  a100: { modelName: 'NVIDIA A100-SXM4-40GB', memoryMiB: 40 * 1024, maxPowerW: 400, idlePowerW: 50, idleSmClockMHz: 765, maxSmClockMHz: 1410, memClockMHz: 1215, idleTempC: 40, maxTempC: 85 },
-  h100: { modelName: 'NVIDIA H100 PCIe', memoryMiB: 80 * 1024, maxPowerW: 350, idlePowerW: 40, idleSmClockMHz: 1095, maxSmClockMHz: 1755, memClockMHz: 1593, idleTempC: 35, maxTempC: 82 },
-  'h100-sxm': { modelName: 'NVIDIA H100 80GB HBM3', memoryMiB: 80 * 1024, maxPowerW: 700, idlePowerW: 70, idleSmClockMHz: 1350, maxSmClockMHz: 1980, memClockMHz: 2619, idleTempC: 40, maxTempC: 88 },
-  h200: { modelName: 'NVIDIA H200', memoryMiB: 141 * 1024, maxPowerW: 700, idlePowerW: 70, idleSmClockMHz: 1350, maxSmClockMHz: 1980, memClockMHz: 3201, idleTempC: 40, maxTempC: 88 },
-  b200: { modelName: 'NVIDIA B200', memoryMiB: 180 * 1024, maxPowerW: 1000, idlePowerW: 100, idleSmClockMHz: 1500, maxSmClockMHz: 1965, memClockMHz: 3996, idleTempC: 40, maxTempC: 90 },
-  gb200: { modelName: 'NVIDIA GB200', memoryMiB: 186 * 1024, maxPowerW: 1200, idlePowerW: 100, idleSmClockMHz: 1500, maxSmClockMHz: 2062, memClockMHz: 3996, idleTempC: 40, maxTempC: 90 },
+  rtx6000: {
+    modelName: 'NVIDIA RTX 6000 Ada Generation',
+    memoryMiB: 48 * 1024,
+    maxPowerW: 300,
+    idlePowerW: 30,
+    idleSmClockMHz: 915,
+    maxSmClockMHz: 2505,
+    memClockMHz: 10001,
+    idleTempC: 35,
+    maxTempC: 83,
+  },
+  a100: {
+    modelName: 'NVIDIA A100-SXM4-40GB',
+    memoryMiB: 40 * 1024,
+    maxPowerW: 400,
+    idlePowerW: 50,
+    idleSmClockMHz: 765,
+    maxSmClockMHz: 1410,
+    memClockMHz: 1215,
+    idleTempC: 40,
+    maxTempC: 85,
+  },
+  h100: {
+    modelName: 'NVIDIA H100 PCIe',
+    memoryMiB: 80 * 1024,
+    maxPowerW: 350,
+    idlePowerW: 40,
+    idleSmClockMHz: 1095,
+    maxSmClockMHz: 1755,
+    memClockMHz: 1593,
+    idleTempC: 35,
+    maxTempC: 82,
+  },
+  'h100-sxm': {
+    modelName: 'NVIDIA H100 80GB HBM3',
+    memoryMiB: 80 * 1024,
+    maxPowerW: 700,
+    idlePowerW: 70,
+    idleSmClockMHz: 1350,
+    maxSmClockMHz: 1980,
+    memClockMHz: 2619,
+    idleTempC: 40,
+    maxTempC: 88,
+  },
+  h200: {
+    modelName: 'NVIDIA H200',
+    memoryMiB: 141 * 1024,
+    maxPowerW: 700,
+    idlePowerW: 70,
+    idleSmClockMHz: 1350,
+    maxSmClockMHz: 1980,
+    memClockMHz: 3201,
+    idleTempC: 40,
+    maxTempC: 88,
+  },
+  b200: {
+    modelName: 'NVIDIA B200',
+    memoryMiB: 180 * 1024,
+    maxPowerW: 1000,
+    idlePowerW: 100,
+    idleSmClockMHz: 1500,
+    maxSmClockMHz: 1965,
+    memClockMHz: 3996,
+    idleTempC: 40,
+    maxTempC: 90,
+  },
+  gb200: {
+    modelName: 'NVIDIA GB200',
+    memoryMiB: 186 * 1024,
+    maxPowerW: 1200,
+    idlePowerW: 100,
+    idleSmClockMHz: 1500,
+    maxSmClockMHz: 2062,
+    memClockMHz: 3996,
+    idleTempC: 40,
+    maxTempC: 90,
+  },
 } satisfies Record<string, GpuSpec>;
 
 export type DcgmGpuName = keyof typeof DCGM_GPUS;
@@ -155,7 +225,12 @@ class DcgmExporter {
     this.gpus = Array.from({ length: numGpus }, (_, gpu) => {
       const uuid = `GPU-${hex(8)}-${hex(4)}-${hex(4)}-${hex(4)}-${hex(12)}`;
       const pciBusId = `00000000:${(gpu + 0x18).toString(16).toUpperCase().padStart(2, '0')}:00.0`;
-      return { labels: `gpu="${gpu}",UUID="${uuid}",pci_bus_id="${pciBusId}",device="nvidia${gpu}",modelName="${spec.modelName}",Hostname="${hostname}"`, energyMj: 0, powerViolationUs: 0, thermalViolationUs: 0 };
+      return {
+        labels: `gpu="${gpu}",UUID="${uuid}",pci_bus_id="${pciBusId}",device="nvidia${gpu}",modelName="${spec.modelName}",Hostname="${hostname}"`,
+        energyMj: 0,
+        powerViolationUs: 0,
+        thermalViolationUs: 0,
+      };
     });
   }
 

@@ -89,14 +89,24 @@ export class DynamoFrontendMetrics implements EngineObserver {
     const histogram = (suffix: string, help: string, buckets: number[]) => new PassHistogram({ name: name(suffix), help, buckets, labelNames, registers });
     const gauge = (suffix: string, help: string) => passGauge({ name: name(suffix), help, labelNames, registers });
 
-    this.requests = new Counter({ name: name('requests_total'), help: 'Total number of LLM requests processed', labelNames: ['error_type', 'model', 'status'], registers });
+    this.requests = new Counter({
+      name: name('requests_total'),
+      help: 'Total number of LLM requests processed',
+      labelNames: ['error_type', 'model', 'status'],
+      registers,
+    });
     this.inflightGauge = gauge('inflight_requests', 'Number of inflight requests').series(this.labels);
     this.queued = gauge('queued_requests', 'Number of requests in HTTP processing queue').series(this.labels);
     this.disconnected = new Gauge({ name: name('disconnected_clients'), help: 'Number of disconnected clients', registers });
     this.duration = histogram('request_duration_seconds', 'Duration of LLM requests', dynamoLogBuckets(1, 512, 10));
     this.inputTokens = histogram('input_sequence_tokens', 'Input sequence length in tokens', dynamoLogBuckets(50, 128000, 12));
     this.outputTokens = histogram('output_sequence_tokens', 'Output sequence length in tokens', dynamoLogBuckets(50, 32000, 10));
-    this.outputTokensTotal = passCounter({ name: name('output_tokens_total'), help: 'Total number of output tokens generated (updates in real-time)', labelNames, registers }).series(this.labels);
+    this.outputTokensTotal = passCounter({
+      name: name('output_tokens_total'),
+      help: 'Total number of output tokens generated (updates in real-time)',
+      labelNames,
+      registers,
+    }).series(this.labels);
     this.ttft = histogram('time_to_first_token_seconds', 'Time to first token in seconds', dynamoLogBuckets(0.001, 480, 18)).series(this.labels);
     this.itl = histogram('inter_token_latency_seconds', 'Inter-token latency in seconds', dynamoLogBuckets(0.001, 2, 13)).series(this.labels);
     // The worker's runtime config and model card, as the frontend learns them when the worker registers.
@@ -191,15 +201,33 @@ export class DynamoComponentMetrics implements EngineObserver {
     this.endpointLabels = { dynamo_component: config.component, dynamo_endpoint: ENDPOINT, dynamo_namespace: NAMESPACE, model: config.modelName };
     const endpointLabelNames = Object.keys(this.endpointLabels);
     // Dynamo creates these with the labels as constant labels: each series exists from the start.
-    this.requests = new Counter({ name: 'dynamo_component_requests_total', help: 'Total number of requests processed by work handler', labelNames: endpointLabelNames, registers });
-    this.inflightGauge = new Gauge({ name: 'dynamo_component_inflight_requests', help: 'Number of requests currently being processed by work handler', labelNames: endpointLabelNames, registers });
-    const duration = new PassHistogram({ name: 'dynamo_component_request_duration_seconds', help: 'Time spent processing requests by work handler', buckets: RUST_DEFAULT_BUCKETS, labelNames: endpointLabelNames, registers });
+    this.requests = new Counter({
+      name: 'dynamo_component_requests_total',
+      help: 'Total number of requests processed by work handler',
+      labelNames: endpointLabelNames,
+      registers,
+    });
+    this.inflightGauge = new Gauge({
+      name: 'dynamo_component_inflight_requests',
+      help: 'Number of requests currently being processed by work handler',
+      labelNames: endpointLabelNames,
+      registers,
+    });
+    const duration = new PassHistogram({
+      name: 'dynamo_component_request_duration_seconds',
+      help: 'Time spent processing requests by work handler',
+      buckets: RUST_DEFAULT_BUCKETS,
+      labelNames: endpointLabelNames,
+      registers,
+    });
     this.requests.labels(this.endpointLabels).inc(0);
     this.inflightGauge.labels(this.endpointLabels).set(0);
     duration.zero(this.endpointLabels);
     this.duration = duration.series(this.endpointLabels);
     const kvGauge = (suffix: string, help: string) => {
-      const series = passGauge({ name: `dynamo_component_kvstats_${suffix}`, help, labelNames: Object.keys(componentLabels), registers }).series(componentLabels);
+      const series = passGauge({ name: `dynamo_component_kvstats_${suffix}`, help, labelNames: Object.keys(componentLabels), registers }).series(
+        componentLabels,
+      );
       series.set(0);
       return series;
     };

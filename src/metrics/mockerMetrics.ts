@@ -25,7 +25,12 @@ export class MockerMetrics {
   constructor(registry: Registry, modelName: string, faultTypes: readonly string[] = []) {
     const registers = [registry];
     this.labels = { model_name: modelName };
-    this.hits = new Counter({ name: 'mocker_capture_hits_total', help: 'Requests answered from a capture of the same prompt.', labelNames: ['model_name'], registers });
+    this.hits = new Counter({
+      name: 'mocker_capture_hits_total',
+      help: 'Requests answered from a capture of the same prompt.',
+      labelNames: ['model_name'],
+      registers,
+    });
     this.prefixHits = new Counter({
       name: 'mocker_capture_prefix_hits_total',
       help: 'Requests answered from a capture of another prompt sharing a long enough prefix with theirs (--match prefix).',
@@ -38,14 +43,24 @@ export class MockerMetrics {
       labelNames: ['model_name', 'reason'],
       registers,
     });
-    this.written = new Counter({ name: 'mocker_captures_written_total', help: 'Exchanges recorded into the capture file (--on-miss record).', labelNames: ['model_name'], registers });
+    this.written = new Counter({
+      name: 'mocker_captures_written_total',
+      help: 'Exchanges recorded into the capture file (--on-miss record).',
+      labelNames: ['model_name'],
+      registers,
+    });
     this.upstreamErrors = new Counter({
       name: 'mocker_upstream_errors_total',
       help: 'Forwarded requests the upstream failed, by reason: unreachable, timeout, broken_stream, error_status.',
       labelNames: ['model_name', 'reason'],
       registers,
     });
-    this.kvPulls = new Counter({ name: 'mocker_kv_pulls_total', help: "Decode requests whose prompt KV was pulled from a prefill engine's hold.", labelNames: ['model_name'], registers });
+    this.kvPulls = new Counter({
+      name: 'mocker_kv_pulls_total',
+      help: "Decode requests whose prompt KV was pulled from a prefill engine's hold.",
+      labelNames: ['model_name'],
+      registers,
+    });
     this.kvPullFailures = new Counter({
       name: 'mocker_kv_pull_failures_total',
       help: 'Decode requests whose KV pull failed and that recomputed the prompt locally, by reason: incomplete_params, peer_not_allowed, unknown_blocks, unreachable.',

@@ -200,7 +200,13 @@ export class PassHistogram {
   }
 
   /** As prom-client's `get()`: the series' labels merged into each value's. */
-  async get(): Promise<{ name: string; help: string; type: string; values: { labels: Record<string, string | number>; value: number; metricName: string }[]; aggregator: string }> {
+  async get(): Promise<{
+    name: string;
+    help: string;
+    type: string;
+    values: { labels: Record<string, string | number>; value: number; metricName: string }[];
+    aggregator: string;
+  }> {
     const data = await this.getForPromString();
     return { ...data, values: data.values.map(({ labels, sharedLabels, ...rest }) => ({ ...rest, labels: { ...labels, ...sharedLabels } })) };
   }

@@ -4,7 +4,10 @@ import { toPrometheusClientText } from './exposition.js';
 import { passGauge, PassHistogram, type GaugeSeries, type HistogramSeries } from './passSeries.js';
 
 // SGLang's default buckets (test/fixtures/prometheus/sglang-metrics.md §3, §4).
-const QUEUE_TIME_BUCKETS = [0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000];
+const QUEUE_TIME_BUCKETS = [
+  0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000,
+  2500, 3000,
+];
 const TTFT_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400];
 const ITL_BUCKETS = [0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0];
 const E2E_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400];
@@ -93,12 +96,19 @@ export class SglangMetrics implements EngineObserver {
     });
     this.tokenizerLabels = { model_name: config.modelName };
     const now = performance.now();
-    this.logs = Array.from({ length: config.ranks }, () => ({ cacheHitRate: 0, genThroughput: 0, decodeBatches: 0, decodeTokensSinceLog: 0, lastDecodeLogMs: now }));
+    this.logs = Array.from({ length: config.ranks }, () => ({
+      cacheHitRate: 0,
+      genThroughput: 0,
+      decodeBatches: 0,
+      decodeTokensSinceLog: 0,
+      lastDecodeLogMs: now,
+    }));
 
     const schedulerLabelNames = Object.keys(this.schedulerLabels(0));
     const gauge = (name: string, help: string, labelNames = schedulerLabelNames) => passGauge({ name, help, labelNames, registers });
     const counter = (name: string, help: string) => new Counter({ name, help, labelNames: ['model_name'], registers });
-    const histogram = (name: string, help: string, buckets: number[], labelNames: string[]) => new PassHistogram({ name, help, buckets, labelNames, registers });
+    const histogram = (name: string, help: string, buckets: number[], labelNames: string[]) =>
+      new PassHistogram({ name, help, buckets, labelNames, registers });
 
     const running = gauge('sglang:num_running_reqs', 'The number of running requests.');
     const usedTokens = gauge('sglang:num_used_tokens', 'The number of used tokens.');
@@ -126,8 +136,12 @@ export class SglangMetrics implements EngineObserver {
     this.cachedTokens = counter('sglang:cached_tokens_total', 'Number of cached prompt tokens.');
     this.requests = counter('sglang:num_requests_total', 'Number of requests processed.');
     this.abortedRequests = counter('sglang:num_aborted_requests_total', 'Number of requests aborted.');
-    this.ttft = histogram('sglang:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', TTFT_BUCKETS, ['model_name']).series(this.tokenizerLabels);
-    this.interTokenLatency = histogram('sglang:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', ITL_BUCKETS, ['model_name']).series(this.tokenizerLabels);
+    this.ttft = histogram('sglang:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', TTFT_BUCKETS, ['model_name']).series(
+      this.tokenizerLabels,
+    );
+    this.interTokenLatency = histogram('sglang:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', ITL_BUCKETS, [
+      'model_name',
+    ]).series(this.tokenizerLabels);
     this.e2e = histogram('sglang:e2e_request_latency_seconds', 'Histogram of End-to-end request latency in seconds', E2E_BUCKETS, ['model_name']);
   }
 

@@ -71,14 +71,31 @@ export class TrtllmMetrics implements EngineObserver {
     const gauge = (name: string, help: string) => passGauge({ name: `trtllm_${name}`, help, labelNames, registers }).series(this.labels);
     const counter = (name: string, help: string) => new Counter({ name: `trtllm_${name}`, help, labelNames, registers });
 
-    this.success = new Counter({ name: 'trtllm_request_success_total', help: 'Count of successfully processed requests.', labelNames: [...labelNames, 'finished_reason'], registers });
+    this.success = new Counter({
+      name: 'trtllm_request_success_total',
+      help: 'Count of successfully processed requests.',
+      labelNames: [...labelNames, 'finished_reason'],
+      registers,
+    });
     this.e2e = histogram('e2e_request_latency_seconds', 'Histogram of end to end request latency in seconds.', LATENCY_BUCKETS);
     this.ttft = histogram('time_to_first_token_seconds', 'Histogram of time to first token in seconds.', TTFT_BUCKETS);
     this.tpot = histogram('time_per_output_token_seconds', 'Histogram of time per output token in seconds.', TPOT_BUCKETS);
     this.queueTime = histogram('request_queue_time_seconds', 'Histogram of time spent in WAITING phase for request.', LATENCY_BUCKETS);
-    this.prefillTime = histogram('request_prefill_time_seconds', 'Histogram of prefill (context) phase duration in seconds (first_token_time - first_scheduled_time).', PREFILL_BUCKETS);
-    this.decodeTime = histogram('request_decode_time_seconds', 'Histogram of decode (generation) phase duration in seconds (last_token_time - first_token_time).', LATENCY_BUCKETS);
-    this.inferenceTime = histogram('request_inference_time_seconds', 'Histogram of total inference duration in seconds (last_token_time - first_scheduled_time).', LATENCY_BUCKETS);
+    this.prefillTime = histogram(
+      'request_prefill_time_seconds',
+      'Histogram of prefill (context) phase duration in seconds (first_token_time - first_scheduled_time).',
+      PREFILL_BUCKETS,
+    );
+    this.decodeTime = histogram(
+      'request_decode_time_seconds',
+      'Histogram of decode (generation) phase duration in seconds (last_token_time - first_token_time).',
+      LATENCY_BUCKETS,
+    );
+    this.inferenceTime = histogram(
+      'request_inference_time_seconds',
+      'Histogram of total inference duration in seconds (last_token_time - first_scheduled_time).',
+      LATENCY_BUCKETS,
+    );
     this.promptTokens = counter('prompt_tokens_total', 'Cumulative number of prompt (input) tokens processed.');
     this.generationTokens = counter('generation_tokens_total', 'Cumulative number of generation (output) tokens produced.');
     this.cachedTokens = counter(

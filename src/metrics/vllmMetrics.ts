@@ -94,7 +94,12 @@ export class VllmMetrics implements EngineObserver {
     const preemptions = counter('vllm:num_preemptions', 'Cumulative number of preemption from the engine.');
     const promptTokens = counter('vllm:prompt_tokens', 'Number of prefill tokens processed.');
     const generationTokens = counter('vllm:generation_tokens', 'Number of generation tokens processed.');
-    this.success = new Counter({ name: 'vllm:request_success_total', help: 'Count of successfully processed requests.', labelNames: ['engine', 'finished_reason', 'model_name'], registers });
+    this.success = new Counter({
+      name: 'vllm:request_success_total',
+      help: 'Count of successfully processed requests.',
+      labelNames: ['engine', 'finished_reason', 'model_name'],
+      registers,
+    });
     this.requestPromptTokens = histogram('vllm:request_prompt_tokens', 'Number of prefill tokens processed.', tokenBuckets);
     this.requestGenerationTokens = histogram('vllm:request_generation_tokens', 'Number of generation tokens processed.', tokenBuckets);
     const iterationTokens = histogram('vllm:iteration_tokens_total', 'Histogram of number of tokens per engine_step.', ITERATION_BUCKETS);
@@ -102,9 +107,17 @@ export class VllmMetrics implements EngineObserver {
     this.paramsMaxTokens = histogram('vllm:request_params_max_tokens', 'Histogram of the max_tokens request parameter.', tokenBuckets);
     const ttft = histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', TTFT_BUCKETS);
     // Deprecated in vLLM 0.11 (the release mocker emulates) but still exposed there; hidden from 0.12.
-    const timePerOutputToken = histogram('vllm:time_per_output_token_seconds', 'Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.', TOKEN_LATENCY_BUCKETS);
+    const timePerOutputToken = histogram(
+      'vllm:time_per_output_token_seconds',
+      'Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.',
+      TOKEN_LATENCY_BUCKETS,
+    );
     const interTokenLatency = histogram('vllm:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', TOKEN_LATENCY_BUCKETS);
-    this.requestTimePerOutputToken = histogram('vllm:request_time_per_output_token_seconds', 'Histogram of time_per_output_token_seconds per request.', TOKEN_LATENCY_BUCKETS);
+    this.requestTimePerOutputToken = histogram(
+      'vllm:request_time_per_output_token_seconds',
+      'Histogram of time_per_output_token_seconds per request.',
+      TOKEN_LATENCY_BUCKETS,
+    );
     this.e2e = histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.', REQUEST_LATENCY_BUCKETS);
     this.queueTime = histogram('vllm:request_queue_time_seconds', 'Histogram of time spent in WAITING phase for request.', REQUEST_LATENCY_BUCKETS);
     this.inferenceTime = histogram('vllm:request_inference_time_seconds', 'Histogram of time spent in RUNNING phase for request.', REQUEST_LATENCY_BUCKETS);
@@ -115,7 +128,12 @@ export class VllmMetrics implements EngineObserver {
     this.loraInfo =
       config.maxLoras === undefined
         ? null
-        : new Gauge({ name: 'vllm:lora_requests_info', help: 'Running stats on lora requests.', labelNames: ['max_lora', 'running_lora_adapters', 'waiting_lora_adapters'], registers });
+        : new Gauge({
+            name: 'vllm:lora_requests_info',
+            help: 'Running stats on lora requests.',
+            labelNames: ['max_lora', 'running_lora_adapters', 'waiting_lora_adapters'],
+            registers,
+          });
     this.maxLoras = String(config.maxLoras);
     const infoLabels = [...Object.keys(config.cacheConfig), 'engine'].sort();
     const info = new Gauge({ name: 'vllm:cache_config_info', help: 'Information of the LLMEngine CacheConfig', labelNames: infoLabels, registers });
@@ -124,7 +142,23 @@ export class VllmMetrics implements EngineObserver {
     for (let rank = 0; rank < config.ranks; rank++) {
       const l = this.labels(rank);
       // vLLM creates every series up front, so they read 0 before the first request.
-      for (const h of [this.requestPromptTokens, this.requestGenerationTokens, iterationTokens, this.paramsN, this.paramsMaxTokens, ttft, timePerOutputToken, interTokenLatency, this.requestTimePerOutputToken, this.e2e, this.queueTime, this.inferenceTime, this.prefillTime, this.decodeTime]) h.zero(l);
+      for (const h of [
+        this.requestPromptTokens,
+        this.requestGenerationTokens,
+        iterationTokens,
+        this.paramsN,
+        this.paramsMaxTokens,
+        ttft,
+        timePerOutputToken,
+        interTokenLatency,
+        this.requestTimePerOutputToken,
+        this.e2e,
+        this.queueTime,
+        this.inferenceTime,
+        this.prefillTime,
+        this.decodeTime,
+      ])
+        h.zero(l);
       const series: RankSeries = {
         running: running.series(l),
         waiting: waiting.series(l),
@@ -144,7 +178,10 @@ export class VllmMetrics implements EngineObserver {
       for (const g of [series.running, series.waiting, series.kvUsage, series.gpuCacheUsage]) g?.set(0);
       for (const c of [series.prefixQueries, series.prefixHits, series.preemptions, series.promptTokens, series.generationTokens]) c.inc(0);
       for (const reason of FINISH_REASONS) this.success.labels({ engine: l.engine, finished_reason: reason, model_name: l.model_name }).inc(0);
-      const values: Record<string, string> = { ...Object.fromEntries(Object.entries(config.cacheConfig).map(([k, v]) => [k, String(v)])), engine: String(rank) };
+      const values: Record<string, string> = {
+        ...Object.fromEntries(Object.entries(config.cacheConfig).map(([k, v]) => [k, String(v)])),
+        engine: String(rank),
+      };
       info.labels(Object.fromEntries(infoLabels.map((k) => [k, values[k]]))).set(1);
     }
   }
@@ -168,7 +205,11 @@ export class VllmMetrics implements EngineObserver {
       s.timePerOutputToken.observe(t);
     }
     this.loraInfo
-      ?.labels({ max_lora: this.maxLoras, running_lora_adapters: (stats.runningLoraAdapters ?? []).join(','), waiting_lora_adapters: (stats.waitingLoraAdapters ?? []).join(',') })
+      ?.labels({
+        max_lora: this.maxLoras,
+        running_lora_adapters: (stats.runningLoraAdapters ?? []).join(','),
+        waiting_lora_adapters: (stats.waitingLoraAdapters ?? []).join(','),
+      })
       .setToCurrentTime();
   }
 

@@ -113,7 +113,11 @@ export async function requestPull(origin: URL, engineId: string, requestId: stri
     return { ok: false, reason: 'unreachable', detail: `prefill engine ${where}: ${(err as Error).message}` };
   }
   if (res.ok) return { ok: true };
-  return { ok: false, reason: res.status === 404 ? 'unknown_blocks' : 'unreachable', detail: `prefill engine ${where} answered ${res.status}: ${text.slice(0, 200)}` };
+  return {
+    ok: false,
+    reason: res.status === 404 ? 'unknown_blocks' : 'unreachable',
+    detail: `prefill engine ${where} answered ${res.status}: ${text.slice(0, 200)}`,
+  };
 }
 
 /**
@@ -131,7 +135,11 @@ export async function pullRemoteKv(params: KvTransferParams, peers: ReadonlySet<
   if (peer === null) {
     // Named as sent (escaped, cut short): it is the client's text.
     const named = JSON.stringify(`${host.slice(0, 100)}:${port}`);
-    return { ok: false, reason: 'peer_not_allowed', detail: `kv_transfer_params name ${named}, not a prefill engine this one may pull from (--kv-transfer-allowed-hosts)` };
+    return {
+      ok: false,
+      reason: 'peer_not_allowed',
+      detail: `kv_transfer_params name ${named}, not a prefill engine this one may pull from (--kv-transfer-allowed-hosts)`,
+    };
   }
   return requestPull(new URL(`http://${peer}`), engineId, requestId, timeoutMs, authorization);
 }

@@ -216,6 +216,8 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     handle(req, res).catch((err: unknown) => sendJson(res, 500, errorJson(500, `pd-proxy: ${(err as Error).message}`)));
   });
   const port = (server.address() as AddressInfo).port;
-  console.log(`mocker pd-proxy: ${options.prefill.length} prefill (${options.prefill.map((u) => u.origin).join(', ')}), ${options.decode.length} decode (${options.decode.map((u) => u.origin).join(', ')}) on ${server instanceof https.Server ? 'https' : 'http'}://${options.host}:${port}`);
+  console.log(
+    `mocker pd-proxy: ${options.prefill.length} prefill (${options.prefill.map((u) => u.origin).join(', ')}), ${options.decode.length} decode (${options.decode.map((u) => u.origin).join(', ')}) on ${server instanceof https.Server ? 'https' : 'http'}://${options.host}:${port}`,
+  );
   return { port, close: (graceMs = 0) => drain.drain(graceMs) };
 }

@@ -13,7 +13,17 @@ import type { Generation } from '../store/generation.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { promptPart } from './promptParts.js';
 import { whyNotSent } from './requests.js';
-import type { ChoiceOutput, ExchangeComparison, ExchangeTiming, OutputDifference, PromptComparison, RerunReport, TimingComparison, ToolCall, Verdict } from './report.js';
+import type {
+  ChoiceOutput,
+  ExchangeComparison,
+  ExchangeTiming,
+  OutputDifference,
+  PromptComparison,
+  RerunReport,
+  TimingComparison,
+  ToolCall,
+  Verdict,
+} from './report.js';
 
 type Json = Record<string, unknown>;
 
@@ -21,7 +31,8 @@ type Json = Record<string, unknown>;
  * Loaded when first used: its 270 modules cost every command's start 5 MB of heap and 0.1 s (a `captures import`
  * under a 64 MB heap ran out of it).
  */
-const kruskalTest = (a: number[], b: number[]) => (createRequire(import.meta.url)('@stdlib/stats-kruskal-test') as typeof import('@stdlib/stats-kruskal-test'))(a, b);
+const kruskalTest = (a: number[], b: number[]) =>
+  (createRequire(import.meta.url)('@stdlib/stats-kruskal-test') as typeof import('@stdlib/stats-kruskal-test'))(a, b);
 
 /** The significance level a timing shift must reach to count as beyond the run-to-run noise. */
 export const TIMING_ALPHA = 0.01;
@@ -117,14 +128,23 @@ function outputDifferences(golden: ChoiceOutput[], candidate: ChoiceOutput[]): O
     const b = candidate[c];
     if (a.tokenIds !== null && b.tokenIds !== null) {
       const at = firstDifference(a.tokenIds, b.tokenIds);
-      if (at !== null) out.push({ field: 'token_ids', choice: c, position: at, golden: `${a.tokenIds[at] ?? '(end)'} of ${a.tokenIds.length}`, candidate: `${b.tokenIds[at] ?? '(end)'} of ${b.tokenIds.length}` });
+      if (at !== null)
+        out.push({
+          field: 'token_ids',
+          choice: c,
+          position: at,
+          golden: `${a.tokenIds[at] ?? '(end)'} of ${a.tokenIds.length}`,
+          candidate: `${b.tokenIds[at] ?? '(end)'} of ${b.tokenIds.length}`,
+        });
     }
     for (const d of [textDifference('text', c, a.text, b.text), textDifference('reasoning', c, a.reasoning, b.reasoning)]) if (d) out.push(d);
     const calls = (o: ChoiceOutput) => o.toolCalls.map((t) => canonicalJson(t));
     const callAt = firstDifference(calls(a), calls(b));
-    if (callAt !== null) out.push({ field: 'tool_calls', choice: c, position: callAt, golden: calls(a)[callAt] ?? '(none)', candidate: calls(b)[callAt] ?? '(none)' });
+    if (callAt !== null)
+      out.push({ field: 'tool_calls', choice: c, position: callAt, golden: calls(a)[callAt] ?? '(none)', candidate: calls(b)[callAt] ?? '(none)' });
     if (a.finishReason !== b.finishReason) out.push({ field: 'finish_reason', choice: c, golden: String(a.finishReason), candidate: String(b.finishReason) });
-    if (a.stopReason !== b.stopReason) out.push({ field: 'stop_reason', choice: c, golden: JSON.stringify(a.stopReason), candidate: JSON.stringify(b.stopReason) });
+    if (a.stopReason !== b.stopReason)
+      out.push({ field: 'stop_reason', choice: c, golden: JSON.stringify(a.stopReason), candidate: JSON.stringify(b.stopReason) });
   }
   return out;
 }
@@ -241,11 +261,20 @@ async function comparePair(golden: Side, exA: StoredExchange, candidate: Side, e
     ...rest,
   });
   if (!exB) {
-    return failedAnswer('the target’s answer was not recorded', { candidate: null, status: { golden: exA.status, candidate: null }, prompt: null, output: { differences: [], golden: goldenOutputs, candidate: [] }, timing: { golden: timingOf(exA), candidate: null } });
+    return failedAnswer('the target’s answer was not recorded', {
+      candidate: null,
+      status: { golden: exA.status, candidate: null },
+      prompt: null,
+      output: { differences: [], golden: goldenOutputs, candidate: [] },
+      timing: { golden: timingOf(exA), candidate: null },
+    });
   }
   const status = { golden: exA.status, candidate: exB.status };
   if (exB.outcome !== 'complete' || exB.status !== exA.status) {
-    const why = exB.status === null ? `the target did not answer (${exB.error ?? exB.outcome})` : `the target answered ${exB.status}${exB.error ? `: ${cut(exB.error, 400)}` : ''}`;
+    const why =
+      exB.status === null
+        ? `the target did not answer (${exB.error ?? exB.outcome})`
+        : `the target answered ${exB.status}${exB.error ? `: ${cut(exB.error, 400)}` : ''}`;
     return failedAnswer(why, {
       candidate: exB.id,
       status,
@@ -379,7 +408,7 @@ export async function compareRerun(input: CompareInput): Promise<RerunReport> {
       if (exB && exB.outcome === 'complete' && comparison.timing.candidate) {
         const ta = comparison.timing.golden;
         const tb = comparison.timing.candidate;
-        if (ta.ttftMs !== null && tb.ttftMs !== null) (ttft[0].push(ta.ttftMs), ttft[1].push(tb.ttftMs));
+        if (ta.ttftMs !== null && tb.ttftMs !== null) ttft[0].push(ta.ttftMs), ttft[1].push(tb.ttftMs);
         for (const gap of tokenGaps(exA)) itl[0].push(gap);
         for (const gap of tokenGaps(exB)) itl[1].push(gap);
         e2e[0].push(ta.e2eMs);

@@ -23,7 +23,10 @@ function describeExchange(e: ExchangeComparison): string[] {
 }
 
 function describeTiming(name: string, t: TimingComparison, alpha: number): string {
-  const test = t.pValue === null ? 'too few samples to test' : `Mann–Whitney p=${t.pValue.toPrecision(2)}: ${t.beyondNoise ? `beyond noise (p < ${alpha})` : 'within noise'}`;
+  const test =
+    t.pValue === null
+      ? 'too few samples to test'
+      : `Mann–Whitney p=${t.pValue.toPrecision(2)}: ${t.beyondNoise ? `beyond noise (p < ${alpha})` : 'within noise'}`;
   return (
     `${name} ms (golden ${t.golden.count} / target ${t.candidate.count} samples): p50 ${ms(t.golden.p50)} -> ${ms(t.candidate.p50)} (${signed(t.shift.p50)}), ` +
     `p90 ${ms(t.golden.p90)} -> ${ms(t.candidate.p90)} (${signed(t.shift.p90)}), p99 ${ms(t.golden.p99)} -> ${ms(t.candidate.p99)} (${signed(t.shift.p99)}); ${test}`
@@ -32,11 +35,17 @@ function describeTiming(name: string, t: TimingComparison, alpha: number): strin
 
 /** `limit`: at most this many exchanges described (all are counted). */
 export function formatRerunReport(report: RerunReport, limit: number): string {
-  const lines = [`rerun of ${report.golden} against ${report.target} (${report.targetEngine}${report.targetVersion ? ` ${report.targetVersion}` : ''}); its answers are in ${report.candidate}`];
+  const lines = [
+    `rerun of ${report.golden} against ${report.target} (${report.targetEngine}${report.targetVersion ? ` ${report.targetVersion}` : ''}); its answers are in ${report.candidate}`,
+  ];
   const shown = [...report.exchanges.filter((e) => e.verdict === 'regression'), ...report.exchanges.filter((e) => e.verdict === 'sampled')];
   for (const e of shown.slice(0, limit)) lines.push(...describeExchange(e));
   if (shown.length > limit) lines.push(`… and ${shown.length - limit} more (--limit)`);
-  lines.push(describeTiming('TTFT', report.timing.ttftMs, report.alpha), describeTiming('ITL', report.timing.itlMs, report.alpha), describeTiming('E2E', report.timing.e2eMs, report.alpha));
+  lines.push(
+    describeTiming('TTFT', report.timing.ttftMs, report.alpha),
+    describeTiming('ITL', report.timing.itlMs, report.alpha),
+    describeTiming('E2E', report.timing.e2eMs, report.alpha),
+  );
   const t = report.totals;
   const skipped = report.skipped.length === 0 ? '' : `; not sent: ${report.skipped.map((s) => `${s.count} ${s.reason}`).join(', ')}`;
   lines.push(

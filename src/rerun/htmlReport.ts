@@ -115,11 +115,16 @@ function sideBySide(title: string, golden: string, candidate: string): string {
 
 function promptSection(prompt: PromptComparison): string {
   const lengths = `golden ${prompt.goldenLength} tokens, candidate ${prompt.candidateLength} tokens`;
-  const unobserved = prompt.observed ? '' : '<p class="unobserved">These token ids were rendered and tokenized by mocker, not reported by the engines: they say nothing of the target\'s own preprocessing.</p>';
+  const unobserved = prompt.observed
+    ? ''
+    : '<p class="unobserved">These token ids were rendered and tokenized by mocker, not reported by the engines: they say nothing of the target\'s own preprocessing.</p>';
   const difference = prompt.difference;
   if (difference === null) return `<h4>Prompt</h4><p class="prompt-same">Prompts identical (${lengths}).</p>${unobserved}`;
   const token = (id: number | null) => (id === null ? 'none' : String(id));
-  const located = difference.goldenOffset > prompt.goldenText.length ? '<p class="not-located">The prompts were cut before their first difference: nothing is highlighted.</p>' : '';
+  const located =
+    difference.goldenOffset > prompt.goldenText.length
+      ? '<p class="not-located">The prompts were cut before their first difference: nothing is highlighted.</p>'
+      : '';
   const summary =
     `<p class="prompt-difference">First difference at token <b>${difference.position}</b>, in the <b class="part">${escapeHtml(difference.partLabel)}</b> ` +
     `(golden token ${token(difference.goldenToken)}, candidate token ${token(difference.candidateToken)}; ${lengths}).</p>`;
@@ -257,9 +262,12 @@ export function rerunHtml(report: RerunReport): string {
   const sorted = [...report.exchanges].sort((a, b) => VERDICT_ORDER[a.verdict] - VERDICT_ORDER[b.verdict]);
   const notSame = sorted.filter((exchange) => exchange.verdict !== 'same');
   const shown = notSame.slice(0, SECTION_LIMIT);
-  const more = notSame.length > shown.length ? `<p class="more">… and ${notSame.length - shown.length} more exchanges that are not the same, not shown here</p>` : '';
+  const more =
+    notSame.length > shown.length ? `<p class="more">… and ${notSame.length - shown.length} more exchanges that are not the same, not shown here</p>` : '';
   const charts = TIMINGS.map(([key, label, id]) => ({ id, name: label, golden: report.timing[key].cdf.golden, candidate: report.timing[key].cdf.candidate }));
-  const chartSections = TIMINGS.map(([, label, id]) => `<section class="chart" id="${id}"><h3>${escapeHtml(label)} (CDF)</h3><div class="plot"></div></section>`);
+  const chartSections = TIMINGS.map(
+    ([, label, id]) => `<section class="chart" id="${id}"><h3>${escapeHtml(label)} (CDF)</h3><div class="plot"></div></section>`,
+  );
   const title = 'mocker rerun';
   const body = `<h1>${title}: ${escapeHtml(report.golden)} against ${escapeHtml(report.target)}</h1>
 ${banner(report)}

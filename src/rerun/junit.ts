@@ -66,7 +66,10 @@ function testcase(exchange: ExchangeComparison): string {
     case 'not-compared':
       return `${open}><skipped>${content(exchange.note ?? 'not compared')}</skipped></testcase>`;
     case 'sampled': {
-      const out = [`The sampled output differed (a sampled request without a seed: reported, not failed).${exchange.note ? ` ${exchange.note}` : ''}`, differences];
+      const out = [
+        `The sampled output differed (a sampled request without a seed: reported, not failed).${exchange.note ? ` ${exchange.note}` : ''}`,
+        differences,
+      ];
       return `${open}><system-out>${content(out.join('\n'))}</system-out></testcase>`;
     }
   }

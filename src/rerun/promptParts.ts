@@ -38,7 +38,7 @@ function toolSpan(prompt: string, tools: unknown): [number, number] | null {
   let start = Infinity;
   let end = -1;
   for (const tool of tools as Json[]) {
-    const fn = ((tool?.function ?? tool) ?? {}) as Json;
+    const fn = (tool?.function ?? tool ?? {}) as Json;
     for (const value of [fn.name, fn.description]) {
       if (typeof value !== 'string' || value === '') continue;
       const at = prompt.indexOf(value);

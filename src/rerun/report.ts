@@ -79,7 +79,18 @@ export interface ChoiceOutput {
   stopReason: string | number | null;
 }
 
-export type OutputField = 'status' | 'choices' | 'token_ids' | 'text' | 'reasoning' | 'tool_calls' | 'finish_reason' | 'stop_reason' | 'usage' | 'embedding' | 'rerank';
+export type OutputField =
+  | 'status'
+  | 'choices'
+  | 'token_ids'
+  | 'text'
+  | 'reasoning'
+  | 'tool_calls'
+  | 'finish_reason'
+  | 'stop_reason'
+  | 'usage'
+  | 'embedding'
+  | 'rerank';
 
 export interface OutputDifference {
   field: OutputField;
@@ -120,7 +131,6 @@ export interface ExchangeComparison {
   output: { differences: OutputDifference[]; golden: ChoiceOutput[]; candidate: ChoiceOutput[] };
   timing: { golden: ExchangeTiming; candidate: ExchangeTiming | null };
 }
-
 
 export interface TimingComparison {
   golden: Percentiles;

@@ -22,7 +22,19 @@ export interface RerunRequest {
  * Headers never sent from the file: those the sending client computes for itself (RFC 9110 §7.6.1's hop-by-hop
  * ones, framing, host), and secrets — a capture never stores them, but a file imported from JSONL may hold them.
  */
-const NOT_SENT = new Set(['host', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'expect', ...DEFAULT_REDACTED_HEADERS]);
+const NOT_SENT = new Set([
+  'host',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'upgrade',
+  'expect',
+  ...DEFAULT_REDACTED_HEADERS,
+]);
 
 function sendableHeaders(stored: HeaderMap): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
@@ -54,7 +66,16 @@ export function goldenRequests(file: string): GoldenRequests {
       if (ex.endpoint === null) continue;
       const why = whyNotSent(ex);
       if (why !== null) skip(why);
-      else requests.push({ id, startedAt: ex.startedAt, method: ex.method, path: ex.path, endpoint: ex.endpoint, headers: sendableHeaders(ex.requestHeaders), body: ex.requestBody });
+      else
+        requests.push({
+          id,
+          startedAt: ex.startedAt,
+          method: ex.method,
+          path: ex.path,
+          endpoint: ex.endpoint,
+          headers: sendableHeaders(ex.requestHeaders),
+          body: ex.requestBody,
+        });
     }
   } finally {
     store.close();

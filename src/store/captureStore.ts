@@ -167,7 +167,10 @@ export interface ExchangeFilter {
 }
 
 /** An exchange's small columns: what a listing shows without reading bodies or token ids. */
-export type ExchangeSummary = Pick<StoredExchange, 'id' | 'runId' | 'startedAt' | 'method' | 'path' | 'endpoint' | 'outcome' | 'error' | 'status' | 'model' | 'stream' | 'bodiesRedacted'> & {
+export type ExchangeSummary = Pick<
+  StoredExchange,
+  'id' | 'runId' | 'startedAt' | 'method' | 'path' | 'endpoint' | 'outcome' | 'error' | 'status' | 'model' | 'stream' | 'bodiesRedacted'
+> & {
   totalMs: number | null;
   promptLen: number | null;
 };
@@ -266,12 +269,37 @@ interface ExchangeHead {
 }
 
 /** `ExchangeHead`'s columns in order, as a raw row holds them. */
-type HeadColumns = [number, number, number, string | null, string, number | null, string | null, number | null, number | null, string | null, string | null, number | null, number];
+type HeadColumns = [
+  number,
+  number,
+  number,
+  string | null,
+  string,
+  number | null,
+  string | null,
+  number | null,
+  number | null,
+  string | null,
+  string | null,
+  number | null,
+  number,
+];
 
 function exchangeHead(c: HeadColumns): ExchangeHead {
   return {
-    id: c[0], runId: c[1], startedAt: c[2], endpoint: c[3], outcome: c[4], status: c[5], model: c[6], stream: c[7], totalMs: c[8], requestShape: c[9],
-    promptKey: c[10], promptNode: c[11], encoding: c[12],
+    id: c[0],
+    runId: c[1],
+    startedAt: c[2],
+    endpoint: c[3],
+    outcome: c[4],
+    status: c[5],
+    model: c[6],
+    stream: c[7],
+    totalMs: c[8],
+    requestShape: c[9],
+    promptKey: c[10],
+    promptNode: c[11],
+    encoding: c[12],
   };
 }
 
@@ -310,12 +338,42 @@ interface GenerationRow {
 
 /** The values of a stored exchange a lookup does not read until they are used. */
 type LazyKey =
-  | 'requestId' | 'method' | 'path' | 'error' | 'tokenSource' | 'promptIds' | 'requestHeaders' | 'responseHeaders' | 'injected' | 'usage' | 'requestBody'
-  | 'responseBody' | 'bodiesRedacted' | 'eventEnds' | 'eventTimes' | 'eventTokens' | 'generations';
+  | 'requestId'
+  | 'method'
+  | 'path'
+  | 'error'
+  | 'tokenSource'
+  | 'promptIds'
+  | 'requestHeaders'
+  | 'responseHeaders'
+  | 'injected'
+  | 'usage'
+  | 'requestBody'
+  | 'responseBody'
+  | 'bodiesRedacted'
+  | 'eventEnds'
+  | 'eventTimes'
+  | 'eventTokens'
+  | 'generations';
 type LazyValues = Pick<StoredExchange, LazyKey>;
 const LAZY_KEYS: readonly LazyKey[] = [
-  'requestId', 'method', 'path', 'error', 'tokenSource', 'promptIds', 'requestHeaders', 'responseHeaders', 'injected', 'usage', 'requestBody', 'responseBody',
-  'bodiesRedacted', 'eventEnds', 'eventTimes', 'eventTokens', 'generations',
+  'requestId',
+  'method',
+  'path',
+  'error',
+  'tokenSource',
+  'promptIds',
+  'requestHeaders',
+  'responseHeaders',
+  'injected',
+  'usage',
+  'requestBody',
+  'responseBody',
+  'bodiesRedacted',
+  'eventEnds',
+  'eventTimes',
+  'eventTokens',
+  'generations',
 ];
 
 /** What a found exchange reads its large values with: the store's statements. */
@@ -447,40 +505,108 @@ class FoundExchange implements StoredExchange {
     return withDictionary ? unsqueeze(blob, this.#bodyDictionary()) : unsqueeze(blob);
   }
 
-  get requestId() { return this.#get('requestId'); }
-  set requestId(value) { this.#read.requestId = value; }
-  get method() { return this.#get('method'); }
-  set method(value) { this.#read.method = value; }
-  get path() { return this.#get('path'); }
-  set path(value) { this.#read.path = value; }
-  get error() { return this.#get('error'); }
-  set error(value) { this.#read.error = value; }
-  get tokenSource() { return this.#get('tokenSource'); }
-  set tokenSource(value) { this.#read.tokenSource = value; }
-  get promptIds() { return this.#get('promptIds'); }
-  set promptIds(value) { this.#read.promptIds = value; }
-  get requestHeaders() { return this.#get('requestHeaders'); }
-  set requestHeaders(value) { this.#read.requestHeaders = value; }
-  get responseHeaders() { return this.#get('responseHeaders'); }
-  set responseHeaders(value) { this.#read.responseHeaders = value; }
-  get injected() { return this.#get('injected'); }
-  set injected(value) { this.#read.injected = value; }
-  get usage() { return this.#get('usage'); }
-  set usage(value) { this.#read.usage = value; }
-  get requestBody() { return this.#get('requestBody'); }
-  set requestBody(value) { this.#read.requestBody = value; }
-  get responseBody() { return this.#get('responseBody'); }
-  set responseBody(value) { this.#read.responseBody = value; }
-  get bodiesRedacted() { return this.#get('bodiesRedacted'); }
-  set bodiesRedacted(value) { this.#read.bodiesRedacted = value; }
-  get eventEnds() { return this.#get('eventEnds'); }
-  set eventEnds(value) { this.#read.eventEnds = value; }
-  get eventTimes() { return this.#get('eventTimes'); }
-  set eventTimes(value) { this.#read.eventTimes = value; }
-  get eventTokens() { return this.#get('eventTokens'); }
-  set eventTokens(value) { this.#read.eventTokens = value; }
-  get generations() { return this.#get('generations'); }
-  set generations(value) { this.#read.generations = value; }
+  get requestId() {
+    return this.#get('requestId');
+  }
+  set requestId(value) {
+    this.#read.requestId = value;
+  }
+  get method() {
+    return this.#get('method');
+  }
+  set method(value) {
+    this.#read.method = value;
+  }
+  get path() {
+    return this.#get('path');
+  }
+  set path(value) {
+    this.#read.path = value;
+  }
+  get error() {
+    return this.#get('error');
+  }
+  set error(value) {
+    this.#read.error = value;
+  }
+  get tokenSource() {
+    return this.#get('tokenSource');
+  }
+  set tokenSource(value) {
+    this.#read.tokenSource = value;
+  }
+  get promptIds() {
+    return this.#get('promptIds');
+  }
+  set promptIds(value) {
+    this.#read.promptIds = value;
+  }
+  get requestHeaders() {
+    return this.#get('requestHeaders');
+  }
+  set requestHeaders(value) {
+    this.#read.requestHeaders = value;
+  }
+  get responseHeaders() {
+    return this.#get('responseHeaders');
+  }
+  set responseHeaders(value) {
+    this.#read.responseHeaders = value;
+  }
+  get injected() {
+    return this.#get('injected');
+  }
+  set injected(value) {
+    this.#read.injected = value;
+  }
+  get usage() {
+    return this.#get('usage');
+  }
+  set usage(value) {
+    this.#read.usage = value;
+  }
+  get requestBody() {
+    return this.#get('requestBody');
+  }
+  set requestBody(value) {
+    this.#read.requestBody = value;
+  }
+  get responseBody() {
+    return this.#get('responseBody');
+  }
+  set responseBody(value) {
+    this.#read.responseBody = value;
+  }
+  get bodiesRedacted() {
+    return this.#get('bodiesRedacted');
+  }
+  set bodiesRedacted(value) {
+    this.#read.bodiesRedacted = value;
+  }
+  get eventEnds() {
+    return this.#get('eventEnds');
+  }
+  set eventEnds(value) {
+    this.#read.eventEnds = value;
+  }
+  get eventTimes() {
+    return this.#get('eventTimes');
+  }
+  set eventTimes(value) {
+    this.#read.eventTimes = value;
+  }
+  get eventTokens() {
+    return this.#get('eventTokens');
+  }
+  set eventTokens(value) {
+    this.#read.eventTokens = value;
+  }
+  get generations() {
+    return this.#get('generations');
+  }
+  set generations(value) {
+    this.#read.generations = value;
+  }
 
   /** Every value, read, as a plain object. */
   plain(): StoredExchange {
@@ -582,7 +708,8 @@ export class CaptureStore {
       this.db = drizzle(sqlite, { schema });
       if (readonly) legacy = checkMigrated(sqlite);
       else {
-        if (sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get()) refuseNewer(appliedMigrations(sqlite), migrationCount());
+        if (sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get())
+          refuseNewer(appliedMigrations(sqlite), migrationCount());
         migrate(this.db, { migrationsFolder: MIGRATIONS });
         indexOlderPrompts(sqlite);
       }
@@ -738,7 +865,11 @@ export class CaptureStore {
   setRunTokenizer(id: number, name: string, tokenizerFiles: Map<string, Buffer>): void {
     this.sqlite.transaction(() => {
       const files = this.storeFiles(tokenizerFiles);
-      this.db.update(schema.runs).set({ tokenizerName: name, tokenizerFiles: JSON.stringify(files) }).where(eq(schema.runs.id, id)).run();
+      this.db
+        .update(schema.runs)
+        .set({ tokenizerName: name, tokenizerFiles: JSON.stringify(files) })
+        .where(eq(schema.runs.id, id))
+        .run();
     })();
   }
 
@@ -750,7 +881,11 @@ export class CaptureStore {
       files[name] = hash;
       // Compressing takes 0.4 s on Qwen3's tokenizer: not again for a file the capture holds already.
       if (stored.get(hash) !== undefined) continue;
-      this.db.insert(schema.blobs).values(Buffer.isBuffer(file) ? blobOf(file, hash) : file.encoding === BLOB_RAW ? blobOf(file.data, hash) : file).onConflictDoNothing().run();
+      this.db
+        .insert(schema.blobs)
+        .values(Buffer.isBuffer(file) ? blobOf(file, hash) : file.encoding === BLOB_RAW ? blobOf(file.data, hash) : file)
+        .onConflictDoNothing()
+        .run();
     }
     return files;
   }
@@ -774,42 +909,44 @@ export class CaptureStore {
     const packed = list.map((ex) => packExchange(ex));
     // Immediate: the tree is read before anything is written, and a deferred transaction whose snapshot another
     // writer (the recorder's worker beside `serve --on-miss record`) has moved past could not then write.
-    return this.sqlite.transaction(() =>
-      packed.map(({ ex, bodies }) => {
-        const inTree = ex.promptIds !== null && ex.model !== null;
-        const placed = inTree ? tree.place(ex.model as string, ex.promptIds as number[]) : null;
-        const id = Number(
-          writes.exchange.run({
-            runId: ex.runId,
-            startedAt: ex.startedAt,
-            requestId: ex.requestId,
-            method: ex.method,
-            path: ex.path,
-            endpoint: ex.endpoint,
-            outcome: ex.outcome,
-            error: ex.error,
-            status: ex.status,
-            model: ex.model,
-            stream: ex.stream ? 1 : 0,
-            totalMs: ex.totalMs,
-            tokenSource: ex.tokenSource,
-            // Only an exchange without a model keeps its prompt here: the others' is in the prompt tree.
-            promptIds: ex.promptIds && !inTree ? squeeze(packVarints(ex.promptIds)) : null,
-            promptLen: ex.promptIds?.length ?? null,
-            promptKey: ex.poolingKey ?? (ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null),
-            requestShape: ex.requestShape,
-            injected: JSON.stringify(ex.injected),
-            usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
-            requestHeaders: JSON.stringify(ex.requestHeaders),
-            responseHeaders: JSON.stringify(ex.responseHeaders),
-            promptNode: placed?.node ?? null,
-          }).lastInsertRowid,
-        );
-        if (placed && ex.outcome === 'complete') tree.raise(placed.path, id);
-        writes.bodies.run(id, ...bodies);
-        return id;
-      }),
-    ).immediate();
+    return this.sqlite
+      .transaction(() =>
+        packed.map(({ ex, bodies }) => {
+          const inTree = ex.promptIds !== null && ex.model !== null;
+          const placed = inTree ? tree.place(ex.model as string, ex.promptIds as number[]) : null;
+          const id = Number(
+            writes.exchange.run({
+              runId: ex.runId,
+              startedAt: ex.startedAt,
+              requestId: ex.requestId,
+              method: ex.method,
+              path: ex.path,
+              endpoint: ex.endpoint,
+              outcome: ex.outcome,
+              error: ex.error,
+              status: ex.status,
+              model: ex.model,
+              stream: ex.stream ? 1 : 0,
+              totalMs: ex.totalMs,
+              tokenSource: ex.tokenSource,
+              // Only an exchange without a model keeps its prompt here: the others' is in the prompt tree.
+              promptIds: ex.promptIds && !inTree ? squeeze(packVarints(ex.promptIds)) : null,
+              promptLen: ex.promptIds?.length ?? null,
+              promptKey: ex.poolingKey ?? (ex.promptIds && ex.model !== null ? promptKey(ex.model, ex.promptIds) : null),
+              requestShape: ex.requestShape,
+              injected: JSON.stringify(ex.injected),
+              usage: ex.usage === undefined ? null : JSON.stringify(ex.usage),
+              requestHeaders: JSON.stringify(ex.requestHeaders),
+              responseHeaders: JSON.stringify(ex.responseHeaders),
+              promptNode: placed?.node ?? null,
+            }).lastInsertRowid,
+          );
+          if (placed && ex.outcome === 'complete') tree.raise(placed.path, id);
+          writes.bodies.run(id, ...bodies);
+          return id;
+        }),
+      )
+      .immediate();
   }
 
   /**
@@ -841,7 +978,13 @@ export class CaptureStore {
   /** How many complete exchanges were recorded at `path` (as requested: query string included). */
   completeAt(path: string): number {
     const e = schema.exchanges;
-    return this.db.select({ n: sql<number>`count(*)` }).from(e).where(and(eq(e.path, path), eq(e.outcome, 'complete'))).get()?.n ?? 0;
+    return (
+      this.db
+        .select({ n: sql<number>`count(*)` })
+        .from(e)
+        .where(and(eq(e.path, path), eq(e.outcome, 'complete')))
+        .get()?.n ?? 0
+    );
   }
 
   /** Every exchange's id (or only a run's), in captured order (request start, then id): a number each, for tools that read them one by one. */
@@ -1002,7 +1145,12 @@ export class CaptureStore {
 
   /** Every run, oldest first. */
   runs(): StoredRun[] {
-    return this.db.select().from(schema.runs).orderBy(asc(schema.runs.id)).all().map((row) => this.storedRun(row));
+    return this.db
+      .select()
+      .from(schema.runs)
+      .orderBy(asc(schema.runs.id))
+      .all()
+      .map((row) => this.storedRun(row));
   }
 
   /** The exchanges `filter` selects, in captured order, from their small columns only (no blob is read). */
@@ -1042,7 +1190,13 @@ export class CaptureStore {
       .where(and(...conditions))
       .orderBy(asc(e.startedAt), asc(e.id))
       .all()
-      .map((r) => ({ ...r, endpoint: r.endpoint as ExchangeSummary['endpoint'], outcome: r.outcome as Outcome, stream: Boolean(r.stream), bodiesRedacted: Boolean(r.bodiesRedacted) }));
+      .map((r) => ({
+        ...r,
+        endpoint: r.endpoint as ExchangeSummary['endpoint'],
+        outcome: r.outcome as Outcome,
+        stream: Boolean(r.stream),
+        bodiesRedacted: Boolean(r.bodiesRedacted),
+      }));
   }
 
   /**
@@ -1102,7 +1256,8 @@ export class CaptureStore {
          where outcome = 'complete' and model is not null and (prompt_node is not null or prompt_ids is not null) order by id`,
       );
       for (const row of left.all()) {
-        const prompt = row.promptNode !== null ? tree.prompt(row.promptNode) : row.encoding === 0 ? unpackU32(row.promptIds!) : unpackVarints(unsqueeze(row.promptIds!));
+        const prompt =
+          row.promptNode !== null ? tree.prompt(row.promptNode) : row.encoding === 0 ? unpackU32(row.promptIds!) : unpackVarints(unsqueeze(row.promptIds!));
         tree.raise(tree.place(row.model, prompt).path, row.id);
       }
     })();
@@ -1137,7 +1292,10 @@ export class CaptureStore {
     this.holdReads();
     const first = Math.max(1, minLength);
     const packed = packU32(promptIds);
-    const running = createHash('sha256').update(model).update('\0').update(packed.subarray(0, 4 * first));
+    const running = createHash('sha256')
+      .update(model)
+      .update('\0')
+      .update(packed.subarray(0, 4 * first));
     // keys[i]: the key of the first `first + i` tokens.
     const keys: string[] = [];
     for (let length = first; length < promptIds.length; length++) {
@@ -1241,11 +1399,13 @@ function indexOlderPrompts(sqlite: Database.Database): void {
      where id > ? and encoding = 0 and outcome = 'complete' and model is not null and prompt_ids is not null order by id limit 1000`,
   );
   // Immediate, the check inside: two connections opening the file at once build it once.
-  sqlite.transaction(() => {
-    if (sqlite.prepare('select 1 from prompt_nodes limit 1').get()) return;
-    // By pages: memory stays flat however many exchanges the file holds.
-    for (let rows = page.all(0); rows.length > 0; rows = page.all(rows[rows.length - 1].id)) {
-      for (const row of rows) tree.raise(tree.place(row.model, unpackU32(row.promptIds)).path, row.id);
-    }
-  }).immediate();
+  sqlite
+    .transaction(() => {
+      if (sqlite.prepare('select 1 from prompt_nodes limit 1').get()) return;
+      // By pages: memory stays flat however many exchanges the file holds.
+      for (let rows = page.all(0); rows.length > 0; rows = page.all(rows[rows.length - 1].id)) {
+        for (const row of rows) tree.raise(tree.place(row.model, unpackU32(row.promptIds)).path, row.id);
+      }
+    })
+    .immediate();
 }

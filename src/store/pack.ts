@@ -238,7 +238,12 @@ const ELIDED_MIN_IDS = 8;
  * first chunk only), and searching the other ~75 KB of a 256-token stream cost as much as compressing it. A list
  * further on stays in place, to be compressed with the rest.
  */
-export function elideIdLists(body: Buffer, ids: ArrayLike<number> | null, eventEnds: readonly number[] = [], lists = new IdLists(ids)): { parts: Buffer[]; cuts: number[] } {
+export function elideIdLists(
+  body: Buffer,
+  ids: ArrayLike<number> | null,
+  eventEnds: readonly number[] = [],
+  lists = new IdLists(ids),
+): { parts: Buffer[]; cuts: number[] } {
   if (!ids || ids.length < ELIDED_MIN_IDS) return { parts: [body], cuts: [] };
   // One search for both separators: lists hold no '[', so a list found is never inside another.
   const needle = Buffer.from(`[${ids[0]},`);
@@ -547,7 +552,10 @@ export function packRecord(record: ExchangeRecord, promptIds: ArrayLike<number> 
   out.varint(hasBodies ? HAS_BODIES : 0);
   if (hasBodies) {
     const lists = new IdLists(promptIds);
-    for (const [body, eventEnds] of [[record.requestBody as Buffer, []], [record.responseBody as Buffer, record.eventEnds]] as const) {
+    for (const [body, eventEnds] of [
+      [record.requestBody as Buffer, []],
+      [record.responseBody as Buffer, record.eventEnds],
+    ] as const) {
       const { parts, cuts } = elideIdLists(body, promptIds, eventEnds, lists);
       out.varint(cuts.length / 2);
       for (const value of cuts) out.varint(value);

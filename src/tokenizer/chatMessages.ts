@@ -32,7 +32,8 @@ const MEDIA_SHORTHANDS = ['image_url', 'image_pil', 'image_embeds', 'audio_embed
 /** A content part as the template sees it in the "openai" format; undefined for a text part vLLM skips. */
 function templatePart(part: unknown, model: string): Json | undefined {
   if (typeof part === 'string') return { type: 'text', text: part };
-  if (!part || typeof part !== 'object' || Array.isArray(part)) throw new ChatMessageError('Invalid content part: expected a string or an object with a `type` field.');
+  if (!part || typeof part !== 'object' || Array.isArray(part))
+    throw new ChatMessageError('Invalid content part: expected a string or an object with a `type` field.');
   const fields = part as Json;
   let type = fields.type;
   if (type === undefined || type === null) {
@@ -100,7 +101,7 @@ function conversationMessage(raw: unknown, format: ContentFormat, model: string)
   const out: Json = { role, content: templateContent(message.content, role, format, model) };
   if (role === 'assistant') {
     const calls = message.tool_calls;
-    if (calls !== undefined && calls !== null && !Array.isArray(calls)) throw new ChatMessageError('An assistant message\'s `tool_calls` must be a list.');
+    if (calls !== undefined && calls !== null && !Array.isArray(calls)) throw new ChatMessageError("An assistant message's `tool_calls` must be a list.");
     // An empty list is dropped: templates keep to their plain assistant path.
     if (Array.isArray(calls) && calls.length > 0) out.tool_calls = calls.map(templateToolCall);
     // An incoming `reasoning_content` is read as `reasoning` (vllm-wire-reference §9); templates get both names.

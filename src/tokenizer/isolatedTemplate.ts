@@ -107,8 +107,15 @@ class Renderer {
   private timedOut = false;
   private readonly answer: string[] = [];
 
-  constructor(private readonly onGone: (renderer: Renderer, why: string) => void, private readonly onIdle: () => void) {
-    this.child = spawn(process.execPath, [`--max-old-space-size=${RENDER_HEAP_MB}`, '--max-semi-space-size=1', '--input-type=module', '-e', RENDERER_SOURCE, JINJA_URL, String(RENDER_MAX_CHARS)], { stdio: ['pipe', 'pipe', 'ignore'] });
+  constructor(
+    private readonly onGone: (renderer: Renderer, why: string) => void,
+    private readonly onIdle: () => void,
+  ) {
+    this.child = spawn(
+      process.execPath,
+      [`--max-old-space-size=${RENDER_HEAP_MB}`, '--max-semi-space-size=1', '--input-type=module', '-e', RENDERER_SOURCE, JINJA_URL, String(RENDER_MAX_CHARS)],
+      { stdio: ['pipe', 'pipe', 'ignore'] },
+    );
     // Idle renderers keep no one waiting: the server exits when it is done (and they with their stdin).
     this.child.unref();
     for (const stream of [this.child.stdin, this.child.stdout] as unknown as { unref?: () => void }[]) stream.unref?.();
@@ -224,7 +231,13 @@ class RendererPool {
       }
       // Renders wait for one that is loaded or becomes free; as many start as there are renders waiting.
       const starting = [...this.renderers].filter((r) => !r.ready).length;
-      for (let n = starting; n < this.queue.length && this.renderers.size < RENDERERS; n++) this.renderers.add(new Renderer((gone, why) => this.gone(gone, why), () => this.dispatch()));
+      for (let n = starting; n < this.queue.length && this.renderers.size < RENDERERS; n++)
+        this.renderers.add(
+          new Renderer(
+            (gone, why) => this.gone(gone, why),
+            () => this.dispatch(),
+          ),
+        );
       return;
     }
   }

@@ -12,13 +12,7 @@ import { renderIsolated } from './isolatedTemplate.js';
 import { untrustedTokenizerProblem } from './untrustedTokenizer.js';
 
 /** Files a model directory may hold that the tokenizer, the chat template or the limits come from. */
-export const TOKENIZER_FILES = [
-  'tokenizer.json',
-  'tokenizer_config.json',
-  'chat_template.jinja',
-  'generation_config.json',
-  'config.json',
-] as const;
+export const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja', 'generation_config.json', 'config.json'] as const;
 
 /** The tokenizer used when no `--model` is given. */
 export const BUNDLED_MODEL = 'Qwen/Qwen3-0.6B';
@@ -502,9 +496,7 @@ export function loadModelFiles(model?: string): { name: string; files: Map<strin
   const cached = findInHfCache(model);
   if (cached) return { name: model, files: readModelDir(cached) };
   if (model === BUNDLED_MODEL) return { name: model, files: bundledFiles() };
-  throw new ModelNotFoundError(
-    `--model ${model}: not a directory and not in the local Hugging Face cache (HF_HOME/hub); mocker never downloads models`,
-  );
+  throw new ModelNotFoundError(`--model ${model}: not a directory and not in the local Hugging Face cache (HF_HOME/hub); mocker never downloads models`);
 }
 
 export function loadTokenizer(model?: string): ModelTokenizer {

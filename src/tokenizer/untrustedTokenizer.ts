@@ -114,15 +114,21 @@ function regexes(value: unknown, out: string[] = []): string[] {
 export function untrustedTokenizerProblem(tokenizerJson: Json): string | null {
   for (const pattern of regexes(tokenizerJson)) {
     const group = exponentialGroup(pattern);
-    if (group !== null) return `its regular expression ${JSON.stringify(pattern)} repeats ${JSON.stringify(group)}, which backtracks exponentially (a long enough text aborts the process)`;
+    if (group !== null)
+      return `its regular expression ${JSON.stringify(pattern)} repeats ${JSON.stringify(group)}, which backtracks exponentially (a long enough text aborts the process)`;
   }
   for (const part of ['normalizer', 'decoder'] as const) {
     const times = growth(tokenizerJson[part]);
-    if (times > MAX_TEXT_GROWTH) return `its ${part} can make a text ${times > 1e15 ? 'astronomically' : `${Math.round(times)} times`} longer (at most ${MAX_TEXT_GROWTH} are served)`;
+    if (times > MAX_TEXT_GROWTH)
+      return `its ${part} can make a text ${times > 1e15 ? 'astronomically' : `${Math.round(times)} times`} longer (at most ${MAX_TEXT_GROWTH} are served)`;
   }
   const model = isObject(tokenizerJson.model) ? tokenizerJson.model : {};
   // BPE's and WordPiece's vocabulary is an object of tokens, Unigram's a list of [token, score].
-  const tokens = isObject(model.vocab) ? Object.keys(model.vocab) : Array.isArray(model.vocab) ? model.vocab.map((entry) => (Array.isArray(entry) ? entry[0] : '')) : [];
+  const tokens = isObject(model.vocab)
+    ? Object.keys(model.vocab)
+    : Array.isArray(model.vocab)
+      ? model.vocab.map((entry) => (Array.isArray(entry) ? entry[0] : ''))
+      : [];
   if (Array.isArray(tokenizerJson.added_tokens)) tokens.push(...tokenizerJson.added_tokens.map((t) => (isObject(t) ? t.content : '')));
   const longest = tokens.reduce((most: number, token) => Math.max(most, typeof token === 'string' ? token.length : 0), 0);
   if (longest > MAX_TOKEN_CHARS) return `it has a token of ${longest} characters (at most ${MAX_TOKEN_CHARS} are served)`;

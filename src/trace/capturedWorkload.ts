@@ -81,7 +81,12 @@ export function capturedWorkload(file: string): CapturedWorkload {
       [skipped.batched, 'with several choices (a batch of prompts or n > 1)'],
       [skipped.withoutPromptIds, 'without prompt token ids'],
     ] as const;
-    notes.push(`${total} exchange(s) skipped: ${reasons.filter(([n]) => n > 0).map(([n, why]) => `${n} ${why}`).join(', ')}`);
+    notes.push(
+      `${total} exchange(s) skipped: ${reasons
+        .filter(([n]) => n > 0)
+        .map(([n, why]) => `${n} ${why}`)
+        .join(', ')}`,
+    );
   }
   return { workload: { sessions, requests: sessions.length }, models: [...models], skipped, notes };
 }

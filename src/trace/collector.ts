@@ -61,7 +61,17 @@ function summarize(samples: SortedCounts): Distribution {
   let squares = 0;
   for (let i = 0; i < values.length; i++) for (let c = 0; c < counts[i]; c++) squares += (values[i] - mean) ** 2;
   const at = (p: number) => samples.at(Math.round(((n - 1) * p) / 100));
-  return { mean, min: values[0], max: values[values.length - 1], median: at(50), p75: at(75), p90: at(90), p95: at(95), p99: at(99), std: Math.sqrt(squares / n) };
+  return {
+    mean,
+    min: values[0],
+    max: values[values.length - 1],
+    median: at(50),
+    p75: at(75),
+    p90: at(90),
+    p95: at(95),
+    p99: at(99),
+    std: Math.sqrt(squares / n),
+  };
 }
 
 /**
@@ -202,7 +212,21 @@ export class ReplayCollector {
 
   onArrival(uuid: string, arrivalMs: number, inputLength: number, outputLength: number, turn?: { sessionId: string; turnIndex: number }): void {
     this.requests.set(uuid, {
-      uuid, sessionId: turn?.sessionId ?? null, turnIndex: turn?.turnIndex ?? null, arrivalMs, admittedMs: null, reusedTokens: 0, inputLength, outputLength, worker: null, decodeWorker: null, tokens: 0, firstMs: 0, secondMs: 0, lastMs: 0, streamed: true,
+      uuid,
+      sessionId: turn?.sessionId ?? null,
+      turnIndex: turn?.turnIndex ?? null,
+      arrivalMs,
+      admittedMs: null,
+      reusedTokens: 0,
+      inputLength,
+      outputLength,
+      worker: null,
+      decodeWorker: null,
+      tokens: 0,
+      firstMs: 0,
+      secondMs: 0,
+      lastMs: 0,
+      streamed: true,
     });
   }
 

@@ -36,7 +36,8 @@ export class WorkloadDriver {
     readonly workload: Workload,
     readonly mode: DriverMode,
   ) {
-    if (mode.kind === 'concurrency' && !(Number.isInteger(mode.limit) && mode.limit >= 1)) throw new Error(`--replay-concurrency must be an integer >= 1, got ${mode.limit}`);
+    if (mode.kind === 'concurrency' && !(Number.isInteger(mode.limit) && mode.limit >= 1))
+      throw new Error(`--replay-concurrency must be an integer >= 1, got ${mode.limit}`);
     this.sessions = workload.sessions.map((session) => {
       if (mode.kind === 'trace' && !(session.startMs !== null && Number.isFinite(session.startMs) && session.startMs >= 0)) {
         throw new Error(`session ${session.id} has no arrival timestamp: give one, or run it closed-loop with --replay-concurrency`);

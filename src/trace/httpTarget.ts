@@ -129,7 +129,8 @@ export class HttpTargetWorker implements OnlineWorker {
     this.base = new URL(url);
     this.name = this.base.href.replace(/\/$/, '');
     // Keep-alive and no socket limit: hundreds of concurrent streams each hold a connection.
-    this.agent = this.base.protocol === 'https:' ? new https.Agent({ keepAlive: true, maxSockets: Infinity }) : new http.Agent({ keepAlive: true, maxSockets: Infinity });
+    this.agent =
+      this.base.protocol === 'https:' ? new https.Agent({ keepAlive: true, maxSockets: Infinity }) : new http.Agent({ keepAlive: true, maxSockets: Infinity });
   }
 
   private request(method: 'GET' | 'POST', path: string, body: string | null, timeoutMs: number | null): Promise<IncomingMessage> {
@@ -296,7 +297,10 @@ export class HttpTargetWorker implements OnlineWorker {
         if (seqFrame?.length === 8) {
           const seq = seqFrame.readBigUInt64BE();
           if (this.lastSeq !== null && seq > this.lastSeq + 1n) {
-            this.warnOnce('gap', `KV events of ${this.name} (${endpoint}): batches ${this.lastSeq + 1n}–${seq - 1n} were lost; the router's view of its cache may be stale`);
+            this.warnOnce(
+              'gap',
+              `KV events of ${this.name} (${endpoint}): batches ${this.lastSeq + 1n}–${seq - 1n} were lost; the router's view of its cache may be stale`,
+            );
           }
           this.lastSeq = seq;
         }

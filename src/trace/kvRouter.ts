@@ -49,7 +49,11 @@ const routerConfigJson = z.strictObject({
   router_queue_threshold: z.number().min(0).nullable().default(4),
   router_queue_policy: z.enum(['fcfs', 'lcfs', 'wspt']).default('fcfs'),
   router_ttl_secs: z.number().min(0).default(120),
-  router_max_tree_size: z.number().int().min(1).default(2 ** 20),
+  router_max_tree_size: z
+    .number()
+    .int()
+    .min(1)
+    .default(2 ** 20),
   router_prune_target_ratio: z.number().min(0).max(1).default(0.8),
   router_snapshot_threshold: z.number().int().min(1).nullable().default(1_000_000),
   router_event_threads: z.number().int().min(1).default(4),

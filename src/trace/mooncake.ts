@@ -32,7 +32,8 @@ export function parseMooncake(text: string, traceBlockSize = 512): TraceRequest[
       throw new Error(`${where}: not JSON (${(err as Error).message})`);
     }
     const hashIds = row.hash_ids;
-    if (!Array.isArray(hashIds) || !hashIds.every((h) => Number.isInteger(h) && h >= 0)) throw new Error(`${where}: hash_ids must be a list of non-negative integers`);
+    if (!Array.isArray(hashIds) || !hashIds.every((h) => Number.isInteger(h) && h >= 0))
+      throw new Error(`${where}: hash_ids must be a list of non-negative integers`);
     const outputLength = row.output_length ?? row.output_tokens;
     if (!Number.isInteger(outputLength) || (outputLength as number) < 0) throw new Error(`${where}: output_length must be a non-negative integer`);
     const inputLength = row.input_length ?? row.input_tokens ?? hashIds.length * traceBlockSize;
@@ -48,9 +49,18 @@ export function parseMooncake(text: string, traceBlockSize = 512): TraceRequest[
     if (explicitDelay !== undefined && !finiteNonNegative(explicitDelay)) throw new Error(`${where}: delay must be a finite number >= 0`);
     if (first && explicitDelay !== undefined && explicitDelay !== 0) throw new Error(`${where}: the first turn of session ${sessionId} cannot have a delay`);
     const previous = lastTimestamp.get(sessionId);
-    const delayMs = first ? 0 : ((explicitDelay as number | undefined) ?? (timestamp !== null && previous !== null && previous !== undefined ? Math.max(0, timestamp - previous) : 0));
+    const delayMs = first
+      ? 0
+      : ((explicitDelay as number | undefined) ?? (timestamp !== null && previous !== null && previous !== undefined ? Math.max(0, timestamp - previous) : 0));
     lastTimestamp.set(sessionId, timestamp);
-    out.push({ sessionId, timestampMs: timestamp, delayMs, inputLength: inputLength as number, outputLength: outputLength as number, hashIds: hashIds as number[] });
+    out.push({
+      sessionId,
+      timestampMs: timestamp,
+      delayMs,
+      inputLength: inputLength as number,
+      outputLength: outputLength as number,
+      hashIds: hashIds as number[],
+    });
   });
   if (out.length === 0) throw new Error('the trace holds no requests');
   return out;

@@ -126,7 +126,9 @@ export class OfflineReplay {
       this.now = next;
     }
     if (!this.driver.done) {
-      const stuck = this.workers.filter((w) => !w.core.isIdle).map((w) => `worker ${w.index}: ${w.core.engineStats().running} running, ${w.core.engineStats().waiting} waiting`);
+      const stuck = this.workers
+        .filter((w) => !w.core.isIdle)
+        .map((w) => `worker ${w.index}: ${w.core.engineStats().running} running, ${w.core.engineStats().waiting} waiting`);
       throw new Error(`the simulation made no progress at ${this.now} ms (${stuck.join('; ') || 'no requests in the engines'})`);
     }
     return this.now;
@@ -182,7 +184,8 @@ export class OfflineReplay {
   private scheduleHandoff(uuid: string, atMs: number): void {
     const fleet = this.fleet as DisaggregatedFleet;
     const tokens = this.requests.get(uuid)!.prompt.length;
-    const delayMs = fleet.handoff && fleet.handoff.bandwidthGBps > 0 ? ((tokens * fleet.handoff.bytesPerToken) / (fleet.handoff.bandwidthGBps * 1e9)) * 1000 : 0;
+    const delayMs =
+      fleet.handoff && fleet.handoff.bandwidthGBps > 0 ? ((tokens * fleet.handoff.bytesPerToken) / (fleet.handoff.bandwidthGBps * 1e9)) * 1000 : 0;
     const handoff = { atMs: atMs + delayMs, order: this.handoffOrder++, uuid };
     this.handoffs.push(handoff);
     this.handoffs.sort((a, b) => a.atMs - b.atMs || a.order - b.order);

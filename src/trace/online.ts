@@ -104,7 +104,13 @@ export interface OnlineOptions {
 }
 
 /** Runs the workload to the end; resolves with the wall time it took (ms). */
-export async function runOnline(workers: readonly OnlineWorker[], router: Router, driver: WorkloadDriver, collector: ReplayCollector, options: OnlineOptions = {}): Promise<number> {
+export async function runOnline(
+  workers: readonly OnlineWorker[],
+  router: Router,
+  driver: WorkloadDriver,
+  collector: ReplayCollector,
+  options: OnlineOptions = {},
+): Promise<number> {
   const start = performance.now();
   const now = () => performance.now() - start;
   workers.forEach((worker, index) => worker.onKvEvents((events) => router.applyKvEvents(index, events)));

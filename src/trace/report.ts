@@ -26,7 +26,8 @@ export function formatReportTable(report: ReplayReport): string {
     if (!(`mean_${suffix}` in report)) return;
     rows.push([label, ...['mean', 'min', 'max', 'p99', 'p90', 'p75', 'std'].map((stat) => formatValue(report[`${stat}_${suffix}`]))]);
   };
-  const singleRow = (label: string, value: number | undefined) => rows.push([label, formatValue(value), ...new Array<string>(STAT_COLUMNS.length - 1).fill('N/A')]);
+  const singleRow = (label: string, value: number | undefined) =>
+    rows.push([label, formatValue(value), ...new Array<string>(STAT_COLUMNS.length - 1).fill('N/A')]);
   statRow('Time to First Token (ms)', 'ttft_ms');
   statRow('Time to Second Token (ms)', 'ttst_ms');
   statRow('Request Latency (ms)', 'e2e_latency_ms');
@@ -61,7 +62,9 @@ function pythonFloat(value: number): string {
 export function reportJson(report: ReplayReport): string {
   const keys = Object.keys(report).sort();
   if (keys.length === 0) return '{}\n';
-  const body = keys.map((key) => `  ${JSON.stringify(key)}: ${INTEGER_KEYS.has(key) && Number.isInteger(report[key]) ? String(report[key]) : pythonFloat(report[key])}`);
+  const body = keys.map(
+    (key) => `  ${JSON.stringify(key)}: ${INTEGER_KEYS.has(key) && Number.isInteger(report[key]) ? String(report[key]) : pythonFloat(report[key])}`,
+  );
   return `{\n${body.join(',\n')}\n}\n`;
 }
 

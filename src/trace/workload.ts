@@ -41,7 +41,12 @@ export function mooncakeWorkload(rows: readonly TraceRequest[], traceBlockSize: 
       sessions.set(row.sessionId, session);
     }
     const { hashIds, inputLength } = row;
-    session.turns.push({ inputLength, outputLength: row.outputLength, delayMs: row.delayMs, prompt: () => synthesizeTokens(hashIds, inputLength, traceBlockSize) });
+    session.turns.push({
+      inputLength,
+      outputLength: row.outputLength,
+      delayMs: row.delayMs,
+      prompt: () => synthesizeTokens(hashIds, inputLength, traceBlockSize),
+    });
   }
   return workloadOf([...sessions.values()]);
 }
@@ -89,7 +94,10 @@ export function foldIntoVocabulary(workload: Workload): Workload {
 
 /** The high 32 bits of the 64-bit product of two u32, with 16-bit limbs so every partial product is exact. */
 function mulHigh(x: number, y: number): number {
-  const x0 = x & 0xffff, x1 = x >>> 16, y0 = y & 0xffff, y1 = y >>> 16;
+  const x0 = x & 0xffff,
+    x1 = x >>> 16,
+    y0 = y & 0xffff,
+    y1 = y >>> 16;
   const p00 = x0 * y0;
   const mid = x1 * y0 + x0 * y1 + (p00 >>> 16);
   return Math.floor(mid / 0x10000) + x1 * y1;
@@ -147,10 +155,13 @@ function checkSynthetic(o: SyntheticOptions): void {
   positive('--output-tokens', o.outputTokens);
   positive('--request-count', o.requestCount);
   positive('--turns-per-session', o.turnsPerSession);
-  if (!(Number.isFinite(o.arrivalIntervalMs) && o.arrivalIntervalMs >= 0)) throw new Error(`--arrival-interval-ms must be a finite number >= 0, got ${o.arrivalIntervalMs}`);
+  if (!(Number.isFinite(o.arrivalIntervalMs) && o.arrivalIntervalMs >= 0))
+    throw new Error(`--arrival-interval-ms must be a finite number >= 0, got ${o.arrivalIntervalMs}`);
   if (!(o.sharedPrefixRatio >= 0 && o.sharedPrefixRatio <= 1)) throw new Error(`--shared-prefix-ratio must be in [0, 1], got ${o.sharedPrefixRatio}`);
-  if (!(Number.isInteger(o.numPrefixGroups) && o.numPrefixGroups >= 0)) throw new Error(`--num-prefix-groups must be an integer >= 0, got ${o.numPrefixGroups}`);
-  if (!(Number.isFinite(o.interTurnDelayMs) && o.interTurnDelayMs >= 0)) throw new Error(`--inter-turn-delay-ms must be a finite number >= 0, got ${o.interTurnDelayMs}`);
+  if (!(Number.isInteger(o.numPrefixGroups) && o.numPrefixGroups >= 0))
+    throw new Error(`--num-prefix-groups must be an integer >= 0, got ${o.numPrefixGroups}`);
+  if (!(Number.isFinite(o.interTurnDelayMs) && o.interTurnDelayMs >= 0))
+    throw new Error(`--inter-turn-delay-ms must be a finite number >= 0, got ${o.interTurnDelayMs}`);
 }
 
 /**
@@ -170,7 +181,11 @@ export function syntheticWorkload(o: SyntheticOptions): Workload {
         for (let t = 0; t < input; t++) tokens[t] = syntheticTokenId(i, t);
         return tokens;
       };
-      sessions.push({ id: `request_${i}`, startMs: i * o.arrivalIntervalMs, turns: [{ inputLength: input, outputLength: o.outputTokens, delayMs: 0, prompt }] });
+      sessions.push({
+        id: `request_${i}`,
+        startMs: i * o.arrivalIntervalMs,
+        turns: [{ inputLength: input, outputLength: o.outputTokens, delayMs: 0, prompt }],
+      });
     }
     return workloadOf(sessions);
   }
@@ -187,7 +202,12 @@ export function syntheticWorkload(o: SyntheticOptions): Workload {
     for (let turn = 0; turn < o.turnsPerSession; turn++) {
       const hashIds: number[] = [];
       for (let b = 0; b < numBlocks; b++) hashIds.push(b < prefixBlocks ? prefixId(group, b) : nextId++);
-      turns.push({ inputLength: o.inputTokens, outputLength: o.outputTokens, delayMs: turn === 0 ? 0 : o.interTurnDelayMs, prompt: () => synthesizeTokens(hashIds, o.inputTokens, bs) });
+      turns.push({
+        inputLength: o.inputTokens,
+        outputLength: o.outputTokens,
+        delayMs: turn === 0 ? 0 : o.interTurnDelayMs,
+        prompt: () => synthesizeTokens(hashIds, o.inputTokens, bs),
+      });
     }
     sessions.push({ id: `session_${i}`, startMs: i * o.arrivalIntervalMs, turns });
   }

@@ -19,7 +19,8 @@ export function scriptJson(value: unknown): string {
 export function uplotAsset(file: 'uPlot.min.css' | 'uPlot.iife.min.js'): string {
   const closingTag = file.endsWith('.css') ? '</style' : '</script';
   const text = readFileSync(createRequire(import.meta.url).resolve(`uplot/dist/${file}`), 'utf8');
-  if (text.toLowerCase().includes(closingTag) || text.includes('<!--')) throw new Error(`uplot/dist/${file} contains ${closingTag} or <!--: it cannot be inlined`);
+  if (text.toLowerCase().includes(closingTag) || text.includes('<!--'))
+    throw new Error(`uplot/dist/${file} contains ${closingTag} or <!--: it cannot be inlined`);
   return text;
 }
 

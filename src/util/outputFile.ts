@@ -54,7 +54,11 @@ export function outputTarget(path: string, inputs: OutputRules['inputs'] = []): 
   if (here.isDirectory()) throw new OutputFileError(path, 'is a directory');
   for (const input of inputs) {
     const read = input === undefined ? null : statOrNull(input, true);
-    if (read && read.dev === here.dev && read.ino === here.ino) throw new OutputFileError(path, `is ${input === path ? 'also' : `the same file as ${input},`} an input of this command: an output never replaces its input`);
+    if (read && read.dev === here.dev && read.ino === here.ino)
+      throw new OutputFileError(
+        path,
+        `is ${input === path ? 'also' : `the same file as ${input},`} an input of this command: an output never replaces its input`,
+      );
   }
   return isSqlite(path) ? 'capture' : 'file';
 }
@@ -62,7 +66,8 @@ export function outputTarget(path: string, inputs: OutputRules['inputs'] = []): 
 /** Refuses an output path the command may not write (see the module comment); else returns. */
 export function checkOutput(path: string, { inputs, force = false }: OutputRules): void {
   const target = outputTarget(path, inputs);
-  if (target === 'capture') throw new OutputFileError(path, 'already exists and is a capture file (SQLite), which mocker never replaces, even with --force (remove it first)');
+  if (target === 'capture')
+    throw new OutputFileError(path, 'already exists and is a capture file (SQLite), which mocker never replaces, even with --force (remove it first)');
   if (target === 'file' && !force) throw new OutputFileError(path, 'already exists (--force replaces it)');
 }
 

@@ -19,7 +19,10 @@ export function progressReporter(name: string, enabled: boolean, total: number, 
   if (!enabled) return { update: () => {}, stop: () => {} };
   const started = performance.now();
   if (process.stderr.isTTY) {
-    const bar = new SingleBar({ format: `${name} [{bar}] {value}/{total} requests | ${clockName} {clock} s | ETA {eta_formatted}`, stream: process.stderr, hideCursor: true }, undefined);
+    const bar = new SingleBar(
+      { format: `${name} [{bar}] {value}/{total} requests | ${clockName} {clock} s | ETA {eta_formatted}`, stream: process.stderr, hideCursor: true },
+      undefined,
+    );
     bar.start(total, 0, { clock: '0.0' });
     return { update: (done, clockMs) => bar.update(done, { clock: (clockMs / 1000).toFixed(1) }), stop: () => bar.stop() };
   }

@@ -6,9 +6,7 @@ import * as nodeCrypto from 'node:crypto';
  * a few kilobytes (block hashes of every full block; a lookup's prompt key).
  */
 export const sha256: (data: Uint8Array) => Buffer =
-  typeof nodeCrypto.hash === 'function'
-    ? (data) => nodeCrypto.hash('sha256', data, 'buffer')
-    : (data) => nodeCrypto.createHash('sha256').update(data).digest();
+  typeof nodeCrypto.hash === 'function' ? (data) => nodeCrypto.hash('sha256', data, 'buffer') : (data) => nodeCrypto.createHash('sha256').update(data).digest();
 
 export const sha256Hex: (data: Uint8Array) => string =
   typeof nodeCrypto.hash === 'function'

@@ -41,7 +41,9 @@ export class Drain {
   server(tls?: ServerTls): Server {
     const admit = (req: IncomingMessage, res: ServerResponse) => this.admit(server, req, res);
     // An https.Server serves requests as an http.Server does (the same events and methods); its type is tls.Server's.
-    const server: Server = tls ? (https.createServer({ ...tls.options, noDelay: true }, admit) as unknown as Server) : http.createServer({ noDelay: true }, admit);
+    const server: Server = tls
+      ? (https.createServer({ ...tls.options, noDelay: true }, admit) as unknown as Server)
+      : http.createServer({ noDelay: true }, admit);
     if (tls?.optionalClientCert) {
       // --ssl-cert-reqs 1: no certificate is fine, one that does not check out is not (Python's CERT_OPTIONAL).
       server.on('secureConnection', (socket: TLSSocket) => {

@@ -48,7 +48,9 @@ export function serverTls(files: TlsFiles = {}): ServerTls | undefined {
   try {
     createSecureContext(options);
   } catch (err) {
-    throw new Error(`--ssl-keyfile ${files.keyfile} / --ssl-certfile ${files.certfile}${files.caCerts ? ` / --ssl-ca-certs ${files.caCerts}` : ''}: ${(err as Error).message}`);
+    throw new Error(
+      `--ssl-keyfile ${files.keyfile} / --ssl-certfile ${files.certfile}${files.caCerts ? ` / --ssl-ca-certs ${files.caCerts}` : ''}: ${(err as Error).message}`,
+    );
   }
   return { options, optionalClientCert: certReqs === 1 };
 }

@@ -46,7 +46,10 @@ export class AccessRig {
 
 /** One request as a client sends it: a JSON object body on anything but GET. */
 export async function call(url: string, method: string, path: string, key?: string): Promise<{ status: number; body: string }> {
-  const headers: Record<string, string> = { ...(key ? { authorization: `Bearer ${key}` } : {}), ...(method === 'GET' ? {} : { 'content-type': 'application/json' }) };
+  const headers: Record<string, string> = {
+    ...(key ? { authorization: `Bearer ${key}` } : {}),
+    ...(method === 'GET' ? {} : { 'content-type': 'application/json' }),
+  };
   const res = await fetch(`${url}${path}`, { method, headers, body: method === 'GET' ? undefined : '{}' });
   return { status: res.status, body: await res.text() };
 }

@@ -11,7 +11,7 @@ export const MODEL = 'Qwen/Qwen3-0.6B';
 
 /** Deterministic prompt ids of exchange `i` (xorshift32 seeded by i). */
 export function promptIds(i: number): number[] {
-  let x = (i + 1) * 2654435761 >>> 0 || 1;
+  let x = ((i + 1) * 2654435761) >>> 0 || 1;
   const ids = new Array<number>(PROMPT_LEN);
   for (let k = 0; k < PROMPT_LEN; k++) {
     x ^= x << 13;

@@ -8,7 +8,10 @@ import { chromium, type Browser, type Page } from 'playwright-core';
 import { testTmpdir } from './tempRoot.js';
 
 function findChromium(): string {
-  const found = (process.env.PATH ?? '').split(delimiter).map((dir) => join(dir, 'chromium')).find((path) => existsSync(path));
+  const found = (process.env.PATH ?? '')
+    .split(delimiter)
+    .map((dir) => join(dir, 'chromium'))
+    .find((path) => existsSync(path));
   if (!found) throw new Error('Chromium is not installed (no `chromium` on PATH): install it with `apt-get install -y chromium` to run the HTML report tests');
   return found;
 }

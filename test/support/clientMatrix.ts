@@ -125,9 +125,9 @@ export function renderMatrixDoc(outcomes: Record<Target, Record<string, Outcome>
     '# Client matrix',
     '',
     'The TypeScript clients people point at a vLLM server, run against mocker by `test/client-matrix.test.ts`',
-    '(each through the built CLI over loopback HTTP). This page is generated from that test\'s results:',
+    "(each through the built CLI over loopback HTTP). This page is generated from that test's results:",
     '`npx tsc -p . && npx tsx scripts/client-matrix.ts` (`test/client-matrix-doc.test.ts` checks that it lists',
-    'exactly the matrix\'s cells). ✓: the client observed what it observes from vLLM; ✗: it did not (errors below).',
+    "exactly the matrix's cells). ✓: the client observed what it observes from vLLM; ✗: it did not (errors below).",
     '',
     'Targets (every server with `--reasoning \'{"thinking_ratio":0.25}\' --tool-call-rate 0`: a reasoning model that',
     'calls a tool only when `tool_choice` requires it):',
@@ -150,10 +150,16 @@ export function tableCells(markdown: string): { cells: string[]; notYet: string[
   const notYet: string[] = [];
   const headerLine = markdown.split('\n').find((line) => line.startsWith('| client | scenario |'));
   if (headerLine === undefined) return { cells, notYet };
-  const columns = headerLine.split('|').slice(1, -1).map((c) => c.trim());
+  const columns = headerLine
+    .split('|')
+    .slice(1, -1)
+    .map((c) => c.trim());
   for (const line of markdown.split('\n')) {
     if (!line.startsWith('| ') || line === headerLine) continue;
-    const fields = line.split('|').slice(1, -1).map((c) => c.trim());
+    const fields = line
+      .split('|')
+      .slice(1, -1)
+      .map((c) => c.trim());
     const [client, scenario] = fields;
     if (scenario === '—') notYet.push(client);
     fields.forEach((mark, i) => {

@@ -42,7 +42,8 @@ function streamCompletion(url: string, model: string, agent: http.Agent, request
         }
       });
       res.on('end', () => {
-        if (res.statusCode !== 200 || arrivals.length !== request.outputTokens) return reject(new Error(`status ${res.statusCode}, ${arrivals.length} of ${request.outputTokens} tokens`));
+        if (res.statusCode !== 200 || arrivals.length !== request.outputTokens)
+          return reject(new Error(`status ${res.statusCode}, ${arrivals.length} of ${request.outputTokens} tokens`));
         resolve({ ttftMs: arrivals[0], gapsMs: arrivals.slice(1).map((t, i) => t - arrivals[i]) });
       });
     });

@@ -61,7 +61,9 @@ function uuidFrom(raw: Buffer): string {
 
 /** The recorded streamed generation on `path`: its text pieces and the arrival time of each read. */
 function recordedStream(exchanges: Recorded[], path: string): { pieces: string[]; times: number[]; template: Json[] } {
-  const ex = exchanges.find((e) => e.request.path === path && typeof e.request.body === 'object' && e.request.body?.stream === true && e.response.status === 200);
+  const ex = exchanges.find(
+    (e) => e.request.path === path && typeof e.request.body === 'object' && e.request.body?.stream === true && e.response.status === 200,
+  );
   if (!ex?.response.reads) throw new Error(`no recorded stream on ${path}`);
   const pieces: string[] = [];
   const times: number[] = [];
@@ -83,7 +85,9 @@ function recordedStream(exchanges: Recorded[], path: string): { pieces: string[]
 }
 
 function recordedBody(exchanges: Recorded[], path: string): Json {
-  const ex = exchanges.find((e) => e.request.path === path && typeof e.request.body === 'object' && e.request.body?.stream === undefined && e.response.status === 200);
+  const ex = exchanges.find(
+    (e) => e.request.path === path && typeof e.request.body === 'object' && e.request.body?.stream === undefined && e.response.status === 200,
+  );
   if (!ex) throw new Error(`no recorded answer on ${path}`);
   return JSON.parse(ex.response.body) as Json;
 }
@@ -91,8 +95,16 @@ function recordedBody(exchanges: Recorded[], path: string): Json {
 /** Headers as each engine sends them with a body of this type and length. */
 function headersFor(engine: EngineName, contentType: string, length: number | null, requestId: string): [string, string][] {
   const sized: [string, string][] = length === null ? [['Transfer-Encoding', 'chunked']] : [['Content-Length', String(length)]];
-  if (engine === 'llama.cpp') return [['Keep-Alive', 'timeout=5, max=100'], ['Content-Type', contentType], ['Server', 'llama.cpp'], ...sized, ['Access-Control-Allow-Origin', '']];
-  return [['date', new Date(0).toUTCString()], ['server', 'uvicorn'], ...(length === null ? [] : sized.map(([k, v]) => [k.toLowerCase(), v] as [string, string])), ['content-type', contentType], ['x-request-id', requestId], ...(length === null ? sized : [])];
+  if (engine === 'llama.cpp')
+    return [['Keep-Alive', 'timeout=5, max=100'], ['Content-Type', contentType], ['Server', 'llama.cpp'], ...sized, ['Access-Control-Allow-Origin', '']];
+  return [
+    ['date', new Date(0).toUTCString()],
+    ['server', 'uvicorn'],
+    ...(length === null ? [] : sized.map(([k, v]) => [k.toLowerCase(), v] as [string, string])),
+    ['content-type', contentType],
+    ['x-request-id', requestId],
+    ...(length === null ? sized : []),
+  ];
 }
 
 function send(res: ServerResponse, status: number, headers: [string, string][], body: string): void {
@@ -101,10 +113,44 @@ function send(res: ServerResponse, status: number, headers: [string, string][], 
 
 /** The fields of OpenAI's request types `transformers serve` validates against (anything else is a 422). */
 const TRANSFORMERS_FIELDS = new Set([
-  'model', 'prompt', 'messages', 'max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'n', 'stream', 'stream_options', 'stop', 'logprobs',
-  'top_logprobs', 'seed', 'frequency_penalty', 'presence_penalty', 'logit_bias', 'user', 'echo', 'best_of', 'suffix', 'tools', 'tool_choice',
-  'response_format', 'parallel_tool_calls', 'chat_template_kwargs', 'metadata', 'store', 'modalities', 'audio', 'reasoning_effort', 'service_tier',
-  'prediction', 'web_search_options', 'functions', 'function_call', 'generation_config', 'request_id',
+  'model',
+  'prompt',
+  'messages',
+  'max_tokens',
+  'max_completion_tokens',
+  'temperature',
+  'top_p',
+  'n',
+  'stream',
+  'stream_options',
+  'stop',
+  'logprobs',
+  'top_logprobs',
+  'seed',
+  'frequency_penalty',
+  'presence_penalty',
+  'logit_bias',
+  'user',
+  'echo',
+  'best_of',
+  'suffix',
+  'tools',
+  'tool_choice',
+  'response_format',
+  'parallel_tool_calls',
+  'chat_template_kwargs',
+  'metadata',
+  'store',
+  'modalities',
+  'audio',
+  'reasoning_effort',
+  'service_tier',
+  'prediction',
+  'web_search_options',
+  'functions',
+  'function_call',
+  'generation_config',
+  'request_id',
 ]);
 
 /** Starts the double on `port` (default: any free one). */
@@ -113,12 +159,23 @@ export async function startEngineDouble(engine: EngineName, port = 0): Promise<E
   const served = engine === 'llama.cpp' ? 'tiny-qwen3tok.gguf' : 'tiny-qwen3';
   const received: EngineDouble['received'] = [];
   type GenerationPath = '/v1/completions' | '/v1/chat/completions';
-  const streams: Record<GenerationPath, ReturnType<typeof recordedStream>> = { '/v1/completions': recordedStream(exchanges, '/v1/completions'), '/v1/chat/completions': recordedStream(exchanges, '/v1/chat/completions') };
-  const bodies: Record<GenerationPath, Json> = { '/v1/completions': recordedBody(exchanges, '/v1/completions'), '/v1/chat/completions': recordedBody(exchanges, '/v1/chat/completions') };
+  const streams: Record<GenerationPath, ReturnType<typeof recordedStream>> = {
+    '/v1/completions': recordedStream(exchanges, '/v1/completions'),
+    '/v1/chat/completions': recordedStream(exchanges, '/v1/chat/completions'),
+  };
+  const bodies: Record<GenerationPath, Json> = {
+    '/v1/completions': recordedBody(exchanges, '/v1/completions'),
+    '/v1/chat/completions': recordedBody(exchanges, '/v1/chat/completions'),
+  };
 
   const json = (res: ServerResponse, status: number, value: unknown, requestId: string) => {
     const text = JSON.stringify(value);
-    send(res, status, headersFor(engine, engine === 'llama.cpp' ? 'application/json; charset=utf-8' : 'application/json', Buffer.byteLength(text), requestId), text);
+    send(
+      res,
+      status,
+      headersFor(engine, engine === 'llama.cpp' ? 'application/json; charset=utf-8' : 'application/json', Buffer.byteLength(text), requestId),
+      text,
+    );
   };
 
   const server = http.createServer((req, res) => {
@@ -140,7 +197,10 @@ export async function startEngineDouble(engine: EngineName, port = 0): Promise<E
         }
       }
       const recorded = exchanges.find(
-        (e) => e.request.method === method && e.request.path === path && (typeof e.request.body === 'string' ? e.request.body === raw.toString('utf8') : isDeepStrictEqual(e.request.body, body ?? null)),
+        (e) =>
+          e.request.method === method &&
+          e.request.path === path &&
+          (typeof e.request.body === 'string' ? e.request.body === raw.toString('utf8') : isDeepStrictEqual(e.request.body, body ?? null)),
       );
       if (recorded) return void replayRecorded(res, recorded);
       void answer(method, path, raw, body, parseError, res);
@@ -157,10 +217,13 @@ export async function startEngineDouble(engine: EngineName, port = 0): Promise<E
       if (res.destroyed) return;
       if (i === reads.length) return void res.end();
       const [at, text] = reads[i++];
-      setTimeout(() => {
-        res.write(text);
-        next();
-      }, Math.max(0, start + at - performance.now()));
+      setTimeout(
+        () => {
+          res.write(text);
+          next();
+        },
+        Math.max(0, start + at - performance.now()),
+      );
     };
     next();
   }
@@ -175,8 +238,19 @@ export async function startEngineDouble(engine: EngineName, port = 0): Promise<E
     if (method !== 'POST') return notFound();
     if (engine === 'transformers' && !generation) return notFound();
     if (parseError !== null || body === null) {
-      if (engine === 'llama.cpp') return json(res, 500, { error: { code: 500, message: `[json.exception.parse_error.101] parse error: ${parseError ?? 'not an object'}`, type: 'server_error' } }, requestId);
-      return json(res, 422, { detail: [{ type: 'json_invalid', loc: ['body', 1], msg: 'JSON decode error', input: {}, ctx: { error: parseError ?? 'not an object' } }] }, requestId);
+      if (engine === 'llama.cpp')
+        return json(
+          res,
+          500,
+          { error: { code: 500, message: `[json.exception.parse_error.101] parse error: ${parseError ?? 'not an object'}`, type: 'server_error' } },
+          requestId,
+        );
+      return json(
+        res,
+        422,
+        { detail: [{ type: 'json_invalid', loc: ['body', 1], msg: 'JSON decode error', input: {}, ctx: { error: parseError ?? 'not an object' } }] },
+        requestId,
+      );
     }
     if (engine === 'llama.cpp') {
       if (path === '/tokenize') {
@@ -186,11 +260,14 @@ export async function startEngineDouble(engine: EngineName, port = 0): Promise<E
       if (path === '/detokenize') return json(res, 200, { content: await decode((body.tokens as number[] | undefined) ?? [], false) }, requestId);
       if (path === '/apply-template') return json(res, 200, { prompt: renderChat(body.messages, body.tools ? { tools: body.tools } : {}) }, requestId);
       if (!generation) return notFound();
-      if (typeof body.n === 'number' && body.n > 1) return json(res, 500, { error: { code: 500, message: 'Only one completion choice is allowed', type: 'server_error' } }, requestId);
+      if (typeof body.n === 'number' && body.n > 1)
+        return json(res, 500, { error: { code: 500, message: 'Only one completion choice is allowed', type: 'server_error' } }, requestId);
     } else {
       const unexpected = Object.keys(body).filter((k) => !TRANSFORMERS_FIELDS.has(k));
-      if (unexpected.length > 0) return json(res, 422, { detail: `Unexpected fields in the request: {${unexpected.map((k) => `'${k}'`).join(', ')}}` }, requestId);
-      if (body.model !== undefined && body.model !== served) return json(res, 400, { detail: `Server is pinned to '${served}'; requested '${String(body.model)}'.` }, requestId);
+      if (unexpected.length > 0)
+        return json(res, 422, { detail: `Unexpected fields in the request: {${unexpected.map((k) => `'${k}'`).join(', ')}}` }, requestId);
+      if (body.model !== undefined && body.model !== served)
+        return json(res, 400, { detail: `Server is pinned to '${served}'; requested '${String(body.model)}'.` }, requestId);
       if (path === '/v1/completions' && typeof body.prompt !== 'string') return json(res, 400, { detail: 'prompt must be a string.' }, requestId);
     }
     const chat = path === '/v1/chat/completions';
@@ -222,7 +299,12 @@ export async function startEngineDouble(engine: EngineName, port = 0): Promise<E
       template.model = model;
       const out = JSON.stringify(template);
       await new Promise((r) => setTimeout(r, recordedStreamOf.times[Math.min(count, recordedStreamOf.times.length) - 1] ?? 0));
-      return send(res, 200, headersFor(engine, engine === 'llama.cpp' ? 'application/json; charset=utf-8' : 'application/json', Buffer.byteLength(out), requestId), out);
+      return send(
+        res,
+        200,
+        headersFor(engine, engine === 'llama.cpp' ? 'application/json; charset=utf-8' : 'application/json', Buffer.byteLength(out), requestId),
+        out,
+      );
     }
 
     res.writeHead(200, headersFor(engine, engine === 'llama.cpp' ? 'text/event-stream' : 'text/event-stream; charset=utf-8', null, requestId).flat());

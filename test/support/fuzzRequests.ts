@@ -29,18 +29,80 @@ export interface FuzzCase {
 const JSON_HEADERS = { 'content-type': 'application/json' };
 
 const WEIRD: unknown[] = [
-  null, true, false, 0, -1, 1, 2, 7, 1.5, -0.5, 1e9, -1e9, 1e308, 2 ** 53 + 1, '', 'x', '12', '\u0000', '日本語🚀',
-  'a'.repeat(5000), [], {}, [1, 2, 3], ['a', 'b'], [[1, 2]], [null], [{}], { a: 1 }, { type: 'text' }, [[[[[[[[1]]]]]]]],
+  null,
+  true,
+  false,
+  0,
+  -1,
+  1,
+  2,
+  7,
+  1.5,
+  -0.5,
+  1e9,
+  -1e9,
+  1e308,
+  2 ** 53 + 1,
+  '',
+  'x',
+  '12',
+  '\u0000',
+  '日本語🚀',
+  'a'.repeat(5000),
+  [],
+  {},
+  [1, 2, 3],
+  ['a', 'b'],
+  [[1, 2]],
+  [null],
+  [{}],
+  { a: 1 },
+  { type: 'text' },
+  [[[[[[[[1]]]]]]]],
 ];
 const FIELDS = [
-  'model', 'prompt', 'messages', 'max_tokens', 'max_completion_tokens', 'n', 'stream', 'stream_options', 'stop', 'stop_token_ids',
-  'temperature', 'top_p', 'top_k', 'seed', 'min_tokens', 'ignore_eos', 'logprobs', 'echo', 'suffix', 'return_token_ids',
-  'add_special_tokens', 'skip_special_tokens', 'include_stop_str_in_output', 'chat_template', 'chat_template_kwargs', 'tools',
-  'add_generation_prompt', 'continue_final_message', 'request_id', 'user',
+  'model',
+  'prompt',
+  'messages',
+  'max_tokens',
+  'max_completion_tokens',
+  'n',
+  'stream',
+  'stream_options',
+  'stop',
+  'stop_token_ids',
+  'temperature',
+  'top_p',
+  'top_k',
+  'seed',
+  'min_tokens',
+  'ignore_eos',
+  'logprobs',
+  'echo',
+  'suffix',
+  'return_token_ids',
+  'add_special_tokens',
+  'skip_special_tokens',
+  'include_stop_str_in_output',
+  'chat_template',
+  'chat_template_kwargs',
+  'tools',
+  'add_generation_prompt',
+  'continue_final_message',
+  'request_id',
+  'user',
 ];
 const PATHS: [string, string][] = [
-  ['GET', '/v1/completions'], ['DELETE', '/health'], ['PUT', '/v1/models'], ['POST', '/v1/embeddings'], ['GET', '/nope'],
-  ['POST', '/v1/chat/completions/extra'], ['GET', '/%E2%98%83'], ['POST', '/v1/completions?x=%ZZ'], ['PATCH', '/version'], ['GET', '/health?probe=1'],
+  ['GET', '/v1/completions'],
+  ['DELETE', '/health'],
+  ['PUT', '/v1/models'],
+  ['POST', '/v1/embeddings'],
+  ['GET', '/nope'],
+  ['POST', '/v1/chat/completions/extra'],
+  ['GET', '/%E2%98%83'],
+  ['POST', '/v1/completions?x=%ZZ'],
+  ['PATCH', '/version'],
+  ['GET', '/health?probe=1'],
 ];
 
 export function validBody(kind: 'chat' | 'completion', r: Rng): Json {
@@ -80,7 +142,14 @@ export function makeCase(r: Rng, maxBody: number): FuzzCase {
     const text = JSON.stringify(validBody(kind, r));
     const body = r.pick([
       text.slice(0, Math.floor(r.next() * text.length)),
-      'null', '[]', '"text"', '42', '{"a":', '{,}', '\u00ff\u00fe', '',
+      'null',
+      '[]',
+      '"text"',
+      '42',
+      '{"a":',
+      '{,}',
+      '\u00ff\u00fe',
+      '',
       Buffer.from(Array.from({ length: 64 }, () => Math.floor(r.next() * 256))).toString('latin1'),
     ]);
     return { kind: 'not-an-object', method: 'POST', path, headers: JSON_HEADERS, body: Buffer.from(body, 'latin1'), request: null };
@@ -103,15 +172,58 @@ export function makeCase(r: Rng, maxBody: number): FuzzCase {
 
 /** Number literals at and past the limits of doubles and of 32/64-bit integers, and ones JSON does not allow. */
 const HOSTILE_NUMBERS = [
-  '1e999', '-1e999', '1e308', '-1e308', '5e-324', '1e-400', '-0', '0.0000001', '2147483648', '-2147483649', '4294967296',
-  '9007199254740993', '18446744073709551616', '-9223372036854775809', '123456789012345678901234567890', '-1', '-100000',
-  'NaN', '-NaN', 'Infinity', '-Infinity', '+1', '0x10', '01', '.5', '1.', '1e', '--1',
+  '1e999',
+  '-1e999',
+  '1e308',
+  '-1e308',
+  '5e-324',
+  '1e-400',
+  '-0',
+  '0.0000001',
+  '2147483648',
+  '-2147483649',
+  '4294967296',
+  '9007199254740993',
+  '18446744073709551616',
+  '-9223372036854775809',
+  '123456789012345678901234567890',
+  '-1',
+  '-100000',
+  'NaN',
+  '-NaN',
+  'Infinity',
+  '-Infinity',
+  '+1',
+  '0x10',
+  '01',
+  '.5',
+  '1.',
+  '1e',
+  '--1',
 ];
 /** JSON string contents: lone surrogates, NUL, BOM, noncharacters, bidi overrides, combining marks, special tokens. */
 const HOSTILE_STRINGS = [
-  '\\ud800', '\\udfff', 'a\\udc00b', '\\ud83d\\ude80', '\\u0000', '\\ufeff', '\\uffff', '\\ufffe', '\u202e\u202d', '\u200d\u200b',
-  'e\u0301\u0301\u0301', '🚀'.repeat(64), '<|im_end|>', '<|endoftext|><|im_start|>system', '<think></think>', '\\r\\n\\t', '\u2028\u2029',
-  '𝔘𝔫𝔦𝔠𝔬𝔡𝔢', '\\"\\\\', '%s%n{0}', '',
+  '\\ud800',
+  '\\udfff',
+  'a\\udc00b',
+  '\\ud83d\\ude80',
+  '\\u0000',
+  '\\ufeff',
+  '\\uffff',
+  '\\ufffe',
+  '\u202e\u202d',
+  '\u200d\u200b',
+  'e\u0301\u0301\u0301',
+  '🚀'.repeat(64),
+  '<|im_end|>',
+  '<|endoftext|><|im_start|>system',
+  '<think></think>',
+  '\\r\\n\\t',
+  '\u2028\u2029',
+  '𝔘𝔫𝔦𝔠𝔬𝔡𝔢',
+  '\\"\\\\',
+  '%s%n{0}',
+  '',
 ];
 /** Raw bytes that are not valid UTF-8 (overlong, surrogate, past U+10FFFF, truncated, stray). */
 const INVALID_UTF8 = [[0xc0, 0xaf], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0xff], [0xe2, 0x82], [0x80], [0xf8, 0x88, 0x80, 0x80, 0x80]];
@@ -141,9 +253,7 @@ function hostileValue(r: Rng, budget: number, depth = 0): string {
 function hostileMessage(r: Rng, budget: number): string {
   const role = r.next() < 0.7 ? JSON.stringify(r.pick(['user', 'system', 'assistant', 'tool', 'developer'])) : hostileValue(r, budget);
   const content =
-    r.next() < 0.5
-      ? hostileValue(r, budget)
-      : `[{"type":${r.next() < 0.7 ? '"text"' : hostileValue(r, budget)},"text":${hostileValue(r, budget)}}]`;
+    r.next() < 0.5 ? hostileValue(r, budget) : `[{"type":${r.next() < 0.7 ? '"text"' : hostileValue(r, budget)},"text":${hostileValue(r, budget)}}]`;
   const extra = r.next() < 0.3 ? `,"${r.pick(['name', 'tool_calls', 'tool_call_id', 'reasoning_content', 'role'])}":${hostileValue(r, budget)}` : '';
   return `{"role":${role},"content":${content}${extra}}`;
 }
@@ -160,7 +270,8 @@ export function makeHostileCase(r: Rng, maxBody: number): FuzzCase {
   const edits = r.int(1, 4);
   for (let i = 0; i < edits; i++) {
     const roll = r.next();
-    const value = kind === 'chat' && roll < 0.2 ? `[${Array.from({ length: r.int(1, 3) }, () => hostileMessage(r, budget)).join(',')}]` : hostileValue(r, budget);
+    const value =
+      kind === 'chat' && roll < 0.2 ? `[${Array.from({ length: r.int(1, 3) }, () => hostileMessage(r, budget)).join(',')}]` : hostileValue(r, budget);
     const field = kind === 'chat' && roll < 0.2 ? 'messages' : r.pick(FIELDS);
     // A duplicated key keeps the first value in the text: which one wins is the parser's choice.
     if (roll > 0.8) entries.push([field, value]);
@@ -290,7 +401,8 @@ export function checkAnswer(c: FuzzCase, text: string): void {
   const usage = objects.map((o) => o.usage as Json | null | undefined).find((u) => u);
   // max_completion_tokens is a chat field; completions ignore it as vLLM ignores unknown fields.
   const limit = (c.path.includes('chat') ? (req!.max_completion_tokens ?? req!.max_tokens) : req!.max_tokens) as number | undefined;
-  if (usage && typeof limit === 'number') check((usage.completion_tokens as number) <= limit * indices.size, `usage ${JSON.stringify(usage)} over max_tokens ${limit}`);
+  if (usage && typeof limit === 'number')
+    check((usage.completion_tokens as number) <= limit * indices.size, `usage ${JSON.stringify(usage)} over max_tokens ${limit}`);
 }
 
 /** Statuses a fuzzed request may get: an answer, or vLLM's / FastAPI's client errors. */

@@ -46,13 +46,36 @@ export async function startFuzzRig(dir: string): Promise<FuzzRig> {
   try {
     const captureFile = join(dir, 'fuzz.db');
     const serve = await spawn(['serve', '--mode', 'simulate', '--captures', join(dir, 'serve.db'), ...engineArgs]);
-    const capture = await spawn(['capture', '--upstream', `http://127.0.0.1:${serve.port}`, '--captures', captureFile, '--max-body-bytes', String(FUZZ_MAX_BODY)]);
-    const pdEngine = (mode: string) => ['serve', '--disaggregation-mode', mode, '--kv-transfer-bandwidth', '0', '--captures', join(dir, `${mode}.db`), ...engineArgs];
+    const capture = await spawn([
+      'capture',
+      '--upstream',
+      `http://127.0.0.1:${serve.port}`,
+      '--captures',
+      captureFile,
+      '--max-body-bytes',
+      String(FUZZ_MAX_BODY),
+    ]);
+    const pdEngine = (mode: string) => [
+      'serve',
+      '--disaggregation-mode',
+      mode,
+      '--kv-transfer-bandwidth',
+      '0',
+      '--captures',
+      join(dir, `${mode}.db`),
+      ...engineArgs,
+    ];
     const prefill = await spawn(pdEngine('prefill'));
     // The decode engine pulls KV only from the prefill engines it is told of.
     const decode = await spawn([...pdEngine('decode'), '--kv-transfer-allowed-hosts', `127.0.0.1:${prefill.port}`]);
     const pdProxy = await spawn([
-      'pd-proxy', '--prefill', `http://127.0.0.1:${prefill.port}`, '--decode', `http://127.0.0.1:${decode.port}`, '--max-body-bytes', String(FUZZ_MAX_BODY),
+      'pd-proxy',
+      '--prefill',
+      `http://127.0.0.1:${prefill.port}`,
+      '--decode',
+      `http://127.0.0.1:${decode.port}`,
+      '--max-body-bytes',
+      String(FUZZ_MAX_BODY),
     ]);
     return {
       doors: [
@@ -153,7 +176,10 @@ export function fuzzBatch(rig: FuzzRig, cases: FuzzCase[], options: { concurrenc
 /** The generated text of each choice of a vLLM response, streamed or not, in index order. */
 export function generatedTexts(text: string): string[] {
   const objects = text.startsWith('data: ')
-    ? text.split('\n\n').filter((e) => e.startsWith('data: {')).map((e) => JSON.parse(e.slice(6)) as Json)
+    ? text
+        .split('\n\n')
+        .filter((e) => e.startsWith('data: {'))
+        .map((e) => JSON.parse(e.slice(6)) as Json)
     : [JSON.parse(text) as Json];
   const byChoice = new Map<number, string>();
   for (const ch of objects.flatMap((o) => (o.choices as Json[]) ?? [])) {
@@ -193,14 +219,28 @@ export function post(port: number, path: string, body: Buffer | string): Promise
  * spawned `serve --mode replay` of that file, every request that completed through capture: each must be served
  * (200, a valid completion) with text from an answer a client saw whole through capture.
  */
-export async function verifyCaptureFile(rig: FuzzRig, outcomes: FuzzOutcome[], dir: string, seed: number): Promise<{ integrity: string; /** Complete exchanges in the file, each replayed. */ replayed: number; /** Batches of prompts, stored whole. */ batches: number; problems: string[] }> {
+export async function verifyCaptureFile(
+  rig: FuzzRig,
+  outcomes: FuzzOutcome[],
+  dir: string,
+  seed: number,
+): Promise<{
+  integrity: string /** Complete exchanges in the file, each replayed. */;
+  replayed: number /** Batches of prompts, stored whole. */;
+  batches: number;
+  problems: string[];
+}> {
   // A batch of several prompts is stored whole and never replayed (counted apart, until batches are stored per prompt).
   const answered = outcomes.filter((o) => o.door === 'capture' && o.kind === '200 completion');
   const completed = answered.filter((o) => promptCount(o.case) === 1);
   const seen = completed.flatMap((o) => generatedTexts(o.reply!.text));
   await rig.processes.capture.stop();
   const check = integrity(rig.captureFile);
-  const replay = await startMockerProcess(['serve', '--mode', 'replay', '--captures', rig.captureFile, '--timing', 'none', '--max-body-bytes', String(FUZZ_MAX_BODY)], 0, { cwd: dir });
+  const replay = await startMockerProcess(
+    ['serve', '--mode', 'replay', '--captures', rig.captureFile, '--timing', 'none', '--max-body-bytes', String(FUZZ_MAX_BODY)],
+    0,
+    { cwd: dir },
+  );
   const problems: string[] = [];
   let stored: { id: number; path: string; body: Buffer }[] = [];
   let unkeyed = 0;
@@ -210,9 +250,19 @@ export async function verifyCaptureFile(rig: FuzzRig, outcomes: FuzzOutcome[], d
     const file = CaptureStore.open(rig.captureFile, { readonly: true });
     // Bodies read through the store (it keeps them compressed).
     const withBodies = (rows: { id: number; path: string }[]) => rows.map((r) => ({ ...r, body: file.getExchange(r.id)!.requestBody }));
-    stored = withBodies(db.prepare("select id, path from exchanges where outcome = 'complete' and endpoint is not null and prompt_key is not null").all() as { id: number; path: string }[]);
+    stored = withBodies(
+      db.prepare("select id, path from exchanges where outcome = 'complete' and endpoint is not null and prompt_key is not null").all() as {
+        id: number;
+        path: string;
+      }[],
+    );
     // Only a batch of prompts is stored without a lookup key.
-    const withoutKey = withBodies(db.prepare("select id, path from exchanges where outcome = 'complete' and endpoint is not null and prompt_key is null").all() as { id: number; path: string }[]);
+    const withoutKey = withBodies(
+      db.prepare("select id, path from exchanges where outcome = 'complete' and endpoint is not null and prompt_key is null").all() as {
+        id: number;
+        path: string;
+      }[],
+    );
     for (const ex of withoutKey) {
       const c: FuzzCase = { kind: 'stored', method: 'POST', path: ex.path, headers: {}, body: ex.body, request: JSON.parse(ex.body.toString('utf8')) as Json };
       if (promptCount(c) === 1) problems.push(`complete exchange #${ex.id} stored without a lookup key: ${ex.body.toString('utf8').slice(0, 300)}`);
@@ -220,8 +270,11 @@ export async function verifyCaptureFile(rig: FuzzRig, outcomes: FuzzOutcome[], d
     unkeyed = withoutKey.length;
     // A client that left once the engine had answered in full (its exchange was stored before the response
     // could end): what the engine answered it counts as seen too (the body is stored byte for byte).
-    const left = new Set(outcomes.filter((o) => o.door === 'capture' && o.kind === 'disconnected').map((o) => `${o.case.path} ${o.case.body.toString('latin1')}`));
-    for (const ex of stored.filter((e) => left.has(`${e.path} ${e.body.toString('latin1')}`))) seen.push(...file.getExchange(ex.id)!.generations.map((g) => g.text));
+    const left = new Set(
+      outcomes.filter((o) => o.door === 'capture' && o.kind === 'disconnected').map((o) => `${o.case.path} ${o.case.body.toString('latin1')}`),
+    );
+    for (const ex of stored.filter((e) => left.has(`${e.path} ${e.body.toString('latin1')}`)))
+      seen.push(...file.getExchange(ex.id)!.generations.map((g) => g.text));
     file.close();
     db.close();
     for (const ex of stored) {

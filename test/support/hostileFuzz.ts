@@ -31,7 +31,9 @@ export function fuzzSchema(r: Rng, depth = 0): unknown {
   if (r.next() < 0.85) schema.type = r.pick(TYPES);
   const type = typeof schema.type === 'string' ? schema.type : r.pick(['object', 'array', 'string']);
   if (type === 'object' || r.next() < 0.1) {
-    schema.properties = Object.fromEntries(Array.from({ length: r.int(0, 4) }, (_, i) => [r.pick([`p${i}`, 'a'.repeat(r.int(1, 300)), '', '日本', '"q"']), fuzzSchema(r, depth + 1)]));
+    schema.properties = Object.fromEntries(
+      Array.from({ length: r.int(0, 4) }, (_, i) => [r.pick([`p${i}`, 'a'.repeat(r.int(1, 300)), '', '日本', '"q"']), fuzzSchema(r, depth + 1)]),
+    );
     if (r.next() < 0.7) schema.required = Object.keys(schema.properties as Json).filter(() => r.next() < 0.7);
   }
   if (type === 'array' || r.next() < 0.1) {
@@ -44,9 +46,12 @@ export function fuzzSchema(r: Rng, depth = 0): unknown {
     if (r.next() < 0.4) schema.maxLength = r.pick(BOUNDS);
   }
   if (type === 'integer' || type === 'number' || r.next() < 0.1) {
-    for (const key of ['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum']) if (r.next() < 0.3) schema[key] = r.next() < 0.5 ? r.pick(BOUNDS) : -r.next() * 1e308;
+    for (const key of ['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum'])
+      if (r.next() < 0.3) schema[key] = r.next() < 0.5 ? r.pick(BOUNDS) : -r.next() * 1e308;
   }
-  if (r.next() < 0.08) schema.enum = r.next() < 0.8 ? Array.from({ length: r.int(0, 4) }, () => r.pick<unknown>(['a', 1, null, { x: [1, 2] }, 'b'.repeat(r.int(0, 2000))])) : 'not a list';
+  if (r.next() < 0.08)
+    schema.enum =
+      r.next() < 0.8 ? Array.from({ length: r.int(0, 4) }, () => r.pick<unknown>(['a', 1, null, { x: [1, 2] }, 'b'.repeat(r.int(0, 2000))])) : 'not a list';
   if (r.next() < 0.05) schema.const = r.pick<unknown>([null, 'c', 3, { deep: [[[[[[1]]]]]] }, 'c'.repeat(r.int(0, 5000))]);
   if (r.next() < 0.1) schema[r.pick(['anyOf', 'oneOf'])] = Array.from({ length: r.int(0, 3) }, () => fuzzSchema(r, depth + 1));
   return schema;
@@ -54,7 +59,10 @@ export function fuzzSchema(r: Rng, depth = 0): unknown {
 
 /** A chat offering fuzzed tools (the sampler's paths: `required` and a named tool always call one). */
 export function makeToolCase(r: Rng): FuzzCase {
-  const tools = Array.from({ length: r.int(1, 3) }, (_, i) => ({ type: 'function', function: { name: `tool_${i}`, description: 'fuzzed', parameters: fuzzSchema(r) } }));
+  const tools = Array.from({ length: r.int(1, 3) }, (_, i) => ({
+    type: 'function',
+    function: { name: `tool_${i}`, description: 'fuzzed', parameters: fuzzSchema(r) },
+  }));
   const request: Json = {
     messages: [{ role: 'user', content: r.pick(['Call a tool.', 'What is the weather?', '日本語で']) }],
     tools,
@@ -78,7 +86,8 @@ export function fuzzTemplate(r: Rng, depth = 0): string {
       const turns = r.next() < 0.9 ? r.pick(TURNS.slice(0, 9)) : r.pick(TURNS);
       return `{% for i${depth} in range(${turns}) %}${fuzzTemplate(r, depth + 1)}{% endfor %}`;
     }
-    if (depth < 3 && roll < 0.32) return `{% if ${r.pick(['messages', 'tools', 'x', 'messages|length > 1', 'add_generation_prompt', '1 / 0'])} %}${fuzzTemplate(r, depth + 1)}{% else %}${fuzzTemplate(r, depth + 1)}{% endif %}`;
+    if (depth < 3 && roll < 0.32)
+      return `{% if ${r.pick(['messages', 'tools', 'x', 'messages|length > 1', 'add_generation_prompt', '1 / 0'])} %}${fuzzTemplate(r, depth + 1)}{% else %}${fuzzTemplate(r, depth + 1)}{% endif %}`;
     if (roll < 0.5) {
       return `{{ ${r.pick([
         'messages[0].content',
@@ -96,7 +105,7 @@ export function fuzzTemplate(r: Rng, depth = 0): string {
       ])} }}`;
     }
     if (roll < 0.6) return `{% set v = ${r.pick(['messages', 'range(10)|list', "'y' * 1000", 'namespace(n=0)'])} %}`;
-    if (roll < 0.66) return "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
+    if (roll < 0.66) return '{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}';
     // Spins on small arrays: CPU without memory, what the time limit (not the heap's) is for. Rare: each holds a renderer 2 s.
     if (roll < 0.665) return '{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}';
     if (roll < 0.74) return r.pick(['{{', '{% for %}', '{% endfor %}', '}}', '{% if %}', '{#', '{{ }}', '{% raw %}']);
@@ -168,9 +177,20 @@ export function makeCapturedCase(r: Rng): FuzzCase {
   // The loop's 2 s stop is the slow trap: kept rare so the run stays short.
   const trap = r.next() < 0.12 ? r.pick(CAPTURE_TRAPS.slice(r.next() < 0.05 ? 0 : 1)) : null;
   const content = trap ?? r.pick(['Hello', 'banana bandana', 'a'.repeat(r.int(1, 3000)), '日本語', '']);
-  const request: Json = { messages: [{ role: 'user', content }, ...(r.next() < 0.3 ? [{ role: 'assistant', content: 'ok' }, { role: 'user', content: 'more' }] : [])] };
+  const request: Json = {
+    messages: [
+      { role: 'user', content },
+      ...(r.next() < 0.3
+        ? [
+            { role: 'assistant', content: 'ok' },
+            { role: 'user', content: 'more' },
+          ]
+        : []),
+    ],
+  };
   const roll = r.next();
-  if (roll < 0.15) return { kind: 'capture template', method: 'POST', path: '/tokenize', headers: JSON_HEADERS, body: Buffer.from(JSON.stringify(request)), request };
+  if (roll < 0.15)
+    return { kind: 'capture template', method: 'POST', path: '/tokenize', headers: JSON_HEADERS, body: Buffer.from(JSON.stringify(request)), request };
   if (roll < 0.4) Object.assign(request, { tools: [{ type: 'function', function: { name: 'f', parameters: fuzzSchema(r) } }], tool_choice: 'required' });
   if (r.next() < 0.6) request.max_tokens = r.pick([1, 8, 64, 1000]);
   if (r.next() < 0.3) request.stream = true;
@@ -209,19 +229,26 @@ export type HostileOutcome = CaseOutcome<HostileDoor>;
 /** A reply of /tokenize: `{count, max_model_len, tokens, token_strs}` with as many tokens as counted. */
 function classifyTokenize(res: Reply): string {
   const body = JSON.parse(res.text) as { count?: unknown; max_model_len?: unknown; tokens?: unknown };
-  if (!Array.isArray(body.tokens) || body.count !== body.tokens.length || typeof body.max_model_len !== 'number') throw new Error(`/tokenize 200 not vLLM's TokenizeResponse: ${res.text.slice(0, 300)}`);
+  if (!Array.isArray(body.tokens) || body.count !== body.tokens.length || typeof body.max_model_len !== 'number')
+    throw new Error(`/tokenize 200 not vLLM's TokenizeResponse: ${res.text.slice(0, 300)}`);
   return '200 tokenize';
 }
 
 /** Sends cases with `concurrency` clients; each reply is classified, anything else is a violation. */
-export function runHostileCases(rig: HostileRig, cases: { door: HostileDoor; case: FuzzCase }[], options: { concurrency: number; firstIndex: number; seed: number }): Promise<HostileOutcome[]> {
+export function runHostileCases(
+  rig: HostileRig,
+  cases: { door: HostileDoor; case: FuzzCase }[],
+  options: { concurrency: number; firstIndex: number; seed: number },
+): Promise<HostileOutcome[]> {
   const routed = cases.map(({ door, case: c }) => ({ door: { name: door, port: rig[door].port }, case: c }));
   return sendCases(routed, (c, reply) => (reply.status === 200 && c.path === '/tokenize' ? classifyTokenize(reply) : classifyReply(c, reply)), options);
 }
 
 /** The processes of the rig that exited (a crash: nothing stops them during fuzzing). */
 export function deadHostile(rig: HostileRig): string[] {
-  return (['plain', 'captured'] as const).filter((name) => rig[name].child.exitCode !== null || rig[name].child.signalCode !== null).map((name) => `${name} (exit ${rig[name].child.exitCode ?? rig[name].child.signalCode})`);
+  return (['plain', 'captured'] as const)
+    .filter((name) => rig[name].child.exitCode !== null || rig[name].child.signalCode !== null)
+    .map((name) => `${name} (exit ${rig[name].child.exitCode ?? rig[name].child.signalCode})`);
 }
 
 /** Resident memory (VmRSS, MB) of each serve and, apart, of its template renderers (its child processes). */

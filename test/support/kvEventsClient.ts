@@ -20,10 +20,14 @@ export const decodePayload = (raw: Buffer) => decoder.decode(raw) as unknown[];
 /** Ports nobody listens on right now. */
 export async function freePorts(count: number): Promise<number[]> {
   const servers = await Promise.all(
-    Array.from({ length: count }, () => new Promise<import('node:net').Server>((resolve) => {
-      const s = createServer();
-      s.listen(0, '127.0.0.1', () => resolve(s));
-    })),
+    Array.from(
+      { length: count },
+      () =>
+        new Promise<import('node:net').Server>((resolve) => {
+          const s = createServer();
+          s.listen(0, '127.0.0.1', () => resolve(s));
+        }),
+    ),
   );
   const ports = servers.map((s) => (s.address() as import('node:net').AddressInfo).port);
   await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));

@@ -63,7 +63,9 @@ export function spawnMockerProcess(args: string[], options: Omit<SpawnOptions, '
     err += d;
     process.stderr.write(d);
   });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal })),
+  );
   return { child, stdout: () => out, stderr: () => err, exited };
 }
 
@@ -87,7 +89,10 @@ export function startMockerProcess(args: string[], port = 0, options: SpawnOptio
 }
 
 /** Runs the built CLI to its exit (for arguments it must refuse): exit code and what it printed. */
-export function runMockerToExit(args: string[], options: Omit<SpawnOptions, 'portFlag'> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runMockerToExit(
+  args: string[],
+  options: Omit<SpawnOptions, 'portFlag'> = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const child = spawnCli(args, options);
   let stdout = '';
   let stderr = '';

@@ -93,7 +93,9 @@ function readBody(req: IncomingMessage): Promise<Buffer> {
 /** Starlette's JSONResponse / ORJSONResponse under uvicorn: compact JSON, uvicorn's own headers (§1). */
 function json(res: ServerResponse, status: number, value: unknown): void {
   const text = JSON.stringify(value);
-  res.writeHead(status, { date: new Date().toUTCString(), server: 'uvicorn', 'content-length': Buffer.byteLength(text), 'content-type': 'application/json' }).end(text);
+  res
+    .writeHead(status, { date: new Date().toUTCString(), server: 'uvicorn', 'content-length': Buffer.byteLength(text), 'content-type': 'application/json' })
+    .end(text);
 }
 
 /** SGLang's ErrorResponse (§10). */
@@ -109,7 +111,13 @@ function validationError(res: ServerResponse, loc: string[], msg: string): void 
 
 /** UsageInfo as pydantic dumps it at protocol.py@004c82e (§5); `exclude_none` drops the null details. */
 function usageInfo(prompt: number, completion: number, excludeNone = false): Json {
-  const usage: Json = { prompt_tokens: prompt, total_tokens: prompt + completion, completion_tokens: completion, prompt_tokens_details: null, reasoning_tokens: 0 };
+  const usage: Json = {
+    prompt_tokens: prompt,
+    total_tokens: prompt + completion,
+    completion_tokens: completion,
+    prompt_tokens_details: null,
+    reasoning_tokens: 0,
+  };
   if (excludeNone) delete usage.prompt_tokens_details;
   return usage;
 }
@@ -139,21 +147,31 @@ export async function startSglangUpstream(script: SglangScript, options: SglangO
     }
     received.push({ method, path, body, raw });
 
-    if (method === 'GET' && path === '/health') return void res.writeHead(200, { date: new Date().toUTCString(), server: 'uvicorn', 'content-length': 0 }).end();
+    if (method === 'GET' && path === '/health')
+      return void res.writeHead(200, { date: new Date().toUTCString(), server: 'uvicorn', 'content-length': 0 }).end();
     if (method === 'GET' && path === '/get_model_info') {
       return json(res, 200, { model_path: MODEL, tokenizer_path: MODEL, is_generation: true, preferred_sampling_params: null, weight_version: 'default' });
     }
     if (method === 'GET' && path === '/v1/models') {
-      return json(res, 200, { object: 'list', data: [{ id: MODEL, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'sglang', root: MODEL, parent: null, max_model_len: CONTEXT_LENGTH }] });
+      return json(res, 200, {
+        object: 'list',
+        data: [
+          { id: MODEL, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'sglang', root: MODEL, parent: null, max_model_len: CONTEXT_LENGTH },
+        ],
+      });
     }
     if (method !== 'POST' || !GENERATION_PATHS.has(path)) return json(res, 404, { detail: 'Not Found' });
-    const mediaType = String(req.headers['content-type'] ?? '').toLowerCase().split(';')[0];
-    if (path !== '/generate' && mediaType !== 'application/json') return validationError(res, ['header', 'content-type'], "Unsupported Media Type: Only 'application/json' is allowed");
+    const mediaType = String(req.headers['content-type'] ?? '')
+      .toLowerCase()
+      .split(';')[0];
+    if (path !== '/generate' && mediaType !== 'application/json')
+      return validationError(res, ['header', 'content-type'], "Unsupported Media Type: Only 'application/json' is allowed");
     if (parseError !== null || body === null) return validationError(res, ['body'], `JSON decode error: ${parseError ?? 'not an object'}`);
 
     if (path === '/tokenize' || path === '/v1/tokenize') {
       // Exactly one of prompt and messages (§9).
-      if ((body.prompt === undefined) === (body.messages === undefined)) return validationError(res, ['body'], "Value error, Exactly one of 'prompt' or 'messages' must be provided.");
+      if ((body.prompt === undefined) === (body.messages === undefined))
+        return validationError(res, ['body'], "Value error, Exactly one of 'prompt' or 'messages' must be provided.");
       const tokens = body.messages !== undefined ? await promptIds(body, true) : await encode(String(body.prompt), body.add_special_tokens !== false);
       return json(res, 200, { tokens, count: tokens.length, max_model_len: TOKENIZER_MAX_LENGTH });
     }
@@ -168,7 +186,11 @@ export async function startSglangUpstream(script: SglangScript, options: SglangO
     const stream = body.stream === true;
     const withIds = tokenIds && body.return_token_ids === true;
     if (chat && stream && withIds) {
-      return error(res, 400, 'return_token_ids is not supported with streaming on /v1/chat/completions. Please set stream=false when using return_token_ids=true.');
+      return error(
+        res,
+        400,
+        'return_token_ids is not supported with streaming on /v1/chat/completions. Please set stream=false when using return_token_ids=true.',
+      );
     }
     const prompt = await promptIds(body, chat);
     const maxTokens = Number(chat ? (body.max_completion_tokens ?? body.max_tokens ?? CONTEXT_LENGTH - prompt.length) : (body.max_tokens ?? 16));
@@ -189,7 +211,14 @@ export async function startSglangUpstream(script: SglangScript, options: SglangO
         const choice = { index: 0, message, logprobs: null, finish_reason: gen.finish.type, matched_stop: matched(gen.finish), ...ids };
         return json(res, 200, { id, object: 'chat.completion', created: created(), model, choices: [choice], usage, metadata: { weight_version: 'default' } });
       }
-      const choice = { index: 0, text: gen.text, logprobs: null, finish_reason: gen.finish.type, matched_stop: matched(gen.finish), ...(withIds ? { token_ids: gen.outputIds, prompt_token_ids: prompt } : {}) };
+      const choice = {
+        index: 0,
+        text: gen.text,
+        logprobs: null,
+        finish_reason: gen.finish.type,
+        matched_stop: matched(gen.finish),
+        ...(withIds ? { token_ids: gen.outputIds, prompt_token_ids: prompt } : {}),
+      };
       return json(res, 200, { id, object: 'text_completion', created: created(), model, choices: [choice], usage, metadata: { weight_version: 'default' } });
     }
 
@@ -201,7 +230,11 @@ export async function startSglangUpstream(script: SglangScript, options: SglangO
     if (chat) {
       // serving_chat: a role chunk, then one chunk per non-empty text delta, then the finish chunk (§4).
       const chunk = (delta: Json, finish: string | null = null, matchedStop: number | string | null = null) => ({
-        id, object: 'chat.completion.chunk', created: created(), model, choices: [{ index: 0, delta: { reasoning_content: null, ...delta }, logprobs: null, finish_reason: finish, matched_stop: matchedStop }],
+        id,
+        object: 'chat.completion.chunk',
+        created: created(),
+        model,
+        choices: [{ index: 0, delta: { reasoning_content: null, ...delta }, logprobs: null, finish_reason: finish, matched_stop: matchedStop }],
       });
       for (const [i, step] of gen.steps.entries()) {
         await tick();
@@ -211,7 +244,8 @@ export async function startSglangUpstream(script: SglangScript, options: SglangO
         if (delta !== '') send(chunk({ content: delta }));
       }
       send(chunk({}, gen.finish.type, matched(gen.finish)));
-      if (includeUsage(body)) send({ id, object: 'chat.completion.chunk', created: created(), model, choices: [], usage: usageInfo(prompt.length, gen.outputIds.length) });
+      if (includeUsage(body))
+        send({ id, object: 'chat.completion.chunk', created: created(), model, choices: [], usage: usageInfo(prompt.length, gen.outputIds.length) });
     } else {
       // serving_completions: one chunk per engine step, empty text included (§4).
       for (const [i, step] of gen.steps.entries()) {
@@ -219,9 +253,17 @@ export async function startSglangUpstream(script: SglangScript, options: SglangO
         const delta = step.text.slice(offset);
         offset = step.text.length;
         const ids = withIds ? { token_ids: [step.id], ...(i === 0 ? { prompt_token_ids: prompt } : {}) } : {};
-        send({ id, object: 'text_completion', created: created(), model, choices: [{ index: 0, text: delta, logprobs: null, finish_reason: step.finish?.type ?? null, matched_stop: matched(step.finish), ...ids }], usage: null });
+        send({
+          id,
+          object: 'text_completion',
+          created: created(),
+          model,
+          choices: [{ index: 0, text: delta, logprobs: null, finish_reason: step.finish?.type ?? null, matched_stop: matched(step.finish), ...ids }],
+          usage: null,
+        });
       }
-      if (includeUsage(body)) send({ id, object: 'text_completion', created: created(), model, choices: [], usage: usageInfo(prompt.length, gen.outputIds.length, true) });
+      if (includeUsage(body))
+        send({ id, object: 'text_completion', created: created(), model, choices: [], usage: usageInfo(prompt.length, gen.outputIds.length, true) });
     }
     res.end('data: [DONE]\n\n');
   });
@@ -230,11 +272,22 @@ export async function startSglangUpstream(script: SglangScript, options: SglangO
   async function nativeGenerate(body: Json, res: ServerResponse): Promise<void> {
     const input = Array.isArray(body.input_ids) ? (body.input_ids as number[]) : await encode(String(body.text ?? ''), true);
     const params = (body.sampling_params ?? {}) as Json;
-    const gen = await generate(script(body), Number(params.max_new_tokens ?? 128), (params.stop_token_ids as number[] | undefined) ?? [], typeof params.stop === 'string' ? [params.stop] : ((params.stop as string[] | undefined) ?? []));
+    const gen = await generate(
+      script(body),
+      Number(params.max_new_tokens ?? 128),
+      (params.stop_token_ids as number[] | undefined) ?? [],
+      typeof params.stop === 'string' ? [params.stop] : ((params.stop as string[] | undefined) ?? []),
+    );
     const rid = typeof body.rid === 'string' ? body.rid : randomUUID().replaceAll('-', '');
     const start = performance.now();
     const metaInfo = (upTo: number, finish: FinishReason | null): Json => ({
-      id: rid, finish_reason: finish, prompt_tokens: input.length, weight_version: 'default', total_retractions: 0, completion_tokens: upTo, cached_tokens: 0,
+      id: rid,
+      finish_reason: finish,
+      prompt_tokens: input.length,
+      weight_version: 'default',
+      total_retractions: 0,
+      completion_tokens: upTo,
+      cached_tokens: 0,
       ...(finish ? { e2e_latency: (performance.now() - start) / 1000 } : {}),
     });
     if (body.stream !== true) return json(res, 200, { text: gen.text, output_ids: gen.outputIds, meta_info: metaInfo(gen.outputIds.length, gen.finish) });

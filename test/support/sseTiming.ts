@@ -67,7 +67,13 @@ async function wholeResponse(url: string, body: unknown, headers: Record<string,
  * The toy proxy's two hops sent by hand (vllm-wire-reference.md §7): the prefill hop (one token, not streamed,
  * `do_remote_decode`), then the streamed decode hop with the returned `kv_transfer_params`, one X-Request-Id.
  */
-async function pdHops(prefillUrl: string, decodeUrl: string, body: Record<string, unknown>, requestId: string, via = agent): Promise<{ prefillMs: number; decodeArrivalsMs: number[] }> {
+async function pdHops(
+  prefillUrl: string,
+  decodeUrl: string,
+  body: Record<string, unknown>,
+  requestId: string,
+  via = agent,
+): Promise<{ prefillMs: number; decodeArrivalsMs: number[] }> {
   const headers = { 'x-request-id': requestId };
   const transfer = { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null };
   const { stream_options: _ignored, ...rest } = body;
@@ -110,7 +116,9 @@ export function measurePdHopsInProcess(
 ): Promise<{ prefillRttMs: number; decodeRttMs: number; prefillMs: number; decodeArrivalsMs: number[]; decodeGapsMs: number[] }> {
   const script = fileURLToPath(import.meta.url);
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, ['--import', 'tsx', script, 'pd', prefillUrl, decodeUrl, JSON.stringify(body)], (err, stdout) => (err ? reject(err) : resolve(JSON.parse(stdout))));
+    execFile(process.execPath, ['--import', 'tsx', script, 'pd', prefillUrl, decodeUrl, JSON.stringify(body)], (err, stdout) =>
+      err ? reject(err) : resolve(JSON.parse(stdout)),
+    );
   });
 }
 
@@ -118,7 +126,9 @@ export function measurePdHopsInProcess(
 export function measureInProcess(url: string, body: unknown): Promise<{ rttMs: number; arrivalsMs: number[]; gapsMs: number[] }> {
   const script = fileURLToPath(import.meta.url);
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, ['--import', 'tsx', script, url, JSON.stringify(body)], (err, stdout) => (err ? reject(err) : resolve(JSON.parse(stdout) as { rttMs: number; arrivalsMs: number[]; gapsMs: number[] })));
+    execFile(process.execPath, ['--import', 'tsx', script, url, JSON.stringify(body)], (err, stdout) =>
+      err ? reject(err) : resolve(JSON.parse(stdout) as { rttMs: number; arrivalsMs: number[]; gapsMs: number[] }),
+    );
   });
 }
 

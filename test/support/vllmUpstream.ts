@@ -277,9 +277,12 @@ function truthy(value: unknown): boolean {
 
 /** `json.dumps` as vLLM writes an in-stream error: `, ` and `: ` separators, non-ASCII escaped. */
 function pythonDumps(value: unknown): string {
-  if (value === null || typeof value !== 'object') return JSON.stringify(value).replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  if (value === null || typeof value !== 'object')
+    return JSON.stringify(value).replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
   if (Array.isArray(value)) return `[${value.map(pythonDumps).join(', ')}]`;
-  return `{${Object.entries(value).map(([k, v]) => `${pythonDumps(k)}: ${pythonDumps(v)}`).join(', ')}}`;
+  return `{${Object.entries(value)
+    .map(([k, v]) => `${pythonDumps(k)}: ${pythonDumps(v)}`)
+    .join(', ')}}`;
 }
 
 /** vLLM's in-stream error event (`create_streaming_error_response`), HTTP status still 200. */
@@ -320,7 +323,12 @@ async function pooling(res: ServerResponse, path: string, body: Json, requestId:
   if (body.model !== undefined && body.model !== MODEL) return error(res, 404, `The model \`${String(body.model)}\` does not exist.`);
   if (path === '/v1/embeddings') {
     const input = body.input;
-    const items: (string | number[])[] = typeof input === 'string' ? [input] : Array.isArray(input) && typeof input[0] === 'number' ? [input as number[]] : ((input ?? []) as (string | number[])[]);
+    const items: (string | number[])[] =
+      typeof input === 'string'
+        ? [input]
+        : Array.isArray(input) && typeof input[0] === 'number'
+          ? [input as number[]]
+          : ((input ?? []) as (string | number[])[]);
     const dimensions = typeof body.dimensions === 'number' ? body.dimensions : DOUBLE_EMBEDDING_DIMENSIONS;
     if (dimensions < 1 || dimensions > DOUBLE_EMBEDDING_DIMENSIONS) return error(res, 400, `dimensions must be between 1 and ${DOUBLE_EMBEDDING_DIMENSIONS}`);
     const prompts = await Promise.all(items.map((item) => (typeof item === 'string' ? tokenizeText(item, true) : item)));
@@ -453,9 +461,16 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     received.push(entry);
     if (path === '/version') return json(res, 200, { version: options.legacy ? '0.10.1.1' : '0.11.0' });
     if (path === '/health') return void res.writeHead(200, { server: 'uvicorn' }).end();
-    if (path === '/v1/models') return json(res, 200, { object: 'list', data: [{ id: MODEL, object: 'model', created: 1, owned_by: 'vllm', root: MODEL, parent: null, max_model_len: 40960, permission: [] }] });
-    const mediaType = String(req.headers['content-type'] ?? '').toLowerCase().split(';')[0];
-    if (req.method === 'POST' && JSON_ONLY.has(path) && mediaType !== 'application/json') return validationError(res, "Unsupported Media Type: Only 'application/json' is allowed");
+    if (path === '/v1/models')
+      return json(res, 200, {
+        object: 'list',
+        data: [{ id: MODEL, object: 'model', created: 1, owned_by: 'vllm', root: MODEL, parent: null, max_model_len: 40960, permission: [] }],
+      });
+    const mediaType = String(req.headers['content-type'] ?? '')
+      .toLowerCase()
+      .split(';')[0];
+    if (req.method === 'POST' && JSON_ONLY.has(path) && mediaType !== 'application/json')
+      return validationError(res, "Unsupported Media Type: Only 'application/json' is allowed");
     if (path === '/tokenize' && body) {
       const ids = body.messages ? await promptIds(body, true, build) : await build.encode(String(body.prompt), body.add_special_tokens !== false);
       return json(res, 200, { count: ids.length, max_model_len: 40960, tokens: ids, token_strs: null });
@@ -525,19 +540,79 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
         const choices = gens.map((g, index) => {
           // The call opens at its name's step, after any reasoning.
           const call = g.steps.find((step) => step.delta.tool_calls)?.delta.tool_calls as Json[] | undefined;
-          const toolCalls = g.answer.toolCall && call
-            ? [{ id: call[0].id, type: 'function', function: { name: g.answer.toolCall.name, arguments: g.steps.flatMap((s) => ((s.delta.tool_calls as { function: { arguments: string } }[] | undefined) ?? [])).map((c) => c.function.arguments).join('') } }]
-            : [];
-          const message = { role: 'assistant', content: g.answer.content === undefined ? null : joined(g, 'content'), refusal: null, annotations: null, audio: null, function_call: null, tool_calls: toolCalls, reasoning_content: g.answer.reasoning ? joined(g, 'reasoning_content') : null };
+          const toolCalls =
+            g.answer.toolCall && call
+              ? [
+                  {
+                    id: call[0].id,
+                    type: 'function',
+                    function: {
+                      name: g.answer.toolCall.name,
+                      arguments: g.steps
+                        .flatMap((s) => (s.delta.tool_calls as { function: { arguments: string } }[] | undefined) ?? [])
+                        .map((c) => c.function.arguments)
+                        .join(''),
+                    },
+                  },
+                ]
+              : [];
+          const message = {
+            role: 'assistant',
+            content: g.answer.content === undefined ? null : joined(g, 'content'),
+            refusal: null,
+            annotations: null,
+            audio: null,
+            function_call: null,
+            tool_calls: toolCalls,
+            reasoning_content: g.answer.reasoning ? joined(g, 'reasoning_content') : null,
+          };
           return { index, message, logprobs: null, finish_reason: finishOf(g), stop_reason: g.stopReason, token_ids: idsOrNull(outputIds(g)) };
         });
-        return json(res, 200, {
-          id, object: 'chat.completion', created, model: MODEL, choices, service_tier: null, system_fingerprint: null, usage,
-          prompt_logprobs: null, prompt_token_ids: idsOrNull(prompt), kv_transfer_params: first.kvTransferParams ?? null,
-        }, options.legacy);
+        return json(
+          res,
+          200,
+          {
+            id,
+            object: 'chat.completion',
+            created,
+            model: MODEL,
+            choices,
+            service_tier: null,
+            system_fingerprint: null,
+            usage,
+            prompt_logprobs: null,
+            prompt_token_ids: idsOrNull(prompt),
+            kv_transfer_params: first.kvTransferParams ?? null,
+          },
+          options.legacy,
+        );
       }
-      const choices = gens.map((g, index) => ({ index, text: joined(g, 'text'), logprobs: null, finish_reason: g.finish, stop_reason: g.stopReason, token_ids: idsOrNull(outputIds(g)), prompt_logprobs: null, prompt_token_ids: idsOrNull(prompt) }));
-      return json(res, 200, { id, object: 'text_completion', created, model: MODEL, choices, service_tier: null, system_fingerprint: null, usage, kv_transfer_params: first.kvTransferParams ?? null }, options.legacy);
+      const choices = gens.map((g, index) => ({
+        index,
+        text: joined(g, 'text'),
+        logprobs: null,
+        finish_reason: g.finish,
+        stop_reason: g.stopReason,
+        token_ids: idsOrNull(outputIds(g)),
+        prompt_logprobs: null,
+        prompt_token_ids: idsOrNull(prompt),
+      }));
+      return json(
+        res,
+        200,
+        {
+          id,
+          object: 'text_completion',
+          created,
+          model: MODEL,
+          choices,
+          service_tier: null,
+          system_fingerprint: null,
+          usage,
+          kv_transfer_params: first.kvTransferParams ?? null,
+        },
+        options.legacy,
+      );
     }
 
     // stream_options present: include_usage defaults to true (StreamOptions, ≈v0.10–0.13, §1.4).
@@ -558,7 +633,12 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     await nextRound(0);
     if (chat) {
       for (let index = 0; index < n; index++) {
-        send({ ...head, choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], ...(continuousUsage ? { usage: usageOf(0) } : {}), prompt_token_ids: idsOrNull(prompt) });
+        send({
+          ...head,
+          choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+          ...(continuousUsage ? { usage: usageOf(0) } : {}),
+          prompt_token_ids: idsOrNull(prompt),
+        });
       }
     }
     const sent = gens.map(() => 0);
@@ -574,10 +654,37 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
         sent[index] += step.ids.length;
         if (chat) {
           const usage = continuousUsage ? { usage: usageOf(sent[index]) } : {};
-          send({ ...head, choices: [{ index, delta: step.delta, logprobs: null, finish_reason: finish, ...(last && finish !== null ? { stop_reason: g.stopReason } : {}), token_ids: idsOrNull(step.ids) }], ...usage });
+          send({
+            ...head,
+            choices: [
+              {
+                index,
+                delta: step.delta,
+                logprobs: null,
+                finish_reason: finish,
+                ...(last && finish !== null ? { stop_reason: g.stopReason } : {}),
+                token_ids: idsOrNull(step.ids),
+              },
+            ],
+            ...usage,
+          });
         } else {
           const usage = continuousUsage ? { ...usageOf(sent[index]), prompt_tokens_details: null } : null;
-          send({ ...head, choices: [{ index, text: step.delta.text, logprobs: null, finish_reason: finish, stop_reason: last ? g.stopReason : null, prompt_token_ids: round === 0 ? idsOrNull(prompt) : null, token_ids: idsOrNull(step.ids) }], usage });
+          send({
+            ...head,
+            choices: [
+              {
+                index,
+                text: step.delta.text,
+                logprobs: null,
+                finish_reason: finish,
+                stop_reason: last ? g.stopReason : null,
+                prompt_token_ids: round === 0 ? idsOrNull(prompt) : null,
+                token_ids: idsOrNull(step.ids),
+              },
+            ],
+            usage,
+          });
         }
         if (last && g.errorMessage !== null) return void res.end(errorEvent(g.errorMessage) + 'data: [DONE]\n\n');
       }

@@ -119,13 +119,7 @@ function encodeExtraValue(value: unknown, out: Buffer[]): void {
 }
 
 /** Encodes `[parent, [tokens…], extra]` as canonical CBOR into the scratch buffer and hashes it. */
-function cborBlockDigest(
-  parent: Buffer,
-  tokenIds: ArrayLike<number>,
-  start: number,
-  count: number,
-  extraKeys: readonly unknown[] | null | undefined,
-): Buffer {
+function cborBlockDigest(parent: Buffer, tokenIds: ArrayLike<number>, start: number, count: number, extraKeys: readonly unknown[] | null | undefined): Buffer {
   let extraBytes: Buffer | null = null;
   if (extraKeys != null) {
     const parts: Buffer[] = [];
@@ -212,7 +206,13 @@ function writePickledText(buf: Buffer, offset: number, utf8: Buffer): number {
  * `pickle.dumps((parent, tuple(tokens), extra), protocol=5)` into the scratch buffer, hashed (vLLM `sha256`);
  * `extra` is None or a tuple of strings (a LoRA name: the only extra key the simulator produces).
  */
-function pickleBlockDigest(parent: Buffer, tokenIds: ArrayLike<number>, start: number, count: number, extraKeys: readonly unknown[] | null | undefined): Buffer {
+function pickleBlockDigest(
+  parent: Buffer,
+  tokenIds: ArrayLike<number>,
+  start: number,
+  count: number,
+  extraKeys: readonly unknown[] | null | undefined,
+): Buffer {
   if (parent.length > 0xff) throw new RangeError(`vLLM block hash: parent hash of ${parent.length} bytes`);
   const extras = extraKeys?.map((key) => {
     if (typeof key !== 'string') throw new TypeError('vLLM block hash: with sha256 (pickle) only string extra keys are supported');

@@ -109,8 +109,7 @@ export class InterpolatedPerfModel implements PerfModel {
     const t = (activeKvTokens - this.activeKvAxis[row]) / (this.activeKvAxis[row + 1] - this.activeKvAxis[row]);
     const s = (contextLength - this.contextAxis[col]) / (this.contextAxis[col + 1] - this.contextAxis[col]);
     const at = (r: number, c: number) => this.itlGrid[r * columns + c];
-    const ms =
-      (1 - t) * (1 - s) * at(row, col) + t * (1 - s) * at(row + 1, col) + (1 - t) * s * at(row, col + 1) + t * s * at(row + 1, col + 1);
+    const ms = (1 - t) * (1 - s) * at(row, col) + t * (1 - s) * at(row + 1, col) + (1 - t) * s * at(row, col + 1) + t * s * at(row + 1, col + 1);
     return Number.isNaN(ms) ? MIN_DECODE_MS : Math.max(MIN_DECODE_MS, ms);
   }
 }
@@ -294,7 +293,10 @@ async function loadProfilerDirectory(directory: string): Promise<PerfModel> {
   const prefillAxis = sortedUnique(isl);
   if (prefillAxis.length < 2) throw new Error(`${prefill.path}: 'prefill_isl' needs at least 2 distinct values to interpolate, got ${prefillAxis.length}`);
   const islPosition = positionsOf(prefillAxis);
-  const prefillMean = meanByPosition(isl.map((x, i) => ({ position: islPosition.get(x)!, value: ttft[i] })), prefillAxis.length);
+  const prefillMean = meanByPosition(
+    isl.map((x, i) => ({ position: islPosition.get(x)!, value: ttft[i] })),
+    prefillAxis.length,
+  );
 
   const kvUsage = decode.values('x_kv_usage');
   const contextLengths = decode.values('y_context_length');
@@ -305,7 +307,8 @@ async function loadProfilerDirectory(directory: string): Promise<PerfModel> {
   const activeKv = kvUsage.map((usage) => usage * maxKvTokens);
   const activeAxis = sortedUnique(activeKv);
   const contextAxis = sortedUnique(contextLengths);
-  if (activeAxis.length < 2) throw new Error(`${decode.path}: 'x_kv_usage' × 'max_kv_tokens' needs at least 2 distinct values to interpolate, got ${activeAxis.length}`);
+  if (activeAxis.length < 2)
+    throw new Error(`${decode.path}: 'x_kv_usage' × 'max_kv_tokens' needs at least 2 distinct values to interpolate, got ${activeAxis.length}`);
   if (contextAxis.length < 2) throw new Error(`${decode.path}: 'y_context_length' needs at least 2 distinct values to interpolate, got ${contextAxis.length}`);
 
   const columns = contextAxis.length;

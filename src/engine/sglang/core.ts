@@ -140,7 +140,9 @@ export class SglangCore implements SchedulerCore {
     };
     positiveInteger(config.numGpuBlocks, 'the number of GPU blocks');
     if (config.pageSize !== undefined && config.blockSize !== undefined && config.pageSize !== config.blockSize) {
-      throw new Error(`SGLang needs the block size and the page size to match when both are set, got block size ${config.blockSize} and page size ${config.pageSize}`);
+      throw new Error(
+        `SGLang needs the block size and the page size to match when both are set, got block size ${config.blockSize} and page size ${config.pageSize}`,
+      );
     }
     this.pageSize = positiveInteger(config.pageSize ?? config.blockSize ?? SGLANG_DEFAULTS.pageSize, 'the page size');
     this.schedulePolicy = config.schedulePolicy ?? SGLANG_DEFAULTS.schedulePolicy;
@@ -394,7 +396,8 @@ export class SglangCore implements SchedulerCore {
       extra += r.extraReserved;
       if (r.kvLength > r.length) problems.push(`${what}: ${r.kvLength} materialized of ${r.length} tokens`);
       if (r.cachedTokens > r.kvLength || r.cachedTokens % this.pageSize !== 0) problems.push(`${what}: ${r.cachedTokens} cached of ${r.kvLength} materialized`);
-      if (r.allocatedTokens % this.pageSize !== 0 || r.extraReserved < 0 || r.extraReserved >= this.pageSize) problems.push(`${what}: ${r.allocatedTokens} allocated for ${r.kvLength}`);
+      if (r.allocatedTokens % this.pageSize !== 0 || r.extraReserved < 0 || r.extraReserved >= this.pageSize)
+        problems.push(`${what}: ${r.allocatedTokens} allocated for ${r.kvLength}`);
       if (r.kvLength === 0) {
         if (r.lastNode !== null) problems.push(`${what}: holds a tree lock with nothing materialized`);
         return;
@@ -428,7 +431,8 @@ export class SglangCore implements SchedulerCore {
       if (node.lockRef > 0) protectedTokens += node.key.length;
       else evictable += node.key.length;
       if (node.key.length % this.pageSize !== 0) problems.push(`tree node ${node.id} holds ${node.key.length} tokens, not whole pages`);
-      if (node.lockRef !== (holders.get(node) ?? 0)) problems.push(`tree node ${node.id}: lock count ${node.lockRef}, held by ${holders.get(node) ?? 0} requests`);
+      if (node.lockRef !== (holders.get(node) ?? 0))
+        problems.push(`tree node ${node.id}: lock count ${node.lockRef}, held by ${holders.get(node) ?? 0} requests`);
     });
     if (claimed !== total) problems.push(`${total - claimed} slots lost (neither free nor owned)`);
     if (evictable !== cache.evictableSize) problems.push(`evictable size ${cache.evictableSize}, but ${evictable} unlocked tokens in the tree`);
@@ -731,7 +735,12 @@ export class SglangCore implements SchedulerCore {
     if (this.kvEventLog) {
       const key = node.key;
       const page = this.pageSize;
-      const event: KvCacheEvent = { kind: 'stored', blocks, parent, origin: { tokens: { blockTokens: (i) => Array.from(key.subarray(i * page, (i + 1) * page)) }, index: 0 } };
+      const event: KvCacheEvent = {
+        kind: 'stored',
+        blocks,
+        parent,
+        origin: { tokens: { blockTokens: (i) => Array.from(key.subarray(i * page, (i + 1) * page)) }, index: 0 },
+      };
       this.kvEventLog.record(event);
     }
   }

@@ -319,7 +319,7 @@ export class RadixCache {
   private findChild(node: RadixNode, tokens: Uint32Array, pos: number): RadixNode | null {
     if (node.childCount === 0) return null;
     const key = this.childKeyAt(tokens, pos);
-    const child = node.onlyChild !== null ? (node.onlyChild.childKey === key ? node.onlyChild : null) : node.children!.get(key) ?? null;
+    const child = node.onlyChild !== null ? (node.onlyChild.childKey === key ? node.onlyChild : null) : (node.children!.get(key) ?? null);
     if (child !== null && this.pageSize > 1) {
       const childKey = child.key;
       for (let i = 0; i < this.pageSize; i++) {

@@ -29,18 +29,19 @@ interface Sent {
 
 /**
  * The double answers each request with a text of its own, 4 ms a token: 1 to 24 tokens long, and one request in
- * eight 36 tokens longer, so that some are mid-way whenever the kill comes. The longest, 67 tokens, fit
- * within max_tokens (96): at 64, requests 23 and 47 were cut by it, and a replay of one stored just before the
- * kill (rare) differed from its whole answer.
+ * eight 300 tokens longer (over a second), so that some are mid-way whenever the kill comes, even when a busy
+ * machine holds this test's loop for a few hundred milliseconds (with 36 more, every answer had once ended before
+ * the kill). The longest, 331 tokens, fit within max_tokens (512): a replay of one stored just before the kill
+ * must equal its whole answer.
  */
-const answerFor = (round: number, k: number) => `Round ${round} answer ${k}:${' go'.repeat((k % 24) + (k % 8 === 7 ? 36 : 0))}`;
+const answerFor = (round: number, k: number) => `Round ${round} answer ${k}:${' go'.repeat((k % 24) + (k % 8 === 7 ? 300 : 0))}`;
 
 function request(port: number, round: number, k: number): { sent: Sent; done: Promise<void> } {
   const chat = k % 2 === 1;
   const stream = k % 4 < 3;
   const ask = `Crash round ${round}, request ${k}`;
   const body = JSON.stringify(
-    chat ? { model: MODEL, messages: [{ role: 'user', content: ask }], max_tokens: 96, stream } : { model: MODEL, prompt: ask, max_tokens: 96, stream },
+    chat ? { model: MODEL, messages: [{ role: 'user', content: ask }], max_tokens: 512, stream } : { model: MODEL, prompt: ask, max_tokens: 512, stream },
   );
   const sent: Sent = { round, path: chat ? '/v1/chat/completions' : '/v1/completions', body, answer: answerFor(round, k), seen: null };
   const done = new Promise<void>((resolve) => {

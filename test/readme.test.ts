@@ -9,7 +9,7 @@
  * `<!-- readme-test: stop foreground server -->`, where it gets Ctrl-C (SIGINT to its process group).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -78,13 +78,18 @@ async function portsOf(blocks: string[]): Promise<Map<string, number>> {
 const withPorts = (code: string, ports: Map<string, number>) =>
   code.replace(/(127\.0\.0\.1:|--port )(\d{4,5})\b/g, (_, before: string, port: string) => `${before}${ports.get(port)}`);
 
-/** A copy of the checkout: every top-level entry linked, but what the README writes, which starts empty. */
+/**
+ * A copy of the checkout: every top-level entry linked, but what the README writes, which starts empty, and the
+ * build, copied: the first `npx mocker` in a new directory runs the package's `prepare` (tsc), which must not
+ * rewrite the build other test files are running meanwhile.
+ */
 function checkoutCopy(): string {
   const dir = mkdtempSync(join(testTmpdir(), 'readme-'));
   for (const entry of readdirSync(ROOT)) {
-    if (entry === '.git' || WRITTEN.has(entry)) continue;
+    if (entry === '.git' || entry === 'dist' || WRITTEN.has(entry)) continue;
     symlinkSync(join(ROOT, entry), join(dir, entry));
   }
+  cpSync(join(ROOT, 'dist'), join(dir, 'dist'), { recursive: true });
   mkdirSync(join(dir, 'captures'));
   return dir;
 }

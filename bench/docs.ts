@@ -7,7 +7,8 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { HEADLINE_BLOCK, headlineSection, lastRun, replaceBetweenMarkers, TABLE_BLOCK, tableSection } from './lib/report.js';
+import { replaceBetweenMarkers } from '../scripts/generatedBlock.js';
+import { HEADLINE_BLOCK, headlineSection, lastRun, TABLE_BLOCK, tableSection } from './lib/report.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const file = process.argv[2];

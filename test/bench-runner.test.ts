@@ -11,13 +11,13 @@ import {
   jsonLinesOf,
   lastRun,
   met,
-  replaceBetweenMarkers,
   TABLE_BLOCK,
   tableSection,
   toJsonl,
   type Figure,
   type RunLine,
 } from '../bench/lib/report.js';
+import { replaceBetweenMarkers } from '../scripts/generatedBlock.js';
 import { BENCHMARKS, selectBenchmarks } from '../bench/lib/suite.js';
 
 const REPLAY_STDOUT = [

@@ -218,9 +218,8 @@ const COMPACT_MIGRATIONS = 3;
  * (read as they are: the nearest-capture search then scans). Returns whether it is the latter.
  */
 function checkMigrated(sqlite: Database.Database): boolean {
-  const table = sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get();
-  if (!table) throw new Error('not a mocker capture file (no capture tables)');
   const n = appliedMigrations(sqlite);
+  if (n === null) throw new Error('not a mocker capture file (no capture tables)');
   const expected = migrationCount();
   refuseNewer(n, expected);
   if (n >= COMPACT_MIGRATIONS) return false;
@@ -228,7 +227,9 @@ function checkMigrated(sqlite: Database.Database): boolean {
   throw new Error(`written by an older mocker (schema ${n} of ${expected}); open it once for writing (e.g. mocker serve --on-miss record) to upgrade it`);
 }
 
-function appliedMigrations(sqlite: Database.Database): number {
+/** How many migrations the file has had; null when it has no migration table (new, or not a capture file). */
+function appliedMigrations(sqlite: Database.Database): number | null {
+  if (!sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get()) return null;
   return (sqlite.prepare('select count(*) as n from __drizzle_migrations').get() as { n: number }).n;
 }
 
@@ -708,8 +709,8 @@ export class CaptureStore {
       this.db = drizzle(sqlite, { schema });
       if (readonly) legacy = checkMigrated(sqlite);
       else {
-        if (sqlite.prepare(`select 1 from sqlite_master where type = 'table' and name = '__drizzle_migrations'`).get())
-          refuseNewer(appliedMigrations(sqlite), migrationCount());
+        const applied = appliedMigrations(sqlite);
+        if (applied !== null) refuseNewer(applied, migrationCount());
         migrate(this.db, { migrationsFolder: MIGRATIONS });
         indexOlderPrompts(sqlite);
       }

@@ -9,11 +9,17 @@ const LAYERS = [
   // What every server speaks and shares: vLLM's error format, the API-key policy, TLS, listening and draining.
   ['wire'],
   ['generation', 'events', 'metrics'],
+  // The OpenAI/vLLM API as every server speaks it: request schemas and response rendering.
+  ['api'],
   // The recording proxy and the prefill/decode pieces.
   ['capture', 'pd'],
   // The mocker's server.
   ['http'],
   ['trace', 'captures', 'rerun'],
+  // The settings: one table (flag, Dynamo key, schema, default, help) and the step that resolves raw values.
+  ['config'],
+  // Composition roots: servers, threads and runners assembled from resolved settings.
+  ['app'],
   // Flags in, library calls out.
   ['cli'],
 ];

@@ -29,8 +29,8 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import * as currentArgs from '../src/cli/engineArgs.js';
-import { DEFAULT_ENGINE_ARGS, type EngineArgs } from '../src/cli/engineArgs.js';
+import * as currentArgs from '../src/config/engineArgs.js';
+import { DEFAULT_ENGINE_ARGS, type EngineArgs } from '../src/config/engineArgs.js';
 import * as currentEngine from '../src/engine/index.js';
 import { median, numberArg, printTable, round, stringArg } from './lib/stats.js';
 

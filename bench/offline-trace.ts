@@ -43,7 +43,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from '../src/cli/engineArgs.js';
+import { DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from '../src/config/engineArgs.js';
 import { modelTiming, polynomialPerfModel } from '../src/engine/index.js';
 import { ReplayCollector, type ReplayReport } from '../src/trace/collector.js';
 import { WorkloadDriver } from '../src/trace/driver.js';

@@ -4,7 +4,7 @@
  * the engine's own offline driver.
  */
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_ENGINE_ARGS, schedulerConfig } from '../src/cli/engineArgs.js';
+import { DEFAULT_ENGINE_ARGS, schedulerConfig } from '../src/config/engineArgs.js';
 import { createSchedulerCore, fixedTiming, modelTiming, polynomialPerfModel, runOffline, type AnySchedulerConfig } from '../src/engine/index.js';
 import { ReplayCollector } from '../src/trace/collector.js';
 import { WorkloadDriver, type DriverMode } from '../src/trace/driver.js';

@@ -2,7 +2,7 @@
 import { Command, Option } from 'commander';
 import { fitCaptureFile, formatFitReport, type FitCommandOptions } from '../captures/fit.js';
 import { terminalJson, terminalText } from '../util/terminalText.js';
-import { DEFAULT_ENGINE_ARGS } from './engineArgs.js';
+import { DEFAULT_ENGINE_ARGS } from '../config/engineArgs.js';
 import { forceOption, number as numericFlag } from './flags.js';
 import { GROUPS, laterDefault } from './help.js';
 

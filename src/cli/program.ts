@@ -7,7 +7,7 @@ import { capturesExport, capturesImport, capturesList, capturesMerge, capturesPr
 import { applyEnvironment, npuMockCapture } from './environment.js';
 import { everyCommand, GROUPS, laterDefault, useOptionStyle } from './help.js';
 import { forceOption, number } from './flags.js';
-import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type EngineArgs } from './engineArgs.js';
+import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, DEFAULT_SGLANG_ARGS, type EngineArgs } from '../config/engineArgs.js';
 import { parseLoraModule } from '../http/loraAdapters.js';
 import { startPdProxy } from '../pd/proxy.js';
 import { parsePdLayout, startPdDeployment } from './pd.js';

@@ -41,7 +41,7 @@ import { SglangMetrics } from '../metrics/sglangMetrics.js';
 import { VllmMetrics, type MetricsConfig } from '../metrics/vllmMetrics.js';
 import { CaptureStore, type CaptureContents } from '../store/captureStore.js';
 import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
-import { checkEngineArgs, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from './engineArgs.js';
+import { checkEngineArgs, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from '../config/engineArgs.js';
 import { EMULATED_VLLM_VERSION } from './identity.js';
 import { runColumns, UpstreamEngine } from '../capture/upstreamEngine.js';
 import { RecordingSink, type StopReport } from './shutdown.js';

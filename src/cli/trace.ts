@@ -20,7 +20,7 @@ import { readJsonObjectArg } from '../util/jsonArg.js';
 import { checkOutput, writeOutputFile, type OutputRules } from '../util/outputFile.js';
 import { progressReporter } from '../util/progress.js';
 import { terminalText } from '../util/terminalText.js';
-import { applyEngineArgsObject, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from './engineArgs.js';
+import { applyEngineArgsObject, DEFAULT_ENGINE_ARGS, schedulerConfig, type EngineArgs } from '../config/engineArgs.js';
 
 export interface TraceOptions {
   trace?: string;

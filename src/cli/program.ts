@@ -157,6 +157,7 @@ Examples:
 const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 
 /** The `mocker` program with every command, built without parsing (main.ts parses; scripts/cli-docs.ts documents it). */
+// biome-ignore lint/complexity/noExcessiveLinesPerFunction: over 120 lines until it is split (issue 37, in progress)
 export function buildProgram(): Command {
   const program = new Command('mocker')
     .description('Capture/replay proxy and engine simulator for LLM inference (vLLM-compatible).')

@@ -33,7 +33,7 @@ import http from 'node:http';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Subscriber } from 'zeromq';
-import type { ServeOptions } from '../src/cli/serve.js';
+import type { ServeOptions } from '../src/app/serve.js';
 import { parseKvEventsConfig } from '../src/events/config.js';
 import { decodePayload, freePorts } from '../test/support/kvEventsClient.js';
 import { prng } from '../test/support/prng.js';

@@ -10,7 +10,7 @@ import { dirname, join } from 'node:path';
 import OpenAI from 'openai';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { startServe, type Running } from '../src/app/serve.js';
 import type { EngineState } from '../src/engine/index.js';
 import { CaptureStore } from '../src/store/captureStore.js';
 import { EventSubscriber, freePorts, replay } from './support/kvEventsClient.js';

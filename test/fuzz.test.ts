@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { startServe, type Running } from '../src/app/serve.js';
 import { classifyReply, describeCase, FUZZ_STATUSES, makeCase, send } from './support/fuzzRequests.js';
 import { prng } from './support/prng.js';
 import { MODEL } from './support/vllmUpstream.js';

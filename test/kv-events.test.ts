@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { startServe, type Running, type ServeOptions } from '../src/cli/serve.js';
+import { startServe, type Running, type ServeOptions } from '../src/app/serve.js';
 import { EngineCore, zeroTiming, type VllmKvEvent } from '../src/engine/index.js';
 import type { BlockHashAlgo } from '../src/engine/index.js';
 import { dynamoKvEventsConfigs, offsetEndpoint, parseKvEventsConfig } from '../src/events/config.js';

@@ -5,7 +5,7 @@
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { startServe, type Running } from '../src/app/serve.js';
 import { floatToGoString } from '../src/metrics/exposition.js';
 import { sleep } from './support/kvEventsClient.js';
 import type { EngineState } from '../src/engine/index.js';

@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { startServe, type Running } from '../src/app/serve.js';
 import { mockerCounters } from './support/mockerCounters.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';

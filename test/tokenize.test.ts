@@ -1,7 +1,7 @@
 /** `POST /tokenize` and `/detokenize` in vLLM's shapes, against the Qwen3 tokenizer oracle fixtures. */
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { startServe, type Running } from '../src/app/serve.js';
 
 interface Row {
   kind: 'encode' | 'chat' | 'decode';

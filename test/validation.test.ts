@@ -12,7 +12,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import OpenAI, { APIError } from 'openai';
 import type { CompletionCreateParamsNonStreaming } from 'openai/resources';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServe } from '../src/cli/serve.js';
+import { startServe } from '../src/app/serve.js';
 import { loadTokenizer, TooManyTokens } from '../src/tokenizer/index.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';

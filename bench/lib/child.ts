@@ -16,7 +16,7 @@ import net, { type AddressInfo } from 'node:net';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import type { CaptureOptions } from '../../src/cli/capture.js';
-import type { ServeOptions } from '../../src/cli/serve.js';
+import type { ServeOptions } from '../../src/app/serve.js';
 import type { PdProxyOptions } from '../../src/pd/proxy.js';
 import type { FastUpstreamOptions } from './fastUpstream.js';
 
@@ -230,7 +230,7 @@ async function main(role: Role, options: string): Promise<void> {
       : role === 'capture'
         ? await (await import('../../src/cli/capture.js')).startCapture(opts as CaptureOptions)
         : role === 'serve'
-          ? await (await import('../../src/cli/serve.js')).startServe(opts as ServeOptions)
+          ? await (await import('../../src/app/serve.js')).startServe(opts as ServeOptions)
           : role === 'pipe'
             ? await startPipe(opts as PipeOptions)
             : role === 'relay'

@@ -21,7 +21,7 @@ import { startCapture } from './capture.js';
 import { ExitError } from './exit.js';
 import { forceOption, number } from './flags.js';
 import { GROUPS, laterDefault } from './help.js';
-import { DEFAULT_UPSTREAM_TIMEOUT_MS } from './serve.js';
+import { DEFAULT_UPSTREAM_TIMEOUT_MS } from '../config/commonSettings.js';
 
 /** diff(1)'s exit code for trouble: the rerun could not run. */
 const COULD_NOT_RUN = 2;

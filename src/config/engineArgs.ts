@@ -1,7 +1,8 @@
 import { readJsonObjectArg } from '../util/jsonArg.js';
-import { z } from 'zod';
+import { ENGINE_DEFAULTS, SERVE_SETTINGS } from './serveSettings.js';
+import { jsonSchema, setPath } from './settings.js';
 import type { AnySchedulerConfig, PassTiming, PreemptionMode, SglangSchedulePolicy } from '../engine/index.js';
-import { reasoningConfigSchema, type ReasoningConfig } from '../generation/reasoning.js';
+import type { ReasoningConfig } from '../generation/reasoning.js';
 
 /** The SGLang flavour's settings (Dynamo's `SglangArgs`, `--sglang-*` flags). */
 export interface SglangArgs {
@@ -35,61 +36,12 @@ export interface EngineArgs {
   reasoning?: ReasoningConfig;
 }
 
-export const DEFAULT_SGLANG_ARGS: SglangArgs = {
-  schedulePolicy: 'fifo',
-  pageSize: null,
-  maxPrefillTokens: 16384,
-  chunkedPrefillSize: 8192,
-  clipMaxNewTokens: 4096,
-  scheduleConservativeness: 1,
-};
+export const DEFAULT_SGLANG_ARGS: SglangArgs = { ...ENGINE_DEFAULTS.sglang, pageSize: null };
 
-export const DEFAULT_ENGINE_ARGS: EngineArgs = {
-  engineType: 'vllm',
-  sglang: DEFAULT_SGLANG_ARGS,
-  numGpuBlocks: 16384,
-  blockSize: 64,
-  maxNumSeqs: 256,
-  maxNumBatchedTokens: 8192,
-  enablePrefixCaching: true,
-  enableChunkedPrefill: true,
-  preemptionMode: 'lifo',
-  watermark: 0.01,
-  speedupRatio: 1,
-  decodeSpeedupRatio: 1,
-  dataParallelSize: 1,
-};
+export const DEFAULT_ENGINE_ARGS: EngineArgs = { ...ENGINE_DEFAULTS, sglang: DEFAULT_SGLANG_ARGS };
 
-const positiveInt = z.number().int().positive();
-/** Dynamo's MockEngineArgs keys that mocker implements, with the engine argument each sets. */
-const supported = {
-  num_gpu_blocks: positiveInt,
-  block_size: positiveInt,
-  max_num_seqs: positiveInt.nullable(),
-  max_num_batched_tokens: positiveInt.nullable(),
-  enable_prefix_caching: z.boolean(),
-  enable_chunked_prefill: z.boolean(),
-  preemption_mode: z.enum(['lifo', 'fifo']),
-  speedup_ratio: z.number().positive(),
-  decode_speedup_ratio: z.number().positive(),
-  dp_size: positiveInt,
-  planner_profile_data: z.string().nullable(),
-  engine_type: z.enum(['vllm', 'sglang']),
-  sglang: z.strictObject({
-    // "fcfs" is SGLang's own name for FIFO.
-    schedule_policy: z
-      .enum(['fifo', 'fcfs', 'lpm'])
-      .transform((p) => (p === 'fcfs' ? 'fifo' : p))
-      .optional(),
-    page_size: positiveInt.optional(),
-    max_prefill_tokens: positiveInt.optional(),
-    chunked_prefill_size: positiveInt.optional(),
-    clip_max_new_tokens: positiveInt.optional(),
-    schedule_conservativeness: z.number().min(0).max(1).optional(),
-  }),
-  watermark: z.number().min(0).lt(1),
-  reasoning: reasoningConfigSchema,
-};
+/** The settings that have a Dynamo MockEngineArgs key, by that key. */
+const BY_DYNAMO_KEY = new Map(SERVE_SETTINGS.filter((s) => s.dynamo).map((s) => [s.dynamo!.key, s]));
 /** Dynamo keys that mocker knows but does not simulate: refused by name rather than ignored. */
 const UNSUPPORTED = new Set([
   'startup_time',
@@ -105,16 +57,6 @@ const UNSUPPORTED = new Set([
   'bootstrap_port',
   'router_queue_policy',
 ]);
-/** Dynamo keys whose setting is a serve flag in mocker (they configure the server, not the scheduler). */
-const AS_FLAGS: Record<string, string> = {
-  worker_type: '--disaggregation-mode',
-  is_prefill: '--disaggregation-mode prefill',
-  is_decode: '--disaggregation-mode decode',
-  kv_bytes_per_token: '--kv-bytes-per-token',
-  kv_transfer_bandwidth: '--kv-transfer-bandwidth',
-  zmq_kv_events_port: '--zmq-kv-events-ports',
-  zmq_replay_port: '--zmq-replay-ports',
-};
 /** Dynamo ignores it too. */
 const IGNORED = new Set(['has_perf_model']);
 
@@ -126,77 +68,53 @@ export function applyExtraEngineArgs(base: EngineArgs, source: string): EngineAr
   return applyEngineArgsObject(base, readJsonObjectArg(source, '--extra-engine-args'), '--extra-engine-args');
 }
 
+/** One Dynamo key's value, checked against its setting's schema; errors name `flag` and the key. */
+function dynamoValue(key: string, value: unknown, flag: string): unknown {
+  const setting = BY_DYNAMO_KEY.get(key);
+  if (UNSUPPORTED.has(key)) throw new Error(`${flag}: "${key}" is a Dynamo mocker setting that mocker does not simulate`);
+  if (setting?.dynamo?.asFlag) throw new Error(`${flag}: "${key}" is given to mocker as ${setting.dynamo.asFlag}`);
+  if (!setting) throw new Error(`${flag}: unknown key "${key}"`);
+  const parsed = jsonSchema(setting).safeParse(value);
+  if (!parsed.success) throw new Error(`${flag}: "${key}": ${parsed.error.issues[0].message} (got ${JSON.stringify(value)})`);
+  return parsed.data;
+}
+
 /** Applies Dynamo's MockEngineArgs keys over `base`; errors name `flag` and the key. */
 export function applyEngineArgsObject(base: EngineArgs, raw: Record<string, unknown>, flag: string): EngineArgs {
-  const out = { ...base };
+  const out = { engine: structuredClone(base) };
+  const given = new Set<string>();
+  const set = (key: string, value: unknown) => {
+    const setting = BY_DYNAMO_KEY.get(key)!;
+    setPath(out, setting.to!, value);
+    given.add(setting.to!);
+  };
   for (const [key, value] of Object.entries(raw)) {
     if (IGNORED.has(key)) continue;
-    if (UNSUPPORTED.has(key)) throw new Error(`${flag}: "${key}" is a Dynamo mocker setting that mocker does not simulate`);
-    if (key in AS_FLAGS) throw new Error(`${flag}: "${key}" is given to mocker as ${AS_FLAGS[key]}`);
-    if (!(key in supported)) throw new Error(`${flag}: unknown key "${key}"`);
-    const parsed = supported[key as keyof typeof supported].safeParse(value);
-    if (!parsed.success) throw new Error(`${flag}: "${key}": ${parsed.error.issues[0].message} (got ${JSON.stringify(value)})`);
-    const v = parsed.data;
-    switch (key) {
-      case 'num_gpu_blocks':
-        out.numGpuBlocks = v as number;
-        break;
-      case 'block_size':
-        out.blockSize = v as number;
-        break;
-      case 'max_num_seqs':
-        out.maxNumSeqs = v as number | null;
-        break;
-      case 'max_num_batched_tokens':
-        out.maxNumBatchedTokens = v as number | null;
-        break;
-      case 'enable_prefix_caching':
-        out.enablePrefixCaching = v as boolean;
-        break;
-      case 'enable_chunked_prefill':
-        out.enableChunkedPrefill = v as boolean;
-        break;
-      case 'preemption_mode':
-        out.preemptionMode = v as PreemptionMode;
-        break;
-      case 'speedup_ratio':
-        out.speedupRatio = v as number;
-        break;
-      case 'decode_speedup_ratio':
-        out.decodeSpeedupRatio = v as number;
-        break;
-      case 'dp_size':
-        out.dataParallelSize = v as number;
-        break;
-      case 'planner_profile_data':
-        out.plannerProfileData = (v as string | null) ?? undefined;
-        break;
-      case 'watermark':
-        out.watermark = v as number;
-        break;
-      case 'engine_type':
-        out.engineType = v as EngineArgs['engineType'];
-        break;
-      case 'reasoning':
-        out.reasoning = v as ReasoningConfig;
-        break;
-      case 'sglang': {
-        const g = v as z.infer<typeof supported.sglang>;
-        out.sglang = {
-          schedulePolicy: g.schedule_policy ?? out.sglang.schedulePolicy,
-          pageSize: g.page_size ?? out.sglang.pageSize,
-          maxPrefillTokens: g.max_prefill_tokens ?? out.sglang.maxPrefillTokens,
-          chunkedPrefillSize: g.chunked_prefill_size ?? out.sglang.chunkedPrefillSize,
-          clipMaxNewTokens: g.clip_max_new_tokens ?? out.sglang.clipMaxNewTokens,
-          scheduleConservativeness: g.schedule_conservativeness ?? out.sglang.scheduleConservativeness,
-        };
-        // Dynamo's rule: the page size is the block size when no block size is given.
-        if (g.page_size !== undefined && !('block_size' in raw)) out.blockSize = g.page_size;
-        break;
-      }
+    if (key !== 'sglang') {
+      set(key, dynamoValue(key, value, flag));
+      continue;
+    }
+    if (value === null || typeof value !== 'object' || Array.isArray(value))
+      throw new Error(`${flag}: "sglang": expected an object (got ${JSON.stringify(value)})`);
+    for (const [inner, v] of Object.entries(value)) {
+      const nested = `sglang.${inner}`;
+      if (!BY_DYNAMO_KEY.has(nested)) throw new Error(`${flag}: "sglang": unknown key "${inner}"`);
+      if (v !== undefined) set(nested, dynamoValue(nested, v, flag));
     }
   }
-  return checkEngineArgs(out);
+  return resolveEngineArgs(out.engine, (path) => given.has(`engine.${path}`));
+}
+
+/**
+ * The engine arguments made complete and checked, once for every source: SGLang's "fcfs" is FIFO, and
+ * (Dynamo's rule) the page size is the block size when only the page size is given (`given` says which of
+ * the arguments the source at hand set). Combinations that cannot work fail at startup, naming the setting.
+ */
+export function resolveEngineArgs(args: EngineArgs, given: (path: string) => boolean): EngineArgs {
+  const sglang = { ...args.sglang, schedulePolicy: (args.sglang.schedulePolicy as string) === 'fcfs' ? 'fifo' : args.sglang.schedulePolicy };
+  const blockSize = sglang.pageSize !== null && given('sglang.pageSize') && !given('blockSize') ? sglang.pageSize : args.blockSize;
+  const checked = checkEngineArgs({ ...args, blockSize, sglang });
+  return { ...checked, sglang: { ...checked.sglang, pageSize: checked.blockSize } };
 }
 
 /** Combinations that cannot work fail at startup, naming the setting. */

@@ -2,7 +2,7 @@
  * What the access tests share (test/access-control.test.ts, test/route-classes.test.ts): servers started for one
  * test and stopped after it, and a request as a client sends it, with or without the key.
  */
-import { startServe, type Running, type ServeOptions } from '../../src/cli/serve.js';
+import { startServe, type Running, type ServeOptions } from '../../src/app/serve.js';
 import { startMockerProcess, type MockerProcess, type SpawnedMocker } from './mockerProcess.js';
 
 export const KEY = 'sk-access-test';

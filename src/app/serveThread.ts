@@ -6,7 +6,8 @@
  * thread per core at most, its memory and start-up time are paid a few times, not once per engine.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { startServe, type ServeOptions } from './serve.js';
+import { startServe } from './serve.js';
+import type { ServeOptions } from '../config/serveOptions.js';
 import type { StopCommand, ThreadReport } from './threads.js';
 
 const main = parentPort!;

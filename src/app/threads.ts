@@ -2,7 +2,8 @@ import { existsSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { CaptureStore } from '../store/captureStore.js';
-import { startupLineText, type Running, type ServeOptions, type StartupLine } from './serve.js';
+import { startupLineText, type Running, type StartupLine } from './serve.js';
+import type { ServeOptions } from '../config/serveOptions.js';
 import { totalRecorded, type StopReport } from './shutdown.js';
 
 /**

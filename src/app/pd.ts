@@ -1,7 +1,9 @@
+import { DEFAULT_MAX_BODY_BYTES } from '../config/commonSettings.js';
 import { listeningServer } from '../wire/drain.js';
 import { serverTls } from '../wire/tls.js';
 import { startPdProxy } from '../pd/proxy.js';
-import { DEFAULT_MAX_BODY_BYTES, advertisedHost, apiKeyPolicy, startServe, type Running, type ServeOptions } from './serve.js';
+import { advertisedHost, apiKeyPolicy, startServe, type Running } from './serve.js';
+import type { ServeOptions } from '../config/serveOptions.js';
 import { totalRecorded } from './shutdown.js';
 
 /** `--pd xPyD`: how many prefill and decode engines. */

@@ -1,0 +1,33 @@
+/** The topics options are grouped by (commander's help groups), shared by the commands that have them. */
+export const GROUPS = {
+  server: 'Server:',
+  modes: 'Modes & captures:',
+  model: 'Model, tokenizer & LoRA:',
+  timing: 'Timing:',
+  engine: 'Engine & scheduler:',
+  kvCache: 'KV cache & prefix caching:',
+  sglang: 'SGLang engine (--engine-type sglang):',
+  workers: 'Workers:',
+  disaggregation: 'Disaggregation (prefill/decode):',
+  randomOutputs: 'Random outputs:',
+  pooling: 'Embeddings & rerank:',
+  failures: 'Failure injection:',
+  kvEvents: 'KV events:',
+  metrics: 'Metrics:',
+  security: 'Security & TLS:',
+  upstream: 'Upstream:',
+  recording: 'Recording:',
+  engines: 'Engines:',
+  input: 'Input:',
+  replay: 'Replay:',
+  replayWorkers: 'Workers & router:',
+  live: 'Live servers (--target):',
+  target: 'Target:',
+  pacing: 'Pacing:',
+  filters: 'Filters:',
+  fit: 'Fit:',
+  pairing: 'Pairing:',
+  output: 'Output:',
+} as const;
+
+export type GroupKey = keyof typeof GROUPS;

@@ -1,18 +1,17 @@
 import { InvalidArgumentError, Option } from 'commander';
+import { FORCE } from '../config/commonSettings.js';
+import { type NumberBounds, parseNumber } from '../config/settings.js';
 
 /** A numeric flag's parser: `min` and `max` inclusive, `above` and `below` exclusive bounds. */
-export function number(name: string, { integer = false, min = -Infinity, max = Infinity, above = -Infinity, below = Infinity } = {}) {
+export function number(name: string, bounds: NumberBounds = {}) {
   return (value: string) => {
-    const n = Number(value);
-    if (!Number.isFinite(n) || (integer && !Number.isInteger(n)) || n < min || n > max || n <= above || n >= below) {
-      const bounds = [min > -Infinity && `>= ${min}`, above > -Infinity && `> ${above}`, max < Infinity && `<= ${max}`, below < Infinity && `< ${below}`]
-        .filter(Boolean)
-        .join(' and ');
-      throw new InvalidArgumentError(`${name} must be ${integer ? 'an integer' : 'a number'}${bounds ? ` ${bounds}` : ''}, got "${value}"`);
+    try {
+      return parseNumber(name, value, bounds);
+    } catch (err) {
+      throw new InvalidArgumentError((err as Error).message);
     }
-    return n;
   };
 }
 
 /** `--force` of every command that writes a file (`-o`, `--report-json`, …): see util/outputFile.ts. */
-export const forceOption = () => new Option('--force', 'replace an existing output file (never a capture file, nor an input)');
+export const forceOption = () => new Option(FORCE.flags, FORCE.help);

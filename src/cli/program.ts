@@ -1,33 +1,22 @@
 import { createRequire } from 'node:module';
-import { Command, InvalidArgumentError, Option, type OptionValues } from 'commander';
+import { Command, type OptionValues } from 'commander';
 import { runServeCommand } from '../app/serveCommand.js';
 import { stopOnSignal } from '../app/shutdown.js';
-import { CAPTURE_SETTINGS, checkedUrl, PD_PROXY_SETTINGS } from '../config/commonSettings.js';
+import { CAPTURE_SETTINGS, PD_PROXY_SETTINGS } from '../config/commonSettings.js';
 import { resolveServeFlags } from '../config/resolveServe.js';
 import { SERVE_SETTINGS } from '../config/serveSettings.js';
+import { TRACE_SETTINGS } from '../config/traceSettings.js';
 import { optionsFrom } from '../config/settings.js';
 import { startPdProxy, type PdProxyOptions } from '../pd/proxy.js';
-import { DEFAULT_REPORTS_DIR } from '../trace/report.js';
 import { startCapture, type CaptureOptions } from './capture.js';
 import { capturesExport, capturesImport, capturesList, capturesMerge, capturesPrune, capturesShow, capturesStats } from './captures.js';
 import { fitCommand } from './capturesFit.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
 import { applyEnvironment, npuMockCapture } from './environment.js';
-import { forceOption, number } from './flags.js';
-import { everyCommand, GROUPS, laterDefault, useOptionStyle } from './help.js';
+import { everyCommand, useOptionStyle } from './help.js';
 import { addSettings } from './options.js';
 import { rerunCommand } from './rerun.js';
 import { runTrace } from './trace.js';
-
-/** A URL flag's value, refused with the flag's name. */
-function urlArg(flag: string, text: string): string {
-  try {
-    checkedUrl(flag, text);
-  } catch (err) {
-    throw new InvalidArgumentError((err as Error).message);
-  }
-  return text;
-}
 
 /** `mocker capture` from its flags (also `serve` under vLLM's NPU mock model's CAPTURE_MODE=1, which has them all but --label). */
 // The table's paths are CaptureOptions' fields.
@@ -50,7 +39,6 @@ Examples:
 const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
 
 /** The `mocker` program with every command, built without parsing (main.ts parses; scripts/cli-docs.ts documents it). */
-// biome-ignore lint/complexity/noExcessiveLinesPerFunction: over 120 lines until it is split (issue 37, in progress)
 export function buildProgram(): Command {
   const program = new Command('mocker')
     .description('Capture/replay proxy and engine simulator for LLM inference (vLLM-compatible).')
@@ -76,115 +64,15 @@ export function buildProgram(): Command {
     await runServeCommand(resolveServeFlags(o, (attribute) => !['default', undefined].includes(command.getOptionValueSource(attribute))));
   });
 
-  program
+  const trace = program
     .command('trace')
     .description(
       "Replay a Mooncake trace, a synthetic workload or a capture's traffic through simulated workers (offline or online) or against live servers; report like AIPerf (Dynamo's python -m dynamo.replay).",
     )
-    .argument('[trace]', 'Mooncake JSONL trace (hash_ids, input_length, output_length, timestamp, session_id, delay)')
-    .optionsGroup(GROUPS.input)
-    .option(
-      '--from-captures <file>',
-      "replay a capture file's own requests (prompt ids, output lengths, arrival times) as load; answers are checked by mocker rerun",
-    )
-    .option('--trace-block-size <n>', 'tokens per hash id of the trace', number('--trace-block-size', { integer: true, min: 1 }), 512)
-    .option('--input-tokens <n>', 'synthetic workload: prompt tokens per request', number('--input-tokens', { integer: true, min: 1 }))
-    .option('--output-tokens <n>', 'synthetic workload: output tokens per request', number('--output-tokens', { integer: true, min: 1 }))
-    .option('--request-count <n>', 'synthetic workload: requests (sessions when multi-turn)', number('--request-count', { integer: true, min: 1 }))
-    .option('--arrival-interval-ms <ms>', 'synthetic workload: ms between arrivals (sessions)', number('--arrival-interval-ms', { min: 0 }), 1)
-    .option('--turns-per-session <n>', 'synthetic workload: turns per session', number('--turns-per-session', { integer: true, min: 1 }), 1)
-    .option(
-      '--shared-prefix-ratio <r>',
-      'synthetic workload: fraction of each prompt shared with its prefix group',
-      number('--shared-prefix-ratio', { min: 0, below: 1.0000001 }),
-      0,
-    )
-    .option('--num-prefix-groups <n>', 'synthetic workload: prefix groups sessions are drawn into', number('--num-prefix-groups', { integer: true, min: 0 }), 0)
-    .option(
-      '--inter-turn-delay-ms <ms>',
-      "synthetic workload: ms after a turn completes before the session's next",
-      number('--inter-turn-delay-ms', { min: 0 }),
-      0,
-    )
-    .optionsGroup(GROUPS.replay)
-    .addOption(
-      laterDefault(
-        new Option('--replay-mode <mode>', 'offline: virtual clock, as fast as possible | online: real time').choices(['offline', 'online']),
-        'offline; online with --target',
-      ),
-    )
-    .addOption(
-      laterDefault(
-        new Option('--speedup-ratio <x>', 'divide every simulated duration by this').argParser(number('--speedup-ratio', { above: 0 })),
-        "the engine args' speedup_ratio, 1",
-      ),
-    )
-    .option('--arrival-speedup-ratio <x>', 'divide arrival times and inter-turn delays by this', number('--arrival-speedup-ratio', { above: 0 }), 1)
-    .option(
-      '--replay-concurrency <n>',
-      'closed loop: keep n requests in flight, ignoring arrival times',
-      number('--replay-concurrency', { integer: true, min: 1 }),
-    )
-    .option('--seed <n>', 'seed of the synthetic workload, the engines and the router', number('--seed', { integer: true }), 42)
-    .optionsGroup(GROUPS.replayWorkers)
-    .addOption(new Option('--router-mode <mode>', 'how requests are spread over workers').choices(['round_robin', 'kv_router']).default('round_robin'))
-    .addOption(
-      laterDefault(
-        new Option('--num-workers <n>', 'aggregated workers').argParser(number('--num-workers', { integer: true, min: 1 })),
-        '1; with --target, one per target',
-      ),
-    )
-    .addOption(
-      laterDefault(
-        new Option('--num-prefill-workers <n>', 'prefill workers of a disaggregated replay').argParser(
-          number('--num-prefill-workers', { integer: true, min: 1 }),
-        ),
-        '1',
-      ),
-    )
-    .addOption(
-      laterDefault(
-        new Option('--num-decode-workers <n>', 'decode workers of a disaggregated replay').argParser(number('--num-decode-workers', { integer: true, min: 1 })),
-        '1',
-      ),
-    )
-    .option('--extra-engine-args <json>', 'Dynamo mocker engine args of every aggregated worker (JSON file or inline object)')
-    .option(
-      '--prefill-engine-args <json>',
-      'engine args of the prefill workers (disaggregated; kv_bytes_per_token and kv_transfer_bandwidth set the KV handoff)',
-    )
-    .option('--decode-engine-args <json>', 'engine args of the decode workers (disaggregated)')
-    .option(
-      '--router-config <json>',
-      'KV router settings (JSON file or inline object), e.g. {"overlap_score_weight":1,"router_temperature":0,"router_queue_policy":"fcfs"}',
-    )
-    .optionsGroup(GROUPS.live)
-    .option('--target <urls>', 'send the requests to these running servers (comma list: one worker each) instead of simulating', (v: string) =>
-      v.split(',').map((u) => urlArg('--target', u.trim())),
-    )
-    .option('--kv-events <endpoints>', "each server's ZMQ KV events endpoint (comma list, e.g. tcp://host:5557), for --router-mode kv_router", (v: string) =>
-      v.split(',').map((e) => e.trim()),
-    )
-    .addOption(laterDefault(new Option('--model <name>', 'the model to ask for'), "the first of each server's /v1/models"))
-    .option(
-      '--request-timeout <s>',
-      'give up a request after this many seconds without a byte from its server (0: never)',
-      number('--request-timeout', { min: 0 }),
-      600,
-    )
-    .optionsGroup(GROUPS.output)
-    .addOption(
-      laterDefault(
-        new Option('--report-json <path>', 'where the JSON report goes (a directory: a timestamped file inside)'),
-        `${DEFAULT_REPORTS_DIR}/dynamo_replay_report_<time>.json`,
-      ),
-    )
-    .option('--report-html <file>', 'also write a self-contained HTML report with latency CDFs, throughput, KV usage and prefix hits over time')
-    .addOption(forceOption())
-    .option('--no-progress', 'no progress bar or progress lines on stderr')
-    .action(async (trace: string | undefined, o) => {
-      process.exitCode = await runTrace({ ...o, trace });
-    });
+    .argument('[trace]', 'Mooncake JSONL trace (hash_ids, input_length, output_length, timestamp, session_id, delay)');
+  addSettings(trace, TRACE_SETTINGS).action(async (file: string | undefined, o) => {
+    process.exitCode = await runTrace({ ...o, trace: file });
+  });
 
   const pdProxy = program
     .command('pd-proxy')

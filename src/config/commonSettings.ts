@@ -163,3 +163,6 @@ export const PD_PROXY_SETTINGS: Setting[] = [
   apiKeyScope('access.scope'),
   ...tls,
 ];
+
+/** `--force` of every command that writes a file (`-o`, `--report-json`, …): see util/outputFile.ts. */
+export const FORCE = { flags: '--force', help: 'replace an existing output file (never a capture file, nor an input)' } as const;

@@ -8,6 +8,7 @@ import { EngineCore } from '../src/engine/core.js';
 import { latencyTiming } from '../src/engine/latencyTiming.js';
 import { runOffline } from '../src/engine/offlineDriver.js';
 import { SglangCore } from '../src/engine/sglang/core.js';
+import { SGLANG_SERVER_DEFAULTS } from './support/sglangDefaults.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { measureInProcess, median } from './support/sseTiming.js';
 
@@ -52,7 +53,14 @@ describe('the latency timing on the virtual clock', () => {
   });
 
   it('SGLang flavour: the same rule', () => {
-    const core = new SglangCore({ numGpuBlocks: 1024, blockSize: 16, enablePrefixCaching: false, timing: latencyTiming(knobs(50, 10), 1, 1), seed: 1 });
+    const core = new SglangCore({
+      ...SGLANG_SERVER_DEFAULTS,
+      numGpuBlocks: 1024,
+      pageSize: 16,
+      enablePrefixCaching: false,
+      timing: latencyTiming(knobs(50, 10), 1, 1),
+      seed: 1,
+    });
     const result = runOffline(core as unknown as EngineCore, [{ request: { id: 'a', promptTokenIds: tokens(100), maxOutputTokens: 3 }, arrivalMs: 0 }]);
     expect(result.records.get('a')!.tokenTimesMs).toEqual([50, 60, 70]);
   });

@@ -1,44 +1,30 @@
 import { readJsonObjectArg } from '../util/jsonArg.js';
-import { ENGINE_DEFAULTS, SERVE_SETTINGS } from './serveSettings.js';
-import { jsonSchema, setPath } from './settings.js';
-import type { AnySchedulerConfig, PassTiming, PreemptionMode, SglangSchedulePolicy } from '../engine/index.js';
+import { SERVE_SETTINGS } from './serveSettings.js';
+import { defaultsOf, jsonSchema, setPath } from './settings.js';
+import type { AnySchedulerConfig, PassTiming, SglangSchedulerSettings, VllmSchedulerSettings } from '../engine/index.js';
 import type { ReasoningConfig } from '../generation/reasoning.js';
 
-/** The SGLang flavour's settings (Dynamo's `SglangArgs`, `--sglang-*` flags). */
-export interface SglangArgs {
-  schedulePolicy: SglangSchedulePolicy;
-  /** null: the block size. */
-  pageSize: number | null;
-  maxPrefillTokens: number;
-  chunkedPrefillSize: number;
-  clipMaxNewTokens: number;
-  scheduleConservativeness: number;
-}
+/** The SGLang flavour's settings (Dynamo's `SglangArgs`, `--sglang-*` flags): the scheduler's, and a page size (null: the block size). */
+export type SglangArgs = SglangSchedulerSettings & { pageSize: number | null };
 
-/** The simulated engine's settings (vLLM / Dynamo mocker flags). */
-export interface EngineArgs {
+/** The simulated engine's settings (vLLM / Dynamo mocker flags): the vLLM scheduler's own, and what the server adds. */
+export type EngineArgs = VllmSchedulerSettings & {
   /** --engine-type: whose scheduler and KV cache are simulated. */
   engineType: 'vllm' | 'sglang';
   sglang: SglangArgs;
-  numGpuBlocks: number;
-  blockSize: number;
-  maxNumSeqs: number | null;
-  maxNumBatchedTokens: number | null;
-  enablePrefixCaching: boolean;
-  enableChunkedPrefill: boolean;
-  preemptionMode: PreemptionMode;
-  watermark: number;
   speedupRatio: number;
   decodeSpeedupRatio: number;
   dataParallelSize: number;
   plannerProfileData?: string;
   /** Dynamo's `reasoning` (`--reasoning`): random answers open with a thinking span. */
   reasoning?: ReasoningConfig;
-}
+};
 
-export const DEFAULT_SGLANG_ARGS: SglangArgs = { ...ENGINE_DEFAULTS.sglang, pageSize: null };
-
-export const DEFAULT_ENGINE_ARGS: EngineArgs = { ...ENGINE_DEFAULTS, sglang: DEFAULT_SGLANG_ARGS };
+/** The engine's settings when none are given: the defaults of the table's engine settings (the page size: the block size). */
+// The table's engine paths are EngineArgs' fields, each with a default but the page size and the optional ones.
+const TABLE_ENGINE = defaultsOf(SERVE_SETTINGS).engine as Omit<EngineArgs, 'sglang'> & { sglang: Omit<SglangArgs, 'pageSize'> };
+export const DEFAULT_SGLANG_ARGS: SglangArgs = { ...TABLE_ENGINE.sglang, pageSize: null };
+export const DEFAULT_ENGINE_ARGS: EngineArgs = { ...TABLE_ENGINE, sglang: DEFAULT_SGLANG_ARGS };
 
 /** The settings that have a Dynamo MockEngineArgs key, by that key. */
 const BY_DYNAMO_KEY = new Map(SERVE_SETTINGS.filter((s) => s.dynamo).map((s) => [s.dynamo!.key, s]));
@@ -76,7 +62,7 @@ function dynamoValue(key: string, value: unknown, flag: string): unknown {
   if (!setting) throw new Error(`${flag}: unknown key "${key}"`);
   const parsed = jsonSchema(setting).safeParse(value);
   if (!parsed.success) throw new Error(`${flag}: "${key}": ${parsed.error.issues[0].message} (got ${JSON.stringify(value)})`);
-  return parsed.data;
+  return parsed.data === null && setting.dynamo?.nullable === 'unset' ? undefined : parsed.data;
 }
 
 /** Applies Dynamo's MockEngineArgs keys over `base`; errors name `flag` and the key. */
@@ -140,36 +126,20 @@ export function checkEngineArgs(args: EngineArgs): EngineArgs {
   return args;
 }
 
-/** The scheduler's configuration for these engine arguments. */
+/** The scheduler's configuration for these engine arguments: its settings as they are, what the server adds beside them. */
 export function schedulerConfig(args: EngineArgs, timing: PassTiming, seed: number): AnySchedulerConfig {
-  if (args.engineType === 'sglang') {
-    const g = args.sglang;
+  const { engineType, sglang, speedupRatio, decodeSpeedupRatio, dataParallelSize, plannerProfileData, reasoning, ...vllm } = args;
+  if (engineType === 'sglang') {
+    const { pageSize, ...settings } = sglang;
     return {
-      engineType: 'sglang',
+      engineType,
+      ...settings,
       numGpuBlocks: args.numGpuBlocks,
-      blockSize: args.blockSize,
       pageSize: args.blockSize,
       enablePrefixCaching: args.enablePrefixCaching,
-      schedulePolicy: g.schedulePolicy,
-      maxPrefillTokens: g.maxPrefillTokens,
-      chunkedPrefillSize: g.chunkedPrefillSize,
-      clipMaxNewTokens: g.clipMaxNewTokens,
-      scheduleConservativeness: g.scheduleConservativeness,
       timing,
       seed,
     };
   }
-  return {
-    engineType: 'vllm',
-    numGpuBlocks: args.numGpuBlocks,
-    blockSize: args.blockSize,
-    maxNumSeqs: args.maxNumSeqs,
-    maxNumBatchedTokens: args.maxNumBatchedTokens,
-    enablePrefixCaching: args.enablePrefixCaching,
-    enableChunkedPrefill: args.enableChunkedPrefill,
-    preemptionMode: args.preemptionMode,
-    watermark: args.watermark,
-    timing,
-    seed,
-  };
+  return { engineType, ...vllm, timing, seed };
 }

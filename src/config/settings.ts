@@ -33,10 +33,10 @@ export interface Setting {
   sglangOnly?: boolean;
 }
 
-/** A Dynamo key: its JSON values may also be null where `nullable` (null: `undefined` in the options). */
+/** A Dynamo key: its JSON values may also be null where `nullable` (`'unset'`: null leaves the setting unset). */
 export interface DynamoKey {
   key: string;
-  nullable?: boolean;
+  nullable?: boolean | 'unset';
   /** A key that configures the server, not the scheduler: refused in engine args, naming the flag to use. */
   asFlag?: string;
   /** The key's schema when it is not the flag's (a JSON object where the flag takes a file or inline JSON). */

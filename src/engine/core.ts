@@ -19,8 +19,8 @@ import { WaitQueue } from './waitQueue.js';
 
 export type PreemptionMode = 'lifo' | 'fifo';
 
-/** The vLLM-flavour scheduler's configuration (vLLM/Dynamo flag names in the comments). */
-export interface SchedulerConfig {
+/** The vLLM-flavour scheduler's settings (vLLM/Dynamo flag names in the comments): all given, no defaults here. */
+export interface VllmSchedulerSettings {
   /** --num-gpu-blocks-override */
   numGpuBlocks: number;
   /** --block-size */
@@ -34,6 +34,10 @@ export interface SchedulerConfig {
   preemptionMode: PreemptionMode;
   /** --watermark: fraction of the blocks kept free when admitting a waiting request. */
   watermark: number;
+}
+
+/** The vLLM-flavour scheduler's configuration: its settings and what the server running it adds. */
+export interface SchedulerConfig extends VllmSchedulerSettings {
   timing: PassTiming;
   /** Seeds the tokens generated for requests that bring no output ids. */
   seed: number;

@@ -9,39 +9,32 @@ import { lpmOrder, type SglangSchedulePolicy } from './policy.js';
 import { RadixCache, type RadixNode } from './radixCache.js';
 import { SglangRequest } from './request.js';
 
-/** SGLang's defaults (engine-reference §2.1, Dynamo's `sglang/config.rs`). */
-export const SGLANG_DEFAULTS = {
-  pageSize: 1,
-  schedulePolicy: 'fifo' as SglangSchedulePolicy,
-  maxPrefillTokens: 16384,
-  chunkedPrefillSize: 8192,
-  clipMaxNewTokens: 4096,
-  scheduleConservativeness: 1,
-};
 const INIT_NEW_TOKEN_RATIO = 0.7;
 const MIN_NEW_TOKEN_RATIO_FACTOR = 0.14;
 const NEW_TOKEN_RATIO_DECAY_STEPS = 600;
 
-/** The SGLang-flavour scheduler's configuration (SGLang's server argument names in the comments). */
-export interface SglangSchedulerConfig {
-  /** KV capacity in blocks of `blockSize` tokens (the pool holds numGpuBlocks × blockSize token slots). */
+/** The SGLang-flavour scheduler's settings (SGLang's server argument names in the comments): all given, no defaults here. */
+export interface SglangSchedulerSettings {
+  /** --schedule-policy: fifo (fcfs) or lpm. */
+  schedulePolicy: SglangSchedulePolicy;
+  /** --max-prefill-tokens: prompt tokens per pass. */
+  maxPrefillTokens: number;
+  /** --chunked-prefill-size: longer prompts are prefilled in chunks of at most this (a multiple of the page size). */
+  chunkedPrefillSize: number;
+  /** Output tokens reserved per request at most when admitting (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION). */
+  clipMaxNewTokens: number;
+  /** --schedule-conservativeness in [0, 1]: scales the output reservation ratio. */
+  scheduleConservativeness: number;
+}
+
+/** The SGLang-flavour scheduler's configuration. */
+export interface SglangSchedulerConfig extends SglangSchedulerSettings {
+  /** KV capacity in blocks of `pageSize` tokens (the pool holds numGpuBlocks × pageSize token slots). */
   numGpuBlocks: number;
-  /** --page-size: the radix cache's granularity. Unset: `blockSize`, else 1. */
-  pageSize?: number;
-  /** Tokens per block in stats and KV events: the page size (unset: the page size; set both only equal). */
-  blockSize?: number;
+  /** --page-size: the radix cache's granularity, and the tokens per block in stats and KV events. */
+  pageSize: number;
   /** Off: SGLang's --disable-radix-cache (no prefix matching, finished requests free everything). */
   enablePrefixCaching: boolean;
-  /** --schedule-policy: fifo (fcfs) or lpm. */
-  schedulePolicy?: SglangSchedulePolicy;
-  /** --max-prefill-tokens: prompt tokens per pass. */
-  maxPrefillTokens?: number;
-  /** --chunked-prefill-size: longer prompts are prefilled in chunks of at most this (a multiple of the page size). */
-  chunkedPrefillSize?: number;
-  /** Output tokens reserved per request at most when admitting (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION). */
-  clipMaxNewTokens?: number;
-  /** --schedule-conservativeness in [0, 1]: scales the output reservation ratio. */
-  scheduleConservativeness?: number;
   timing: PassTiming;
   /** Seeds the tokens generated for requests that bring no output ids. */
   seed: number;
@@ -139,16 +132,11 @@ export class SglangCore implements SchedulerCore {
       return value;
     };
     positiveInteger(config.numGpuBlocks, 'the number of GPU blocks');
-    if (config.pageSize !== undefined && config.blockSize !== undefined && config.pageSize !== config.blockSize) {
-      throw new Error(
-        `SGLang needs the block size and the page size to match when both are set, got block size ${config.blockSize} and page size ${config.pageSize}`,
-      );
-    }
-    this.pageSize = positiveInteger(config.pageSize ?? config.blockSize ?? SGLANG_DEFAULTS.pageSize, 'the page size');
-    this.schedulePolicy = config.schedulePolicy ?? SGLANG_DEFAULTS.schedulePolicy;
-    this.maxPrefillTokens = positiveInteger(config.maxPrefillTokens ?? SGLANG_DEFAULTS.maxPrefillTokens, 'max_prefill_tokens');
-    this.chunkedPrefillSize = positiveInteger(config.chunkedPrefillSize ?? SGLANG_DEFAULTS.chunkedPrefillSize, 'chunked_prefill_size');
-    this.clipMaxNewTokens = positiveInteger(config.clipMaxNewTokens ?? SGLANG_DEFAULTS.clipMaxNewTokens, 'clip_max_new_tokens');
+    this.pageSize = positiveInteger(config.pageSize, 'the page size');
+    this.schedulePolicy = config.schedulePolicy;
+    this.maxPrefillTokens = positiveInteger(config.maxPrefillTokens, 'max_prefill_tokens');
+    this.chunkedPrefillSize = positiveInteger(config.chunkedPrefillSize, 'chunked_prefill_size');
+    this.clipMaxNewTokens = positiveInteger(config.clipMaxNewTokens, 'clip_max_new_tokens');
     // Otherwise a prompt just under the chunk size is charged more than a whole chunk and never admitted.
     if (this.chunkedPrefillSize % this.pageSize !== 0) {
       throw new Error(`chunked_prefill_size (${this.chunkedPrefillSize}) must be a multiple of the page size (${this.pageSize})`);
@@ -157,7 +145,7 @@ export class SglangCore implements SchedulerCore {
     if (this.maxPrefillTokens < this.chunkedPrefillSize) {
       throw new Error(`max_prefill_tokens (${this.maxPrefillTokens}) must be at least chunked_prefill_size (${this.chunkedPrefillSize})`);
     }
-    const conservativeness = config.scheduleConservativeness ?? SGLANG_DEFAULTS.scheduleConservativeness;
+    const conservativeness = config.scheduleConservativeness;
     if (!(conservativeness >= 0 && conservativeness <= 1)) throw new Error(`schedule_conservativeness must be in [0, 1], got ${conservativeness}`);
     this.initNewTokenRatio = INIT_NEW_TOKEN_RATIO * conservativeness;
     this.minNewTokenRatio = this.initNewTokenRatio * MIN_NEW_TOKEN_RATIO_FACTOR;

@@ -22,6 +22,7 @@ function makeCore(overrides: Partial<SchedulerConfig> = {}): EngineCore {
     enableChunkedPrefill: true,
     preemptionMode: 'lifo',
     watermark: 0,
+    longPrefillTokenThreshold: 0,
     timing: modelTiming(polynomialPerfModel, 0, 1),
     seed: 7,
     ...overrides,

@@ -34,6 +34,7 @@ const scheduler = (overrides: Partial<SchedulerConfig>): AnySchedulerConfig => (
   enableChunkedPrefill: true,
   preemptionMode: 'lifo',
   watermark: 0,
+  longPrefillTokenThreshold: 0,
   timing: modelTiming(polynomialPerfModel, 10, 1),
   seed: 3,
   ...overrides,

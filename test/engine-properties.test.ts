@@ -42,6 +42,7 @@ function workload(seed: number): { config: SchedulerConfig; requests: TimedReque
     enableChunkedPrefill: chunked,
     preemptionMode: r.pick(['lifo', 'fifo'] as const),
     watermark: numGpuBlocks > 2 * longest ? r.pick([0, 0.01]) : 0,
+    longPrefillTokenThreshold: 0,
     timing: modelTiming(polynomialPerfModel, r.pick([0, 1, 100]), 1),
     seed,
   };

@@ -40,6 +40,7 @@ describe('the latency timing on the virtual clock', () => {
       enableChunkedPrefill: true,
       preemptionMode: 'lifo',
       watermark: 0,
+      longPrefillTokenThreshold: 0,
       timing: latencyTiming(knobs(50, 10), 1, 1),
       seed: 1,
     });

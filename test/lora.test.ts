@@ -27,6 +27,7 @@ describe('max_loras in the vLLM-flavour scheduler (vLLM scheduler.py: a request 
       enableChunkedPrefill: true,
       preemptionMode: 'lifo',
       watermark: 0,
+      longPrefillTokenThreshold: 0,
       timing: zeroTiming(false),
       seed: 1,
       ...overrides,

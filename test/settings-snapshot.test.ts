@@ -2,7 +2,9 @@
  * The settings as users see them stay what they were before issue 37 moved them into one table: `serve --help`,
  * the settings `/mocker/engine` reports for flags, for Dynamo's `--extra-engine-args` keys (vLLM and SGLang
  * flavours), and the errors a wrong Dynamo key gets. The oracle is a snapshot of the CLI taken before that change
- * (test/fixtures/settings-snapshot/, taken from commit 1dbc5da's build, the cases in test/support/settingsCases.ts).
+ * (test/fixtures/settings-snapshot/, taken from commit 1dbc5da's build, the cases in test/support/settingsCases.ts),
+ * plus, line by line, the settings added since through the table: `--long-prefill-token-threshold` (one help line,
+ * `long_prefill_token_threshold: 0` in each settings view).
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -329,6 +329,15 @@ export const SERVE_SETTINGS: Setting[] = [
     dynamo: { key: 'dp_size' },
     view: 'data_parallel_size',
   },
+  {
+    flags: '--long-prefill-token-threshold <n>',
+    help: 'prompt tokens one request prefills in a pass at most, so long prompts share passes (0: no cap)',
+    group: 'engine',
+    value: int({ min: 0 }),
+    default: 0,
+    to: engine('longPrefillTokenThreshold'),
+    view: 'long_prefill_token_threshold',
+  },
   { flags: '--extra-engine-args <json>', help: 'Dynamo mocker engine args (JSON file or inline object), applied over the flags', group: 'engine' },
   {
     flags: '--num-gpu-blocks-override <n>',

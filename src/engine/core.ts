@@ -34,6 +34,8 @@ export interface VllmSchedulerSettings {
   preemptionMode: PreemptionMode;
   /** --watermark: fraction of the blocks kept free when admitting a waiting request. */
   watermark: number;
+  /** --long-prefill-token-threshold: tokens one request computes in a pass at most (0: no cap). */
+  longPrefillTokenThreshold: number;
 }
 
 /** The vLLM-flavour scheduler's configuration: its settings and what the server running it adds. */
@@ -463,8 +465,11 @@ export class EngineCore implements SchedulerCore {
     const promptBefore = Math.min(before, seq.promptLength);
     const remaining = seq.length - before;
     const promptRemaining = seq.promptLength - promptBefore;
-    if (promptRemaining > 0 && !this.config.enableChunkedPrefill && promptRemaining > pass.budget) return 'blocked';
-    const desired = Math.min(remaining, pass.budget);
+    // vLLM's scheduler caps a request's new tokens at long_prefill_token_threshold before the budget.
+    const threshold = this.config.longPrefillTokenThreshold;
+    const wanted = threshold > 0 && threshold < remaining ? threshold : remaining;
+    if (promptRemaining > 0 && !this.config.enableChunkedPrefill && Math.min(promptRemaining, wanted) > pass.budget) return 'blocked';
+    const desired = Math.min(wanted, pass.budget);
     if (desired === 0 && remaining > 0) return 'blocked';
     const target = before + desired;
     if (fromWaiting && this.watermarkBlocks > 0 && !this.keepsWatermark(seq.blocks, Math.ceil(target / blockSize))) return 'blocked';

@@ -9,7 +9,7 @@ import type { ChoicePlan, EndpointKind, OutputParams } from '../generation/plan.
 import { OutputBudget, type OutputResolver, type Resolution } from '../generation/resolver.js';
 import type { MockerMetrics } from '../metrics/mockerMetrics.js';
 import { BACKEND_METRICS_PATHS, type MetricsSource, type MissingMetrics } from '../metrics/backendMetrics.js';
-import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type KvTransferParams, type PrefillEndpoint } from '../pd/kvTransfer.js';
+import { KV_PULL_PATH, kvPullRequest, prefillResponseParams, pullRemoteKv, type PrefillEndpoint } from '../pd/kvTransfer.js';
 import { requestShape } from '../generation/shape.js';
 import { structuredOutput, type StructuredOutput } from '../generation/structured.js';
 import { toolOffer } from '../generation/toolCalls.js';
@@ -19,8 +19,8 @@ import type { PoolingKind, StoredExchange } from '../store/captureStore.js';
 import { ChatMessageError, TooManyTokens, type ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError, badRequest, errorJson, modelNotFound } from '../wire/errors.js';
 import { loadLoraRequest, unloadLoraRequest, type LoraAdapters } from './loraAdapters.js';
-import { DONE_EVENT, includesUsage, restamp, type RenderContext } from './render.js';
-import { PlanRenderer } from './planRenderer.js';
+import { DONE_EVENT, includesUsage, restamp, type RenderContext } from '../api/render.js';
+import { PlanRenderer } from '../api/planRenderer.js';
 import { renderCapturedStream } from './verbatimStream.js';
 import { poolingEndpoints, type PoolingLatency } from './poolingEndpoints.js';
 import { answerPooled, type PooledRequest } from './pooledReplay.js';
@@ -41,7 +41,8 @@ import {
   tokenizeRequest,
   type ChatRequest,
   type CompletionRequest,
-} from './schemas.js';
+  type KvTransferParams,
+} from '../api/schemas.js';
 
 export interface ServeAppConfig {
   engine: Engine;

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { EngineStream } from '../engine/index.js';
 import type { ChoicePlan } from '../generation/plan.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
-import { parseBody } from './schemas.js';
+import { parseBody } from '../api/schemas.js';
 
 /**
  * Hugging Face TGI's `/generate` and `/generate_stream`, and AIPerf's mock server's `/v1/custom-multimodal`, answered by

@@ -8,7 +8,8 @@ import { spliceFirstMember } from '../capture/forward.js';
 import { errorJson, sendJson } from '../wire/errors.js';
 import { serverTls, type TlsFiles } from '../wire/tls.js';
 import { admitted, decodedPath, DEFAULT_API_KEY_SCOPE, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../wire/access.js';
-import { requestPull, type KvTransferParams } from './kvTransfer.js';
+import type { KvTransferParams } from '../api/schemas.js';
+import { requestPull } from './kvTransfer.js';
 
 export interface PdProxyOptions {
   prefill: URL[];

@@ -12,7 +12,7 @@ import { Hono } from 'hono';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CAPTURE_ROUTES } from '../src/cli/capture.js';
 import type { ClassifiedRoute } from '../src/wire/access.js';
-import { SERVE_ROUTES, serveRoutes } from '../src/http/serveApp.js';
+import { SERVE_ROUTES, serveRoutes } from '../src/http/routes.js';
 import { PD_PROXY_ROUTES } from '../src/pd/proxy.js';
 import { AccessRig, call, ENV, KEY, SERVE } from './support/accessRig.js';
 import { testTmpdir } from './support/tempRoot.js';

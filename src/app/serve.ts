@@ -23,7 +23,9 @@ import { resolveReasoningSpan } from '../generation/reasoning.js';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { Drain, listen } from '../wire/drain.js';
-import { createServeApp, serveRoutes, type EffectiveSettings, type ServeAppConfig } from '../http/serveApp.js';
+import { createServeApp } from '../http/serveApp.js';
+import { serveRoutes } from '../http/routes.js';
+import type { EffectiveSettings, ServeAppConfig } from '../http/serveConfig.js';
 import { serverTls, upstreamTls } from '../wire/tls.js';
 import { DEFAULT_API_KEY_SCOPE, exposedControlWarning, type ApiKeyPolicy, type ClassifiedRoute } from '../wire/access.js';
 import { LoraAdapters, runtimeLoraUpdating } from '../http/loraAdapters.js';
@@ -218,7 +220,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     access: apiKeyPolicy(opts),
     bytesPerToken,
     kvPeers,
-    kvHoldTimeoutMs: kvHoldTimeoutMs(),
+    kvHoldTimeoutMs: kvHoldTimeoutMs(opts.kvHoldTimeoutMs),
     dcgmSeed: opts.dcgm?.seed ?? Math.floor(Math.random() * 2 ** 32),
     // --startup-time counts from here: the model (tokenizer, captures) is loaded.
     readyAtMs: opts.startupTimeS ? performance.now() + 1000 * opts.startupTimeS : undefined,
@@ -254,8 +256,8 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
 }
 
 /** How long a prefill engine holds KV for a decode that never comes: vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). */
-function kvHoldTimeoutMs(): number {
-  const ms = 1000 * Number(process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT ?? 480);
+function kvHoldTimeoutMs(given: number | undefined): number {
+  const ms = given ?? 1000 * Number(process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT ?? 480);
   // setTimeout fires at once for anything that is not a number of ms up to 2^31 - 1 (about 24.8 days).
   if (!(ms > 0 && ms <= 2 ** 31 - 1)) {
     throw new Error(

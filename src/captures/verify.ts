@@ -6,9 +6,9 @@
 import { parseResponse, type ParsedResponse } from '../capture/extract.js';
 import type { ChoicePlan, EndpointKind } from '../generation/plan.js';
 import { ApiError } from '../wire/errors.js';
-import { PlanRenderer } from '../http/planRenderer.js';
-import { includesUsage, restamp, type RenderContext } from '../http/render.js';
-import { chatRequest, completionRequest, parseBody } from '../http/schemas.js';
+import { PlanRenderer } from '../api/planRenderer.js';
+import { includesUsage, restamp, type RenderContext } from '../api/render.js';
+import { chatRequest, completionRequest, parseBody } from '../api/schemas.js';
 import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
 import { RunTokenizers } from './runTokenizers.js';
 

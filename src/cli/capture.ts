@@ -4,9 +4,10 @@ import { forwardExchange } from '../capture/forward.js';
 import { UpstreamPool } from '../capture/upstreamHttp.js';
 import { RecorderThread } from '../capture/recorderThread.js';
 import { listeningServer, OWN_HEALTH_PATH } from '../wire/drain.js';
-import { errorJson, sendJson } from '../wire/errors.js';
+import { errorJson } from '../wire/errors.js';
+import { answerHealthy, readBody, sendJson, sendTooLarge } from '../wire/http.js';
 import { admitted, classOf, decodedPath, DEFAULT_API_KEY_SCOPE, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../wire/access.js';
-import { SERVE_ROUTES } from '../http/serveApp.js';
+import { SERVE_ROUTES } from '../http/routes.js';
 import { serverTls, upstreamTls, type TlsFiles } from '../wire/tls.js';
 import { CaptureStore } from '../store/captureStore.js';
 import { loadModelFiles, maxModelLenOf, ModelNotFoundError } from '../tokenizer/index.js';
@@ -58,20 +59,6 @@ export const CAPTURE_ROUTES: readonly ClassifiedRoute[] = [
 ];
 
 const STATS_INTERVAL_MS = 10_000;
-
-function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > limit) return resolve(null);
-      chunks.push(chunk);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
-}
 
 /**
  * `mocker capture`: a transparent proxy that records every generation into the capture file. It listens before
@@ -157,7 +144,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       if (path === null)
         return void sendJson(res, 400, errorJson(400, `Invalid request path ${JSON.stringify((req.url ?? '').slice(0, 200))}: it does not percent-decode.`));
       // The proxy's own health, not its upstream's (whose /health is forwarded): it takes requests. Never forwarded.
-      if (path === OWN_HEALTH_PATH) return void (req.method === 'GET' ? res.writeHead(200).end() : sendJson(res, 405, '{"detail":"Method Not Allowed"}'));
+      if (path === OWN_HEALTH_PATH) return void (req.method === 'GET' ? answerHealthy(res) : sendJson(res, 405, '{"detail":"Method Not Allowed"}'));
       // Every path matches the catch-all.
       const routeClass = classOf(CAPTURE_ROUTES, path)!;
       // The capture has no control routes to enable: the upstream's are not this proxy's to expose.
@@ -165,11 +152,7 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       if (!admitted(access, routeClass, req.method ?? 'GET', path, req.headers.authorization)) return void sendJson(res, 401, UNAUTHORIZED_BODY);
       readBody(req, opts.maxBodyBytes).then(
         (body) => {
-          if (body === null) {
-            const json = errorJson(413, `Request body is larger than ${opts.maxBodyBytes} bytes.`, 'Request Entity Too Large');
-            res.writeHead(413, { 'content-type': 'application/json', connection: 'close' }).end(json);
-            return;
-          }
+          if (body === null) return sendTooLarge(res, opts.maxBodyBytes);
           if (res.destroyed) return;
           forwardExchange({ upstream, connections }, req, body, res, recording.sink).catch((err: unknown) => {
             console.error(`mocker capture: ${req.method} ${req.url}: ${(err as Error).message}`);

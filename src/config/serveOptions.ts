@@ -3,7 +3,7 @@ import type { KvEventsConfig } from '../events/index.js';
 import type { MatchMode, MissPolicy, OutputsMode } from '../generation/resolver.js';
 import type { FaultSettings } from '../http/faults.js';
 import type { LoraModule } from '../http/loraAdapters.js';
-import type { PdConfig } from '../http/serveApp.js';
+import type { PdConfig } from '../http/serveConfig.js';
 import type { DcgmConfig } from '../metrics/dcgm.js';
 import type { ApiKeyScope } from '../wire/access.js';
 import type { TlsFiles } from '../wire/tls.js';

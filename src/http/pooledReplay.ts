@@ -8,8 +8,8 @@ import type { MockerMetrics } from '../metrics/mockerMetrics.js';
 import type { PoolingKind, StoredExchange } from '../store/captureStore.js';
 import type { PoolingLatency } from './poolingEndpoints.js';
 import { LoopSlice } from '../util/loopSlice.js';
-import { restamp } from './render.js';
-import { parseBody } from './schemas.js';
+import { restamp } from '../api/render.js';
+import { parseBody } from '../api/schemas.js';
 
 type Json = Record<string, unknown>;
 

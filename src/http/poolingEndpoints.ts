@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { LoopSlice } from '../util/loopSlice.js';
 import { seededUniform } from '../util/mulberry32.js';
 import { badRequest } from '../wire/errors.js';
-import { parseBody } from './schemas.js';
+import { parseBody } from '../api/schemas.js';
 
 /**
  * Embeddings and reranking as AIPerf's mock server answers them (AIPerf's mock server): no engine, a latency of its own

@@ -3,7 +3,8 @@ import { z } from 'zod';
 import type { EngineStream } from '../engine/index.js';
 import type { ChoicePlan } from '../generation/plan.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
-import { parseBody } from './schemas.js';
+import { parseBody } from '../api/schemas.js';
+import { abortOnClose } from '../wire/http.js';
 
 /**
  * Hugging Face TGI's `/generate` and `/generate_stream`, and AIPerf's mock server's `/v1/custom-multimodal`, answered by
@@ -86,14 +87,6 @@ export function tgiEndpoints(runCompletion: RunCompletion, tokenizer: ModelToken
     }
     return tokens;
   }
-
-  const abortOnClose = (res: ServerResponse): AbortController => {
-    const abort = new AbortController();
-    res.on('close', () => {
-      if (!res.writableFinished) abort.abort();
-    });
-    return abort;
-  };
 
   /** The TGI request as a completion body (stop strings and seed carry over; the default model answers). */
   function completionBody(body: Json): { completion: Json; details: boolean; prefix: string } {

@@ -1,7 +1,7 @@
 import { hideTokenIds } from '../capture/forward.js';
 import type { StoredExchange } from '../store/captureStore.js';
 import { LruCache } from '../util/lruCache.js';
-import { stampedPrefix, splitStamp } from './render.js';
+import { stampedPrefix, splitStamp } from '../api/render.js';
 
 /** One captured SSE event around its `id`/`created` stamp: `lead` + stamp + `tail` (no stamp: `lead` is all of it). */
 interface EventParts {

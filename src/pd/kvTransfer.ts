@@ -1,23 +1,8 @@
 import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { z } from 'zod';
+import type { KvTransferParams } from '../api/schemas.js';
 import type { PullFailure } from '../metrics/mockerMetrics.js';
-
-/**
- * vLLM's NIXL-connector `kv_transfer_params` (vllm-wire-reference.md §7). Unknown keys pass through
- * untouched (other connectors add their own).
- */
-export const kvTransferParams = z.looseObject({
-  do_remote_decode: z.boolean().nullish(),
-  do_remote_prefill: z.boolean().nullish(),
-  remote_engine_id: z.string().nullish(),
-  remote_request_id: z.string().nullish(),
-  remote_block_ids: z.array(z.number()).nullish(),
-  remote_host: z.string().nullish(),
-  remote_port: z.number().int().nullish(),
-  tp_size: z.number().int().nullish(),
-});
-export type KvTransferParams = z.infer<typeof kvTransferParams>;
 
 /** Where a prefill engine tells decode engines to pull from: itself (mocker's pull is an HTTP call). */
 export interface PrefillEndpoint {

@@ -5,10 +5,12 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { listeningServer, OWN_HEALTH_PATH, type Drain, type DrainResult } from '../wire/drain.js';
 import { spliceFirstMember } from '../capture/forward.js';
-import { errorJson, sendJson } from '../wire/errors.js';
+import { errorJson } from '../wire/errors.js';
+import { abortOnClose, answerHealthy, readBody, sendJson, sendTooLarge } from '../wire/http.js';
 import { serverTls, type TlsFiles } from '../wire/tls.js';
 import { admitted, decodedPath, DEFAULT_API_KEY_SCOPE, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../wire/access.js';
-import { requestPull, type KvTransferParams } from './kvTransfer.js';
+import type { KvTransferParams } from '../api/schemas.js';
+import { requestPull } from './kvTransfer.js';
 
 export interface PdProxyOptions {
   prefill: URL[];
@@ -70,17 +72,6 @@ function releaseUnpulled(transfer: unknown, prefill: URL, authorization: string 
 
 const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
 
-async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) return null;
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
-}
-
 /** Every route of the proxy, with its access class (access.ts): what `handle` answers; any other path is a 404. */
 export const PD_PROXY_ROUTES: readonly ClassifiedRoute[] = [
   { method: 'GET', path: '/healthcheck', class: 'public' },
@@ -90,6 +81,132 @@ export const PD_PROXY_ROUTES: readonly ClassifiedRoute[] = [
   { method: 'POST', path: '/v1/completions', class: 'key' },
   { method: 'POST', path: '/v1/chat/completions', class: 'key' },
 ];
+
+/** The client's request as both hops need it: its bytes, their JSON, and the prefill hop's body. */
+interface ClientRequest {
+  raw: Buffer;
+  body: Json;
+  prefillPayload: string;
+}
+
+/** The client's body, read and checked; null once the client has its error answer. */
+async function readClientRequest(req: IncomingMessage, res: ServerResponse, maxBodyBytes: number): Promise<ClientRequest | null> {
+  const raw = await readBody(req, maxBodyBytes);
+  if (raw === null) {
+    sendTooLarge(res, maxBodyBytes);
+    return null;
+  }
+  try {
+    const parsed: unknown = JSON.parse(raw.toString('utf8'));
+    if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('expected a JSON object');
+    // JSON.parse takes nesting that JSON.stringify overflows its stack on: such a body cannot be passed on.
+    return { raw, body: parsed as Json, prefillPayload: JSON.stringify(prefillBody(parsed as Json)) };
+  } catch (err) {
+    sendJson(res, 400, errorJson(400, `Invalid JSON body: ${(err as Error).message}`));
+    return null;
+  }
+}
+
+/** One request's two hops: where they go and what they carry. */
+interface Hops {
+  path: string;
+  prefill: URL;
+  decode: URL;
+  headers: Record<string, string>;
+  /** The client's authorization (or OPENAI_API_KEY's), also for releasing a hold. */
+  auth: string | undefined;
+  /** Aborted when the client leaves. */
+  gone: AbortSignal;
+}
+
+/**
+ * The prefill hop: the `kv_transfer_params` it answered (undefined: the client has its answer, an error). A client
+ * that leaves during it does not cancel it (as vLLM's toy proxy, whose handler runs on): cancelled as the engine
+ * answers, the answer naming the blocks it holds for the decode hop would be lost, and those blocks held until the
+ * engine's timeout. Read to the end, they are freed by the caller.
+ */
+async function prefillHop(hops: Hops, payload: string, res: ServerResponse): Promise<{ transfer: unknown } | undefined> {
+  let answer: Response;
+  let text: string;
+  try {
+    answer = await fetch(new URL(hops.path, hops.prefill), { method: 'POST', headers: hops.headers, body: payload });
+    text = await answer.text();
+  } catch (err) {
+    if (!hops.gone.aborted) sendJson(res, 502, errorJson(502, `prefill instance ${hops.prefill.origin}: ${(err as Error).message}`, 'BadGateway'));
+    return undefined;
+  }
+  // The toy proxy requires a 2xx; an error from the prefill instance is the client's answer.
+  if (!answer.ok) {
+    res.writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' });
+    return void res.end(text);
+  }
+  try {
+    return { transfer: (JSON.parse(text) as Json).kv_transfer_params };
+  } catch {
+    return void sendJson(res, 502, errorJson(502, `prefill instance ${hops.prefill.origin} answered with a body that is not JSON`, 'BadGateway'));
+  }
+}
+
+/**
+ * The decode hop's body: the client's own bytes (what JSON.stringify would change, such as 1e999, big integers or
+ * deep nesting, arrives as sent) with the transfer params spliced in as the first member; a body with its own
+ * kv_transfer_params is written anew so that the proxy's win.
+ */
+function decodePayload(client: ClientRequest, transfer: unknown): Buffer {
+  const withTransfer = transfer !== null && typeof transfer === 'object' && Object.keys(transfer).length > 0;
+  if (!withTransfer) return client.raw;
+  return 'kv_transfer_params' in client.body
+    ? Buffer.from(JSON.stringify({ ...client.body, kv_transfer_params: transfer }))
+    : spliceFirstMember(client.raw, 'kv_transfer_params', JSON.stringify(transfer));
+}
+
+/** The decode hop, its bytes piped to the client; whether the decode engine took the request (a 2xx: it then pulls the KV). */
+function decodeHop(hops: Hops, payload: Buffer, res: ServerResponse): Promise<boolean> {
+  let accepted = false;
+  return new Promise<boolean>((resolve) => {
+    const target = new URL(hops.path, hops.decode);
+    const lib = target.protocol === 'https:' ? https : http;
+    const upstream = lib.request(target, {
+      method: 'POST',
+      headers: { ...hops.headers, 'content-length': payload.length },
+      agent: target.protocol === 'https:' ? agents.https : agents.http,
+    });
+    hops.gone.addEventListener('abort', () => upstream.destroy(), { once: true });
+    res.on('close', () => resolve(accepted));
+    upstream.on('error', (err) => {
+      sendJson(res, 502, errorJson(502, `decode instance ${hops.decode.origin}: ${err.message}`, 'BadGateway'));
+      resolve(accepted);
+    });
+    upstream.on('response', (answer) => {
+      accepted = (answer.statusCode ?? 0) < 300;
+      const out: http.OutgoingHttpHeaders = {};
+      for (const name of ['content-type', 'content-length', 'x-request-id']) if (answer.headers[name] !== undefined) out[name] = answer.headers[name];
+      res.writeHead(answer.statusCode ?? 502, out);
+      res.flushHeaders();
+      answer.pipe(res);
+      answer.on('close', () => {
+        if (!answer.complete) res.destroy();
+      });
+    });
+    upstream.end(payload);
+  });
+}
+
+/** Both hops of one generation request, at the next prefill and decode instances. */
+async function disaggregate(client: ClientRequest, hops: Hops, res: ServerResponse): Promise<void> {
+  const prefilled = await prefillHop(hops, client.prefillPayload, res);
+  if (!prefilled) return;
+  const { transfer } = prefilled;
+  if (hops.gone.aborted) return releaseUnpulled(transfer, hops.prefill, hops.auth);
+  let payload: Buffer;
+  try {
+    payload = decodePayload(client, transfer);
+  } catch (err) {
+    releaseUnpulled(transfer, hops.prefill, hops.auth);
+    return sendJson(res, 400, errorJson(400, `Invalid JSON body: ${(err as Error).message}`));
+  }
+  if (!(await decodeHop(hops, payload, res))) releaseUnpulled(transfer, hops.prefill, hops.auth);
+}
 
 /**
  * `mocker pd-proxy`: vLLM's disaggregated toy proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py).
@@ -113,102 +230,16 @@ export async function startPdProxy(options: PdProxyOptions): Promise<RunningProx
     if (route.path === '/healthcheck') {
       return sendJson(res, 200, JSON.stringify({ status: 'ok', prefill_instances: options.prefill.length, decode_instances: options.decode.length }));
     }
-    // vLLM's /health answer: no body (the drain answers 503 once stopping).
-    if (route.path === '/health' || route.path === OWN_HEALTH_PATH) return void res.writeHead(200).end();
-    const raw = await readBody(req, options.maxBodyBytes);
-    if (raw === null) return sendJson(res, 413, errorJson(413, `Request body is larger than ${options.maxBodyBytes} bytes.`, 'Request Entity Too Large'));
-    let body: Json;
-    let prefillPayload: string;
-    try {
-      const parsed: unknown = JSON.parse(raw.toString('utf8'));
-      if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('expected a JSON object');
-      body = parsed as Json;
-      // JSON.parse takes nesting that JSON.stringify overflows its stack on: such a body cannot be passed on.
-      prefillPayload = JSON.stringify(prefillBody(body));
-    } catch (err) {
-      return sendJson(res, 400, errorJson(400, `Invalid JSON body: ${(err as Error).message}`));
-    }
+    if (route.path === '/health' || route.path === OWN_HEALTH_PATH) return answerHealthy(res);
+    const client = await readClientRequest(req, res, options.maxBodyBytes);
+    if (!client) return;
     // A client that leaves cancels the decode hop, or has it never sent.
-    const gone = new AbortController();
-    res.on('close', () => {
-      if (!res.writableFinished) gone.abort();
-    });
-    const requestId = randomUUID();
+    const gone = abortOnClose(res).signal;
+    const auth = req.headers.authorization ?? (process.env.OPENAI_API_KEY ? `Bearer ${process.env.OPENAI_API_KEY}` : undefined);
+    const headers = { 'content-type': 'application/json', 'x-request-id': randomUUID(), ...(auth ? { authorization: auth } : {}) };
     const prefill = options.prefill[nextPrefill++ % options.prefill.length];
     const decode = options.decode[nextDecode++ % options.decode.length];
-    const auth = req.headers.authorization ?? (process.env.OPENAI_API_KEY ? `Bearer ${process.env.OPENAI_API_KEY}` : undefined);
-    const headers = { 'content-type': 'application/json', 'x-request-id': requestId, ...(auth ? { authorization: auth } : {}) };
-
-    let prefillAnswer: Response;
-    let prefillText: string;
-    // A client that leaves during the prefill hop does not cancel it (as vLLM's toy proxy, whose handler runs on):
-    // cancelled as the engine answers, the answer naming the blocks it holds for the decode hop would be lost, and
-    // those blocks held until the engine's timeout. Read to the end, they are freed below.
-    try {
-      prefillAnswer = await fetch(new URL(req.url ?? path, prefill), { method: 'POST', headers, body: prefillPayload });
-      prefillText = await prefillAnswer.text();
-    } catch (err) {
-      if (gone.signal.aborted) return;
-      return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin}: ${(err as Error).message}`, 'BadGateway'));
-    }
-    // The toy proxy requires a 2xx; an error from the prefill instance is the client's answer.
-    if (!prefillAnswer.ok) {
-      res.writeHead(prefillAnswer.status, { 'content-type': prefillAnswer.headers.get('content-type') ?? 'application/json' });
-      return void res.end(prefillText);
-    }
-    let transfer: unknown;
-    try {
-      transfer = (JSON.parse(prefillText) as Json).kv_transfer_params;
-    } catch {
-      return sendJson(res, 502, errorJson(502, `prefill instance ${prefill.origin} answered with a body that is not JSON`, 'BadGateway'));
-    }
-    if (gone.signal.aborted) return releaseUnpulled(transfer, prefill, auth);
-    // The decode hop gets the client's own bytes (what JSON.stringify would change, such as 1e999, big integers or
-    // deep nesting, arrives as sent) with the transfer params spliced in as the first member; a body with its own
-    // kv_transfer_params is written anew so that the proxy's win.
-    const withTransfer = transfer !== null && typeof transfer === 'object' && Object.keys(transfer).length > 0;
-    let payload: Buffer;
-    try {
-      payload = !withTransfer
-        ? raw
-        : 'kv_transfer_params' in body
-          ? Buffer.from(JSON.stringify({ ...body, kv_transfer_params: transfer }))
-          : spliceFirstMember(raw, 'kv_transfer_params', JSON.stringify(transfer));
-    } catch (err) {
-      releaseUnpulled(transfer, prefill, auth);
-      return sendJson(res, 400, errorJson(400, `Invalid JSON body: ${(err as Error).message}`));
-    }
-
-    // Whether the decode engine took the request (a 2xx): it then pulls (frees) the prefill engine's KV.
-    let decodeAccepted = false;
-    await new Promise<void>((resolve) => {
-      const target = new URL(req.url ?? path, decode);
-      const lib = target.protocol === 'https:' ? https : http;
-      const upstream = lib.request(target, {
-        method: 'POST',
-        headers: { ...headers, 'content-length': payload.length },
-        agent: target.protocol === 'https:' ? agents.https : agents.http,
-      });
-      gone.signal.addEventListener('abort', () => upstream.destroy(), { once: true });
-      res.on('close', resolve);
-      upstream.on('error', (err) => {
-        sendJson(res, 502, errorJson(502, `decode instance ${decode.origin}: ${err.message}`, 'BadGateway'));
-        resolve();
-      });
-      upstream.on('response', (answer) => {
-        decodeAccepted = (answer.statusCode ?? 0) < 300;
-        const out: http.OutgoingHttpHeaders = {};
-        for (const name of ['content-type', 'content-length', 'x-request-id']) if (answer.headers[name] !== undefined) out[name] = answer.headers[name];
-        res.writeHead(answer.statusCode ?? 502, out);
-        res.flushHeaders();
-        answer.pipe(res);
-        answer.on('close', () => {
-          if (!answer.complete) res.destroy();
-        });
-      });
-      upstream.end(payload);
-    });
-    if (!decodeAccepted) releaseUnpulled(transfer, prefill, auth);
+    await disaggregate(client, { path: req.url ?? path, prefill, decode, headers, auth, gone }, res);
   };
 
   const { drain, server } = options.listening ?? (await listeningServer(options.host, options.port, serverTls(options.tls)));

@@ -7,7 +7,7 @@
 import { createRequire } from 'node:module';
 import { canonicalJson, firstDifference, firstTokenMs, percentiles, percentileShift, requestKey, tokenGaps } from '../captures/pairing.js';
 import { RunTokenizers } from '../captures/runTokenizers.js';
-import { foldChatDeltas } from '../http/render.js';
+import { foldChatDeltas } from '../api/render.js';
 import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
 import type { Generation } from '../store/generation.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';

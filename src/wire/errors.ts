@@ -1,4 +1,4 @@
-import { STATUS_CODES, type ServerResponse } from 'node:http';
+import { STATUS_CODES } from 'node:http';
 
 /** An error the API reports in vLLM's format (`{"error":{message,type,param,code}}`, vLLM ≥ 0.10.1). */
 export class ApiError extends Error {
@@ -28,12 +28,6 @@ function defaultType(status: number): string {
   if (status === 500) return 'InternalServerError';
   if (status === 501) return 'NotImplementedError';
   return STATUS_CODES[status] ?? 'Error';
-}
-
-/** Answers `status` with a JSON body; a response already under way is cut instead (its headers are sent). */
-export function sendJson(res: ServerResponse, status: number, body: string): void {
-  if (res.headersSent) return void res.destroy();
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
 }
 
 export function errorJson(status: number, message: string, type = defaultType(status), param: string | null = null): string {

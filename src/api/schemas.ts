@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import { kvTransferParams } from '../pd/kvTransfer.js';
 import { ApiError, badRequest } from '../wire/errors.js';
 import { carriesChatTemplate } from '../tokenizer/index.js';
 
@@ -9,6 +8,22 @@ const tokenIds = z.custom<number[]>((v) => Array.isArray(v) && v.every((t) => Nu
 const nullish = <T extends z.ZodType>(schema: T) => schema.nullish();
 /** pydantic's float: any JSON number, inf included (a JSON 1e999), so that _verify_args' own messages answer it. */
 const float = z.custom<number>((v) => typeof v === 'number', 'expected a number');
+
+/**
+ * vLLM's NIXL-connector `kv_transfer_params` (vllm-wire-reference.md §7). Unknown keys pass through
+ * untouched (other connectors add their own).
+ */
+const kvTransferParams = z.looseObject({
+  do_remote_decode: z.boolean().nullish(),
+  do_remote_prefill: z.boolean().nullish(),
+  remote_engine_id: z.string().nullish(),
+  remote_request_id: z.string().nullish(),
+  remote_block_ids: z.array(z.number()).nullish(),
+  remote_host: z.string().nullish(),
+  remote_port: z.number().int().nullish(),
+  tp_size: z.number().int().nullish(),
+});
+export type KvTransferParams = z.infer<typeof kvTransferParams>;
 
 const streamOptions = z.looseObject({
   include_usage: nullish(z.boolean()),

@@ -42,6 +42,7 @@ import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
 import { schedulerConfig, type EngineArgs } from '../config/engineArgs.js';
 import { completeServeOptions, settingsView, type ResolvedServeOptions } from '../config/resolveServe.js';
 import type { ServeOptions } from '../config/serveOptions.js';
+import { CONTROL_KEYS } from '../config/serveSettings.js';
 
 export type { ServeOptions };
 import { EMULATED_VLLM_VERSION } from './identity.js';
@@ -510,6 +511,7 @@ function appConfig(
       faults: new FaultInjector({ ...s.faults, errorTypes: [...s.faults.errorTypes] }, opts.faultSeed ?? opts.seed),
       latency: s.timing.latencyKnobs[w] ?? null,
       timing: opts.timing,
+      keys: CONTROL_KEYS,
     },
     readyAtMs: s.readyAtMs,
   };

@@ -4,6 +4,7 @@ import { parseReasoningConfig, reasoningConfigSchema } from '../generation/reaso
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, parseFaultTypes } from '../http/faults.js';
 import { parseLoraModule } from '../http/loraAdapters.js';
+import type { ControlKeys } from '../http/mockerConfig.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { parsePeer } from '../pd/kvTransfer.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
@@ -20,7 +21,7 @@ import {
   upstreamTimeout,
   url,
 } from './commonSettings.js';
-import { choice, int, num, parsed, parseNumber, type Setting } from './settings.js';
+import { choice, int, longFlag, num, parsed, parseNumber, type Setting } from './settings.js';
 
 /** One engine step under `--timing fixed`. */
 export const DEFAULT_FORWARD_TIME_MS = 25;
@@ -206,6 +207,7 @@ export const SERVE_SETTINGS: Setting[] = [
     value: num({ min: 0 }),
     later: String(DEFAULT_LATENCY_KNOBS.ttftMs),
     to: 'latency.ttftMs',
+    control: true,
   },
   {
     flags: '--itl <ms>',
@@ -214,6 +216,7 @@ export const SERVE_SETTINGS: Setting[] = [
     value: num({ min: 0 }),
     later: String(DEFAULT_LATENCY_KNOBS.itlMs),
     to: 'latency.itlMs',
+    control: true,
   },
   {
     flags: '--ttft-std <ms>',
@@ -222,6 +225,7 @@ export const SERVE_SETTINGS: Setting[] = [
     value: num({ min: 0 }),
     later: String(DEFAULT_LATENCY_KNOBS.ttftStdMs),
     to: 'latency.ttftStdMs',
+    control: true,
   },
   {
     flags: '--itl-std <ms>',
@@ -230,6 +234,7 @@ export const SERVE_SETTINGS: Setting[] = [
     value: num({ min: 0 }),
     later: String(DEFAULT_LATENCY_KNOBS.itlStdMs),
     to: 'latency.itlStdMs',
+    control: true,
   },
   {
     flags: '--forward-time-ms <ms>',
@@ -587,6 +592,7 @@ export const SERVE_SETTINGS: Setting[] = [
     later: '0',
     default: 0,
     to: 'faults.errorRate',
+    control: true,
   },
   {
     flags: '--error-types <types>',
@@ -596,6 +602,7 @@ export const SERVE_SETTINGS: Setting[] = [
     later: DEFAULT_FAULT_TYPES.join(','),
     default: [...DEFAULT_FAULT_TYPES],
     to: 'faults.errorTypes',
+    control: true,
   },
   {
     flags: '--fail-first <n>',
@@ -605,6 +612,7 @@ export const SERVE_SETTINGS: Setting[] = [
     later: '0',
     default: 0,
     to: 'faults.failFirst',
+    control: true,
   },
   {
     flags: '--midstream-after-tokens <n>',
@@ -613,6 +621,7 @@ export const SERVE_SETTINGS: Setting[] = [
     value: int({ min: 0 }),
     default: DEFAULT_MIDSTREAM_AFTER_TOKENS,
     to: 'faults.midstreamAfterTokens',
+    control: true,
   },
   { flags: '--random-seed <n>', help: 'seed of which requests fail', group: 'failures', value: int(), later: '--seed', to: 'faultSeed' },
   {
@@ -711,3 +720,14 @@ export const SERVE_SETTINGS: Setting[] = [
   apiKeyScope('apiKeyScope'),
   ...tls,
 ];
+
+/** `/mocker/config`'s keys: the settings marked `control`, by flag name (`--error-rate` → `error_rate`), with the field each sets. */
+/** The control settings of one part (`faults.*` or `latency.*`), by flag name, with the field each sets. */
+const controlKeys = <Field extends string>(part: 'faults' | 'latency'): Record<string, Field> =>
+  Object.fromEntries(
+    SERVE_SETTINGS.filter((s) => s.control && s.to!.startsWith(`${part}.`)).map((s) => [
+      longFlag(s).slice(2).replaceAll('-', '_'),
+      s.to!.slice(part.length + 1) as Field,
+    ]),
+  );
+export const CONTROL_KEYS: ControlKeys = { faults: controlKeys('faults'), latency: controlKeys('latency') };

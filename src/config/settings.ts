@@ -28,6 +28,8 @@ export interface Setting {
   to?: string;
   /** Dynamo's MockEngineArgs key that sets the same value (`sglang.page_size` for nested keys). */
   dynamo?: DynamoKey;
+  /** Changeable at run time through `/mocker/config` (under the flag's name in snake case). */
+  control?: boolean;
   /** The key of the settings view (`/mocker/engine`'s `config`); shown only for `--engine-type sglang` when `sglangOnly`. */
   view?: string;
   sglangOnly?: boolean;

@@ -9,25 +9,23 @@ export interface RuntimeSettings {
   latency: LatencyKnobs | null;
   /** The server's timing mode, named when a latency knob is set without latency timing. */
   timing: string;
+  /** The keys `/mocker/config` knows (the settings table's, by flag name), with the field each sets. */
+  keys: ControlKeys;
 }
 
-const FAULT_KEYS = { error_rate: 'errorRate', error_types: 'errorTypes', fail_first: 'failFirst', midstream_after_tokens: 'midstreamAfterTokens' } as const;
-const LATENCY_KEYS = { ttft: 'ttftMs', itl: 'itlMs', ttft_std: 'ttftStdMs', itl_std: 'itlStdMs' } as const;
+export interface ControlKeys {
+  faults: Readonly<Record<string, keyof FaultSettings>>;
+  latency: Readonly<Record<string, keyof LatencyKnobs>>;
+}
 
 function view(s: RuntimeSettings) {
   const f = s.faults.settings;
   const l = s.latency;
   return {
-    error_rate: f.errorRate,
-    error_types: f.errorTypes,
-    fail_first: f.failFirst,
-    midstream_after_tokens: f.midstreamAfterTokens,
+    ...Object.fromEntries(Object.entries(s.keys.faults).map(([key, field]) => [key, f[field]])),
     random_seed: s.faults.seed,
     timing: s.timing,
-    ttft: l?.ttftMs ?? null,
-    itl: l?.itlMs ?? null,
-    ttft_std: l?.ttftStdMs ?? null,
-    itl_std: l?.itlStdMs ?? null,
+    ...Object.fromEntries(Object.entries(s.keys.latency).map(([key, field]) => [key, l?.[field] ?? null])),
   };
 }
 
@@ -38,6 +36,7 @@ function view(s: RuntimeSettings) {
 export function mockerConfigRoutes(settings: RuntimeSettings): Hono {
   const app = new Hono();
   app.get('/', (c) => c.json(view(settings)));
+  const { faults: FAULT_KEYS, latency: LATENCY_KEYS } = settings.keys;
   app.post('/', async (c) => {
     let body: unknown;
     try {
@@ -57,10 +56,10 @@ export function mockerConfigRoutes(settings: RuntimeSettings): Hono {
         } catch (err) {
           throw badRequest(`${(err as Error).message}.`, key);
         }
-      } else if (Object.hasOwn(FAULT_KEYS, key)) Object.assign(faults, { [FAULT_KEYS[key as keyof typeof FAULT_KEYS]]: value });
+      } else if (Object.hasOwn(FAULT_KEYS, key)) Object.assign(faults, { [FAULT_KEYS[key]]: value });
       else if (Object.hasOwn(LATENCY_KEYS, key)) {
         if (!settings.latency) throw badRequest(`${key} applies to --timing latency; this server's timing is ${settings.timing}.`, key);
-        Object.assign(latency, { [LATENCY_KEYS[key as keyof typeof LATENCY_KEYS]]: value });
+        Object.assign(latency, { [LATENCY_KEYS[key]]: value });
       } else throw badRequest(`Unknown setting ${JSON.stringify(key)} (known: ${[...Object.keys(FAULT_KEYS), ...Object.keys(LATENCY_KEYS)].join(', ')}).`, key);
     }
     const badFault = badFaultSetting(faults);

@@ -14,7 +14,7 @@ import { parsePdLayout, startPdDeployment } from './pd.js';
 import { parsePeer } from '../pd/kvTransfer.js';
 import { DEFAULT_SHUTDOWN_TIMEOUT_S, stopOnSignal } from './shutdown.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
-import { runTrace } from './trace.js';
+import { runTrace } from '../app/trace.js';
 import { DEFAULT_REPORTS_DIR } from '../trace/report.js';
 import { rerunCommand } from './rerun.js';
 import { defaultThreads, startServeThreads } from './threads.js';

@@ -11,6 +11,7 @@
  * a body `null` was redacted at capture (`--redact-bodies`). Token ids and timings are plain arrays (JSON
  * numbers give doubles back exactly).
  */
+import { createReadStream, openSync } from 'node:fs';
 import { z } from 'zod';
 import type { CaptureStore, Exchange, RunInfo, StoredExchange, StoredRun } from '../store/captureStore.js';
 import { BLOB_BROTLI, BLOB_RAW, inflated, type StoredBlob } from '../store/fileBlobs.js';
@@ -351,4 +352,14 @@ export async function* readJsonl(input: AsyncIterable<Buffer>, source: string): 
     }
   }
   if (!sawHeader) throw new JsonlError(source, null, 'empty (no header line)');
+}
+
+/** A JSONL input as bytes: a file (opened now, so that a missing one is said at once) or stdin (`-`). */
+export function jsonlInput(path: string): AsyncIterable<Buffer> {
+  if (path === '-') return process.stdin;
+  try {
+    return createReadStream(path, { fd: openSync(path, 'r'), highWaterMark: 1 << 20 });
+  } catch (err) {
+    throw new FileError(path, (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message);
+  }
 }

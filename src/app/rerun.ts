@@ -10,6 +10,7 @@ import { compareRerun } from '../rerun/compare.js';
 import { formatRerunReport } from '../rerun/format.js';
 import { rerunHtml } from '../rerun/htmlReport.js';
 import { junitXml } from '../rerun/junit.js';
+import type { RerunReport } from '../rerun/report.js';
 import { goldenRequests, type RerunRequest } from '../rerun/requests.js';
 import { sendRequests, type Pacing } from '../rerun/send.js';
 import { CaptureStore, namingCapture } from '../store/captureStore.js';
@@ -101,12 +102,32 @@ export async function runRerun(golden: string, o: RerunOptions, startCapture: St
   const headers: Record<string, string> = Object.fromEntries(o.header.map(parseHeader));
   const apiKey = o.apiKey ?? process.env.OPENAI_API_KEY;
   if (apiKey !== undefined && apiKey !== '') headers.Authorization = `Bearer ${apiKey}`;
-  const pacing: Pacing = o.asCaptured ? { kind: 'as-captured', speedup: o.speedup } : { kind: 'concurrency', concurrency: o.concurrency };
   if (!o.asCaptured && o.speedup !== 1) throw new ExitError('--speedup divides the captured arrival times: it needs --as-captured', COULD_NOT_RUN);
+  const sent = readGolden(golden, output, o);
+  await record(golden, output, o, sent, headers, startCapture);
 
-  let requests: RerunRequest[];
-  let skipped: { reason: string; count: number }[];
-  let tokenizer: ReturnType<typeof goldenTokenizer>;
+  const report = await compareRerun({ golden, candidate: output, target: o.target, skipped: sent.skipped }).catch(couldNotRun);
+  checkAnswered(report, o.target, output);
+  console.log(o.json ? terminalJson(report) : terminalText(formatRerunReport(report, o.limit), { keepNewlines: true }));
+  const rules = { inputs: [golden, output], force: o.force };
+  try {
+    if (o.junit !== undefined) await writeOutputFile(o.junit, rules, (write) => write(junitXml(report)));
+    if (o.reportHtml !== undefined) await writeOutputFile(o.reportHtml, rules, (write) => write(rerunHtml(report)));
+  } catch (err) {
+    return couldNotRun(err);
+  }
+  return report.regression ? 1 : 0;
+}
+
+/** What is sent again, and how the golden file tokenizes (checked with the output files before anything is sent). */
+interface GoldenRequests {
+  requests: RerunRequest[];
+  skipped: { reason: string; count: number }[];
+  tokenizer: ReturnType<typeof goldenTokenizer>;
+}
+
+function readGolden(golden: string, output: string, o: RerunOptions): GoldenRequests {
+  let read: GoldenRequests;
   try {
     checkOutput(output, { inputs: [golden] });
     const reports = [o.junit, o.reportHtml].filter((path) => path !== undefined);
@@ -116,13 +137,24 @@ export async function runRerun(golden: string, o: RerunOptions, startCapture: St
     }
     if (reports.length === 2 && resolve(reports[0]) === resolve(reports[1]))
       throw new ExitError(`--junit and --report-html both name ${reports[0]}`, COULD_NOT_RUN);
-    ({ requests, skipped } = goldenRequests(golden));
-    tokenizer = goldenTokenizer(golden);
+    read = { ...goldenRequests(golden), tokenizer: goldenTokenizer(golden) };
   } catch (err) {
     return couldNotRun(err);
   }
-  if (requests.length === 0) throw new ExitError(`${golden} holds no complete exchange to send again`, COULD_NOT_RUN);
+  if (read.requests.length === 0) throw new ExitError(`${golden} holds no complete exchange to send again`, COULD_NOT_RUN);
+  return read;
+}
 
+/** The golden requests sent through a capture proxy in front of the target, recorded into `output`. */
+async function record(
+  golden: string,
+  output: string,
+  o: RerunOptions,
+  { requests, tokenizer }: GoldenRequests,
+  headers: Record<string, string>,
+  startCapture: StartCaptureProxy,
+): Promise<void> {
+  const pacing: Pacing = o.asCaptured ? { kind: 'as-captured', speedup: o.speedup } : { kind: 'concurrency', concurrency: o.concurrency };
   const proxy = await startCapture({
     upstream: o.target,
     captures: output,
@@ -153,28 +185,21 @@ export async function runRerun(golden: string, o: RerunOptions, startCapture: St
     progress.stop();
     await proxy.close(0);
   }
+}
 
-  const report = await compareRerun({ golden, candidate: output, target: o.target, skipped }).catch(couldNotRun);
+/** A target that answered nothing, or refused everything, is no rerun: it could not run. */
+function checkAnswered(report: RerunReport, target: string, output: string): void {
   const sent = report.exchanges.filter((e) => e.verdict !== 'not-compared');
   const unanswered = sent.filter((e) => e.status.candidate === null);
   if (unanswered.length === sent.length)
     throw new ExitError(
-      `${o.target} answered none of the ${sent.length} request(s) (${unanswered[0]?.note ?? 'no answer'}); what was tried is in ${output}`,
+      `${target} answered none of the ${sent.length} request(s) (${unanswered[0]?.note ?? 'no answer'}); what was tried is in ${output}`,
       COULD_NOT_RUN,
     );
   const refused = sent.filter((e) => e.status.candidate === 401 || e.status.candidate === 403);
   if (refused.length === sent.length)
     throw new ExitError(
-      `${o.target} refused every request (${refused[0].status.candidate}): give its key with --api-key or --header; what was tried is in ${output}`,
+      `${target} refused every request (${refused[0].status.candidate}): give its key with --api-key or --header; what was tried is in ${output}`,
       COULD_NOT_RUN,
     );
-  console.log(o.json ? terminalJson(report) : terminalText(formatRerunReport(report, o.limit), { keepNewlines: true }));
-  const rules = { inputs: [golden, output], force: o.force };
-  try {
-    if (o.junit !== undefined) await writeOutputFile(o.junit, rules, (write) => write(junitXml(report)));
-    if (o.reportHtml !== undefined) await writeOutputFile(o.reportHtml, rules, (write) => write(rerunHtml(report)));
-  } catch (err) {
-    return couldNotRun(err);
-  }
-  return report.regression ? 1 : 0;
 }

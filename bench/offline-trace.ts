@@ -1,7 +1,7 @@
 /**
  * Benchmark (issues #3 and #13, the speed of `mocker trace`): the offline replay's own code path — a workload,
  * normalizeArrivals, WorkloadDriver, OfflineReplay over scheduler cores, ReplayCollector and its report —
- * wired as src/cli/trace.ts wires an offline aggregated run (polynomial perf model, seed 42, worker i seeded
+ * wired as src/app/trace.ts wires an offline aggregated run (polynomial perf model, seed 42, worker i seeded
  * 42 + i, vLLM default engine args unless a setting says otherwise). Wall time covers parsing the trace text
  * (read beforehand) or building the synthetic workload, the simulation and the report: what a user waits
  * for, minus process start and file reading. Settings:

@@ -233,6 +233,16 @@ describe('HTML report of mocker rerun, as text', () => {
     ]);
   });
 
+  it('prints a shift that rounds to zero as 0.00, without a sign, as the golden and candidate figures', () => {
+    const report = sampleReport();
+    report.timing.ttftMs = { ...report.timing.ttftMs, shift: { p50: 0, p90: -0.001, p99: 0.004 } };
+    const html = rerunHtml(report);
+    const cell = (key: string) => new RegExp(`data-key="${key.replaceAll('.', '\\.')}">([^<]*)<`).exec(html)?.[1];
+    expect([cell('ttftMs.shift.p50'), cell('ttftMs.shift.p90'), cell('ttftMs.shift.p99')]).toEqual(['0.00', '0.00', '0.00']);
+    // Away from zero the sign stays (the sample's e2e p50 shift: 250 - 60).
+    expect(cell('e2eMs.shift.p50')).toBe('+190.00');
+  });
+
   it('marks the first difference at its offset on each side, and nothing when the prompts were cut before it', () => {
     const exchange = sampleReport().exchanges[0];
     const marked = (prompt: PromptComparison) =>

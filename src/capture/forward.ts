@@ -290,7 +290,6 @@ function refusedFields(injected: readonly string[], status: number, body: Buffer
  * itself. An engine that refuses the added field (400/422 naming it) is asked again without it, and never
  * gets it again: the client only ever sees what the engine answers to its own request.
  */
-// biome-ignore lint/complexity/noExcessiveLinesPerFunction: over 120 lines until it is split (issue 37, in progress)
 export async function forwardExchange(
   config: ForwardConfig,
   req: IncomingMessage,
@@ -298,187 +297,240 @@ export async function forwardExchange(
   res: ServerResponse,
   sink: ExchangeSink,
 ): Promise<void> {
-  const method = req.method ?? 'GET';
-  const path = req.url ?? '/';
-  const generation = generationEndpoint(method, path);
-  // Embeddings and rerank requests are recorded as sent: nothing is added to them.
-  const endpoint = generation ?? poolingEndpoint(method, path);
-  const engine = config.upstream;
-  const dialect = engine.dialect;
+  await new ForwardedExchange(config, req, requestBody, res, sink).run();
+}
+
+/** The request as the proxy reads it, and the body it sends the engine (with the fields it added, `injected`). */
+function prepareRequest(
+  upstream: UpstreamEngine,
+  generation: 'chat' | 'completion' | null,
+  endpoint: RecordedEndpoint | null,
+  requestBody: Buffer,
+): { request: Record<string, unknown> | null; sentBody: Buffer; injected: string[] } {
   let request: Record<string, unknown> | null = null;
-  let sentBody = requestBody;
-  let injected: string[] = [];
-  if (endpoint) {
-    try {
-      const parsed = JSON.parse(requestBody.toString('utf8')) as unknown;
-      if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) request = parsed as Record<string, unknown>;
-    } catch {
-      // Not JSON: forwarded untouched, the upstream answers with its own error; not recorded as a generation.
-    }
-    const idsAllowed = dialect.streamedChatIds || !(generation === 'chat' && request?.stream === true);
-    if (generation && request && dialect.injectTokenIds && idsAllowed && request.return_token_ids === undefined) {
-      injected = ['return_token_ids'];
-      sentBody = spliceFirstMember(requestBody, 'return_token_ids', 'true');
-    }
+  if (!endpoint) return { request, sentBody: requestBody, injected: [] };
+  try {
+    const parsed = JSON.parse(requestBody.toString('utf8')) as unknown;
+    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) request = parsed as Record<string, unknown>;
+  } catch {
+    // Not JSON: forwarded untouched, the upstream answers with its own error; not recorded as a generation.
   }
-  const base = engine.url;
-  const target = new URL(base.pathname.replace(/\/$/, '') + path, base);
-  const startedAt = Date.now();
-  let t0 = performance.now();
-  let body = new ByteSink();
-  let splitter = new EventSplitter();
-  const raw: RawExchange = {
-    startedAt,
-    method,
-    path,
-    endpoint,
-    tokenize: dialect.tokenize,
-    requestHeaders: req.headers,
-    requestBody,
-    request,
-    injected,
-    status: null,
-    responseHeaders: {},
-    responseBody: Buffer.alloc(0),
-    stream: false,
-    eventEnds: splitter.ends,
-    eventTimes: splitter.times,
-    totalMs: 0,
-    outcome: 'complete',
-    error: null,
-  };
+  const dialect = upstream.dialect;
+  const idsAllowed = dialect.streamedChatIds || !(generation === 'chat' && request?.stream === true);
+  if (generation && request && dialect.injectTokenIds && idsAllowed && request.return_token_ids === undefined)
+    return { request, sentBody: spliceFirstMember(requestBody, 'return_token_ids', 'true'), injected: ['return_token_ids'] };
+  return { request, sentBody: requestBody, injected: [] };
+}
 
-  await new Promise<void>((resolve) => {
-    let settled = false;
-    let upstreamReq: UpstreamRequest;
-    // What the upstream's head decided for the attempt being answered.
-    let statusMessage = '';
-    let transform = false;
-    let mayResend = false;
-    let deferHead = false;
-    let holdBody = false;
-    const done = async (outcome: RawExchange['outcome'], error: string | null, endClient: () => void) => {
-      if (settled) return;
-      settled = true;
-      raw.totalMs = performance.now() - t0;
-      splitter.finish(body.length, raw.totalMs);
-      raw.responseBody = body.bytes();
-      raw.outcome = outcome;
-      raw.error = error;
-      try {
-        await sink(raw);
-      } catch (err) {
-        console.error(`mocker capture: could not store ${method} ${path}: ${(err as Error).message}`);
-      }
-      try {
-        endClient();
-      } catch (err) {
-        // Whatever the upstream sent that the client's response cannot carry: that client's connection ends, not the process.
-        console.error(`mocker capture: ${method} ${path}: could not answer the client: ${(err as Error).message}`);
-        res.destroy();
-      }
-      // Once the response is closed, its bytes are in the kernel or dropped: none is read from `body` again.
-      const spent = body;
-      if (res.closed) spent.release();
-      else res.once('close', () => spent.release());
-      resolve();
+/** One exchange in flight: the attempt sent upstream, what it has answered so far, and the client's response. */
+class ForwardedExchange {
+  private readonly engine: UpstreamEngine;
+  private readonly target: URL;
+  private readonly raw: RawExchange;
+  private sentBody: Buffer;
+  private t0 = performance.now();
+  private body = new ByteSink();
+  private splitter = new EventSplitter();
+  private settled = false;
+  private upstreamReq: UpstreamRequest | undefined;
+  private resolve: () => void = () => undefined;
+  // What the upstream's head decided for the attempt being answered.
+  private statusMessage = '';
+  private transform = false;
+  private mayResend = false;
+  private deferHead = false;
+  private holdBody = false;
+
+  constructor(
+    private readonly config: ForwardConfig,
+    private readonly req: IncomingMessage,
+    private readonly requestBody: Buffer,
+    private readonly res: ServerResponse,
+    private readonly sink: ExchangeSink,
+  ) {
+    const method = req.method ?? 'GET';
+    const path = req.url ?? '/';
+    const generation = generationEndpoint(method, path);
+    // Embeddings and rerank requests are recorded as sent: nothing is added to them.
+    const endpoint = generation ?? poolingEndpoint(method, path);
+    this.engine = config.upstream;
+    const { request, sentBody, injected } = prepareRequest(this.engine, generation, endpoint, requestBody);
+    this.sentBody = sentBody;
+    const base = this.engine.url;
+    this.target = new URL(base.pathname.replace(/\/$/, '') + path, base);
+    this.raw = {
+      startedAt: Date.now(),
+      method,
+      path,
+      endpoint,
+      tokenize: this.engine.dialect.tokenize,
+      requestHeaders: req.headers,
+      requestBody,
+      request,
+      injected,
+      status: null,
+      responseHeaders: {},
+      responseBody: Buffer.alloc(0),
+      stream: false,
+      eventEnds: this.splitter.ends,
+      eventTimes: this.splitter.times,
+      totalMs: 0,
+      outcome: 'complete',
+      error: null,
     };
+  }
 
-    res.on('close', () => {
-      if (!res.writableFinished && !settled) {
-        upstreamReq.abort();
-        void done('aborted', 'client disconnected', () => undefined);
-      }
+  /** Settles once the exchange is stored and the client's response ended (or the client went away). */
+  run(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      this.resolve = resolve;
+      this.res.on('close', () => {
+        if (!this.res.writableFinished && !this.settled) {
+          this.upstreamReq?.abort();
+          void this.done('aborted', 'client disconnected', () => undefined);
+        }
+      });
+      this.send();
     });
+  }
 
-    const send = () => {
-      const attempt = config.connections.request(method, target.pathname + target.search, upstreamHeaders(req.headers, sentBody.length, endpoint), sentBody, {
-        head: (status, message, headers) => {
-          engine.answered();
-          raw.status = status;
-          statusMessage = message;
-          raw.responseHeaders = headers;
-          raw.stream = String(headers['content-type'] ?? '').startsWith('text/event-stream');
-          transform = injected.includes('return_token_ids') && status < 400;
-          // An error answer to a request the proxy added fields to waits whole: it may be a refusal to resend.
-          mayResend = injected.length > 0 && (status === 400 || status === 422);
-          // A non-streamed body is rewritten whole, so its head waits for it (to keep a correct content-length).
-          deferHead = mayResend || (transform && !raw.stream);
-          // A body the client knows the length of is complete for it at its last byte, before the proxy ends the
-          // response: a recorded one goes out only once stored (a non-streamed answer is one piece anyway).
-          holdBody = deferHead || (endpoint !== null && !transform && (!raw.stream || headers['content-length'] !== undefined));
-          if (!deferHead) {
-            res.writeHead(status, statusMessage, clientHeaders(headers, transform));
-            if (raw.stream) res.flushHeaders();
-          }
-        },
-        data: (chunk) => {
-          const at = performance.now() - t0;
-          body.append(chunk);
-          if (!raw.stream) return holdBody ? undefined : void res.write(chunk);
-          const events = splitter.push(body.buffer, body.length, at);
-          if (holdBody) return;
-          // A view of `body`'s bytes is safe to queue: appends never rewrite them (growing copies elsewhere).
-          if (!transform) res.write(chunk);
-          else if (events) res.write(hideTokenIdsInBytes(body.buffer, events[0], events[1], dialect.unaskedIds));
-        },
+  private async done(outcome: RawExchange['outcome'], error: string | null, endClient: () => void): Promise<void> {
+    if (this.settled) return;
+    this.settled = true;
+    const { raw, res } = this;
+    raw.totalMs = performance.now() - this.t0;
+    this.splitter.finish(this.body.length, raw.totalMs);
+    raw.responseBody = this.body.bytes();
+    raw.outcome = outcome;
+    raw.error = error;
+    try {
+      await this.sink(raw);
+    } catch (err) {
+      console.error(`mocker capture: could not store ${raw.method} ${raw.path}: ${(err as Error).message}`);
+    }
+    try {
+      endClient();
+    } catch (err) {
+      // Whatever the upstream sent that the client's response cannot carry: that client's connection ends, not the process.
+      console.error(`mocker capture: ${raw.method} ${raw.path}: could not answer the client: ${(err as Error).message}`);
+      res.destroy();
+    }
+    // Once the response is closed, its bytes are in the kernel or dropped: none is read from `body` again.
+    const spent = this.body;
+    if (res.closed) spent.release();
+    else res.once('close', () => spent.release());
+    this.resolve();
+  }
+
+  private send(): void {
+    const { req, raw, target } = this;
+    this.upstreamReq = this.config.connections.request(
+      raw.method,
+      target.pathname + target.search,
+      upstreamHeaders(req.headers, this.sentBody.length, raw.endpoint),
+      this.sentBody,
+      {
+        head: (status, message, headers) => this.onHead(status, message, headers),
+        data: (chunk) => this.onData(chunk),
         // node:http sends a response's writes on the next tick (each write corks the client's socket until then). When
         // one read of the upstream carried the stream's last events and its end, ending the exchange at once would
         // hold those events back behind handing it to the recorder (measured: 2-3 ms on the last event).
-        end: () =>
-          process.nextTick(() => {
-            const refused = mayResend ? refusedFields(injected, raw.status ?? 0, body.buffer.subarray(0, body.length)) : [];
-            if (refused.length > 0) {
-              engine.refused(refused);
-              // The one field ever added was refused: the engine gets the client's own bytes.
-              injected = [];
-              raw.injected = injected;
-              sentBody = requestBody;
-              raw.status = null;
-              // Held whole, never written to the client.
-              body.release();
-              body = new ByteSink();
-              splitter = new EventSplitter();
-              raw.eventEnds = splitter.ends;
-              raw.eventTimes = splitter.times;
-              // The engine's own timing starts with the request it answers.
-              t0 = performance.now();
-              return send();
-            }
-            const status = raw.status ?? 0;
-            const failed = status >= 400;
-            const lastEvent = splitter.ends.at(-1) ?? 0;
-            const tail =
-              transform && raw.stream && body.length > lastEvent ? hideTokenIdsInBytes(body.buffer, lastEvent, body.length, dialect.unaskedIds) : undefined;
-            const headers = raw.responseHeaders;
-            void done(failed ? 'failed' : 'complete', failed ? `upstream status ${status}` : null, () => {
-              if (!deferHead && holdBody) return void res.end(body.buffer.subarray(0, body.length));
-              if (!deferHead) return void (tail ? res.end(tail) : res.end());
-              // From the proxy's own copy: the sink may have taken raw.responseBody.
-              const out = transform ? hideTokenIdsInBytes(body.buffer, 0, body.length, dialect.unaskedIds) : body.buffer.subarray(0, body.length);
-              const outHeaders = clientHeaders(headers, true);
-              outHeaders['content-length'] = out.length;
-              res.writeHead(status, statusMessage, outHeaders).end(out);
-            });
-          }),
-        error: (err) => {
-          const message = `upstream ${base.origin}: ${err.message}`;
-          if (raw.status === null) {
-            const timedOut = err.message.includes('timed out');
-            const status = timedOut ? 504 : 502;
-            void done('failed', message, () => {
-              if (res.headersSent || res.destroyed) return void res.destroy();
-              const json = errorJson(status, message, timedOut ? 'GatewayTimeout' : 'BadGateway');
-              res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) }).end(json);
-            });
-          } else {
-            // The upstream broke mid-response: the client sees the same break.
-            void done('failed', message, () => res.destroy());
-          }
-        },
-      });
-      upstreamReq = attempt;
-    };
-    send();
-  });
+        end: () => process.nextTick(() => this.onEnd()),
+        error: (err) => this.onError(err),
+      },
+    );
+  }
+
+  private onHead(status: number, message: string, headers: IncomingHttpHeaders): void {
+    const { raw, res } = this;
+    this.engine.answered();
+    raw.status = status;
+    this.statusMessage = message;
+    raw.responseHeaders = headers;
+    raw.stream = String(headers['content-type'] ?? '').startsWith('text/event-stream');
+    this.transform = raw.injected.includes('return_token_ids') && status < 400;
+    // An error answer to a request the proxy added fields to waits whole: it may be a refusal to resend.
+    this.mayResend = raw.injected.length > 0 && (status === 400 || status === 422);
+    // A non-streamed body is rewritten whole, so its head waits for it (to keep a correct content-length).
+    this.deferHead = this.mayResend || (this.transform && !raw.stream);
+    // A body the client knows the length of is complete for it at its last byte, before the proxy ends the
+    // response: a recorded one goes out only once stored (a non-streamed answer is one piece anyway).
+    this.holdBody = this.deferHead || (raw.endpoint !== null && !this.transform && (!raw.stream || headers['content-length'] !== undefined));
+    if (!this.deferHead) {
+      res.writeHead(status, this.statusMessage, clientHeaders(headers, this.transform));
+      if (raw.stream) res.flushHeaders();
+    }
+  }
+
+  private onData(chunk: Buffer): void {
+    const { body, res } = this;
+    const at = performance.now() - this.t0;
+    body.append(chunk);
+    if (!this.raw.stream) {
+      if (!this.holdBody) res.write(chunk);
+      return;
+    }
+    const events = this.splitter.push(body.buffer, body.length, at);
+    if (this.holdBody) return;
+    // A view of `body`'s bytes is safe to queue: appends never rewrite them (growing copies elsewhere).
+    if (!this.transform) res.write(chunk);
+    else if (events) res.write(hideTokenIdsInBytes(body.buffer, events[0], events[1], this.engine.dialect.unaskedIds));
+  }
+
+  private onEnd(): void {
+    const { raw, body, res } = this;
+    const refused = this.mayResend ? refusedFields(raw.injected, raw.status ?? 0, body.buffer.subarray(0, body.length)) : [];
+    if (refused.length > 0) return this.resendWithout(refused);
+    const unasked = this.engine.dialect.unaskedIds;
+    const status = raw.status ?? 0;
+    const failed = status >= 400;
+    const lastEvent = this.splitter.ends.at(-1) ?? 0;
+    const tail = this.transform && raw.stream && body.length > lastEvent ? hideTokenIdsInBytes(body.buffer, lastEvent, body.length, unasked) : undefined;
+    const headers = raw.responseHeaders;
+    void this.done(failed ? 'failed' : 'complete', failed ? `upstream status ${status}` : null, () => {
+      if (!this.deferHead && this.holdBody) return void res.end(body.buffer.subarray(0, body.length));
+      if (!this.deferHead) return void (tail ? res.end(tail) : res.end());
+      // From the proxy's own copy: the sink may have taken raw.responseBody.
+      const out = this.transform ? hideTokenIdsInBytes(body.buffer, 0, body.length, unasked) : body.buffer.subarray(0, body.length);
+      const outHeaders = clientHeaders(headers, true);
+      outHeaders['content-length'] = out.length;
+      res.writeHead(status, this.statusMessage, outHeaders).end(out);
+    });
+  }
+
+  /** The engine refused the fields the proxy added: it is asked again with the client's own bytes. */
+  private resendWithout(refused: string[]): void {
+    const { raw } = this;
+    this.engine.refused(refused);
+    // The one field ever added was refused: the engine gets the client's own bytes.
+    raw.injected = [];
+    this.sentBody = this.requestBody;
+    raw.status = null;
+    // Held whole, never written to the client.
+    this.body.release();
+    this.body = new ByteSink();
+    this.splitter = new EventSplitter();
+    raw.eventEnds = this.splitter.ends;
+    raw.eventTimes = this.splitter.times;
+    // The engine's own timing starts with the request it answers.
+    this.t0 = performance.now();
+    this.send();
+  }
+
+  private onError(err: Error): void {
+    const { res } = this;
+    const message = `upstream ${this.engine.url.origin}: ${err.message}`;
+    if (this.raw.status !== null) {
+      // The upstream broke mid-response: the client sees the same break.
+      void this.done('failed', message, () => res.destroy());
+      return;
+    }
+    const timedOut = err.message.includes('timed out');
+    const status = timedOut ? 504 : 502;
+    void this.done('failed', message, () => {
+      if (res.headersSent || res.destroyed) return void res.destroy();
+      const json = errorJson(status, message, timedOut ? 'GatewayTimeout' : 'BadGateway');
+      res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) }).end(json);
+    });
+  }
 }

@@ -1,8 +1,9 @@
-/** What `mocker captures list`, `show` and `stats` read from a capture file (the CLI only prints it). */
+/** What `mocker captures list`, `show`, `stats` and `export` read from a capture file (the CLI only prints it). */
 import { ReplayCollector, type ReplayReport } from '../trace/collector.js';
 import {
+  CaptureStore,
   isGeneration,
-  type CaptureStore,
+  namingCapture,
   type ExchangeFilter,
   type ExchangeSummary,
   type HeaderMap,
@@ -12,7 +13,7 @@ import {
   type StoredRun,
 } from '../store/captureStore.js';
 import { ModelTokenizer } from '../tokenizer/index.js';
-import { exchangeRecord, type ExchangeLine } from './jsonl.js';
+import { exchangeRecord, exportJsonl, type ExchangeLine } from './jsonl.js';
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
@@ -43,7 +44,12 @@ export interface Listing {
   exchanges?: (Omit<ExchangeSummary, 'startedAt'> & { startedAt: string })[];
 }
 
-export function listCaptures(store: CaptureStore, filter: ExchangeFilter, withExchanges: boolean): Listing {
+/** `captures list`: what `file` holds of the exchanges `filter` selects. */
+export function listCaptures(file: string, filter: ExchangeFilter, withExchanges: boolean): Promise<Listing> {
+  return readCaptureFile(file, (store) => listingOf(store, filter, withExchanges));
+}
+
+function listingOf(store: CaptureStore, filter: ExchangeFilter, withExchanges: boolean): Listing {
   const selected = store.exchangeSummaries(filter);
   const perRun = new Map<number, number>();
   const outcomes: Record<Outcome, number> = { complete: 0, failed: 0, aborted: 0 };
@@ -163,7 +169,16 @@ function chunkTimings(tokenTimes: number[], chunkTokens: number[], outputIds: nu
   return out;
 }
 
-export async function showExchange(store: CaptureStore, ex: StoredExchange): Promise<Shown> {
+/** `captures show`: exchange `id` of `file`. */
+export function showExchange(file: string, id: number): Promise<Shown> {
+  return readCaptureFile(file, (store) => {
+    const ex = store.getExchange(id);
+    if (!ex) throw new Error(`no exchange ${id}`);
+    return shown(store, ex);
+  });
+}
+
+async function shown(store: CaptureStore, ex: StoredExchange): Promise<Shown> {
   const run = store.getRun(ex.runId);
   const needsTokenizer = ex.promptIds !== null || ex.bodiesRedacted;
   const tokenizer = needsTokenizer ? runTokenizer(store, run) : null;
@@ -234,7 +249,14 @@ const TOKEN_GAP_STATS = ['ttst_ms', 'tpot_ms', 'itl_ms', 'output_token_throughpu
  * (all choices) arriving at their captured times, a non-streamed one's all at its end. Exchanges that produced
  * no token (failed) count as requests, not completed.
  */
-export function captureStats(store: CaptureStore, runId?: number): RunStats[] {
+export function captureStats(file: string, runId?: number): Promise<RunStats[]> {
+  return readCaptureFile(file, (store) => {
+    if (runId !== undefined && !store.getRun(runId)) throw new Error(`no run ${runId}`);
+    return runStats(store, runId);
+  });
+}
+
+function runStats(store: CaptureStore, runId?: number): RunStats[] {
   const runs = store.runs().filter((run) => runId === undefined || run.id === runId);
   return runs.map((run) => {
     const collector = new ReplayCollector([]);
@@ -271,4 +293,21 @@ export function captureStats(store: CaptureStore, runId?: number): RunStats[] {
     for (const key of Object.keys(report)) if (absent.some((suffix) => key.endsWith(`_${suffix}`))) delete report[key];
     return { run: run.id, engine: run.engine ?? null, label: run.label ?? null, startedAt: iso(run.startedAt), exchanges: counts, report };
   });
+}
+
+/** Reads a capture file: any failure, opening it or later (a damaged page), names the file. */
+async function readCaptureFile<T>(file: string, work: (store: CaptureStore) => T | Promise<T>): Promise<T> {
+  return namingCapture(file, async () => {
+    const store = CaptureStore.open(file, { readonly: true });
+    try {
+      return await work(store);
+    } finally {
+      store.close();
+    }
+  });
+}
+
+/** `captures export`: `file` as JSONL, handed to `write` piece by piece. */
+export function exportCaptures(file: string, write: (text: string) => Promise<void>): Promise<void> {
+  return readCaptureFile(file, (store) => exportJsonl(store, write));
 }

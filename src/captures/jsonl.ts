@@ -11,11 +11,11 @@
  * a body `null` was redacted at capture (`--redact-bodies`). Token ids and timings are plain arrays (JSON
  * numbers give doubles back exactly).
  */
+import { createReadStream, openSync } from 'node:fs';
 import { z } from 'zod';
 import type { CaptureStore, Exchange, RunInfo, StoredExchange, StoredRun } from '../store/captureStore.js';
-import { BLOB_BROTLI, BLOB_RAW, inflated, type StoredBlob } from '../store/fileBlobs.js';
+import { BLOB_BROTLI, BLOB_RAW, BlobHashMismatch, fileOf, type StoredBlob } from '../store/fileBlobs.js';
 import { FileError } from '../util/fileError.js';
-import { sha256Hex } from '../util/sha256.js';
 
 export const FORMAT = 'mocker-captures';
 /** 2: tokenizer files compressed (1: as they are; still read). */
@@ -296,16 +296,13 @@ export async function* readJsonl(input: AsyncIterable<Buffer>, source: string): 
       if ((l.encoding === undefined) !== (l.size === undefined)) throw fail('encoding and size come together (a compressed file) or not at all');
       const stored = decodeBytes(l.data);
       const blob: StoredBlob = { sha256: l.sha256, size: l.size ?? stored.length, encoding: l.encoding === undefined ? BLOB_RAW : BLOB_BROTLI, data: stored };
-      let data: Buffer;
       try {
-        data = inflated(blob);
+        fileOf(blob);
       } catch (err) {
-        throw fail(`data: ${(err as Error).message}`);
+        throw fail(`${err instanceof BlobHashMismatch ? 'sha256' : 'data'}: ${(err as Error).message}`);
       }
-      const hash = sha256Hex(data);
-      if (hash !== l.sha256) throw fail(`sha256: the blob's data hashes to ${hash}, not ${l.sha256}`);
       // Kept as it came (compressed, the store's form): memory holds the compressed files, and the store need not compress them again.
-      blobs.set(hash, blob);
+      blobs.set(l.sha256, blob);
     } else if (l.type === 'run') {
       if (runs.has(l.run)) throw fail(`run ${l.run} is defined twice`);
       runs.add(l.run);
@@ -351,4 +348,14 @@ export async function* readJsonl(input: AsyncIterable<Buffer>, source: string): 
     }
   }
   if (!sawHeader) throw new JsonlError(source, null, 'empty (no header line)');
+}
+
+/** A JSONL input as bytes: a file (opened now, so that a missing one is said at once) or stdin (`-`). */
+export function jsonlInput(path: string): AsyncIterable<Buffer> {
+  if (path === '-') return process.stdin;
+  try {
+    return createReadStream(path, { fd: openSync(path, 'r'), highWaterMark: 1 << 20 });
+  } catch (err) {
+    throw new FileError(path, (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message);
+  }
 }

@@ -75,5 +75,12 @@ export function percentileShift(before: Percentiles, after: Percentiles): { p50:
 
 /** A figure in ms for a report's text: two decimals, `n/a` when absent. */
 export const formatMs = (v: number | null): string => (v === null ? 'n/a' : v.toFixed(2));
-/** A shift in ms with its sign: `+1.25`, `-0.50`, `n/a`. */
-export const formatSignedMs = (v: number | null): string => `${v !== null && v >= 0 ? '+' : ''}${formatMs(v)}`;
+/** A shift in ms with its sign: `+1.25`, `-0.50`, `n/a`; one that rounds to zero is `0.00`, as unsigned figures are. */
+export function formatSignedMs(v: number | null): string {
+  const text = formatMs(v);
+  if (v === null) return text;
+  // -0.001 is `-0.00` in toFixed: no shift, whichever side of zero.
+  const rounded = Number(text);
+  if (rounded === 0) return formatMs(0);
+  return rounded > 0 ? `+${text}` : text;
+}

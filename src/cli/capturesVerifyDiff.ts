@@ -3,7 +3,7 @@ import { Command } from 'commander';
 import { diffCaptures, formatDiffReport } from '../captures/diff.js';
 import { formatVerifyReport, verifyCaptures } from '../captures/verify.js';
 import { terminalJson, terminalText } from '../util/terminalText.js';
-import { ExitError } from './exit.js';
+import { ExitError } from '../util/exitError.js';
 import { number } from './flags.js';
 import { GROUPS } from './help.js';
 

@@ -16,7 +16,7 @@ import { applyEnvironment, npuMockCapture } from './environment.js';
 import { everyCommand, useOptionStyle } from './help.js';
 import { addSettings } from './options.js';
 import { rerunCommand } from './rerun.js';
-import { runTrace } from './trace.js';
+import { runTrace } from '../app/trace.js';
 
 /** `mocker capture` from its flags (also `serve` under vLLM's NPU mock model's CAPTURE_MODE=1, which has them all but --label). */
 // The table's paths are CaptureOptions' fields.

@@ -150,118 +150,145 @@ const numberText = (value: number, integer: boolean): string => (integer || !Num
  * it is written, retries included, so the work done is bounded by `maxChars` too. Throws `UnsupportedSchema` for a
  * `$ref` it cannot follow or a `pattern` it cannot draw from.
  */
-// biome-ignore lint/complexity/noExcessiveLinesPerFunction: over 120 lines until it is split (issue 37, in progress)
 export function sampleJsonText(schema: unknown, rand: () => number, maxChars: number): string {
-  const root = schema;
-  let text = '';
-  let left = maxChars;
-  const write = (piece: string) => {
-    left -= piece.length;
-    if (left < 0) throw new SampleTooLarge(maxChars, (text + piece).slice(0, maxChars));
-    text += piece;
-  };
-  const giveUp = (): never => {
-    throw new SampleTooLarge(maxChars, text.slice(0, maxChars));
-  };
+  const sampler = new Sampler(schema, rand, maxChars);
+  sampler.sample(schema, 0);
+  return sampler.text;
+}
+
+/** One draw: the text written so far and what is left of the budget, in characters and in work. */
+class Sampler {
+  text = '';
+  private left: number;
   /**
    * Work that writes nothing (following `$ref`s, merging `allOf`s, intersecting enums) is charged too, at most
    * WORK_PER_CHAR steps a character of the budget: `allOf` over two `$ref`s of the same definition, 31 deep, is
    * 2^31 resolutions of a 3 KB schema.
    */
-  let work = maxChars * WORK_PER_CHAR;
-  const spend = (steps: number) => {
-    work -= steps;
-    if (work < 0) giveUp();
-  };
-  const size = (value: unknown) => (Array.isArray(value) ? value.length : isSchema(value) ? Object.keys(value).length : 0);
-  const mergeCharged = (a: Schema, b: Schema): Schema => {
-    spend(1 + size(a) + size(b) + size(a.enum) + size(b.enum) + size(a.properties) + size(b.properties));
+  private work: number;
+
+  constructor(
+    private readonly root: unknown,
+    private readonly rand: () => number,
+    private readonly maxChars: number,
+  ) {
+    this.left = maxChars;
+    this.work = maxChars * WORK_PER_CHAR;
+  }
+
+  private write(piece: string): void {
+    this.left -= piece.length;
+    if (this.left < 0) throw new SampleTooLarge(this.maxChars, (this.text + piece).slice(0, this.maxChars));
+    this.text += piece;
+  }
+
+  private giveUp(): never {
+    throw new SampleTooLarge(this.maxChars, this.text.slice(0, this.maxChars));
+  }
+
+  private spend(steps: number): void {
+    this.work -= steps;
+    if (this.work < 0) this.giveUp();
+  }
+
+  private mergeCharged(a: Schema, b: Schema): Schema {
+    const size = (value: unknown) => (Array.isArray(value) ? value.length : isSchema(value) ? Object.keys(value).length : 0);
+    this.spend(1 + size(a) + size(b) + size(a.enum) + size(b.enum) + size(a.properties) + size(b.properties));
     return merge(a, b);
-  };
-  const pick = <T>(items: readonly T[]): T => items[Math.floor(rand() * items.length)];
-  const word = (n: number) => Array.from({ length: n }, () => pick(LETTERS)).join('');
-  const between = (low: number, high: number) => low + Math.floor(rand() * (high - low + 1));
+  }
+
+  private pick<T>(items: readonly T[]): T {
+    return items[Math.floor(this.rand() * items.length)];
+  }
+
+  private word(n: number): string {
+    return Array.from({ length: n }, () => this.pick(LETTERS)).join('');
+  }
+
+  private between(low: number, high: number): number {
+    return low + Math.floor(this.rand() * (high - low + 1));
+  }
 
   /** The schema as it applies: `$ref`s followed, `allOf` merged, one `anyOf` / `oneOf` branch taken. */
-  const resolve = (raw: unknown, nesting = 0): Schema | null => {
+  private resolve(raw: unknown, nesting = 0): Schema | null {
     let schema: unknown = raw;
     for (let chain = 0; isSchema(schema); chain++) {
-      if (chain > MAX_REF_CHAIN || nesting > GIVE_UP_DEPTH) giveUp();
-      spend(1);
+      if (chain > MAX_REF_CHAIN || nesting > GIVE_UP_DEPTH) this.giveUp();
+      this.spend(1);
       if (typeof schema.$ref === 'string') {
         const { $ref, ...siblings } = schema;
-        const target = pointAt(root, $ref as string);
-        schema = isSchema(target) ? mergeCharged(target, siblings) : target;
+        const target = pointAt(this.root, $ref as string);
+        schema = isSchema(target) ? this.mergeCharged(target, siblings) : target;
         continue;
       }
       if (Array.isArray(schema.allOf)) {
         const { allOf, ...rest } = schema;
         schema = (allOf as unknown[]).reduce<Schema>((acc, sub) => {
-          const part = resolve(sub, nesting + 1);
-          return part ? mergeCharged(acc, part) : acc;
+          const part = this.resolve(sub, nesting + 1);
+          return part ? this.mergeCharged(acc, part) : acc;
         }, rest);
         continue;
       }
       const branches = Array.isArray(schema.anyOf) ? schema.anyOf : Array.isArray(schema.oneOf) ? schema.oneOf : null;
       if (branches && branches.length > 0) {
         const { anyOf: _a, oneOf: _o, ...rest } = schema;
-        const branch = resolve(pick(branches), nesting + 1);
-        schema = branch ? mergeCharged(rest, branch) : rest;
+        const branch = this.resolve(this.pick(branches), nesting + 1);
+        schema = branch ? this.mergeCharged(rest, branch) : rest;
         continue;
       }
       return schema;
     }
     // `true` (anything) is drawn as {}; `false` accepts nothing: null is as good as any.
     return raw === true ? {} : null;
-  };
+  }
 
-  const typeOf = (schema: Schema): string => {
+  private typeOf(schema: Schema): string {
     const types: unknown[] = Array.isArray(schema.type) ? schema.type : schema.type === undefined ? [] : [schema.type];
     const concrete = types.filter((t): t is string => typeof t === 'string' && t !== 'null');
-    if (concrete.length > 0) return pick(concrete);
+    if (concrete.length > 0) return this.pick(concrete);
     if (types.includes('null')) return 'null';
     if (['properties', 'required', 'additionalProperties', 'minProperties'].some((k) => k in schema)) return 'object';
     if (['items', 'prefixItems', 'minItems', 'maxItems'].some((k) => k in schema)) return 'array';
     if (['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'multipleOf'].some((k) => k in schema)) return 'number';
     return 'string';
-  };
+  }
 
-  const sample = (raw: unknown, depth: number): void => {
-    if (depth > GIVE_UP_DEPTH) giveUp();
-    const schema = resolve(raw);
-    if (schema === null) return write('null');
-    if ('const' in schema) return write(pythonJsonDumps(schema.const));
-    if (Array.isArray(schema.enum) && schema.enum.length > 0) return write(pythonJsonDumps(pick(schema.enum)));
+  sample(raw: unknown, depth: number): void {
+    if (depth > GIVE_UP_DEPTH) this.giveUp();
+    const schema = this.resolve(raw);
+    if (schema === null) return this.write('null');
+    if ('const' in schema) return this.write(pythonJsonDumps(schema.const));
+    if (Array.isArray(schema.enum) && schema.enum.length > 0) return this.write(pythonJsonDumps(this.pick(schema.enum)));
     const minimal = depth > MAX_DEPTH;
-    const type = typeOf(schema);
+    const type = this.typeOf(schema);
     switch (type) {
       case 'object':
-        return sampleObject(schema, depth, minimal);
+        return this.sampleObject(schema, depth, minimal);
       case 'array':
-        return sampleArray(schema, depth, minimal);
+        return this.sampleArray(schema, depth, minimal);
       case 'integer':
       case 'number':
-        return write(sampleNumber(schema, type === 'integer'));
+        return this.write(this.sampleNumber(schema, type === 'integer'));
       case 'boolean':
-        return write(rand() < 0.5 ? 'true' : 'false');
+        return this.write(this.rand() < 0.5 ? 'true' : 'false');
       case 'null':
-        return write('null');
+        return this.write('null');
       default:
-        return write(JSON.stringify(sampleString(schema)));
+        return this.write(JSON.stringify(this.sampleString(schema)));
     }
-  };
+  }
 
-  const sampleObject = (schema: Schema, depth: number, minimal: boolean) => {
+  private sampleObject(schema: Schema, depth: number, minimal: boolean): void {
     const properties = isSchema(schema.properties) ? schema.properties : {};
     const required = new Set(schema.required === undefined ? [] : schemaArray(schema.required).filter((k): k is string => typeof k === 'string'));
     const extra = schema.additionalProperties;
     const max = num(schema.maxProperties) ?? Infinity;
-    const chosen = new Set(Object.keys(properties).filter((key) => required.has(key) || (!minimal && rand() < 0.5)));
+    const chosen = new Set(Object.keys(properties).filter((key) => required.has(key) || (!minimal && this.rand() < 0.5)));
     // Required keys the properties do not describe take the additional properties' schema.
     for (const key of required) chosen.add(key);
     // Too few: the optional properties left out, then new keys where additional properties are allowed (no more
     // than the budget could hold: each takes more than a character).
-    const min = Math.min(num(schema.minProperties) ?? 0, Math.max(0, left));
+    const min = Math.min(num(schema.minProperties) ?? 0, Math.max(0, this.left));
     for (const key of Object.keys(properties)) if (chosen.size < min) chosen.add(key);
     for (let i = 0; chosen.size < min && extra !== false; i++) chosen.add(`key${i}`);
     const keys = [...chosen];
@@ -270,46 +297,46 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
       if (optional < 0) break;
       keys.splice(optional, 1);
     }
-    write('{');
+    this.write('{');
     keys.forEach((key, i) => {
-      write(`${i > 0 ? ', ' : ''}${JSON.stringify(key)}: `);
-      sample(key in properties ? properties[key] : isSchema(extra) ? extra : {}, depth + 1);
+      this.write(`${i > 0 ? ', ' : ''}${JSON.stringify(key)}: `);
+      this.sample(key in properties ? properties[key] : isSchema(extra) ? extra : {}, depth + 1);
     });
-    write('}');
-  };
+    this.write('}');
+  }
 
-  const sampleArray = (schema: Schema, depth: number, minimal: boolean) => {
+  private sampleArray(schema: Schema, depth: number, minimal: boolean): void {
     const prefix = Array.isArray(schema.prefixItems) ? schema.prefixItems : Array.isArray(schema.items) ? schema.items : [];
     const rest = Array.isArray(schema.items) ? (schema.additionalItems ?? {}) : (schema.items ?? {});
     const min = num(schema.minItems) ?? 0;
     const max = Math.max(min, num(schema.maxItems) ?? (rest === false ? prefix.length : min + 3));
-    const length = minimal ? min : between(min, Math.min(max, min + 3 + prefix.length));
-    write('[');
+    const length = minimal ? min : this.between(min, Math.min(max, min + 3 + prefix.length));
+    this.write('[');
     const seen = new Set<string>();
     items: for (let i = 0; i < length; i++) {
       const itemSchema = i < prefix.length ? prefix[i] : rest;
-      const start = text.length;
+      const start = this.text.length;
       for (let attempt = 0; ; attempt++) {
-        write(i > 0 ? ', ' : '');
-        sample(itemSchema, depth + 1);
-        const item = text.slice(start + (i > 0 ? 2 : 0));
+        this.write(i > 0 ? ', ' : '');
+        this.sample(itemSchema, depth + 1);
+        const item = this.text.slice(start + (i > 0 ? 2 : 0));
         // `uniqueItems`: a repeated item is drawn again, a few times at most (some schemas have too few values);
         // then the array ends before it if it may, else the schema is one no answer can satisfy here.
         if (schema.uniqueItems !== true || !seen.has(item)) {
           seen.add(item);
           break;
         }
-        text = text.slice(0, start);
+        this.text = this.text.slice(0, start);
         if (attempt >= 8) {
           if (i >= min) break items;
           throw new UnsupportedSchema('uniqueItems', `mocker cannot draw ${min} distinct items for this array schema (uniqueItems).`);
         }
       }
     }
-    write(']');
-  };
+    this.write(']');
+  }
 
-  const sampleNumber = (schema: Schema, integer: boolean): string => {
+  private sampleNumber(schema: Schema, integer: boolean): string {
     const low = Math.max(num(schema.minimum) ?? -Infinity, num(schema.exclusiveMinimum) ?? -Infinity);
     const high = Math.min(num(schema.maximum) ?? Infinity, num(schema.exclusiveMaximum) ?? Infinity);
     const lowOpen = low === num(schema.exclusiveMinimum);
@@ -322,45 +349,49 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
       // Exclusive bounds move inwards to the next multiple.
       const first = lowOpen ? Math.floor(from / unit) + 1 : Math.ceil(from / unit);
       const last = highOpen ? Math.ceil(to / unit) - 1 : Math.floor(to / unit);
-      return numberText(between(first, Math.max(first, last)) * unit, integer);
+      return numberText(this.between(first, Math.max(first, last)) * unit, integer);
     }
     if (step !== undefined && step > 0)
-      return numberText(between(Math.ceil(from / step), Math.max(Math.ceil(from / step), Math.floor(to / step))) * step, false);
-    const drawn = Math.round((from + rand() * (to - from)) * 100) / 100;
+      return numberText(this.between(Math.ceil(from / step), Math.max(Math.ceil(from / step), Math.floor(to / step))) * step, false);
+    const drawn = Math.round((from + this.rand() * (to - from)) * 100) / 100;
     const inside = drawn >= from && drawn <= to && !(lowOpen && drawn === low) && !(highOpen && drawn === high);
     return numberText(inside ? drawn : (from + to) / 2, false);
-  };
+  }
 
-  const sampleString = (schema: Schema): string => {
-    if (typeof schema.format === 'string' && FORMATS.includes(schema.format)) return sampleFormat(schema.format);
+  private sampleString(schema: Schema): string {
+    if (typeof schema.format === 'string' && FORMATS.includes(schema.format)) return this.sampleFormat(schema.format);
     const min = num(schema.minLength) ?? Math.min(1, num(schema.maxLength) ?? 1);
     const max = Math.max(min, num(schema.maxLength) ?? Math.max(min, 8));
-    if (typeof schema.pattern === 'string') {
-      // Only the lengths the schema sets bound a pattern's draw (the defaults above are for free words).
-      const [low, high] = [num(schema.minLength) ?? 0, num(schema.maxLength) ?? Infinity];
-      const fits = (s: string) => [...s].length >= low && [...s].length <= high;
-      for (let attempt = 0; attempt < 8; attempt++) {
-        let drawn: string;
-        try {
-          drawn = sampleRegex(schema.pattern, rand, Math.max(0, left), 'u');
-        } catch (err) {
-          if (!(err instanceof RegexUnsupported)) throw err;
-          if (err.tooLong) giveUp();
-          throw new UnsupportedSchema('pattern', err.message);
-        }
-        // A draw of the wrong length is drawn again: each takes at most the budget, 8 of them at most.
-        if (fits(drawn)) return drawn;
-      }
-      throw new UnsupportedSchema(
-        'pattern',
-        `mocker cannot draw a string of ${low} to ${high} characters matching the pattern ${JSON.stringify(schema.pattern)} (minLength/maxLength with pattern).`,
-      );
-    }
+    if (typeof schema.pattern === 'string') return this.samplePattern(schema.pattern, schema);
     // A word too long to write is cut where the budget ends: the write that follows gives up with its start.
-    const length = Math.min(between(min, Math.min(max, min + 8)), Math.max(0, left) + 1);
-    return word(length);
-  };
-  const sampleFormat = (format: string): string => {
+    const length = Math.min(this.between(min, Math.min(max, min + 8)), Math.max(0, this.left) + 1);
+    return this.word(length);
+  }
+
+  private samplePattern(pattern: string, schema: Schema): string {
+    // Only the lengths the schema sets bound a pattern's draw (the defaults of free words do not).
+    const [low, high] = [num(schema.minLength) ?? 0, num(schema.maxLength) ?? Infinity];
+    const fits = (s: string) => [...s].length >= low && [...s].length <= high;
+    for (let attempt = 0; attempt < 8; attempt++) {
+      let drawn: string;
+      try {
+        drawn = sampleRegex(pattern, this.rand, Math.max(0, this.left), 'u');
+      } catch (err) {
+        if (!(err instanceof RegexUnsupported)) throw err;
+        if (err.tooLong) this.giveUp();
+        throw new UnsupportedSchema('pattern', err.message);
+      }
+      // A draw of the wrong length is drawn again: each takes at most the budget, 8 of them at most.
+      if (fits(drawn)) return drawn;
+    }
+    throw new UnsupportedSchema(
+      'pattern',
+      `mocker cannot draw a string of ${low} to ${high} characters matching the pattern ${JSON.stringify(pattern)} (minLength/maxLength with pattern).`,
+    );
+  }
+
+  private sampleFormat(format: string): string {
+    const between = (low: number, high: number) => this.between(low, high);
     const date = () => `${between(1970, 2030)}-${String(between(1, 12)).padStart(2, '0')}-${String(between(1, 28)).padStart(2, '0')}`;
     const time = () => `${String(between(0, 23)).padStart(2, '0')}:${String(between(0, 59)).padStart(2, '0')}:${String(between(0, 59)).padStart(2, '0')}Z`;
     const hex = (n: number) => Array.from({ length: n }, () => between(0, 15).toString(16)).join('');
@@ -374,21 +405,18 @@ export function sampleJsonText(schema: unknown, rand: () => number, maxChars: nu
       case 'duration':
         return `P${between(1, 30)}DT${between(0, 23)}H`;
       case 'email':
-        return `${word(6)}@${word(5)}.com`;
+        return `${this.word(6)}@${this.word(5)}.com`;
       case 'uuid':
-        return `${hex(8)}-${hex(4)}-4${hex(3)}-${pick(['8', '9', 'a', 'b'])}${hex(3)}-${hex(12)}`;
+        return `${hex(8)}-${hex(4)}-4${hex(3)}-${this.pick(['8', '9', 'a', 'b'])}${hex(3)}-${hex(12)}`;
       case 'uri':
       case 'uri-reference':
-        return `https://${word(6)}.example.com/${word(4)}`;
+        return `https://${this.word(6)}.example.com/${this.word(4)}`;
       case 'hostname':
-        return `${word(6)}.example.com`;
+        return `${this.word(6)}.example.com`;
       case 'ipv4':
         return Array.from({ length: 4 }, () => between(0, 255)).join('.');
       default:
         return Array.from({ length: 8 }, () => hex(4)).join(':');
     }
-  };
-
-  sample(schema, 0);
-  return text;
+  }
 }

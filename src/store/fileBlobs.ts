@@ -49,12 +49,15 @@ export function blobOf(data: Buffer, sha256 = sha256Hex(data)): StoredBlob {
 export function fileOf(blob: StoredBlob): Buffer {
   const data = inflated(blob);
   const hash = sha256Hex(data);
-  if (hash !== blob.sha256) throw new Error(`the blob's data hashes to ${hash}, not ${blob.sha256}`);
+  if (hash !== blob.sha256) throw new BlobHashMismatch(`the blob's data hashes to ${hash}, not ${blob.sha256}`);
   return data;
 }
 
+/** `fileOf`'s refusal of a blob that inflates, but not to the bytes its SHA-256 names. */
+export class BlobHashMismatch extends Error {}
+
 /** The bytes a blob inflates to, at most its recorded size and `MAX_FILE_BYTES` (its hash not checked). */
-export function inflated(blob: StoredBlob): Buffer {
+function inflated(blob: StoredBlob): Buffer {
   if (blob.encoding === BLOB_RAW) return blob.data;
   if (blob.encoding !== BLOB_BROTLI) throw new Error(`unknown blob encoding ${String(blob.encoding)}`);
   const limit = Math.min(blob.size, MAX_FILE_BYTES);

@@ -116,8 +116,10 @@ async function schedulerFor(args: EngineArgs, speedupRatio: number | undefined, 
 
 const SYNTHETIC_FLAGS = ['inputTokens', 'outputTokens', 'requestCount'] as const;
 
+type WorkloadSource = 'trace' | 'synthetic' | 'captures';
+
 /** Which workload the flags ask for, with Dynamo's rules: exactly one source. */
-function checkSources(o: TraceOptions): 'trace' | 'synthetic' | 'captures' {
+function checkSources(o: TraceOptions): WorkloadSource {
   const synthetic =
     SYNTHETIC_FLAGS.some((k) => o[k] !== undefined) ||
     o.turnsPerSession !== 1 ||
@@ -143,9 +145,68 @@ function checkSources(o: TraceOptions): 'trace' | 'synthetic' | 'captures' {
 }
 
 /** Runs `mocker trace`; resolves with the exit code (1: no request completed). */
-// biome-ignore lint/complexity/noExcessiveLinesPerFunction: over 120 lines until it is split (issue 37, in progress)
 export async function runTrace(o: TraceOptions): Promise<number> {
   const source = checkSources(o);
+  const topology = topologyOf(o);
+  const roles = rolesOf(o, topology.disaggregated);
+  // The reports are checked now (a long run must not end in a refusal), and written whole at the end.
+  const outputs = reportOutputs(o, topology.disaggregated ? [roles.prefill, roles.decode] : [roles.aggregated]);
+  let workload = await loadWorkload(o, source, roles.engine.blockSize);
+  // A capture's ids are the target's own; generated ones are brought into its vocabulary.
+  if (topology.targets.length > 0 && source !== 'captures') workload = foldIntoVocabulary(workload);
+  const concurrency = o.replayConcurrency;
+  // Closed loop ignores arrival times, so nothing to speed up (Dynamo applies the ratio only in trace mode).
+  if (concurrency === undefined) workload = normalizeArrivals(workload, o.arrivalSpeedupRatio);
+  const mode: DriverMode = concurrency === undefined ? { kind: 'trace' } : { kind: 'concurrency', limit: concurrency };
+  const driver = new WorkloadDriver(workload, mode);
+  const settings: Settings = {
+    workload: workloadName(o, source),
+    requests: workload.requests,
+    replay_mode: topology.online ? 'online' : 'offline',
+    router_mode: o.routerMode,
+    block_size: roles.engine.blockSize,
+    ...(concurrency !== undefined ? { replay_concurrency: concurrency } : { arrival_speedup_ratio: o.arrivalSpeedupRatio }),
+  };
+  const failures = new FailureTally();
+  const progress = progressReporter('trace', o.progress, workload.requests, topology.online ? 'elapsed' : 'simulated');
+  const run = { o, topology, roles, driver, settings, progress };
+  const { wallMs, collector } = topology.online ? await replayOnline(run, failures) : await replayOffline(run);
+  progress.stop();
+
+  const report = collector.report(wallMs);
+  console.log(formatReportTable(report));
+  // A server's error text goes to the terminal: escaped.
+  for (const line of failures.lines()) console.error(terminalText(line));
+  await writeReportJson(report, outputs.jsonPath, outputs.rules);
+  console.log(`Saved full report to: ${outputs.jsonPath}`);
+  if (o.reportHtml !== undefined) {
+    const page = renderHtmlReport({ title: `mocker trace — ${settings.workload}`, report, charts: collector.charts(), settings });
+    await writeOutputFile(o.reportHtml, outputs.rules, (write) => write(page));
+    console.log(`Saved HTML report to: ${o.reportHtml}`);
+  }
+  // Sent as token-id completions, a capture's requests skip the target's preprocessing: answers are rerun's to check.
+  const targets = topology.targets;
+  if (source === 'captures' && targets.length > 0)
+    console.log(
+      `Answers are not compared here: mocker rerun ${o.fromCaptures!} --target ${targets.length === 1 ? targets[0] : 'URL'} checks them against the capture`,
+    );
+  if (report.completed_requests === 0 && report.num_requests > 0) {
+    console.error(`mocker trace: none of the ${report.num_requests} request(s) completed`);
+    return 1;
+  }
+  return 0;
+}
+
+/** Where the requests go and how many workers take them. */
+interface Topology {
+  targets: string[];
+  online: boolean;
+  disaggregated: boolean;
+  numWorkers: number;
+}
+
+/** The flags that choose the topology, checked against each other. */
+function topologyOf(o: TraceOptions): Topology {
   const targets = o.target ?? [];
   const online = targets.length > 0 || o.replayMode === 'online';
   if (targets.length > 0 && o.replayMode === 'offline')
@@ -171,6 +232,20 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     throw new Error(`--num-workers ${o.numWorkers} but ${targets.length} --target servers: each target is one worker`);
   if (!online && !disaggregated && o.routerMode === 'kv_router' && numWorkers < 2)
     throw new Error('offline --router-mode kv_router needs --num-workers > 1 (one worker has nothing to route)');
+  return { targets, online, disaggregated, numWorkers };
+}
+
+/** Each role's engine args, and what they decide for the router. */
+interface Roles {
+  aggregated: RoleArgs;
+  prefill: RoleArgs;
+  decode: RoleArgs;
+  /** The engine args the router and the workload follow: the decode pool's when disaggregated. */
+  engine: EngineArgs;
+  routerConfig: KvRouterConfig;
+}
+
+function rolesOf(o: TraceOptions, disaggregated: boolean): Roles {
   const aggregated = roleEngineArgs(o.extraEngineArgs, '--extra-engine-args');
   const prefill = roleEngineArgs(o.prefillEngineArgs, '--prefill-engine-args');
   const decode = roleEngineArgs(o.decodeEngineArgs, '--decode-engine-args');
@@ -189,10 +264,12 @@ export async function runTrace(o: TraceOptions): Promise<number> {
   for (const args of disaggregated ? [prefill, decode] : [aggregated]) {
     if (args.engine.dataParallelSize !== 1) throw new Error('trace replay runs workers of dp_size 1: use more workers instead');
   }
-  const engine = disaggregated ? decode.engine : aggregated.engine;
-  // The reports are checked now (a long run must not end in a refusal), and written whole at the end.
-  const roles = disaggregated ? [prefill, decode] : [aggregated];
-  const outputRules: OutputRules = {
+  return { aggregated, prefill, decode, engine: disaggregated ? decode.engine : aggregated.engine, routerConfig };
+}
+
+/** The report files, checked before the run; `rules` keeps them from overwriting an input. */
+function reportOutputs(o: TraceOptions, roles: RoleArgs[]): { jsonPath: string; rules: OutputRules } {
+  const rules: OutputRules = {
     inputs: [
       o.trace,
       o.fromCaptures,
@@ -206,18 +283,19 @@ export async function runTrace(o: TraceOptions): Promise<number> {
   };
   const jsonPath = reportJsonPath(o.reportJson);
   if (o.reportHtml !== undefined && resolve(o.reportHtml) === resolve(jsonPath)) throw new Error(`--report-json and --report-html both name ${o.reportHtml}`);
-  for (const path of [jsonPath, o.reportHtml]) if (path !== undefined) checkOutput(path, outputRules);
+  for (const path of [jsonPath, o.reportHtml]) if (path !== undefined) checkOutput(path, rules);
+  return { jsonPath, rules };
+}
 
-  let workload: Workload;
+async function loadWorkload(o: TraceOptions, source: WorkloadSource, blockSize: number): Promise<Workload> {
   if (source === 'trace') {
-    workload = mooncakeFileWorkload(
-      await readFile(o.trace!, 'utf8').catch((err: Error) => {
-        throw new Error(`cannot read the trace ${o.trace}: ${err.message}`);
-      }),
-      o.traceBlockSize,
-    );
-  } else if (source === 'synthetic') {
-    workload = syntheticWorkload({
+    const text = await readFile(o.trace!, 'utf8').catch((err: Error) => {
+      throw new Error(`cannot read the trace ${o.trace}: ${err.message}`);
+    });
+    return mooncakeFileWorkload(text, o.traceBlockSize);
+  }
+  if (source === 'synthetic') {
+    return syntheticWorkload({
       inputTokens: o.inputTokens!,
       outputTokens: o.outputTokens!,
       requestCount: o.requestCount!,
@@ -226,140 +304,128 @@ export async function runTrace(o: TraceOptions): Promise<number> {
       sharedPrefixRatio: o.sharedPrefixRatio,
       numPrefixGroups: o.numPrefixGroups,
       interTurnDelayMs: o.interTurnDelayMs,
-      blockSize: engine.blockSize,
+      blockSize,
       seed: o.seed,
     });
-  } else {
-    // Loaded on demand: only this source opens SQLite.
-    const { capturedWorkload } = await import('../trace/capturedWorkload.js');
-    const captured = namingCapture(o.fromCaptures!, () => capturedWorkload(o.fromCaptures!));
-    workload = captured.workload;
-    for (const line of captured.notes) console.error(`mocker trace: ${line}`);
   }
-  // A capture's ids are the target's own; generated ones are brought into its vocabulary.
-  if (targets.length > 0 && source !== 'captures') workload = foldIntoVocabulary(workload);
-  const concurrency = o.replayConcurrency;
-  // Closed loop ignores arrival times, so nothing to speed up (Dynamo applies the ratio only in trace mode).
-  if (concurrency === undefined) workload = normalizeArrivals(workload, o.arrivalSpeedupRatio);
-  const mode: DriverMode = concurrency === undefined ? { kind: 'trace' } : { kind: 'concurrency', limit: concurrency };
-  const driver = new WorkloadDriver(workload, mode);
+  // Loaded on demand: only this source opens SQLite.
+  const { capturedWorkload } = await import('../trace/capturedWorkload.js');
+  const captured = namingCapture(o.fromCaptures!, () => capturedWorkload(o.fromCaptures!));
+  for (const line of captured.notes) console.error(`mocker trace: ${line}`);
+  return captured.workload;
+}
 
-  const routerFor = (workers: number, config: KvRouterConfig, blockSize: number, maxNumBatchedTokens: number | null): Router =>
-    o.routerMode === 'kv_router' ? new KvRouter({ workers, blockSize, config, maxNumBatchedTokens, seed: o.seed }) : new RoundRobinRouter(workers);
+function workloadName(o: TraceOptions, source: WorkloadSource): string {
+  if (source === 'trace') return o.trace!;
+  if (source === 'captures') return `captures ${o.fromCaptures!}`;
+  return `synthetic ${o.requestCount} × ${o.inputTokens} in / ${o.outputTokens} out`;
+}
 
-  const settings: Record<string, string | number | boolean> = {
-    workload:
-      source === 'trace'
-        ? o.trace!
-        : source === 'captures'
-          ? `captures ${o.fromCaptures!}`
-          : `synthetic ${o.requestCount} × ${o.inputTokens} in / ${o.outputTokens} out`,
-    requests: workload.requests,
-    replay_mode: online ? 'online' : 'offline',
-    router_mode: o.routerMode,
-    block_size: engine.blockSize,
-    ...(concurrency !== undefined ? { replay_concurrency: concurrency } : { arrival_speedup_ratio: o.arrivalSpeedupRatio }),
-  };
+/** The settings the reports show. */
+type Settings = Record<string, string | number | boolean>;
 
-  let wallMs: number;
-  let collector: ReplayCollector;
-  const failures = new FailureTally();
-  const progress = progressReporter('trace', o.progress, workload.requests, online ? 'elapsed' : 'simulated');
+/** What a replay runs with; it adds its workers to `settings`. */
+interface ReplayRun {
+  o: TraceOptions;
+  topology: Topology;
+  roles: Roles;
+  driver: WorkloadDriver;
+  settings: Settings;
+  progress: ReturnType<typeof progressReporter>;
+}
+
+interface ReplayResult {
+  wallMs: number;
+  collector: ReplayCollector;
+}
+
+function routerFor(o: TraceOptions, workers: number, config: KvRouterConfig, args: EngineArgs): Router {
+  return o.routerMode === 'kv_router'
+    ? new KvRouter({ workers, blockSize: args.blockSize, config, maxNumBatchedTokens: args.maxNumBatchedTokens, seed: o.seed })
+    : new RoundRobinRouter(workers);
+}
+
+/** Seeded copies of one scheduler config, the first `firstSeed`. */
+const seededConfigs = (config: AnySchedulerConfig, count: number, firstSeed: number) =>
+  Array.from({ length: count }, (_, i) => ({ ...config, seed: firstSeed + i }));
+
+const workerNames = (prefix: string, count: number) => Array.from({ length: count }, (_, i) => `${prefix}-${i}`);
+
+/** The workers of an offline replay, simulated on a virtual clock. */
+async function replayOffline(run: ReplayRun): Promise<ReplayResult> {
+  const { o, roles, settings } = run;
   const started = performance.now();
-  if (!online) {
-    let fleet: Fleet;
-    if (disaggregated) {
-      const numPrefill = o.numPrefillWorkers ?? 1;
-      const numDecode = o.numDecodeWorkers ?? 1;
-      const prefillConfig = await schedulerFor(prefill.engine, o.speedupRatio, o.seed);
-      const decodeConfig = await schedulerFor(decode.engine, o.speedupRatio, o.seed);
-      const bytes = prefill.kvBytesPerToken ?? decode.kvBytesPerToken;
-      const bandwidth = prefill.kvTransferBandwidth ?? decode.kvTransferBandwidth;
-      fleet = {
-        kind: 'disaggregated',
-        prefill: Array.from({ length: numPrefill }, (_, i) => ({ ...prefillConfig, seed: o.seed + i })),
-        decode: Array.from({ length: numDecode }, (_, i) => ({ ...decodeConfig, seed: o.seed + numPrefill + i })),
-        prefillRouter: routerFor(numPrefill, prefillRouterConfig(routerConfig), prefill.engine.blockSize, prefill.engine.maxNumBatchedTokens),
-        decodeRouter: routerFor(numDecode, decodeRouterConfig(routerConfig), decode.engine.blockSize, decode.engine.maxNumBatchedTokens),
-        // Dynamo charges the handoff only when both are given (§5.2).
-        handoff: bytes !== null && bandwidth !== null ? { bytesPerToken: bytes, bandwidthGBps: bandwidth } : null,
-      };
-      collector = new ReplayCollector([
-        ...Array.from({ length: numPrefill }, (_, i) => `prefill-${i}`),
-        ...Array.from({ length: numDecode }, (_, i) => `decode-${i}`),
-      ]);
-      Object.assign(settings, { prefill_workers: numPrefill, decode_workers: numDecode });
-    } else {
-      const config = await schedulerFor(engine, o.speedupRatio, o.seed);
-      fleet = {
-        kind: 'aggregated',
-        workers: Array.from({ length: numWorkers }, (_, i) => ({ ...config, seed: o.seed + i })),
-        router: routerFor(numWorkers, routerConfig, engine.blockSize, engine.maxNumBatchedTokens),
-      };
-      collector = new ReplayCollector(Array.from({ length: numWorkers }, (_, i) => `worker-${i}`));
-      settings.workers = numWorkers;
-    }
-    const simulation = new OfflineReplay(fleet, driver, collector, (done, nowMs) => progress.update(done, nowMs));
-    simulation.run();
-    wallMs = performance.now() - started;
-    for (const [why, count] of simulation.rejections) console.error(`mocker trace: ${count} request(s) rejected: ${why}`);
+  let fleet: Fleet;
+  let collector: ReplayCollector;
+  if (run.topology.disaggregated) {
+    const { prefill, decode, routerConfig } = roles;
+    const numPrefill = o.numPrefillWorkers ?? 1;
+    const numDecode = o.numDecodeWorkers ?? 1;
+    const prefillConfig = await schedulerFor(prefill.engine, o.speedupRatio, o.seed);
+    const decodeConfig = await schedulerFor(decode.engine, o.speedupRatio, o.seed);
+    const bytes = prefill.kvBytesPerToken ?? decode.kvBytesPerToken;
+    const bandwidth = prefill.kvTransferBandwidth ?? decode.kvTransferBandwidth;
+    fleet = {
+      kind: 'disaggregated',
+      prefill: seededConfigs(prefillConfig, numPrefill, o.seed),
+      decode: seededConfigs(decodeConfig, numDecode, o.seed + numPrefill),
+      prefillRouter: routerFor(o, numPrefill, prefillRouterConfig(routerConfig), prefill.engine),
+      decodeRouter: routerFor(o, numDecode, decodeRouterConfig(routerConfig), decode.engine),
+      // Dynamo charges the handoff only when both are given (§5.2).
+      handoff: bytes !== null && bandwidth !== null ? { bytesPerToken: bytes, bandwidthGBps: bandwidth } : null,
+    };
+    collector = new ReplayCollector([...workerNames('prefill', numPrefill), ...workerNames('decode', numDecode)]);
+    Object.assign(settings, { prefill_workers: numPrefill, decode_workers: numDecode });
   } else {
-    let workers: OnlineWorker[];
-    if (targets.length > 0) {
-      // Loaded on demand: only live targets need HTTP streaming and ZMQ.
-      const { connectTargets } = await import('../trace/httpTarget.js');
-      workers = await connectTargets(
-        targets.map((url, i) => ({ url, kvEvents: o.kvEvents?.[i] })),
-        {
-          model: o.model,
-          routerBlockSize: engine.blockSize,
-          stallTimeoutMs: o.requestTimeout > 0 ? o.requestTimeout * 1000 : null,
-        },
-      );
-      settings.targets = targets.join(', ');
-    } else {
-      const config = await schedulerFor(engine, o.speedupRatio, o.seed);
-      workers = Array.from(
-        { length: numWorkers },
-        (_, i) => new LocalWorker(`worker-${i}`, { ...config, seed: o.seed + i }, o.speedupRatio ?? engine.speedupRatio),
-      );
-      settings.speedup_ratio = o.speedupRatio ?? engine.speedupRatio;
-    }
-    settings.workers = workers.length;
-    collector = new ReplayCollector(workers.map((w) => w.name));
-    const router = routerFor(workers.length, routerConfig, engine.blockSize, engine.maxNumBatchedTokens);
-    try {
-      wallMs = await runOnline(workers, router, driver, collector, {
-        onProgress: (done, elapsedMs) => progress.update(done, elapsedMs),
-        onAnswer: (answer) => {
-          if (answer.error !== null) failures.add(answer.error);
-        },
-      });
-    } finally {
-      await Promise.all(workers.map((w) => w.close()));
-    }
+    const numWorkers = run.topology.numWorkers;
+    const config = await schedulerFor(roles.engine, o.speedupRatio, o.seed);
+    fleet = { kind: 'aggregated', workers: seededConfigs(config, numWorkers, o.seed), router: routerFor(o, numWorkers, roles.routerConfig, roles.engine) };
+    collector = new ReplayCollector(workerNames('worker', numWorkers));
+    settings.workers = numWorkers;
   }
-  progress.stop();
+  const simulation = new OfflineReplay(fleet, run.driver, collector, (done, nowMs) => run.progress.update(done, nowMs));
+  simulation.run();
+  const wallMs = performance.now() - started;
+  for (const [why, count] of simulation.rejections) console.error(`mocker trace: ${count} request(s) rejected: ${why}`);
+  return { wallMs, collector };
+}
 
-  const report = collector.report(wallMs);
-  console.log(formatReportTable(report));
-  // A server's error text goes to the terminal: escaped.
-  for (const line of failures.lines()) console.error(terminalText(line));
-  await writeReportJson(report, jsonPath, outputRules);
-  console.log(`Saved full report to: ${jsonPath}`);
-  if (o.reportHtml !== undefined) {
-    const page = renderHtmlReport({ title: `mocker trace — ${settings.workload}`, report, charts: collector.charts(), settings });
-    await writeOutputFile(o.reportHtml, outputRules, (write) => write(page));
-    console.log(`Saved HTML report to: ${o.reportHtml}`);
-  }
-  // Sent as token-id completions, a capture's requests skip the target's preprocessing: answers are rerun's to check.
-  if (source === 'captures' && targets.length > 0)
-    console.log(
-      `Answers are not compared here: mocker rerun ${o.fromCaptures!} --target ${targets.length === 1 ? targets[0] : 'URL'} checks them against the capture`,
+/** The workers of an online replay: live `--target` servers, or local engines in real time. */
+async function replayOnline(run: ReplayRun, failures: FailureTally): Promise<ReplayResult> {
+  const { o, roles, settings } = run;
+  const { engine } = roles;
+  const targets = run.topology.targets;
+  let workers: OnlineWorker[];
+  if (targets.length > 0) {
+    // Loaded on demand: only live targets need HTTP streaming and ZMQ.
+    const { connectTargets } = await import('../trace/httpTarget.js');
+    workers = await connectTargets(
+      targets.map((url, i) => ({ url, kvEvents: o.kvEvents?.[i] })),
+      {
+        model: o.model,
+        routerBlockSize: engine.blockSize,
+        stallTimeoutMs: o.requestTimeout > 0 ? o.requestTimeout * 1000 : null,
+      },
     );
-  if (report.completed_requests === 0 && report.num_requests > 0) {
-    console.error(`mocker trace: none of the ${report.num_requests} request(s) completed`);
-    return 1;
+    settings.targets = targets.join(', ');
+  } else {
+    const config = await schedulerFor(engine, o.speedupRatio, o.seed);
+    const speedup = o.speedupRatio ?? engine.speedupRatio;
+    workers = seededConfigs(config, run.topology.numWorkers, o.seed).map((seeded, i) => new LocalWorker(`worker-${i}`, seeded, speedup));
+    settings.speedup_ratio = speedup;
   }
-  return 0;
+  settings.workers = workers.length;
+  const collector = new ReplayCollector(workers.map((w) => w.name));
+  const router = routerFor(o, workers.length, roles.routerConfig, engine);
+  try {
+    const wallMs = await runOnline(workers, router, run.driver, collector, {
+      onProgress: (done, elapsedMs) => run.progress.update(done, elapsedMs),
+      onAnswer: (answer) => {
+        if (answer.error !== null) failures.add(answer.error);
+      },
+    });
+    return { wallMs, collector };
+  } finally {
+    await Promise.all(workers.map((w) => w.close()));
+  }
 }

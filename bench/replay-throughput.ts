@@ -23,7 +23,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startCapture } from '../src/cli/capture.js';
+import { startCapture } from '../src/app/capture.js';
 import { MODEL, startUpstream } from '../test/support/vllmUpstream.js';
 import { spawnServer, type ProcessStats, type ServerProcess } from './lib/child.js';
 import { printProfile } from './lib/cpuProfile.js';

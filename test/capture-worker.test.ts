@@ -5,7 +5,7 @@ import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { hideTokenIds, hideTokenIdsInBytes, type RawExchange } from '../src/capture/forward.js';
 import { RecorderThread } from '../src/capture/recorderThread.js';
-import { startCapture } from '../src/cli/capture.js';
+import { startCapture } from '../src/app/capture.js';
 import { CaptureStore } from '../src/store/captureStore.js';
 import { loadModelFiles } from '../src/tokenizer/index.js';
 import { startMockerProcess } from './support/mockerProcess.js';

@@ -1,7 +1,7 @@
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCapture } from '../src/cli/capture.js';
+import { startCapture } from '../src/app/capture.js';
 import { startServe, type Running } from '../src/app/serve.js';
 import { CHAT_TEMPLATE, decode, MODEL, promptIds, startUpstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';

@@ -3,7 +3,7 @@ import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startCapture } from '../src/cli/capture.js';
+import { startCapture } from '../src/app/capture.js';
 import { startServe, type Running } from '../src/app/serve.js';
 import type { EngineState } from '../src/engine/index.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';

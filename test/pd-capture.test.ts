@@ -8,7 +8,7 @@ import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCapture } from '../src/cli/capture.js';
+import { startCapture } from '../src/app/capture.js';
 import { startPdProxy, type RunningProxy } from '../src/pd/proxy.js';
 import { CaptureStore } from '../src/store/captureStore.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';

@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCapture } from '../src/cli/capture.js';
+import { startCapture } from '../src/app/capture.js';
 import { startServe, type Running } from '../src/app/serve.js';
 import { MODEL, startUpstream, type Answer, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';

@@ -4,7 +4,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { startCapture } from '../src/cli/capture.js';
+import { startCapture } from '../src/app/capture.js';
 import { startServe, type Running } from '../src/app/serve.js';
 import { encode, EOS, MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';

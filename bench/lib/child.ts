@@ -15,7 +15,7 @@ import { Session } from 'node:inspector';
 import net, { type AddressInfo } from 'node:net';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import type { CaptureOptions } from '../../src/cli/capture.js';
+import type { CaptureOptions } from '../../src/app/capture.js';
 import type { ServeOptions } from '../../src/app/serve.js';
 import type { PdProxyOptions } from '../../src/pd/proxy.js';
 import type { FastUpstreamOptions } from './fastUpstream.js';
@@ -228,7 +228,7 @@ async function main(role: Role, options: string): Promise<void> {
     role === 'upstream'
       ? await (await import('./fastUpstream.js')).startFastUpstream(opts as FastUpstreamOptions)
       : role === 'capture'
-        ? await (await import('../../src/cli/capture.js')).startCapture(opts as CaptureOptions)
+        ? await (await import('../../src/app/capture.js')).startCapture(opts as CaptureOptions)
         : role === 'serve'
           ? await (await import('../../src/app/serve.js')).startServe(opts as ServeOptions)
           : role === 'pipe'

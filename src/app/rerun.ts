@@ -14,6 +14,7 @@ import type { RerunReport } from '../rerun/report.js';
 import { goldenRequests, type RerunRequest } from '../rerun/requests.js';
 import { sendRequests, type Pacing } from '../rerun/send.js';
 import { CaptureStore, namingCapture } from '../store/captureStore.js';
+import { startCapture } from './capture.js';
 import { ExitError } from '../util/exitError.js';
 import { checkOutput, writeOutputFile } from '../util/outputFile.js';
 import { progressReporter } from '../util/progress.js';
@@ -75,36 +76,19 @@ const couldNotRun = (err: unknown): never => {
   throw err instanceof ExitError ? err : new ExitError((err as Error).message, COULD_NOT_RUN);
 };
 
-/** What the rerun asks of `mocker capture`'s proxy, which the command starts. */
-export interface RerunProxyOptions {
-  upstream: string;
-  captures: string;
-  host: string;
-  port: number;
-  label: string;
-  upstreamTimeoutMs: number;
-  maxBodyBytes: number;
-  redactHeaders: string[];
-  upstreamCaCerts?: string;
-  tokenizer?: { name: string; files: Map<string, Buffer> };
-  quiet: boolean;
-}
-
-export type StartCaptureProxy = (options: RerunProxyOptions) => Promise<{ port: number; close(graceMs?: number): Promise<unknown> }>;
-
 /**
  * `mocker rerun`: the golden requests sent through a capture proxy (`startCapture`) in front of the target, then
  * both files compared. Resolves with the exit code (0: no regression, 1: regressions); throws an ExitError of
  * COULD_NOT_RUN when it could not run.
  */
-export async function runRerun(golden: string, o: RerunOptions, startCapture: StartCaptureProxy): Promise<number> {
+export async function runRerun(golden: string, o: RerunOptions): Promise<number> {
   const output = o.output ?? defaultOutput();
   const headers: Record<string, string> = Object.fromEntries(o.header.map(parseHeader));
   const apiKey = o.apiKey ?? process.env.OPENAI_API_KEY;
   if (apiKey !== undefined && apiKey !== '') headers.Authorization = `Bearer ${apiKey}`;
   if (!o.asCaptured && o.speedup !== 1) throw new ExitError('--speedup divides the captured arrival times: it needs --as-captured', COULD_NOT_RUN);
   const sent = readGolden(golden, output, o);
-  await record(golden, output, o, sent, headers, startCapture);
+  await record(golden, output, o, sent, headers);
 
   const report = await compareRerun({ golden, candidate: output, target: o.target, skipped: sent.skipped }).catch(couldNotRun);
   checkAnswered(report, o.target, output);
@@ -152,7 +136,6 @@ async function record(
   o: RerunOptions,
   { requests, tokenizer }: GoldenRequests,
   headers: Record<string, string>,
-  startCapture: StartCaptureProxy,
 ): Promise<void> {
   const pacing: Pacing = o.asCaptured ? { kind: 'as-captured', speedup: o.speedup } : { kind: 'concurrency', concurrency: o.concurrency };
   const proxy = await startCapture({

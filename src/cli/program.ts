@@ -8,7 +8,7 @@ import { SERVE_SETTINGS } from '../config/serveSettings.js';
 import { TRACE_SETTINGS } from '../config/traceSettings.js';
 import { optionsFrom } from '../config/settings.js';
 import { startPdProxy, type PdProxyOptions } from '../pd/proxy.js';
-import { startCapture, type CaptureOptions } from './capture.js';
+import { startCapture, type CaptureOptions } from '../app/capture.js';
 import { capturesExport, capturesImport, capturesList, capturesMerge, capturesPrune, capturesShow, capturesStats } from './captures.js';
 import { fitCommand } from './capturesFit.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';

@@ -5,7 +5,6 @@
 import { Command, Option } from 'commander';
 import { COULD_NOT_RUN, runRerun, type RerunOptions } from '../app/rerun.js';
 import { ExitError } from '../util/exitError.js';
-import { startCapture } from './capture.js';
 import { forceOption, number } from './flags.js';
 import { GROUPS, laterDefault } from './help.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS } from '../config/commonSettings.js';
@@ -49,7 +48,7 @@ export function rerunCommand(): Command {
     .option('--limit <n>', 'describe at most n differing exchanges (all are counted)', number('--limit', { integer: true, min: 1 }), DEFAULT_LIMIT)
     .addOption(forceOption())
     .action(async (file: string, o: RerunOptions) => {
-      process.exitCode = await runRerun(file, o, startCapture);
+      process.exitCode = await runRerun(file, o);
     });
   // A usage error is one more way of not running: 2, as every other.
   command.configureOutput({ outputError: () => undefined }).exitOverride((err) => {

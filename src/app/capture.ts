@@ -12,8 +12,8 @@ import { serverTls, upstreamTls, type TlsFiles } from '../wire/tls.js';
 import { CaptureStore } from '../store/captureStore.js';
 import { loadModelFiles, maxModelLenOf, ModelNotFoundError } from '../tokenizer/index.js';
 import { describeEngine, runColumns, UpstreamEngine } from '../capture/upstreamEngine.js';
-import type { Running } from '../app/serve.js';
-import { RecordingSink } from '../app/shutdown.js';
+import type { Running } from './serve.js';
+import { RecordingSink } from './shutdown.js';
 
 export interface CaptureOptions {
   upstream: string;

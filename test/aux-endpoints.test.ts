@@ -6,27 +6,21 @@
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses } from './support/mockerProcess.js';
 import { oracleIdsWithSpecial } from './support/qwen3Oracle.js';
 import { MODEL } from './support/vllmUpstream.js';
 
-const processes: MockerProcess[] = [];
+const mockers = mockerProcesses();
 let main: string;
 let twin: string;
 let small: string;
 
-const start = async (...flags: string[]) => {
-  const p = await startMockerProcess(['serve', '--mode', 'random', '--timing', 'none', ...flags]);
-  processes.push(p);
-  return `http://127.0.0.1:${p.port}`;
-};
+const start = async (...flags: string[]) => (await mockers.start(['serve', '--mode', 'random', '--timing', 'none', ...flags])).url;
 
 beforeAll(async () => {
   [main, twin, small] = await Promise.all([start(), start(), start('--embedding-dimensions', '64')]);
 }, 60_000);
-afterAll(async () => {
-  await Promise.all(processes.map((p) => p.stop()));
-});
+afterAll(mockers.stopAll);
 
 const post = (url: string, path: string, body: unknown) =>
   fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });

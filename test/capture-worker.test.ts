@@ -5,9 +5,9 @@ import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { hideTokenIds, hideTokenIdsInBytes, type RawExchange } from '../src/capture/forward.js';
 import { RecorderThread } from '../src/capture/recorderThread.js';
-import { startCapture } from '../src/cli/capture.js';
 import { CaptureStore } from '../src/store/captureStore.js';
 import { loadModelFiles } from '../src/tokenizer/index.js';
+import { captureInProcess } from './support/inProcess.js';
 import { startMockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
 import { prng } from './support/prng.js';
@@ -161,14 +161,9 @@ describe('mocker capture shutdown', () => {
     const upstream = await startUpstream(() => ({ content: 'slow '.repeat(100), gapMs: () => 30 }));
     cleanup.push(() => upstream.close());
     const db = join(mkdtempSync(join(testTmpdir(), 'mocker-close-')), 'capture.db');
-    const capture = await startCapture({
+    const capture = await captureInProcess({
       upstream: upstream.url,
       captures: db,
-      host: '127.0.0.1',
-      port: 0,
-      upstreamTimeoutMs: 10_000,
-      maxBodyBytes: 1 << 20,
-      redactHeaders: [],
     });
     const streams = await Promise.all(
       Array.from(

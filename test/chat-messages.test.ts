@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses } from './support/mockerProcess.js';
 import { oracleChat } from './support/qwen3Oracle.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -38,20 +38,20 @@ const WEATHER: ChatCompletionTool = {
   },
 };
 
-const processes: MockerProcess[] = [];
+const mockers = mockerProcesses();
+let started = 0;
 let dir: string;
 beforeAll(() => {
   dir = mkdtempSync(join(testTmpdir(), 'chat-messages-'));
 });
 afterAll(async () => {
-  await Promise.all(processes.map((p) => p.stop()));
+  await mockers.stopAll();
   rmSync(dir, { recursive: true, force: true });
 });
 
+/** `serve --mode <mode>` with a capture file of its own: its URL and an openai client of it. */
 async function serve(mode: 'simulate' | 'random', extra: string[] = []): Promise<{ client: OpenAI; url: string }> {
-  const p = await startMockerProcess(['serve', '--mode', mode, '--timing', 'none', '--captures', join(dir, `${mode}-${processes.length}.db`), ...extra]);
-  processes.push(p);
-  const url = `http://127.0.0.1:${p.port}`;
+  const { url } = await mockers.start(['serve', '--mode', mode, '--timing', 'none', '--captures', join(dir, `${mode}-${started++}.db`), ...extra]);
   return { client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 }), url };
 }
 

@@ -10,11 +10,11 @@ import { dirname, join } from 'node:path';
 import OpenAI from 'openai';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startServe, type Running } from '../src/cli/serve.js';
 import type { EngineState } from '../src/engine/index.js';
 import { CaptureStore } from '../src/store/captureStore.js';
+import { serveInProcess, type Running } from './support/inProcess.js';
 import { EventSubscriber, freePorts, replay } from './support/kvEventsClient.js';
-import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, runMockerToExit, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -24,14 +24,14 @@ type EngineView = EngineState & { config: Json };
 /** The user's environment without the variables that stand in for flags or seed the block hashes. */
 const ENV = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(VLLM_|DYN_MOCKER_|PYTHONHASHSEED$)/.test(k)));
 
-const processes: MockerProcess[] = [];
+const mockers = mockerProcesses();
 const inProcess: Running[] = [];
 const upstreams: Upstream[] = [];
 const subscribers: EventSubscriber[] = [];
 const dirs: string[] = [];
 afterEach(async () => {
   subscribers.splice(0).forEach((s) => s.close());
-  await Promise.all(processes.splice(0).map((p) => p.stop()));
+  await mockers.stopAll();
   await Promise.all([...inProcess.splice(0), ...upstreams.splice(0)].map((r) => r.close()));
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
@@ -46,11 +46,8 @@ function tempDir(): string {
  * Spawns the CLI in a temporary working directory (default paths such as `captures/mocker.db` land there).
  * `port`: wait for that port (a fixed one, or the command's default with `portFlag: false`).
  */
-async function mocker(args: string[], options: { cwd?: string; port?: number; portFlag?: boolean } = {}) {
-  const spawned = await startMockerProcess(args, options.port ?? 0, { cwd: options.cwd ?? tempDir(), env: ENV, portFlag: options.portFlag });
-  processes.push(spawned);
-  return { process: spawned, url: `http://127.0.0.1:${spawned.port}` };
-}
+const mocker = (args: string[], options: { cwd?: string; port?: number; portFlag?: boolean } = {}) =>
+  mockers.start(args, { ...options, cwd: options.cwd ?? tempDir(), env: ENV });
 
 async function upstream(script: Script = () => ({ content: 'Hello from the engine.' })): Promise<Upstream> {
   const u = await startUpstream(script);
@@ -155,7 +152,8 @@ const DOCUMENTED_SERVE_DEFAULTS = {
 describe('defaults: each command with no flag but the required ones', () => {
   it('serve: the documented defaults; prefix caching on in /metrics; a 9,000-token prompt is admitted (chunked prefill)', async () => {
     const cwd = tempDir();
-    const { url, process: spawned } = await mocker(['serve'], { cwd });
+    const spawned = await mocker(['serve'], { cwd });
+    const { url } = spawned;
     expect((await engineView(url)).config).toEqual(DOCUMENTED_SERVE_DEFAULTS);
     const [cacheConfig] = await metricSamples(url, 'vllm:cache_config_info');
     expect(cacheConfig.labels).toMatchObject({
@@ -230,7 +228,7 @@ describe('defaults: each command with no flag but the required ones', () => {
 
   it('pd-proxy: listens on 8000, /healthcheck counts the instances, round robin on both sides, 413 beyond 32 MiB', async () => {
     const engine = async (role: 'prefill' | 'decode') => {
-      const running = await startServe({ mode: 'simulate', captures: ':memory:', timing: 'none', role });
+      const running = await serveInProcess({ mode: 'simulate', captures: ':memory:', timing: 'none', role });
       inProcess.push(running);
       return `http://127.0.0.1:${running.port}`;
     };
@@ -254,7 +252,8 @@ describe('defaults: each command with no flag but the required ones', () => {
 
   it('serve --pd 1P1D: both engines run with the default prefix caching and chunked prefill', async () => {
     const [port] = await freePorts(1);
-    const { process: p, url } = await mocker(['serve', '--pd', '1P1D'], { port });
+    const p = await mocker(['serve', '--pd', '1P1D'], { port });
+    const { url } = p;
     const [prefillUrl, decodeUrl] = servedUrls(p);
     const expected = { enable_prefix_caching: true, enable_chunked_prefill: true, block_size: 64, max_num_batched_tokens: 8192 };
     expect((await engineView(prefillUrl)).config).toMatchObject({ ...expected, disaggregation_mode: 'prefill' });
@@ -270,7 +269,7 @@ describe('defaults: each command with no flag but the required ones', () => {
 describe('start lines: each says which engine it is and only the settings that apply', () => {
   it('serve --pd 2P2D: each engine line names its role and index, the role its /mocker/engine reports', async () => {
     const [port] = await freePorts(1);
-    const { process: p } = await mocker(['serve', '--pd', '2P2D'], { port });
+    const p = await mocker(['serve', '--pd', '2P2D'], { port });
     const engines = [...p.stdout().matchAll(/^mocker serve: (\w+) engine (\d+), .* on (http:\/\/127\.0\.0\.1:\d+)$/gm)].map((m) => ({
       role: m[1],
       index: Number(m[2]),
@@ -287,12 +286,12 @@ describe('start lines: each says which engine it is and only the settings that a
         .stdout()
         .split('\n')
         .find((line) => / on http:\/\//.test(line))!;
-    const random = startLine((await mocker(['serve', '--mode', 'random'])).process);
+    const random = startLine(await mocker(['serve', '--mode', 'random']));
     expect(random).toMatch(/^mocker serve: random mode \(outputs random, timing fixed: 25 ms per step, speedup 1, /);
     expect(random).not.toContain('miss');
-    const simulate = startLine((await mocker(['serve'])).process);
+    const simulate = startLine(await mocker(['serve']));
     expect(simulate).toMatch(/^mocker serve: simulate mode \(outputs captured, on miss random, timing model: /);
-    const untimed = startLine((await mocker(['serve', '--mode', 'random', '--timing', 'none'])).process);
+    const untimed = startLine(await mocker(['serve', '--mode', 'random', '--timing', 'none']));
     expect(untimed).toMatch(/^mocker serve: random mode \(outputs random, timing none, \d+ rank\(s\)/);
   });
 });
@@ -461,7 +460,7 @@ describe('every flag of the CLI reference, through spawned processes', () => {
     );
     const extra = join(tempDir(), 'engine.json');
     writeFileSync(extra, JSON.stringify({ num_gpu_blocks: 1000, max_num_seqs: 32 }));
-    const { process: p } = await mocker([
+    const p = await mocker([
       'serve',
       '--num-workers',
       '2',
@@ -571,7 +570,7 @@ describe('every flag of the CLI reference, through spawned processes', () => {
       body: JSON.stringify({ model: MODEL, prompt: 'x'.repeat(5000) }),
     });
     expect(big.status).toBe(413);
-    await capture.process.stop();
+    await capture.stop();
     const store = CaptureStore.open(captures);
     try {
       // --label, --model (the tokenizer stored with the run), --redact-header
@@ -613,7 +612,7 @@ describe('every flag of the CLI reference, through spawned processes', () => {
     expect(generations()).toHaveLength(before);
     expect((await replaying.completions.create({ model: MODEL, prompt: 'Second question', max_tokens: 8 })).choices[0].text).toBe('Answer to Second question');
     expect(generations()).toHaveLength(before + 1);
-    await random.process.stop();
+    await random.stop();
 
     // --mode replay --on-miss record: a miss is forwarded once and stored (without the redacted header), then replayed.
     const replay = await mocker([
@@ -646,7 +645,7 @@ describe('every flag of the CLI reference, through spawned processes', () => {
     }
     expect(generations()).toHaveLength(before + 2);
     await expect(recording.completions.create({ model: MODEL, prompt: 'hang again', max_tokens: 8 })).rejects.toMatchObject({ status: 504 });
-    await replay.process.stop();
+    await replay.stop();
     const recorded = CaptureStore.open(captures);
     try {
       const run = recorded.latestRun()!;

@@ -20,7 +20,7 @@ import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { type CLIENTS, cellTitle, matrixCells, TARGETS, type Client, type Scenario, type Target } from './support/clientMatrix.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, type MockerProcess, type MockerProcesses } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 const MODEL = 'Qwen/Qwen3-0.6B';
@@ -314,45 +314,34 @@ afterAll(() => rmSync(directory, { recursive: true, force: true }));
 /** What the capture column observed, per cell title: the replay column must observe the same. */
 const captured = new Map<string, string>();
 
-/** Starts the servers a target runs, in order, into `servers` (the last is the one clients talk to). */
-async function startTarget(target: Target, servers: MockerProcess[]): Promise<void> {
+/** Starts the servers a target runs, in order: the last, returned, is the one clients talk to. */
+async function startTarget(target: Target, servers: MockerProcesses): Promise<MockerProcess> {
   // `serve`'s default capture file (captures/mocker.db) is looked for in the working directory: an empty one.
-  const start = async (args: string[]) => {
-    const server = await startMockerProcess(args, 0, { cwd: directory });
-    servers.push(server);
-    return server;
-  };
+  const start = (args: string[]) => servers.start(args, { cwd: directory });
   const random = ['serve', '--mode', 'random', '--timing', 'none', ...MODEL_FLAGS];
   switch (target) {
     case 'simulate':
-      await start(['serve', ...MODEL_FLAGS]);
-      break;
+      return start(['serve', ...MODEL_FLAGS]);
     case 'random':
-      await start(random);
-      break;
+      return start(random);
     case 'capture': {
       const upstream = await start(random);
-      await start(['capture', '--upstream', `http://127.0.0.1:${upstream.port}`, '--captures', captures]);
-      break;
+      return start(['capture', '--upstream', upstream.url, '--captures', captures]);
     }
     case 'replay':
-      await start(['serve', '--mode', 'replay', '--captures', captures]);
-      break;
+      return start(['serve', '--mode', 'replay', '--captures', captures]);
   }
 }
 
 for (const target of TARGETS) {
   describe(target, () => {
-    const servers: MockerProcess[] = [];
+    const servers = mockerProcesses();
     let baseURL = '';
     beforeAll(async () => {
-      await startTarget(target, servers);
-      baseURL = `http://127.0.0.1:${servers[servers.length - 1].port}/v1`;
+      baseURL = `${(await startTarget(target, servers)).url}/v1`;
     });
     // The capture stops (its file closed) before the replay opens it.
-    afterAll(async () => {
-      for (const server of servers.reverse()) await server.stop();
-    });
+    afterAll(servers.stopAll);
 
     for (const cell of matrixCells()) {
       it(cellTitle(cell), async () => {

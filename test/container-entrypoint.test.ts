@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePorts } from './support/kvEventsClient.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 const ROOT = join(import.meta.dirname, '..');
@@ -22,9 +22,9 @@ const onHost = (path: string) => path.replace(/^\/app\//, `${ROOT}/`);
 const imageEnv = Object.fromEntries([...instruction('ENV').matchAll(/(\w+)=(\S+)/g)].map((m) => [m[1], m[2]]));
 const dir = mkdtempSync(join(testTmpdir(), 'mocker-image-'));
 
-const processes: MockerProcess[] = [];
-afterAll(() => {
-  for (const p of processes) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
+const mockers = mockerProcesses();
+afterAll(async () => {
+  await mockers.killAll();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -36,8 +36,7 @@ describe('the image entrypoint', () => {
     expect(imageEnv.MOCKER_CAPTURES).toBe('/captures/mocker.db');
     // The flags a deployment would set by environment: 20 tokens, 100 ms apart.
     const env = { ...process.env, ...imageEnv, MOCKER_MODE: 'random', MOCKER_TIMING: 'fixed', MOCKER_FORWARD_TIME_MS: '100' };
-    const serve = await startMockerProcess(cmd, 0, { launcher: entrypoint, env });
-    processes.push(serve);
+    const serve = await mockers.start(cmd, { launcher: entrypoint, env });
     // exec: the process spawned is node itself, not a shell waiting for it.
     expect(readFileSync(`/proc/${serve.child.pid}/comm`, 'utf8').trim()).toBe('node');
     expect((await fetch(`http://127.0.0.1:${serve.port}/health`)).status).toBe(200);
@@ -61,8 +60,7 @@ describe('the image entrypoint', () => {
 
   it('a first argument that is a flag means serve', async () => {
     const entrypoint = (JSON.parse(instruction('ENTRYPOINT')) as string[]).map(onHost);
-    const serve = await startMockerProcess(['--mode', 'random'], 0, { launcher: entrypoint });
-    processes.push(serve);
+    const serve = await mockers.start(['--mode', 'random'], { launcher: entrypoint });
     expect(serve.stdout()).toContain('mocker serve: random mode');
     await serve.stop();
     expect(await serve.exited).toEqual({ code: 0, signal: null });
@@ -82,14 +80,13 @@ describe('the image HEALTHCHECK, run as Docker runs it (its CMD in the container
   /** A command as the image runs it: the entrypoint, the image ENV, the port from MOCKER_PORT (no --port flag). */
   const start = async (args: string[], env: NodeJS.ProcessEnv = {}) => {
     const [port] = await freePorts(1);
-    const started = await startMockerProcess(args, port, {
+    return mockers.start(args, {
+      port,
       launcher: entrypoint,
       env: { ...process.env, ...imageEnv, ...env, MOCKER_PORT: String(port) },
       portFlag: false,
       cwd: dir,
     });
-    processes.push(started);
-    return started;
   };
 
   it('every command listens on the port the image exposes and checks', () => {

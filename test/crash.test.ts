@@ -3,7 +3,7 @@ import http from 'node:http';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { serveInProcess, type Running } from './support/inProcess.js';
 import { generatedTexts, post } from './support/fuzzRig.js';
 import { startMockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
@@ -78,7 +78,7 @@ describe('kill -9 of the capture process with streams in flight', () => {
   });
 
   it('replays every exchange completed before the kill, and serves none of the in-flight ones', async () => {
-    replay = await startServe({ mode: 'replay', captures: dbPath, timing: 'none' });
+    replay = await serveInProcess({ mode: 'replay', captures: dbPath, timing: 'none' });
     for (const [i, c] of completed.entries()) {
       const res = await request(replay.port, c.path, c.body);
       expect(res.status, c.path).toBe(200);

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePorts } from './support/kvEventsClient.js';
 import { listenOnLoopback, type LoopbackServer } from './support/loopback.js';
 import { mockerCounters } from './support/mockerCounters.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { decode, encode, MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -120,15 +120,11 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
   let capital: Answer;
   let counting: Answer;
   let sql: Answer;
-  const processes: MockerProcess[] = [];
+  const mockers = mockerProcesses();
   let serve: MockerProcess;
   let client: OpenAI;
 
-  const spawnServe = async (...flags: string[]) => {
-    const p = await startMockerProcess(['serve', '--captures', db, ...flags]);
-    processes.push(p);
-    return p;
-  };
+  const spawnServe = (...flags: string[]) => mockers.start(['serve', '--captures', db, ...flags]);
 
   beforeAll(async () => {
     dir = mkdtempSync(join(testTmpdir(), 'mocker-default-mode-'));
@@ -154,7 +150,7 @@ describe('mocker serve with no mode flag, over a file written by mocker capture'
   });
 
   afterAll(async () => {
-    for (const p of processes) await p.stop();
+    await mockers.stopAll();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 

@@ -1,8 +1,7 @@
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCapture } from '../src/cli/capture.js';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { captureInProcess, serveInProcess, type Running } from './support/inProcess.js';
 import { CHAT_TEMPLATE, decode, MODEL, promptIds, startUpstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -23,14 +22,9 @@ describe('miss diagnostics', () => {
   beforeAll(async () => {
     const dbPath = join(mkdtempSync(join(testTmpdir(), 'mocker-miss-')), 'golden.db');
     const upstream = await startUpstream(() => ({ content: 'Paris is the capital of France.' }));
-    const capture = await startCapture({
+    const capture = await captureInProcess({
       upstream: upstream.url,
       captures: dbPath,
-      host: '127.0.0.1',
-      port: 0,
-      upstreamTimeoutMs: 10_000,
-      maxBodyBytes: 1 << 20,
-      redactHeaders: [],
     });
     const res = await fetch(`http://127.0.0.1:${capture.port}/v1/chat/completions`, {
       method: 'POST',
@@ -41,7 +35,7 @@ describe('miss diagnostics', () => {
     await capture.close();
     await upstream.close();
     // The edited template travels in the request, as vLLM takes it only with --trust-request-chat-template.
-    replay = await startServe({ mode: 'replay', captures: dbPath, timing: 'none', trustRequestChatTemplate: true });
+    replay = await serveInProcess({ mode: 'replay', captures: dbPath, timing: 'none', trustRequestChatTemplate: true });
   });
 
   afterAll(async () => {

@@ -3,9 +3,8 @@ import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startCapture } from '../src/cli/capture.js';
-import { startServe, type Running } from '../src/cli/serve.js';
 import type { EngineState } from '../src/engine/index.js';
+import { captureInProcess, serveInProcess, type Running, type ServeOptions } from './support/inProcess.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -13,10 +12,10 @@ const servers: Running[] = [];
 afterEach(async () => {
   for (const s of servers.splice(0)) await s.close();
 });
-const serve = async (options: Partial<Parameters<typeof startServe>[0]>) => {
-  const s = await startServe({ mode: 'random', captures: ':memory:', forwardTimeMs: 0, ...options });
+const serve = async (options: Partial<ServeOptions>) => {
+  const s = await serveInProcess({ mode: 'random', captures: ':memory:', forwardTimeMs: 0, ...options });
   servers.push(s);
-  return `http://127.0.0.1:${s.port}`;
+  return s.url;
 };
 const complete = (url: string, headers: Record<string, string> = {}, body: Record<string, unknown> = {}) =>
   fetch(`${url}/v1/completions`, {
@@ -77,14 +76,9 @@ describe('auxiliary endpoints and flags', () => {
     // A pre-0.10.2 engine (the test double reports 0.10.1.1), captured, then replayed without it.
     const upstream = await startUpstream(() => ({ content: 'hi' }), { legacy: true });
     const db = join(mkdtempSync(join(testTmpdir(), 'mocker-version-')), 'v.db');
-    const capture = await startCapture({
+    const capture = await captureInProcess({
       upstream: upstream.url,
       captures: db,
-      host: '127.0.0.1',
-      port: 0,
-      upstreamTimeoutMs: 10_000,
-      maxBodyBytes: 1 << 20,
-      redactHeaders: [],
     });
     expect((await complete(`http://127.0.0.1:${capture.port}`)).status).toBe(200);
     await capture.close();

@@ -5,7 +5,6 @@
 import http from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS } from '../src/config/engineArgs.js';
-import { startServe, type Running } from '../src/cli/serve.js';
 import {
   fixedTiming,
   modelTiming,
@@ -17,6 +16,7 @@ import {
   type EngineState,
   type SchedulerConfig,
 } from '../src/engine/index.js';
+import { serveInProcess, type Running, type ServeOptions } from './support/inProcess.js';
 import { median } from './support/sseTiming.js';
 import { MODEL } from './support/vllmUpstream.js';
 
@@ -146,10 +146,10 @@ describe('over HTTP with --timing model', () => {
   afterEach(async () => {
     for (const s of servers.splice(0)) await s.close();
   });
-  const serve = async (options: Parameters<typeof startServe>[0]) => {
-    const s = await startServe(options);
+  const serve = async (options: ServeOptions) => {
+    const s = await serveInProcess(options);
     servers.push(s);
-    return `http://127.0.0.1:${s.port}`;
+    return s.url;
   };
 
   const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
@@ -301,7 +301,7 @@ describe('over HTTP with --timing model', () => {
   });
 
   it('--num-workers runs independent engines on consecutive servers', async () => {
-    const s = await startServe({ mode: 'random', captures: ':memory:', timing: 'model', numWorkers: 2, engine: { speedupRatio: 1 } });
+    const s = await serveInProcess({ mode: 'random', captures: ':memory:', timing: 'model', numWorkers: 2, engine: { speedupRatio: 1 } });
     servers.push(s);
     expect(s.ports).toHaveLength(2);
     const [first, second] = s.ports!.map((p) => `http://127.0.0.1:${p}`);
@@ -356,10 +356,10 @@ describe('engine arguments', () => {
   });
 
   it('an impossible combination fails at startup', async () => {
-    await expect(startServe({ mode: 'random', captures: ':memory:', engine: { blockSize: 1 } })).rejects.toThrow(
+    await expect(serveInProcess({ mode: 'random', captures: ':memory:', engine: { blockSize: 1 } })).rejects.toThrow(
       /block size \(--block-size\) must be at least 2/,
     );
-    await expect(startServe({ mode: 'random', captures: ':memory:', engine: { maxNumBatchedTokens: 8, maxNumSeqs: 16 } })).rejects.toThrow(
+    await expect(serveInProcess({ mode: 'random', captures: ':memory:', engine: { maxNumBatchedTokens: 8, maxNumSeqs: 16 } })).rejects.toThrow(
       /max_num_batched_tokens/,
     );
   });

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freePorts } from './support/kvEventsClient.js';
-import { runMockerToExit, startMockerProcess, type MockerProcess, type SpawnOptions } from './support/mockerProcess.js';
+import { runMockerToExit, mockerProcesses, type SpawnOptions } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 import { startUpstream, type Upstream } from './support/vllmUpstream.js';
 
@@ -29,11 +29,11 @@ const SEED_004 = [
 const CLEAN = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(VLLM_|DYN_MOCKER_|MOCKER_|PYTHONHASHSEED$)/.test(k) && !SEED_004.includes(k)));
 const SCRIPTS = join(import.meta.dirname, '..', 'scripts', 'npu-mock');
 
-const processes: MockerProcess[] = [];
+const mockers = mockerProcesses();
 const upstreams: Upstream[] = [];
 const dirs: string[] = [];
 afterEach(async () => {
-  await Promise.all(processes.splice(0).map((p) => p.stop()));
+  await mockers.stopAll();
   await Promise.all(upstreams.splice(0).map((u) => u.close()));
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
@@ -44,15 +44,9 @@ function tempDir(): string {
   return dir;
 }
 
-async function serve(args: string[], env: Json = {}, options: Omit<SpawnOptions, 'env' | 'cwd'> & { port?: number; cwd?: string } = {}) {
-  const spawned = await startMockerProcess(args, options.port ?? 0, {
-    ...options,
-    cwd: options.cwd ?? tempDir(),
-    env: { ...CLEAN, ...env } as NodeJS.ProcessEnv,
-  });
-  processes.push(spawned);
-  return { process: spawned, url: `http://127.0.0.1:${spawned.port}` };
-}
+/** The CLI started with `env` over the clean environment, in a directory of its own unless `cwd` is given. */
+const serve = (args: string[], env: Json = {}, options: Omit<SpawnOptions, 'env'> & { port?: number } = {}) =>
+  mockers.start(args, { ...options, cwd: options.cwd ?? tempDir(), env: { ...CLEAN, ...env } as NodeJS.ProcessEnv });
 
 /** What a server was started with (GET /mocker/engine's settings) and the models it serves. */
 async function startedWith(url: string): Promise<{ config: Json; models: string[] }> {
@@ -115,7 +109,7 @@ describe('MOCKER_<FLAG>', () => {
     });
     expect(settings.models).toEqual(['alpha', 'beta']);
     // Which variables took effect is said by name (never their values: they may be keys).
-    const said = /settings from the environment: (.*)/.exec(byEnv.process.stderr())![1].split(', ');
+    const said = /settings from the environment: (.*)/.exec(byEnv.stderr())![1].split(', ');
     expect(said.sort()).toEqual([
       'MOCKER_ENABLE_CHUNKED_PREFILL',
       'MOCKER_FORWARD_TIME_MS',
@@ -153,7 +147,7 @@ describe('MOCKER_<FLAG>', () => {
     const both = await refused({ MOCKER_ENABLE_PREFIX_CACHING: '1', MOCKER_NO_ENABLE_PREFIX_CACHING: '1' });
     expect(both.stderr).toContain('MOCKER_ENABLE_PREFIX_CACHING and MOCKER_NO_ENABLE_PREFIX_CACHING both set --enable-prefix-caching');
     const typo = await serve(['serve', '--mode', 'random'], { MOCKER_MAX_NUM_SEQ: '3' });
-    expect(typo.process.stderr()).toContain('MOCKER_MAX_NUM_SEQ names no flag of any command');
+    expect(typo.stderr()).toContain('MOCKER_MAX_NUM_SEQ names no flag of any command');
   });
 });
 
@@ -217,13 +211,13 @@ describe("the variables of vLLM's NPU mock model", () => {
       return answer.choices[0].message.content;
     };
     const capture = await serve([], { ...files, UPSTREAM: engine.url }, { cwd, launcher: ['bash', join(SCRIPTS, 'capture.sh')] });
-    expect(capture.process.stdout()).toContain('CAPTURE_MODE=1: running as mocker capture');
+    expect(capture.stdout()).toContain('CAPTURE_MODE=1: running as mocker capture');
     expect(await ask(capture.url)).toBe('Paris is the capital of France.');
-    await capture.process.stop();
+    await capture.stop();
     await engine.close();
     // The engine is gone: the answer can only come from the file the variables named.
     const replay = await serve([], files, { cwd, launcher: ['bash', join(SCRIPTS, 'replay.sh')] });
-    expect(replay.process.stdout()).toContain(`from ${join(files.MOCK_CAPTURE_DIR, files.MOCK_CAPTURE_FILE)}`);
+    expect(replay.stdout()).toContain(`from ${join(files.MOCK_CAPTURE_DIR, files.MOCK_CAPTURE_FILE)}`);
     expect(await ask(replay.url)).toBe('Paris is the capital of France.');
   });
 

@@ -7,17 +7,14 @@
 import OpenAI from 'openai';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, type MockerProcess } from './support/mockerProcess.js';
 
 type Json = Record<string, unknown>;
 
 /** The user's environment without the variables that stand in for flags. */
 const ENV = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(VLLM_|DYN_MOCKER_|PYTHONHASHSEED$)/.test(k)));
 
-async function serve(flags: string[]): Promise<{ process: MockerProcess; url: string }> {
-  const spawned = await startMockerProcess(['serve', '--mode', 'random', '--served-model-name', 'm', ...flags], 0, { env: ENV });
-  return { process: spawned, url: `http://127.0.0.1:${spawned.port}` };
-}
+const SERVE = ['serve', '--mode', 'random', '--served-model-name', 'm'];
 
 const client = (url: string, options: ConstructorParameters<typeof OpenAI>[0] = {}) =>
   new OpenAI({ baseURL: `${url}/v1`, apiKey: 'sk-test-key-123456', maxRetries: 0, ...options });
@@ -57,13 +54,16 @@ const streamedTokens = (text: string) =>
     .filter((e) => e.startsWith('{"id"'))
     .reduce((n, e) => n + ((JSON.parse(e) as { choices: { token_ids: number[] | null }[] }).choices[0].token_ids ?? []).length, 0);
 
-const processes: MockerProcess[] = [];
-afterEach(async () => void (await Promise.all(processes.splice(0).map((p) => p.stop()))));
+const perTest = mockerProcesses();
+afterEach(perTest.stopAll);
 
 describe('each error type: the status, headers and body of the server that sends it', () => {
-  let server: { process: MockerProcess; url: string };
-  beforeAll(async () => void (server = await serve(['--timing', 'none', '--max-model-len', '1000', '--enable-control-routes'])));
-  afterAll(() => server.process.stop());
+  const mockers = mockerProcesses();
+  afterAll(mockers.stopAll);
+  let server: MockerProcess;
+  beforeAll(
+    async () => void (server = await mockers.start([...SERVE, '--timing', 'none', '--max-model-len', '1000', '--enable-control-routes'], { env: ENV })),
+  );
 
   /** The type forced by X-Mocker-Error, as the openai client reports it. */
   const failure = (type: string) =>
@@ -174,8 +174,7 @@ describe('--error-rate 10 --random-seed 42', () => {
 
   /** Sends the requests one after another; the indices of those that failed (all 500s: the default type). */
   async function failedRequests(): Promise<{ failed: number[]; url: string }> {
-    const { process, url } = await serve(['--timing', 'none', '--error-rate', '10', '--random-seed', '42']);
-    processes.push(process);
+    const { url } = await perTest.start([...SERVE, '--timing', 'none', '--error-rate', '10', '--random-seed', '42'], { env: ENV });
     const failed: number[] = [];
     for (let i = 0; i < REQUESTS; i++) {
       const res = await complete(url, { prompt: tokens(4), max_tokens: 1 });
@@ -194,7 +193,7 @@ describe('--error-rate 10 --random-seed 42', () => {
     expect(await injected(first.url, 'server_error')).toBe(first.failed.length);
     // Only the requests that reached the engine finish in vLLM's counter.
     expect(await successes(first.url, 'length')).toBe(REQUESTS - first.failed.length);
-    await processes.pop()!.stop();
+    await perTest.stopAll();
     const second = await failedRequests();
     expect(second.failed).toEqual(first.failed);
   }, 120_000);
@@ -202,8 +201,9 @@ describe('--error-rate 10 --random-seed 42', () => {
 
 describe('--fail-first 1 --error-types rate_limit', () => {
   it('the openai client (maxRetries 1) waits for the 429 and succeeds on its retry', async () => {
-    const { process, url } = await serve(['--timing', 'none', '--fail-first', '1', '--error-types', 'rate_limit', '--enable-control-routes']);
-    processes.push(process);
+    const { url } = await perTest.start([...SERVE, '--timing', 'none', '--fail-first', '1', '--error-types', 'rate_limit', '--enable-control-routes'], {
+      env: ENV,
+    });
     const seen: [number, string | null][] = [];
     const recording: typeof fetch = async (input, init) => {
       const res = await fetch(input, init);
@@ -225,13 +225,14 @@ describe('--fail-first 1 --error-types rate_limit', () => {
 describe('mid-stream failures (--midstream-after-tokens 4)', () => {
   // 20 ms per step and 200 tokens: unbroken, each request would run for 4 s.
   const body = { prompt: tokens(100), max_tokens: 200, stream: true, return_token_ids: true };
-  let server: { process: MockerProcess; url: string };
+  const mockers = mockerProcesses();
+  afterAll(mockers.stopAll);
   let url: string;
   beforeAll(async () => {
-    server = await serve(['--timing', 'fixed', '--forward-time-ms', '20', '--block-size', '16', '--midstream-after-tokens', '4']);
-    url = server.url;
+    ({ url } = await mockers.start([...SERVE, '--timing', 'fixed', '--forward-time-ms', '20', '--block-size', '16', '--midstream-after-tokens', '4'], {
+      env: ENV,
+    }));
   });
-  afterAll(() => server.process.stop());
 
   /** After `breaks` more broken requests: nothing running or waiting, no block held (cached prompt blocks are inactive, not used), each an abort to vLLM. */
   let aborted = 0;

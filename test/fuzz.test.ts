@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { serveInProcess, type Running } from './support/inProcess.js';
 import { classifyReply, describeCase, FUZZ_STATUSES, makeCase, send } from './support/fuzzRequests.js';
 import { prng } from './support/prng.js';
 import { MODEL } from './support/vllmUpstream.js';
@@ -11,7 +11,7 @@ const CONCURRENCY = 8;
 describe(`fuzz: ${REQUESTS} random or malformed requests`, () => {
   let server: Running;
   beforeAll(async () => {
-    server = await startServe({ mode: 'random', captures: ':memory:', forwardTimeMs: 0, maxBodyBytes: MAX_BODY });
+    server = await serveInProcess({ mode: 'random', captures: ':memory:', forwardTimeMs: 0, maxBodyBytes: MAX_BODY });
   });
   afterAll(async () => {
     await server?.close();

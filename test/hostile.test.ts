@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore } from '../src/store/captureStore.js';
 import { loadModelFiles } from '../src/tokenizer/index.js';
 import { HOSTILE_CAPTURE_TEMPLATE } from './support/hostileFuzz.js';
-import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, runMockerToExit, type MockerProcess } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 type Json = Record<string, unknown>;
@@ -43,18 +43,14 @@ async function errorOf(res: Response): Promise<{ status: number; error: Json }> 
 const health = async (port: number) => (await fetch(`http://127.0.0.1:${port}/health`)).status;
 
 let dir: string;
-const processes: MockerProcess[] = [];
-async function serve(args: string[]): Promise<MockerProcess> {
-  const p = await startMockerProcess(['serve', '--timing', 'none', ...args], 0, { cwd: dir });
-  processes.push(p);
-  return p;
-}
+const mockers = mockerProcesses();
+const serve = (args: string[]) => mockers.start(['serve', '--timing', 'none', ...args], { cwd: dir });
 
 beforeAll(() => {
   dir = mkdtempSync(join(testTmpdir(), 'mocker-hostile-'));
 });
 afterAll(async () => {
-  await Promise.all(processes.map((p) => p.stop()));
+  await mockers.stopAll();
   rmSync(dir, { recursive: true, force: true });
 });
 

@@ -5,10 +5,10 @@
  */
 import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { startServe, type Running, type ServeOptions } from '../src/cli/serve.js';
 import { EngineCore, zeroTiming, type VllmKvEvent } from '../src/engine/index.js';
 import type { BlockHashAlgo } from '../src/engine/index.js';
 import { dynamoKvEventsConfigs, offsetEndpoint, parseKvEventsConfig } from '../src/events/config.js';
+import { serveInProcess, type Running, type ServeOptions } from './support/inProcess.js';
 import { BlockIndex, EventSubscriber, freePorts, replay, sleep } from './support/kvEventsClient.js';
 import { prng } from './support/prng.js';
 import { MODEL } from './support/vllmUpstream.js';
@@ -39,7 +39,7 @@ afterEach(async () => {
 async function serveWithEvents(options: Partial<ServeOptions> & { format?: 'array' | 'map'; topic?: string; replay?: boolean } = {}) {
   const [pubPort, replayPort] = await freePorts(2);
   const { format = 'array', topic = '', replay: withReplay = true, ...rest } = options;
-  const server = await startServe({
+  const server = await serveInProcess({
     mode: 'simulate',
     captures: ':memory:',
     timing: 'none',
@@ -373,7 +373,7 @@ describe('DYN_MOCKER_KV_CACHE_TRACE', () => {
   beforeAll(async () => {
     vi.stubEnv('DYN_MOCKER_KV_CACHE_TRACE', 'true');
     vi.spyOn(console, 'log').mockImplementation((line: unknown) => void lines.push(String(line)));
-    server = await startServe({ mode: 'simulate', captures: ':memory:', timing: 'none', engine: { blockSize: 16, numGpuBlocks: 8 } });
+    server = await serveInProcess({ mode: 'simulate', captures: ':memory:', timing: 'none', engine: { blockSize: 16, numGpuBlocks: 8 } });
   });
   afterAll(async () => {
     await server.close();

@@ -9,25 +9,21 @@ import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freePorts } from './support/kvEventsClient.js';
 import { listenOnLoopback, type LoopbackServer } from './support/loopback.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses } from './support/mockerProcess.js';
 import { MODEL } from './support/vllmUpstream.js';
 
 type Json = Record<string, unknown>;
 
-const processes: MockerProcess[] = [];
+const mockers = mockerProcesses();
 const servers: LoopbackServer[] = [];
 afterEach(async () => {
-  await Promise.all(processes.splice(0).map((p) => p.stop()));
+  await mockers.stopAll();
   await Promise.all(servers.splice(0).map((s) => s.close()));
 });
 
 const COMMON = ['--mode', 'simulate', '--captures', ':memory:', '--timing', 'none', '--block-size', '16'];
 
-async function mocker(args: string[]): Promise<{ url: string; process: MockerProcess }> {
-  const p = await startMockerProcess(['serve', ...COMMON, ...args]);
-  processes.push(p);
-  return { url: `http://127.0.0.1:${p.port}`, process: p };
-}
+const mocker = (args: string[]) => mockers.start(['serve', ...COMMON, ...args]);
 
 /** A loopback server that records every request it gets (the host a forged request would reach) and answers 404. */
 async function victim(): Promise<{ port: number; seen: string[] }> {
@@ -111,7 +107,7 @@ describe("issue 33 finding 3: kv_transfer_params make no request to a host of th
     expect(await counter(decode.url, 'mocker_kv_pull_failures_total', 'unreachable')).toBe(0);
     expect(await counter(decode.url, 'mocker_kv_pull_failures_total', 'unknown_blocks')).toBe(0);
     // The log says the same of an open port and a closed one (nothing was tried): which ports are open stays unknown.
-    const lines = decode.process
+    const lines = decode
       .stderr()
       .split('\n')
       .filter((l) => l.includes('KV pull failed'));

@@ -8,20 +8,15 @@ import { EngineCore } from '../src/engine/core.js';
 import { latencyTiming } from '../src/engine/latencyTiming.js';
 import { runOffline } from '../src/engine/offlineDriver.js';
 import { SglangCore } from '../src/engine/sglang/core.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses } from './support/mockerProcess.js';
 import { measureInProcess, median } from './support/sseTiming.js';
 
 type Json = Record<string, unknown>;
 
 const ENV = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(VLLM_|DYN_MOCKER_|PYTHONHASHSEED$)/.test(k)));
-const processes: MockerProcess[] = [];
-afterEach(async () => void (await Promise.all(processes.splice(0).map((p) => p.stop()))));
-
-async function serve(flags: string[]): Promise<string> {
-  const spawned = await startMockerProcess(['serve', '--mode', 'random', '--served-model-name', 'm', ...flags], 0, { env: ENV });
-  processes.push(spawned);
-  return `http://127.0.0.1:${spawned.port}`;
-}
+const mockers = mockerProcesses();
+afterEach(mockers.stopAll);
+const SERVE = ['serve', '--mode', 'random', '--served-model-name', 'm'];
 
 const knobs = (ttftMs: number, itlMs: number, ttftStdMs = 0, itlStdMs = 0) => ({ ttftMs, itlMs, ttftStdMs, itlStdMs });
 const tokens = (n: number, from = 1) => Array.from({ length: n }, (_, i) => from + i);
@@ -88,7 +83,8 @@ describe('mocker serve --ttft 50 --itl 10 (wall clock)', () => {
   const BODY = { model: 'm', prompt: 'Tell me a story', max_tokens: 12, stream: true };
 
   it('TTFT ≈ 50 ms and gaps ≈ 10 ms (medians within ±30 %); POST /mocker/config {"ttft":150} makes the TTFT ≈ 150 ms', async () => {
-    const url = await serve(['--ttft', '50', '--itl', '10', '--ttft-std', '0', '--itl-std', '0', '--enable-control-routes']);
+    const url = (await mockers.start([...SERVE, '--ttft', '50', '--itl', '10', '--ttft-std', '0', '--itl-std', '0', '--enable-control-routes'], { env: ENV }))
+      .url;
     const config = (await (await fetch(`${url}/mocker/config`)).json()) as Json;
     expect(config).toMatchObject({ timing: 'latency', ttft: 50, itl: 10, ttft_std: 0, itl_std: 0 });
     const { rttMs, arrivalsMs, gapsMs } = await measureInProcess(url, BODY);
@@ -103,9 +99,9 @@ describe('mocker serve --ttft 50 --itl 10 (wall clock)', () => {
   });
 
   it("--timing latency alone takes AIPerf's defaults (TTFT 20, ITL 5); --fast is --timing none", async () => {
-    const url = await serve(['--timing', 'latency', '--enable-control-routes']);
+    const url = (await mockers.start([...SERVE, '--timing', 'latency', '--enable-control-routes'], { env: ENV })).url;
     expect((await (await fetch(`${url}/mocker/config`)).json()) as Json).toMatchObject({ timing: 'latency', ttft: 20, itl: 5, ttft_std: 0, itl_std: 0 });
-    const fast = await serve(['--fast', '--enable-control-routes']);
+    const fast = (await mockers.start([...SERVE, '--fast', '--enable-control-routes'], { env: ENV })).url;
     expect((await (await fetch(`${fast}/mocker/config`)).json()) as Json).toMatchObject({ timing: 'none', ttft: null, itl: null });
     expect(((await (await fetch(`${fast}/mocker/engine`)).json()) as { config: Json }).config.timing).toBe('none');
   });
@@ -113,7 +109,7 @@ describe('mocker serve --ttft 50 --itl 10 (wall clock)', () => {
 
 describe('mocker serve --startup-time 2', () => {
   it("answers 503 (vLLM's error format, Retry-After) on /health and the API until then, /metrics throughout; then 200", async () => {
-    const url = await serve(['--startup-time', '2']);
+    const url = (await mockers.start([...SERVE, '--startup-time', '2'], { env: ENV })).url;
     const listening = performance.now();
     const health = await fetch(`${url}/health`);
     expect(health.status).toBe(503);

@@ -8,7 +8,7 @@ import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mockerCounters } from './support/mockerCounters.js';
-import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, runMockerToExit, startMockerProcess } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 
@@ -51,13 +51,9 @@ let upstream: Upstream;
 let db: string;
 /** What the capture proxy answered while recording, by capture. */
 const captured: Record<string, Reply> = {};
-const servers: MockerProcess[] = [];
-
-async function serve(...flags: string[]): Promise<string> {
-  const server = await startMockerProcess(['serve', '--mode', 'replay', '--captures', db, ...flags]);
-  servers.push(server);
-  return `http://127.0.0.1:${server.port}`;
-}
+const mockers = mockerProcesses();
+/** A replay of the capture file with these flags: its URL. */
+const serve = async (...flags: string[]) => (await mockers.start(['serve', '--mode', 'replay', '--captures', db, ...flags])).url;
 
 beforeAll(async () => {
   db = join(mkdtempSync(join(testTmpdir(), 'mocker-match-')), 'golden.db');
@@ -65,7 +61,7 @@ beforeAll(async () => {
   let made = 0;
   upstream = await startUpstream(() => ({ content: `answer number ${++made}` }));
   const capture = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', db]);
-  const proxy = `http://127.0.0.1:${capture.port}`;
+  const proxy = capture.url;
   try {
     captured.short = await complete(proxy, { prompt: SHORT });
     captured.long = await complete(proxy, { prompt: LONG });
@@ -78,7 +74,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await Promise.all(servers.map((s) => s.stop()));
+  await mockers.stopAll();
   await upstream?.close();
 });
 

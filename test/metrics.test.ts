@@ -5,8 +5,8 @@
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
-import { startServe, type Running } from '../src/cli/serve.js';
 import { floatToGoString } from '../src/metrics/exposition.js';
+import { serveInProcess, type Running } from './support/inProcess.js';
 import { sleep } from './support/kvEventsClient.js';
 import type { EngineState } from '../src/engine/index.js';
 import { MODEL } from './support/vllmUpstream.js';
@@ -35,7 +35,7 @@ describe('GET /metrics', () => {
   let url: string;
   beforeAll(async () => {
     // Slow steps and room for 3 running requests: the test knows what is running and waiting.
-    server = await startServe({
+    server = await serveInProcess({
       mode: 'random',
       captures: ':memory:',
       timing: 'fixed',
@@ -209,7 +209,7 @@ describe('GET /metrics with several DP ranks and hidden metrics', () => {
   let server: Running;
   let url: string;
   beforeAll(async () => {
-    server = await startServe({
+    server = await serveInProcess({
       mode: 'random',
       captures: ':memory:',
       timing: 'fixed',

@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { serveInProcess, type Running } from './support/inProcess.js';
 import { mockerCounters } from './support/mockerCounters.js';
 import { MODEL, startUpstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
@@ -40,7 +40,7 @@ describe('--on-miss', () => {
       dirs.push(dir);
       const db = join(dir, 'captures.db');
       const upstream = await startUpstream(() => ({ content: ANSWER }));
-      const server = await startServe({ mode: 'replay', captures: db, timing: 'none', onMiss: policy, upstream: upstream.url });
+      const server = await serveInProcess({ mode: 'replay', captures: db, timing: 'none', onMiss: policy, upstream: upstream.url });
       running.push(server);
       const first = await ask(server.port);
       expect(first.status).toBe(200);
@@ -92,7 +92,7 @@ describe('several captures of one prompt', () => {
     dirs.push(dir);
     const db = join(dir, 'captures.db');
     const upstream = await startUpstream(() => ({ content: 'one two three four five six seven eight nine ten eleven twelve' }));
-    const recorder = await startServe({ mode: 'replay', captures: db, timing: 'none', onMiss: 'record', upstream: upstream.url });
+    const recorder = await serveInProcess({ mode: 'replay', captures: db, timing: 'none', onMiss: 'record', upstream: upstream.url });
     const askFor = async (port: number, maxTokens: number) => {
       const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
         method: 'POST',
@@ -109,7 +109,7 @@ describe('several captures of one prompt', () => {
     expect(storedExchanges(db)).toBe(2);
     expect(long.text.startsWith(short.text)).toBe(true);
 
-    const replay = await startServe({ mode: 'replay', captures: db, timing: 'none' });
+    const replay = await serveInProcess({ mode: 'replay', captures: db, timing: 'none' });
     running.push(replay);
     // Asked again and again: whichever capture comes first, the answer is the one that holds 10 tokens.
     for (let i = 0; i < 4; i++) expect(await askFor(replay.port, 10)).toEqual(long);
@@ -122,9 +122,9 @@ describe('a recorded batch of prompts (completions with a list of prompts)', () 
     const dir = mkdtempSync(join(testTmpdir(), 'mocker-miss-'));
     dirs.push(dir);
     const db = join(dir, 'captures.db');
-    const engine = await startServe({ mode: 'simulate', captures: ':memory:', timing: 'none' });
+    const engine = await serveInProcess({ mode: 'simulate', captures: ':memory:', timing: 'none' });
     running.push(engine);
-    const recorder = await startServe({ mode: 'replay', captures: db, timing: 'none', onMiss: 'record', upstream: `http://127.0.0.1:${engine.port}` });
+    const recorder = await serveInProcess({ mode: 'replay', captures: db, timing: 'none', onMiss: 'record', upstream: `http://127.0.0.1:${engine.port}` });
     const complete = async (port: number, prompt: unknown) => {
       const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
         method: 'POST',
@@ -139,7 +139,7 @@ describe('a recorded batch of prompts (completions with a list of prompts)', () 
     expect((JSON.parse(batch.text) as { choices: unknown[] }).choices.length).toBe(2);
     expect(storedExchanges(db)).toBe(1);
 
-    const replay = await startServe({ mode: 'replay', captures: db, timing: 'none' });
+    const replay = await serveInProcess({ mode: 'replay', captures: db, timing: 'none' });
     running.push(replay);
     for (const prompt of ['Alpha prompt', 'Beta prompt']) {
       const alone = await complete(replay.port, prompt);

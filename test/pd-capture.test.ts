@@ -8,10 +8,9 @@ import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCapture } from '../src/cli/capture.js';
-import { startPdProxy, type RunningProxy } from '../src/pd/proxy.js';
 import { CaptureStore } from '../src/store/captureStore.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { captureInProcess, pdProxyInProcess, type RunningProxy } from './support/inProcess.js';
+import { mockerProcesses } from './support/mockerProcess.js';
 import { gapsOf, measureInProcess, measurePdHopsInProcess } from './support/sseTiming.js';
 import { encode, MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
@@ -48,7 +47,7 @@ describe('PD-split capture, then replay', () => {
   let decodeSawParams: unknown;
   /** When the decode upstream wrote each of its events (its timers can fire late: this is what it really sent). */
   let decodeSentMs: number[];
-  const processes: MockerProcess[] = [];
+  const mockers = mockerProcesses();
   const proxies: RunningProxy[] = [];
 
   beforeAll(async () => {
@@ -59,24 +58,13 @@ describe('PD-split capture, then replay', () => {
     });
     const decode: Upstream = await startUpstream(() => ({ content: 'story '.repeat(40), ttftMs: DECODE_TTFT_MS, gapMs: gap }));
     const capture = (upstream: Upstream) =>
-      startCapture({
+      captureInProcess({
         upstream: upstream.url,
         captures: dbPath,
-        host: '127.0.0.1',
-        port: 0,
-        upstreamTimeoutMs: 10_000,
-        maxBodyBytes: 1 << 20,
-        redactHeaders: [],
       });
     const captureP = await capture(prefill);
     const captureD = await capture(decode);
-    const proxy = await startPdProxy({
-      prefill: [new URL(`http://127.0.0.1:${captureP.port}`)],
-      decode: [new URL(`http://127.0.0.1:${captureD.port}`)],
-      host: '127.0.0.1',
-      port: 0,
-      maxBodyBytes: 1 << 20,
-    });
+    const proxy = await pdProxyInProcess({ prefill: [captureP.url], decode: [captureD.url] });
     capturedText = await streamedText(`http://127.0.0.1:${proxy.port}`);
     const decodeRequest = decode.received.find((r) => r.path === '/v1/completions');
     decodeSawParams = decodeRequest?.body?.kv_transfer_params;
@@ -102,14 +90,10 @@ describe('PD-split capture, then replay', () => {
 
   afterAll(async () => {
     for (const p of proxies) await p.close();
-    for (const s of processes) await s.stop();
+    await mockers.stopAll();
   });
 
-  const mocker = async (...args: string[]) => {
-    const s = await startMockerProcess(['serve', '--mode', 'replay', '--captures', dbPath, ...args]);
-    processes.push(s);
-    return `http://127.0.0.1:${s.port}`;
-  };
+  const mocker = async (...args: string[]) => (await mockers.start(['serve', '--mode', 'replay', '--captures', dbPath, ...args])).url;
 
   it('captured both hops, linked by X-Request-Id, with the timing the upstream wrote', () => {
     // 24 of the decode upstream's tokens (its answer, not the prefill's: that one token is thrown away).
@@ -128,7 +112,7 @@ describe('PD-split capture, then replay', () => {
   it('a mocker prefill + decode pair behind pd-proxy replays the same content; each hop within 2 ms of its capture', async () => {
     const prefill = await mocker('--disaggregation-mode', 'prefill');
     const decode = await mocker('--disaggregation-mode', 'decode', '--kv-transfer-allowed-hosts', new URL(prefill).host);
-    const proxy = await startPdProxy({ prefill: [new URL(prefill)], decode: [new URL(decode)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20 });
+    const proxy = await pdProxyInProcess({ prefill: [prefill], decode: [decode] });
     proxies.push(proxy);
     expect(await streamedText(`http://127.0.0.1:${proxy.port}`)).toBe(capturedText);
 

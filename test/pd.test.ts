@@ -7,14 +7,12 @@ import http from 'node:http';
 import OpenAI from 'openai';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startPdDeployment } from '../src/cli/pd.js';
-import { startServe, type Running, type ServeOptions } from '../src/cli/serve.js';
 import type { EngineState } from '../src/engine/index.js';
 import { kvBytesPerToken } from '../src/pd/kvTransfer.js';
-import { startPdProxy, type RunningProxy } from '../src/pd/proxy.js';
+import { pdDeploymentInProcess, pdProxyInProcess, serveInProcess, type Running, type RunningProxy, type ServeOptions } from './support/inProcess.js';
 import { EventSubscriber, freePorts, sleep } from './support/kvEventsClient.js';
 import { listenOnLoopback, type LoopbackServer } from './support/loopback.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses } from './support/mockerProcess.js';
 import { median } from './support/sseTiming.js';
 import { MODEL } from './support/vllmUpstream.js';
 
@@ -26,9 +24,9 @@ afterEach(async () => {
 const BASE: ServeOptions = { mode: 'simulate', captures: ':memory:', timing: 'model', seed: 5, engine: { blockSize: 16 } };
 
 async function serve(options: Partial<ServeOptions>): Promise<{ server: Running; url: string }> {
-  const server = await startServe({ ...BASE, ...options });
+  const server = await serveInProcess({ ...BASE, ...options });
   running.push(server);
-  return { server, url: `http://127.0.0.1:${server.port}` };
+  return { server, url: server.url };
 }
 
 /** `host:port` of a server on loopback, as a --kv-transfer-allowed-hosts entry. */
@@ -37,7 +35,7 @@ const peerOf = (url: string) => new URL(url).host;
 async function pdPair(options: Partial<ServeOptions> = {}) {
   const prefill = await serve({ ...options, role: 'prefill' });
   const decode = await serve({ ...options, role: 'decode', kvTransferAllowedHosts: [peerOf(prefill.url)] });
-  const proxy = await startPdProxy({ prefill: [new URL(prefill.url)], decode: [new URL(decode.url)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20 });
+  const proxy = await pdProxyInProcess({ prefill: [prefill.url], decode: [decode.url] });
   running.push(proxy);
   return { prefill: prefill.url, decode: decode.url, proxy: `http://127.0.0.1:${proxy.port}` };
 }
@@ -293,7 +291,7 @@ describe("vLLM's toy-proxy request sequence, sent directly", () => {
     // One 800 ms engine step on the prefill side: the client is gone long before it ends.
     const prefill = await serve({ role: 'prefill', timing: 'fixed', forwardTimeMs: 800 });
     const decode = await serve({ role: 'decode', timing: 'none', kvTransferAllowedHosts: [peerOf(prefill.url)] });
-    const proxy = await startPdProxy({ prefill: [new URL(prefill.url)], decode: [new URL(decode.url)], host: '127.0.0.1', port: 0, maxBodyBytes: 1 << 20 });
+    const proxy = await pdProxyInProcess({ prefill: [prefill.url], decode: [decode.url] });
     running.push(proxy);
     const leave = new AbortController();
     const sent = fetch(`http://127.0.0.1:${proxy.port}/v1/completions`, {
@@ -508,7 +506,7 @@ describe('VLLM_NIXL_ABORT_REQUEST_TIMEOUT', () => {
     try {
       for (const bad of ['soon', '-1', '0', '3000000']) {
         process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT = bad;
-        await expect(startServe({ ...BASE, role: 'prefill' }), bad).rejects.toThrow(/VLLM_NIXL_ABORT_REQUEST_TIMEOUT/);
+        await expect(serveInProcess({ ...BASE, role: 'prefill' }), bad).rejects.toThrow(/VLLM_NIXL_ABORT_REQUEST_TIMEOUT/);
       }
       process.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT = '30';
       await serve({ role: 'prefill' });
@@ -520,19 +518,13 @@ describe('VLLM_NIXL_ABORT_REQUEST_TIMEOUT', () => {
 });
 
 describe('mocker serve --pd', () => {
-  const processes: MockerProcess[] = [];
-  afterEach(async () => {
-    for (const p of processes.splice(0)) await p.stop();
-  });
+  const mockers = mockerProcesses();
+  afterEach(mockers.stopAll);
 
   it('`serve --pd 2P2D` (CLI) answers like separate prefill and decode processes behind `mocker pd-proxy`', async () => {
     const common = ['--mode', 'simulate', '--captures', ':memory:', '--timing', 'none', '--seed', '5', '--block-size', '16'];
     const [onePort, proxyPort] = await freePorts(2);
-    const spawnCli = async (args: string[], port = 0) => {
-      const p = await startMockerProcess(args, port);
-      processes.push(p);
-      return `http://127.0.0.1:${p.port}`;
-    };
+    const spawnCli = async (args: string[], port = 0) => (await mockers.start(args, { port })).url;
     const onePortUrl = await spawnCli(['serve', '--pd', '2P2D', ...common], onePort);
     const prefill = await spawnCli(['serve', '--disaggregation-mode', 'prefill', ...common]);
     const decode = await spawnCli(['serve', '--is-decode-worker', '--kv-transfer-allowed-hosts', peerOf(prefill), ...common]);
@@ -549,7 +541,7 @@ describe('mocker serve --pd', () => {
   it('1P1D with one --kv-events-config: each engine publishes on its own port (engine i on port + i), the same vLLM hashes', async () => {
     const [pubPort, port] = await freePorts(2);
     const kvEvents = [{ endpoint: `tcp://*:${pubPort}`, replayEndpoint: null, topic: '', bufferSteps: 10_000, hwm: 100_000, format: 'array' as const }];
-    const deployment = await startPdDeployment({ ...BASE, timing: 'none', host: '127.0.0.1', port, kvEvents }, { prefill: 1, decode: 1 });
+    const deployment = await pdDeploymentInProcess({ ...BASE, timing: 'none', host: '127.0.0.1', port, kvEvents }, { prefill: 1, decode: 1 });
     running.push(deployment);
     const subscribers = [await EventSubscriber.connect(`tcp://127.0.0.1:${pubPort}`), await EventSubscriber.connect(`tcp://127.0.0.1:${pubPort + 1}`)];
     try {
@@ -575,7 +567,7 @@ describe('mocker serve --pd', () => {
 
   it('2P2D answers like the separate engines behind pd-proxy, and round-robins both roles', async () => {
     const [port] = await freePorts(1);
-    const deployment = await startPdDeployment({ ...BASE, host: '127.0.0.1', port }, { prefill: 2, decode: 2 });
+    const deployment = await pdDeploymentInProcess({ ...BASE, host: '127.0.0.1', port }, { prefill: 2, decode: 2 });
     running.push(deployment);
     const url = `http://127.0.0.1:${deployment.port}`;
     expect(await (await fetch(`${url}/healthcheck`)).json()).toEqual({ status: 'ok', prefill_instances: 2, decode_instances: 2 });

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, runMockerToExit } from './support/mockerProcess.js';
 import { oracleIdsWithSpecial } from './support/qwen3Oracle.js';
 import { testTmpdir } from './support/tempRoot.js';
 import { DOUBLE_EMBEDDING_DIMENSIONS, doubleEmbedding, encode, EOS, MODEL, promptIds, startUpstream, type Upstream } from './support/vllmUpstream.js';
@@ -28,7 +28,7 @@ const CHAT = { model: MODEL, messages: [{ role: 'user', content: 'Say hello' }],
 
 const dir = mkdtempSync(join(testTmpdir(), 'pooling-capture-'));
 const db = join(dir, 'captures.db');
-const processes: MockerProcess[] = [];
+const mockers = mockerProcesses();
 let upstream: Upstream;
 /** What the clients got through the capture proxy, by request name. */
 const proxied = new Map<string, string>();
@@ -36,15 +36,7 @@ const proxied = new Map<string, string>();
 const client = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: SECRET, maxRetries: 0 });
 const post = (url: string, path: string, body: unknown) =>
   fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${SECRET}` }, body: JSON.stringify(body) });
-const mocker = async (...args: string[]) => {
-  const p = await startMockerProcess(args);
-  processes.push(p);
-  return { url: `http://127.0.0.1:${p.port}`, process: p };
-};
-const stop = async (p: MockerProcess) => {
-  await p.stop();
-  processes.splice(processes.indexOf(p), 1);
-};
+const mocker = (...args: string[]) => mockers.start(args);
 /** What vLLM regenerates per request: the top-level id (and created where the answer has one). */
 const normalize = (text: string) => text.replace(/^\{"id":"[^"]*"(,"object":"[^"]*","created":\d+)?/, '{"id":"X"');
 const doubleVectors = (texts: string[], dimensions = DOUBLE_EMBEDDING_DIMENSIONS) => texts.map((t) => doubleEmbedding(oracleIdsWithSpecial(t), dimensions));
@@ -70,11 +62,11 @@ beforeAll(async () => {
     proxied.set(name, await res.text());
   }
   // SIGTERM: the capture closes its file self-contained.
-  await stop(capture.process);
+  await capture.stop();
 }, 60_000);
 
 afterAll(async () => {
-  await Promise.all(processes.map((p) => p.stop()));
+  await mockers.stopAll();
   await upstream?.close();
 });
 
@@ -177,7 +169,8 @@ describe('serve --mode replay with the double stopped', () => {
     expect((await runMockerToExit(['captures', 'export', db, '-o', jsonl])).code).toBe(0);
     const imported = join(dir, 'imported.db');
     expect((await runMockerToExit(['captures', 'import', jsonl, '-o', imported])).code).toBe(0);
-    const { url, process: server } = await mocker('serve', '--mode', 'replay', '--captures', imported);
+    const server = await mocker('serve', '--mode', 'replay', '--captures', imported);
+    const { url } = server;
     for (const [name, path, body] of [
       ['embeddings', '/v1/embeddings', { model: MODEL, input: TEXTS, dimensions: 8 }],
       ['v2 rerank', '/v2/rerank', RERANK],
@@ -186,7 +179,7 @@ describe('serve --mode replay with the double stopped', () => {
       expect(res.status, name).toBe(200);
       expect(normalize(await res.text()), name).toBe(normalize(proxied.get(name)!));
     }
-    await stop(server);
+    await server.stop();
   });
 
   it('still replays the chat captured beside them', async () => {
@@ -234,7 +227,7 @@ describe('serve --on-miss record', () => {
     expect(forwarded.status).toBe(200);
     const text = await forwarded.text();
     expect((JSON.parse(text) as { data: { embedding: number[] }[] }).data[0].embedding).toEqual(doubleVectors([OTHER_TEXT])[0]);
-    await stop(recorder.process);
+    await recorder.stop();
     await second.close();
     const replay = await mocker('serve', '--mode', 'replay', '--captures', recordDb, '--timing', 'none');
     const replayed = await post(replay.url, '/v1/embeddings', body);

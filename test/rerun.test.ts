@@ -15,7 +15,7 @@ import { launchChromium, openHtmlFile } from './support/chromiumPage.js';
 import { startEngineDouble, type EngineName } from './support/engineDoubles.js';
 import { schemaErrors } from './support/junitSchema.js';
 import { listenOnLoopback } from './support/loopback.js';
-import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, runMockerToExit } from './support/mockerProcess.js';
 import { startSglangUpstream } from './support/sglangUpstream.js';
 import { CHAT_TEMPLATE, encode, MODEL, promptIds, startUpstream, type Answer, type Upstream, type UpstreamOptions } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
@@ -23,24 +23,15 @@ import { testTmpdir } from './support/tempRoot.js';
 type Json = Record<string, unknown>;
 
 const tmp = mkdtempSync(join(testTmpdir(), 'rerun-'));
-const processes: MockerProcess[] = [];
+const mockers = mockerProcesses();
 const closers: (() => Promise<void>)[] = [];
 let counter = 0;
 const file = (name: string) => join(tmp, `${name}-${++counter}.db`);
 
-async function mocker(...args: string[]): Promise<MockerProcess> {
-  const p = await startMockerProcess(args);
-  processes.push(p);
-  return p;
-}
-
-async function stop(p: MockerProcess): Promise<void> {
-  await p.stop();
-  processes.splice(processes.indexOf(p), 1);
-}
+const mocker = (...args: string[]) => mockers.start(args);
 
 afterAll(async () => {
-  await Promise.all(processes.map((p) => p.stop()));
+  await mockers.stopAll();
   await Promise.all(closers.map((close) => close()));
 });
 
@@ -144,7 +135,7 @@ async function captureVllmGolden(upstream: Upstream): Promise<string> {
   await client(url)
     .chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'please fail' }], max_tokens: 8 })
     .catch(() => undefined);
-  await stop(capture);
+  await capture.stop();
   return golden;
 }
 
@@ -218,7 +209,7 @@ describe('mocker rerun of a vLLM capture', () => {
     const run = await rerun(golden, `http://127.0.0.1:${replay.port}`);
     expect(run.code, run.stderr).toBe(0);
     expect(summary(run.stdout)).toEqual({ compared: SENT, same: SENT, regressions: 0, sampled: 0 });
-    await stop(replay);
+    await replay.stop();
   });
 
   /** Each chat's first differing prompt position between the golden template and `template`, rendered and tokenized by the double's own code. */
@@ -465,7 +456,7 @@ describe('mocker rerun of a vLLM capture', () => {
     const again = await rerun(output, url);
     expect(again.code, again.stderr).toBe(0);
     expect(summary(again.stdout)).toEqual({ compared: SENT, same: SENT, regressions: 0, sampled: 0 });
-    await stop(replay);
+    await replay.stop();
   });
 
   it('--as-captured sends each request at its captured arrival time, divided by --speedup', async () => {
@@ -476,7 +467,7 @@ describe('mocker rerun of a vLLM capture', () => {
       if (i > 0) await new Promise((r) => setTimeout(r, 800));
       await post(url, '/v1/completions', { ...body, prompt: `${String(body.prompt)} (spaced)` });
     }
-    await stop(capture);
+    await capture.stop();
     const target = await startUpstream(script(GOLDEN_STORY));
     closers.push(() => target.close());
     const run = await rerun(spaced, target.url, '--as-captured', '--speedup', '2');
@@ -523,7 +514,7 @@ describe('mocker rerun of a vLLM capture', () => {
     const golden = file('no-model');
     const capture = await mocker('capture', '--upstream', upstream.url, '--captures', golden);
     await post(`http://127.0.0.1:${capture.port}`, '/v1/completions', { prompt: 'No model named here', max_tokens: 8 });
-    await stop(capture);
+    await capture.stop();
     // Its answers name `my-new-alias`, the golden's `Qwen/Qwen3-0.6B`: the same request all the same.
     const renamed = await mocker('serve', '--served-model-name', 'my-new-alias');
     const run = await rerun(golden, `http://127.0.0.1:${renamed.port}`);
@@ -533,7 +524,7 @@ describe('mocker rerun of a vLLM capture', () => {
     expect(run.stdout).toMatch(/TTFT ms \(golden 0 \/ target 0 samples\): p50 n\/a -> n\/a \(n\/a\), p90 n\/a -> n\/a \(n\/a\), p99 n\/a -> n\/a \(n\/a\)/);
     expect(run.stdout).toMatch(/ITL ms \(golden 0 \/ target 0 samples\): p50 n\/a/);
     expect(run.stdout).toMatch(/E2E ms \(golden 1 \/ target 1 samples\): p50 \d+\.\d\d -> \d+\.\d\d/);
-    await stop(renamed);
+    await renamed.stop();
   });
 
   it('refuses to run, exit 2: no target, a file that is not a capture, a target that answers nothing', async () => {
@@ -584,7 +575,7 @@ describe('mocker rerun of captures of other engines, against the same engine and
         await post(url, '/v1/chat/completions', { ...chat, stream });
         await post(url, '/v1/completions', { ...completion, stream });
       }
-      await stop(capture);
+      await capture.stop();
       const same = await rerun(golden, double.url);
       expect(same.code, same.stdout + same.stderr).toBe(0);
       expect(summary(same.stdout)).toEqual({ compared: 4, same: 4, regressions: 0, sampled: 0 });
@@ -592,7 +583,7 @@ describe('mocker rerun of captures of other engines, against the same engine and
       const replayed = await rerun(golden, `http://127.0.0.1:${replay.port}`);
       expect(replayed.code, replayed.stdout + replayed.stderr).toBe(0);
       expect(summary(replayed.stdout)).toEqual({ compared: 4, same: 4, regressions: 0, sampled: 0 });
-      await stop(replay);
+      await replay.stop();
     });
   }
 });

@@ -2,8 +2,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCapture } from '../src/cli/capture.js';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { captureInProcess, serveInProcess, type Running } from './support/inProcess.js';
 import { MODEL, startUpstream, type Answer, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -78,13 +77,9 @@ describe('capture then replay through a vLLM-like upstream', () => {
   beforeAll(async () => {
     dbPath = join(mkdtempSync(join(testTmpdir(), 'mocker-')), 'golden.db');
     upstream = await startUpstream(script);
-    capture = await startCapture({
+    capture = await captureInProcess({
       upstream: upstream.url,
       captures: dbPath,
-      host: '127.0.0.1',
-      port: 0,
-      upstreamTimeoutMs: 10_000,
-      maxBodyBytes: 1 << 20,
       redactHeaders: ['authorization', 'api-key', 'x-api-key', 'cookie', 'set-cookie'],
     });
   });
@@ -147,7 +142,7 @@ describe('capture then replay through a vLLM-like upstream', () => {
 
   it('replays every capture with the upstream gone: identical shapes get identical bytes', async () => {
     await upstream.close();
-    replay = await startServe({ mode: 'replay', captures: dbPath, timing: 'none' });
+    replay = await serveInProcess({ mode: 'replay', captures: dbPath, timing: 'none' });
     for (const c of CASES) {
       const r = await post(`http://127.0.0.1:${replay.port}`, c);
       expect(r.status, c.name).toBe(200);

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 import { MODEL } from './support/vllmUpstream.js';
 
@@ -63,17 +63,17 @@ const MAX_TOKENS = 5;
 
 // The servers' working directory: no capture file there, every answer is random.
 const dir = mkdtempSync(join(testTmpdir(), 'sglang-metrics-'));
-const processes: MockerProcess[] = [];
+const mockers = mockerProcesses();
 afterAll(async () => {
-  await Promise.all(processes.map((p) => p.stop()));
+  await mockers.stopAll();
   rmSync(dir, { recursive: true, force: true });
 });
 
-async function serve(args: string[]): Promise<{ url: string; pid: number }> {
-  const p = await startMockerProcess(['serve', ...args], 0, { cwd: dir });
-  processes.push(p);
-  return { url: `http://127.0.0.1:${p.port}`, pid: p.child.pid! };
-}
+/** `serve` with these flags: its URL and process id. */
+const serve = async (args: string[]) => {
+  const p = await mockers.start(['serve', ...args], { cwd: dir });
+  return { url: p.url, pid: p.child.pid! };
+};
 
 async function scrape(url: string): Promise<{ families: Families; text: string }> {
   const text = await (await fetch(`${url}/metrics`)).text();

@@ -7,26 +7,22 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { EventSubscriber, freePorts } from './support/kvEventsClient.js';
-import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, runMockerToExit } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 const dir = mkdtempSync(join(testTmpdir(), 'sglang-serve-'));
-const processes: MockerProcess[] = [];
+const mockers = mockerProcesses();
 const subscribers: EventSubscriber[] = [];
 afterAll(async () => {
   subscribers.forEach((s) => s.close());
-  await Promise.all(processes.map((p) => p.stop()));
+  await mockers.stopAll();
   rmSync(dir, { recursive: true, force: true });
 });
 
 /** Ordinary Qwen3 token ids. */
 const PROMPT = Array.from({ length: 150 }, (_, i) => 1000 + i);
 
-async function serve(args: string[]): Promise<string> {
-  const p = await startMockerProcess(['serve', '--engine-type', 'sglang', '--timing', 'none', '--enable-prompt-tokens-details', ...args], 0, { cwd: dir });
-  processes.push(p);
-  return `http://127.0.0.1:${p.port}`;
-}
+const SERVE = ['serve', '--engine-type', 'sglang', '--timing', 'none', '--enable-prompt-tokens-details'];
 
 async function cachedTokens(url: string, prompt: number[]): Promise<number> {
   const res = await fetch(`${url}/v1/completions`, {
@@ -44,7 +40,7 @@ const engineConfig = async (url: string) => ((await (await fetch(`${url}/mocker/
 
 describe('serve --engine-type sglang', () => {
   it('reuses a repeated prompt in whole pages of the block size (64 by default), never its last token', async () => {
-    const url = await serve([]);
+    const url = (await mockers.start([...SERVE], { cwd: dir })).url;
     const config = await engineConfig(url);
     expect([config.engine_type, config.block_size, config.sglang_page_size, config.sglang_schedule_policy]).toEqual(['sglang', 64, 64, 'fifo']);
     expect(await cachedTokens(url, PROMPT)).toBe(0);
@@ -53,7 +49,9 @@ describe('serve --engine-type sglang', () => {
   });
 
   it('--sglang-page-size sets the block size when --block-size is not given; pages of 16 reuse 144 of the same prompt', async () => {
-    const url = await serve(['--sglang-page-size', '16', '--sglang-schedule-policy', 'lpm', '--sglang-chunked-prefill-size', '4096']);
+    const url = (
+      await mockers.start([...SERVE, '--sglang-page-size', '16', '--sglang-schedule-policy', 'lpm', '--sglang-chunked-prefill-size', '4096'], { cwd: dir })
+    ).url;
     const config = await engineConfig(url);
     expect([config.block_size, config.sglang_page_size, config.sglang_schedule_policy, config.sglang_chunked_prefill_size]).toEqual([16, 16, 'lpm', 4096]);
     await cachedTokens(url, PROMPT);
@@ -62,7 +60,7 @@ describe('serve --engine-type sglang', () => {
 
   it('publishes the radix cache on vLLM ZMQ wire: BlockStored events of page-size blocks holding the cached tokens', async () => {
     const [port] = await freePorts(1);
-    const url = await serve(['--sglang-page-size', '16', '--zmq-kv-events-ports', String(port)]);
+    const url = (await mockers.start([...SERVE, '--sglang-page-size', '16', '--zmq-kv-events-ports', String(port)], { cwd: dir })).url;
     const sub = await EventSubscriber.connect(`tcp://127.0.0.1:${port}`);
     subscribers.push(sub);
     await cachedTokens(url, PROMPT);

@@ -11,22 +11,18 @@ import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePorts } from './support/kvEventsClient.js';
 import { listenOnLoopback } from './support/loopback.js';
-import { spawnMockerProcess, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { spawnMockerProcess, mockerProcesses, type MockerProcess } from './support/mockerProcess.js';
 import { MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
-const processes: MockerProcess[] = [];
+const mockers = mockerProcesses();
 const upstreams: Upstream[] = [];
 afterAll(async () => {
-  for (const p of processes) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
+  await mockers.killAll();
   await Promise.all(upstreams.map((u) => u.close()));
 });
 
-async function mocker(args: string[], port = 0): Promise<MockerProcess> {
-  const spawned = await startMockerProcess(args, port);
-  processes.push(spawned);
-  return spawned;
-}
+const mocker = (args: string[], port = 0) => mockers.start(args, { port });
 
 async function upstream(script: Script): Promise<Upstream> {
   const u = await startUpstream(script);

@@ -27,7 +27,7 @@ import {
 } from '../src/store/pack.js';
 import { benchExchange } from './support/benchExchange.js';
 import { formatExchanges } from './support/formatExchanges.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, startMockerProcess } from './support/mockerProcess.js';
 import { prng } from './support/prng.js';
 import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
@@ -138,7 +138,7 @@ function bruteNearest(exchanges: readonly StoredExchange[], model: string, probe
 }
 
 describe('a capture file of the layout before encoding 1', () => {
-  const processes: MockerProcess[] = [];
+  const mockers = mockerProcesses();
   let upstream: Upstream;
   const oldFile = join(dir, 'old.db');
   /** What the clients got through the capture proxy, by request. */
@@ -147,11 +147,7 @@ describe('a capture file of the layout before encoding 1', () => {
   const normalize = (text: string) => text.replace(/\{"id":"[^"]*","object":"([^"]*)","created":\d+/g, '{"id":"X","object":"$1","created":0');
   const post = (port: number, path: string, body: unknown) =>
     fetch(`http://127.0.0.1:${port}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  const mocker = async (...args: string[]) => {
-    const p = await startMockerProcess(args);
-    processes.push(p);
-    return p;
-  };
+  const mocker = (...args: string[]) => mockers.start(args);
   const requests: { path: string; body: Record<string, unknown> }[] = [
     { path: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'user', content: 'An old question' }], max_tokens: 16 } },
     { path: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'user', content: 'An old streamed question' }], max_tokens: 16, stream: true } },
@@ -188,7 +184,7 @@ describe('a capture file of the layout before encoding 1', () => {
   });
 
   afterAll(async () => {
-    for (const p of processes) if (p.child.exitCode === null && p.child.signalCode === null) await p.stop();
+    await mockers.stopAll();
     await upstream?.close();
   });
 

@@ -10,7 +10,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses } from './support/mockerProcess.js';
 import { prng } from './support/prng.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -20,16 +20,10 @@ const ajv = new Ajv2020({ strict: false });
 addFormats(ajv);
 
 const MODEL = 'Qwen/Qwen3-0.6B';
-const processes: MockerProcess[] = [];
-afterAll(async () => {
-  await Promise.all(processes.map((p) => p.stop()));
-});
+const mockers = mockerProcesses();
+afterAll(mockers.stopAll);
 
-async function serve(args: string[]): Promise<OpenAI> {
-  const p = await startMockerProcess(['serve', ...args]);
-  processes.push(p);
-  return new OpenAI({ baseURL: `http://127.0.0.1:${p.port}/v1`, apiKey: 'unused', maxRetries: 0 });
-}
+const openai = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
 
 const PERSON = {
   type: 'object',
@@ -89,7 +83,7 @@ describe.each([
   let client: OpenAI;
   beforeAll(async () => {
     const dir = mkdtempSync(join(testTmpdir(), 'mocker-structured-'));
-    client = await serve([...flags, '--captures', join(dir, 'none.db')]);
+    client = openai((await mockers.start(['serve', ...flags, '--captures', join(dir, 'none.db')])).url);
   });
 
   it('response_format json_schema: the answer parses and validates, streamed too; EOS ends it (finish_reason stop)', async () => {
@@ -130,7 +124,7 @@ describe.each([
 describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and completions (random mode)', () => {
   let client: OpenAI;
   beforeAll(async () => {
-    client = await serve(['--mode', 'random', '--timing', 'none']);
+    client = openai((await mockers.start(['serve', '--mode', 'random', '--timing', 'none'])).url);
   });
   /** The 400 a request with `body` gets: its message. */
   const refused = async (body: Record<string, unknown>) => {
@@ -271,7 +265,7 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
   });
 
   it('tool_choice auto never reads the schema (as vLLM): a keyword mocker cannot honour is no 400, the call is drawn unconstrained', async () => {
-    const calling = await serve(['--mode', 'random', '--timing', 'none', '--tool-call-rate', '1']);
+    const calling = openai((await mockers.start(['serve', '--mode', 'random', '--timing', 'none', '--tool-call-rate', '1'])).url);
     const tools = [{ type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', not: { required: ['q'] } } } }];
     for (let seed = 0; seed < 4; seed++) {
       const answer = await calling.chat.completions.create({ model: MODEL, messages, tools, seed });
@@ -282,7 +276,7 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
   });
 
   it('tools offered with tool_choice auto (every answer a call at --tool-call-rate 1): the constraint holds the answer, no call', async () => {
-    const calling = await serve(['--mode', 'random', '--timing', 'none', '--tool-call-rate', '1']);
+    const calling = openai((await mockers.start(['serve', '--mode', 'random', '--timing', 'none', '--tool-call-rate', '1'])).url);
     const tools = [
       { type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } } },
     ];
@@ -304,7 +298,7 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
   });
 
   it('with --reasoning, the thinking span comes first and the content is the constrained answer', async () => {
-    const thinking = await serve(['--mode', 'random', '--timing', 'none', '--reasoning', '{"thinking_ratio":0.3}']);
+    const thinking = openai((await mockers.start(['serve', '--mode', 'random', '--timing', 'none', '--reasoning', '{"thinking_ratio":0.3}'])).url);
     const completion = await thinking.chat.completions.create({
       model: MODEL,
       messages,
@@ -377,7 +371,7 @@ function randomSchema(seed: number): Record<string, unknown> {
 
 describe('1,000 seeded random JSON schemas answered in random mode', () => {
   it('every answer validates against its schema (Ajv) or ends by length after max_tokens tokens', async () => {
-    const client = await serve(['--mode', 'random', '--timing', 'none']);
+    const client = openai((await mockers.start(['serve', '--mode', 'random', '--timing', 'none'])).url);
     const outcomes = { valid: 0, length: 0 };
     const failures: string[] = [];
     let next = 0;

@@ -8,19 +8,14 @@ import OpenAI from 'openai';
 import type { ChatCompletion, ChatCompletionCreateParamsNonStreaming, ChatCompletionTool } from 'openai/resources/chat/completions';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, runMockerToExit } from './support/mockerProcess.js';
 import { oracleIds } from './support/qwen3Oracle.js';
 
-const processes: MockerProcess[] = [];
-afterAll(async () => {
-  await Promise.all(processes.map((p) => p.stop()));
-});
+const mockers = mockerProcesses();
+afterAll(mockers.stopAll);
 
-async function serve(args: string[]): Promise<OpenAI> {
-  const p = await startMockerProcess(['serve', '--mode', 'random', '--timing', 'none', ...args]);
-  processes.push(p);
-  return new OpenAI({ baseURL: `http://127.0.0.1:${p.port}/v1`, apiKey: 'unused', maxRetries: 0 });
-}
+const SERVE = ['serve', '--mode', 'random', '--timing', 'none'];
+const openai = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
 
 // Qwen3's <think> and </think>, as Python's tokenizer encodes them.
 const thinkIds = oracleIds('<think>\nreasoning\n</think>');
@@ -49,7 +44,7 @@ function spanLength(ids: number[]): number {
 
 describe('--reasoning: a thinking span opens every random answer', () => {
   it('a chat gets the span as reasoning_content (vLLM 0.11) and the rest as content; usage counts all tokens', async () => {
-    const client = await serve(['--reasoning', '{"thinking_ratio":0.25}']);
+    const client = openai((await mockers.start([...SERVE, '--reasoning', '{"thinking_ratio":0.25}'])).url);
     const { message, choice, completion } = await chat(client, { max_tokens: 40, return_token_ids: true });
     const ids = choice.token_ids!;
     // floor(40 × 0.25) = 10 tokens: <think>, 8 thinking tokens, </think>.
@@ -67,7 +62,7 @@ describe('--reasoning: a thinking span opens every random answer', () => {
   });
 
   it('streamed, the reasoning_content deltas come first and accumulate to the non-streamed texts', async () => {
-    const client = await serve(['--reasoning', '{"thinking_ratio":0.5}', '--seed', '3']);
+    const client = openai((await mockers.start([...SERVE, '--reasoning', '{"thinking_ratio":0.5}', '--seed', '3'])).url);
     const { message } = await chat(client, { max_tokens: 30 });
     const stream = await client.chat.completions.create({
       model: 'Qwen/Qwen3-0.6B',
@@ -98,10 +93,15 @@ describe('--reasoning: a thinking span opens every random answer', () => {
 
   it("follows Dynamo's rule: floor(max_tokens × ratio), clamped to [2, max_tokens], none below 2 tokens or when it floors to 0", async () => {
     // The ids given explicitly, through the engine args (Dynamo's key).
-    const client = await serve([
-      '--extra-engine-args',
-      JSON.stringify({ reasoning: { start_thinking_token_id: THINK, end_thinking_token_id: END_THINK, thinking_ratio: 0.1 } }),
-    ]);
+    const client = openai(
+      (
+        await mockers.start([
+          ...SERVE,
+          '--extra-engine-args',
+          JSON.stringify({ reasoning: { start_thinking_token_id: THINK, end_thinking_token_id: END_THINK, thinking_ratio: 0.1 } }),
+        ])
+      ).url,
+    );
     const cases: [maxTokens: number, span: number][] = [
       [100, 10], // floor(10) = 10
       [15, 2], // floor(1.5) = 1 → at least 2
@@ -112,7 +112,7 @@ describe('--reasoning: a thinking span opens every random answer', () => {
       const { choice } = await chat(client, { max_tokens: maxTokens, return_token_ids: true });
       expect([maxTokens, spanLength(choice.token_ids!)]).toEqual([maxTokens, span]);
     }
-    const whole = await serve(['--reasoning', '{"thinking_ratio":1}']);
+    const whole = openai((await mockers.start([...SERVE, '--reasoning', '{"thinking_ratio":1}'])).url);
     const { message, choice } = await chat(whole, { max_tokens: 12, return_token_ids: true });
     // The span is the whole answer: </think> is its last token, nothing follows.
     expect(spanLength(choice.token_ids!)).toBe(12);
@@ -121,7 +121,7 @@ describe('--reasoning: a thinking span opens every random answer', () => {
   });
 
   it("a request's reasoning_effort sets the span instead (AIPerf: low 100, medium 250, high 500), within max_tokens", async () => {
-    const client = await serve(['--reasoning', '{"thinking_ratio":0.1}']);
+    const client = openai((await mockers.start([...SERVE, '--reasoning', '{"thinking_ratio":0.1}'])).url);
     const cases: [effort: string, maxTokens: number, span: number][] = [
       ['low', 400, 100],
       ['medium', 400, 250],
@@ -135,14 +135,14 @@ describe('--reasoning: a thinking span opens every random answer', () => {
   });
 
   it('without --reasoning, reasoning_effort changes nothing and no span is made', async () => {
-    const client = await serve([]);
+    const client = openai((await mockers.start([...SERVE])).url);
     const { message, choice } = await chat(client, { max_tokens: 20, reasoning_effort: 'low', return_token_ids: true });
     expect(spanLength(choice.token_ids!)).toBe(0);
     expect(message.reasoning_content).toBeNull();
   });
 
   it('a completion carries the span as raw text, as vLLM (its reasoning parser reads chats only)', async () => {
-    const client = await serve(['--reasoning', '{"thinking_ratio":0.5}']);
+    const client = openai((await mockers.start([...SERVE, '--reasoning', '{"thinking_ratio":0.5}'])).url);
     const completion = await client.completions.create({ model: 'Qwen/Qwen3-0.6B', prompt: 'Think first.', max_tokens: 10 });
     expect(completion.choices[0].text.startsWith('<think>')).toBe(true);
     expect(completion.choices[0].text).toContain('</think>');
@@ -202,7 +202,7 @@ async function toolChat(client: OpenAI, prompt: string, extra: Record<string, un
 
 describe('--tool-call-rate: a chat offering tools gets a call to one of them', () => {
   it('the openai client reads a call to an offered tool whose arguments are valid against its schema; finish_reason tool_calls', async () => {
-    const client = await serve(['--tool-call-rate', '1']);
+    const client = openai((await mockers.start([...SERVE, '--tool-call-rate', '1'])).url);
     const names = new Set<string>();
     for (const prompt of prompts) {
       const { message, choice } = await toolChat(client, prompt);
@@ -222,7 +222,7 @@ describe('--tool-call-rate: a chat offering tools gets a call to one of them', (
   });
 
   it("streamed, the call's fragments accumulate (the openai stream helper) to the non-streamed call", async () => {
-    const client = await serve(['--tool-call-rate', '1', '--reasoning', '{"thinking_ratio":0.1}']);
+    const client = openai((await mockers.start([...SERVE, '--tool-call-rate', '1', '--reasoning', '{"thinking_ratio":0.1}'])).url);
     for (const prompt of prompts.slice(0, 4)) {
       const { message, choice } = await toolChat(client, prompt);
       const runner = client.chat.completions.stream({ model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user', content: prompt }], tools: TOOLS, max_tokens: 200 });
@@ -241,7 +241,7 @@ describe('--tool-call-rate: a chat offering tools gets a call to one of them', (
   });
 
   it('a named tool_choice always calls that tool, with content "" and finish_reason stop; "none" never calls', async () => {
-    const client = await serve(['--tool-call-rate', '0']);
+    const client = openai((await mockers.start([...SERVE, '--tool-call-rate', '0'])).url);
     const { message, choice } = await toolChat(client, prompts[0], { tool_choice: { type: 'function', function: { name: 'search' } } });
     expect(choice.finish_reason).toBe('stop');
     expect(message.content).toBe('');
@@ -253,7 +253,7 @@ describe('--tool-call-rate: a chat offering tools gets a call to one of them', (
   });
 
   it('--tool-call-rate 0 gives no calls to tool_choice auto', async () => {
-    const client = await serve(['--tool-call-rate', '0']);
+    const client = openai((await mockers.start([...SERVE, '--tool-call-rate', '0'])).url);
     for (const prompt of prompts.slice(0, 6)) {
       const { message, choice } = await toolChat(client, prompt);
       expect(message.tool_calls).toEqual([]);
@@ -263,8 +263,8 @@ describe('--tool-call-rate: a chat offering tools gets a call to one of them', (
   });
 
   it('the same --seed makes the same calls in another run', async () => {
-    const first = await serve(['--tool-call-rate', '0.5', '--seed', '11']);
-    const second = await serve(['--tool-call-rate', '0.5', '--seed', '11']);
+    const first = openai((await mockers.start([...SERVE, '--tool-call-rate', '0.5', '--seed', '11'])).url);
+    const second = openai((await mockers.start([...SERVE, '--tool-call-rate', '0.5', '--seed', '11'])).url);
     const calls = async (client: OpenAI) => Promise.all(prompts.map(async (p) => (await toolChat(client, p)).message.tool_calls));
     const [a, b] = [await calls(first), await calls(second)];
     expect(b).toEqual(a);
@@ -273,7 +273,7 @@ describe('--tool-call-rate: a chat offering tools gets a call to one of them', (
   });
 
   it("refuses tool_choice without tools, and a named tool that is not offered, with vLLM's 400", async () => {
-    const client = await serve([]);
+    const client = openai((await mockers.start([...SERVE])).url);
     await expect(chat(client, { tool_choice: 'auto', max_tokens: 5 })).rejects.toMatchObject({
       status: 400,
       message: expect.stringContaining('`tools` must be set'),

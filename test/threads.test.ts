@@ -13,25 +13,21 @@ import OpenAI from 'openai';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, describe, expect, it } from 'vitest';
 import { EventSubscriber, freePorts } from './support/kvEventsClient.js';
-import { runMockerToExit, startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses, runMockerToExit, type MockerProcess } from './support/mockerProcess.js';
 import { cpuTicks } from './support/procStat.js';
 import { testTmpdir } from './support/tempRoot.js';
 import { MODEL, startUpstream, type Upstream } from './support/vllmUpstream.js';
 
-const processes: MockerProcess[] = [];
+const mockers = mockerProcesses();
 const subscribers: EventSubscriber[] = [];
 const closers: (() => Promise<void>)[] = [];
 afterAll(async () => {
-  for (const p of processes) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
+  await mockers.killAll();
   for (const s of subscribers) s.close();
   for (const close of closers) await close();
 });
 
-async function mocker(args: string[]): Promise<MockerProcess> {
-  const spawned = await startMockerProcess(args);
-  processes.push(spawned);
-  return spawned;
-}
+const mocker = (args: string[]) => mockers.start(args);
 
 const client = (port: number) => new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0 });
 /** The ports of the startup line ("… serving M on http://127.0.0.1:P, …"). */

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore } from '../src/store/captureStore.js';
-import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
+import { mockerProcesses } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 
 const ROOT = join(import.meta.dirname, '..');
@@ -77,19 +77,13 @@ beforeAll(() => {
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const processes: MockerProcess[] = [];
-afterEach(async () => {
-  await Promise.all(processes.splice(0).map((p) => p.stop()));
-});
+const mockers = mockerProcesses();
+afterEach(mockers.stopAll);
 
 const SERVER_TLS = () => ['--ssl-keyfile', pem('server.key'), '--ssl-certfile', pem('server.pem')];
 const SERVE = ['serve', '--mode', 'random', '--fast', '--served-model-name', 'm'];
 
-async function mocker(args: string[]): Promise<MockerProcess> {
-  const p = await startMockerProcess(args, 0, { env: ENV });
-  processes.push(p);
-  return p;
-}
+const mocker = (args: string[]) => mockers.start(args, { env: ENV });
 
 /** What the official openai client gets from `baseURL` (also its models, `listModels`), run in a child process trusting `ca` if given. */
 async function openaiClient(
@@ -174,7 +168,6 @@ describe('capture and pd-proxy over TLS', () => {
     const answered = await openaiClient(`https://127.0.0.1:${capture.port}/v1`, pem('ca.pem'));
     expect(answered).toMatchObject({ models: ['m'], finish: 'length', tokens: 4 });
     await capture.stop();
-    processes.splice(processes.indexOf(capture), 1);
     const store = CaptureStore.open(captures, { readonly: true });
     try {
       // Identified through TLS (its /version and /v1/models), and both chats (plain and streamed) recorded whole.

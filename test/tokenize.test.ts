@@ -1,7 +1,7 @@
 /** `POST /tokenize` and `/detokenize` in vLLM's shapes, against the Qwen3 tokenizer oracle fixtures. */
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { serveInProcess, type Running } from './support/inProcess.js';
 
 interface Row {
   kind: 'encode' | 'chat' | 'decode';
@@ -23,7 +23,7 @@ describe('/tokenize and /detokenize', () => {
   let server: Running;
   let url: string;
   beforeAll(async () => {
-    server = await startServe({ mode: 'random', captures: ':memory:' });
+    server = await serveInProcess({ mode: 'random', captures: ':memory:' });
     url = `http://127.0.0.1:${server.port}`;
   });
   afterAll(async () => {

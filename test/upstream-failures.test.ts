@@ -4,8 +4,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { startCapture } from '../src/cli/capture.js';
-import { startServe, type Running } from '../src/cli/serve.js';
+import { captureInProcess, serveInProcess, type Running } from './support/inProcess.js';
 import { encode, EOS, MODEL, startUpstream, type Script, type Upstream } from './support/vllmUpstream.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -16,7 +15,7 @@ afterAll(async () => {
 
 async function captureOf(upstreamUrl: string, timeoutMs = 10_000): Promise<{ port: number; db: string }> {
   const db = join(mkdtempSync(join(testTmpdir(), 'mocker-fail-')), 'capture.db');
-  const capture = await startCapture({
+  const capture = await captureInProcess({
     upstream: upstreamUrl,
     captures: db,
     host: '127.0.0.1',
@@ -190,7 +189,7 @@ describe('an engine without return_token_ids (vLLM before 0.10.2)', () => {
     expect(stored(capture.db)).toMatchObject([{ outcome: 'complete', token_source: 'tokenize-endpoint' }]);
 
     // The capture answers a token-id request for the same prompt with the engine's tokenization.
-    replay = await startServe({ mode: 'replay', captures: capture.db, timing: 'none' });
+    replay = await serveInProcess({ mode: 'replay', captures: capture.db, timing: 'none' });
     const ids = await encode('Old engine', true);
     const again = await fetch(`http://127.0.0.1:${replay.port}/v1/completions`, {
       method: 'POST',

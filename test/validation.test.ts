@@ -12,8 +12,8 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import OpenAI, { APIError } from 'openai';
 import type { CompletionCreateParamsNonStreaming } from 'openai/resources';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServe } from '../src/cli/serve.js';
 import { loadTokenizer, TooManyTokens } from '../src/tokenizer/index.js';
+import { serveInProcess } from './support/inProcess.js';
 import { startMockerProcess, type MockerProcess } from './support/mockerProcess.js';
 import { testTmpdir } from './support/tempRoot.js';
 
@@ -338,7 +338,7 @@ describe('bounded resources through the spawned serve', () => {
 
 describe('request templates render off the event loop (in-process, to watch its delay)', () => {
   it('the event loop keeps turning while a hostile template renders; the request ends with an explicit stop', async () => {
-    const server = await startServe({ mode: 'random', captures: ':memory:', timing: 'none', trustRequestChatTemplate: true });
+    const server = await serveInProcess({ mode: 'random', captures: ':memory:', timing: 'none', trustRequestChatTemplate: true });
     const delay = monitorEventLoopDelay({ resolution: 10 });
     try {
       delay.enable();

@@ -1,5 +1,5 @@
 /**
- * What the access tests share (test/access-control.test.ts, test/route-classes.test.ts): servers started for one
+ * What the access tests share (test/access/access-control.test.ts, test/access/route-classes.test.ts): servers started for one
  * test and stopped after it, and a request as a client sends it, with or without the key.
  */
 import { startMockerProcess, type MockerProcess, type SpawnedMocker } from './mockerProcess.js';

@@ -3,13 +3,13 @@ import { defineConfig } from 'vitest/config';
 
 /** Tests that measure wall-clock timing run last and alone: the other files would compete for the CPU. */
 const TIMING = [
-  'test/timing.test.ts',
-  'test/pd-capture.test.ts',
-  'test/engine-live.test.ts',
-  'test/metrics.test.ts',
-  'test/trace-live.test.ts',
-  'test/latency-knobs.test.ts',
-  'test/captures-fit.test.ts',
+  'test/capture/timing.test.ts',
+  'test/pd/pd-capture.test.ts',
+  'test/engine/engine-live.test.ts',
+  'test/metrics/metrics.test.ts',
+  'test/trace/trace-live.test.ts',
+  'test/engine/latency-knobs.test.ts',
+  'test/captures/captures-fit.test.ts',
 ];
 
 export default defineConfig({

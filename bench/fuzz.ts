@@ -8,7 +8,7 @@
  * every 500 ms.
  * Prints counts by status and kind, /health latency percentiles, peak RSS, then a JSON line; exits 1 on any
  * crash, invalid answer, engine left busy, integrity failure or capture that does not replay.
- * The same machinery, seeded and smaller, is test/fuzz-processes.test.ts. Runs the built CLI: `npm run build` first.
+ * The same machinery, seeded and smaller, is test/fuzz/fuzz-processes.test.ts. Runs the built CLI: `npm run build` first.
  *
  *   npx tsx bench/fuzz.ts [--requests 10000] [--seed 1] [--batch 500] [--concurrency 32] [--keep]
  */

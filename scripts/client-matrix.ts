@@ -1,5 +1,5 @@
 /**
- * Writes docs/client-matrix.md from a run of the client matrix (test/client-matrix.test.ts), read from vitest's
+ * Writes docs/client-matrix.md from a run of the client matrix (test/clients/client-matrix.test.ts), read from vitest's
  * JSON reporter. Run after building: `npx tsc -p . && npx tsx scripts/client-matrix.ts`.
  */
 import { spawnSync } from 'node:child_process';
@@ -18,7 +18,7 @@ const directory = mkdtempSync(join(tmpdir(), 'mocker-client-matrix-'));
 try {
   const reportPath = join(directory, 'report.json');
   // The run fails while a cell fails: its report is still complete.
-  spawnSync('npx', ['vitest', 'run', 'test/client-matrix.test.ts', '--reporter=json', `--outputFile=${reportPath}`], { cwd: root, stdio: 'inherit' });
+  spawnSync('npx', ['vitest', 'run', 'test/clients/client-matrix.test.ts', '--reporter=json', `--outputFile=${reportPath}`], { cwd: root, stdio: 'inherit' });
   const report = JSON.parse(readFileSync(reportPath, 'utf8')) as VitestReport;
   const outcomes = Object.fromEntries(TARGETS.map((target) => [target, {} as Record<string, Outcome>])) as Record<Target, Record<string, Outcome>>;
   for (const result of report.testResults.flatMap((file) => file.assertionResults)) {

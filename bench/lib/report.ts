@@ -1,7 +1,7 @@
 /**
  * The figures of `npm run bench` (bench/run.ts): each benchmark's final JSON line(s) mapped to one row per
  * figure, the table printed from them, the JSON lines appended to bench/results/<date>.jsonl, and the docs
- * tables regenerated from such a file (bench/docs.ts). Pure functions: test/bench-runner.test.ts feeds
+ * tables regenerated from such a file (bench/docs.ts). Pure functions: test/bench/bench-runner.test.ts feeds
  * them canned benchmark output.
  */
 import type { GeneratedBlock } from '../../scripts/generatedBlock.js';

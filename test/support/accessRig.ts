@@ -1,9 +1,9 @@
 /**
- * What the access tests share (test/access-control.test.ts, test/route-classes.test.ts): servers started for one
+ * What the access tests share (test/access/access-control.test.ts, test/access/route-classes.test.ts): servers started for one
  * test and stopped after it, and a request as a client sends it, with or without the key.
  */
-import { startServe, type Running, type ServeOptions } from '../../src/app/serve.js';
 import { startMockerProcess, type MockerProcess, type SpawnedMocker } from './mockerProcess.js';
+import { serveInProcess, type Running, type ServeOptions } from './inProcess.js';
 
 export const KEY = 'sk-access-test';
 /** The environment without the variables that turn routes on or set a key. */
@@ -28,7 +28,7 @@ export class AccessRig {
 
   /** A `serve` in this process (random mode, no capture file). */
   async running(options: Partial<ServeOptions>): Promise<Running> {
-    const running = await startServe({ mode: 'random', captures: ':memory:', timing: 'none', ...options });
+    const running = await serveInProcess({ mode: 'random', captures: ':memory:', timing: 'none', ...options });
     this.inProcess.push(running);
     return running;
   }

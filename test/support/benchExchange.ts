@@ -1,5 +1,5 @@
 /**
- * The exchange bench/store.ts stores (and test/store-format.test.ts sizes): a streamed completion of a 1,000-token
+ * The exchange bench/store.ts stores (and test/capture/store-format.test.ts sizes): a streamed completion of a 1,000-token
  * prompt and 256 output tokens as vLLM sends it with return_token_ids (~78 KB of SSE). Prompt ids are a function
  * of the exchange number, so any stored prompt can be rebuilt without keeping them.
  */

@@ -1,6 +1,6 @@
 /**
- * The client matrix's cells, named once: test/client-matrix.test.ts runs each cell against each target,
- * scripts/client-matrix.ts turns a run's results into docs/client-matrix.md, and test/client-matrix-doc.test.ts
+ * The client matrix's cells, named once: test/clients/client-matrix.test.ts runs each cell against each target,
+ * scripts/client-matrix.ts turns a run's results into docs/client-matrix.md, and test/docs/client-matrix-doc.test.ts
  * checks that the committed table lists exactly these cells.
  */
 
@@ -124,9 +124,9 @@ export function renderMatrixDoc(outcomes: Record<Target, Record<string, Outcome>
   return [
     '# Client matrix',
     '',
-    'The TypeScript clients people point at a vLLM server, run against mocker by `test/client-matrix.test.ts`',
+    'The TypeScript clients people point at a vLLM server, run against mocker by `test/clients/client-matrix.test.ts`',
     "(each through the built CLI over loopback HTTP). This page is generated from that test's results:",
-    '`npx tsc -p . && npx tsx scripts/client-matrix.ts` (`test/client-matrix-doc.test.ts` checks that it lists',
+    '`npx tsc -p . && npx tsx scripts/client-matrix.ts` (`test/docs/client-matrix-doc.test.ts` checks that it lists',
     "exactly the matrix's cells). ✓: the client observed what it observes from vLLM; ✗: it did not (errors below).",
     '',
     'Targets (every server with `--reasoning \'{"thinking_ratio":0.25}\' --tool-call-rate 0`: a reasoning model that',

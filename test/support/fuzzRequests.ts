@@ -1,7 +1,7 @@
 /**
  * Fuzzed HTTP requests for vLLM's generation endpoints, and the check of what came back: either a
  * well-formed vLLM error (vllm-wire-reference.md §1.6) or a valid completion honouring the request.
- * Shared by test/fuzz.test.ts (in-process), test/fuzz-processes.test.ts and bench/fuzz.ts (spawned CLI).
+ * Shared by test/fuzz/fuzz.test.ts (in-process), test/fuzz/fuzz-processes.test.ts and bench/fuzz.ts (spawned CLI).
  * Checks throw plain Errors (no vitest) so the benchmark can count them.
  */
 import http from 'node:http';

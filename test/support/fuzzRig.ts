@@ -1,7 +1,7 @@
 /**
  * Fuzzing through the real processes, as users launch them: a spawned `serve`, a spawned `capture` in front
  * of it, and a spawned `pd-proxy` in front of spawned prefill and decode `serve`s. Shared by
- * test/fuzz-processes.test.ts (a seeded slice) and bench/fuzz.ts (the full run, with latencies).
+ * test/fuzz/fuzz-processes.test.ts (a seeded slice) and bench/fuzz.ts (the full run, with latencies).
  */
 import { readFileSync } from 'node:fs';
 import http from 'node:http';

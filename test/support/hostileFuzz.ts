@@ -4,7 +4,7 @@
  * a fuzzed chat template (loops, allocations, recursion, broken syntax); another serves a capture file whose own
  * chat template and tokenizer files are hostile, and takes chats that steer its template into each trap. Every
  * reply must be a valid answer or a well-formed vLLM error, and both processes must live.
- * Shared by test/fuzz-hostile.test.ts (a seeded slice) and bench/hostile.ts (10,000 cases, /health p99, peak RSS).
+ * Shared by test/fuzz/fuzz-hostile.test.ts (a seeded slice) and bench/hostile.ts (10,000 cases, /health p99, peak RSS).
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -6,6 +6,8 @@ const MAIN = join(import.meta.dirname, '..', '..', 'dist', 'cli', 'main.js');
 /** A spawned CLI that listens. */
 export interface MockerProcess extends SpawnedMocker {
   port: number;
+  /** Where it listens, as printed: `http(s)://127.0.0.1:<port>`. */
+  url: string;
   /** SIGTERM and wait for the exit. */
   stop(): Promise<void>;
 }
@@ -77,15 +79,45 @@ export function spawnMockerProcess(args: string[], options: Omit<SpawnOptions, '
 export function startMockerProcess(args: string[], port = 0, options: SpawnOptions = {}): Promise<MockerProcess> {
   const listen = ['--host', '127.0.0.1', ...(options.portFlag === false ? [] : ['--port', String(port)])];
   const spawned = spawnMockerProcess([...args, ...listen], options);
-  const address = new RegExp(`(?:on|proxying) https?://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`);
+  const address = new RegExp(`(?:on|proxying) (https?)://127\\.0\\.0\\.1:(${port === 0 ? '\\d+' : port})\\b`);
   return new Promise((resolve, reject) => {
     // Registered after spawnMockerProcess's own listener: the chunk is already in stdout().
     spawned.child.stdout!.on('data', () => {
       const m = address.exec(spawned.stdout());
-      if (m) resolve({ ...spawned, port: Number(m[1]), stop: async () => void (spawned.child.kill('SIGTERM'), await spawned.exited) });
+      if (m)
+        resolve({
+          ...spawned,
+          port: Number(m[2]),
+          url: `${m[1]}://127.0.0.1:${m[2]}`,
+          stop: async () => void (spawned.child.kill('SIGTERM'), await spawned.exited),
+        });
     });
     spawned.child.on('exit', (code) => reject(new Error(`mocker ${args[0]} exited with ${code} before listening: ${spawned.stdout()}`)));
   });
+}
+
+/** Processes a test file (or block) started with `start`, stopped together by `stopAll` (its afterEach or afterAll). */
+export interface MockerProcesses {
+  /** `startMockerProcess(args, port, options)`, remembered until `stopAll`. */
+  start(args: string[], options?: SpawnOptions & { port?: number }): Promise<MockerProcess>;
+  /** SIGTERM to each process started since the last call (or since `killAll`), and wait for their exits. */
+  stopAll(): Promise<void>;
+  /** SIGKILL to those still running (after tests that stopped them their own way), and wait for their exits. */
+  killAll(): Promise<void>;
+}
+
+/** The spawned-CLI harness: `const mockers = mockerProcesses(); afterAll(mockers.stopAll);` then `(await mockers.start([...])).url`. */
+export function mockerProcesses(): MockerProcesses {
+  const started: MockerProcess[] = [];
+  return {
+    async start(args, { port = 0, ...options } = {}) {
+      const p = await startMockerProcess(args, port, options);
+      started.push(p);
+      return p;
+    },
+    stopAll: async () => void (await Promise.all(started.splice(0).map((p) => p.stop()))),
+    killAll: async () => void (await Promise.all(started.splice(0).map((p) => (p.child.kill('SIGKILL'), p.exited)))),
+  };
 }
 
 /** Runs the built CLI to its exit (for arguments it must refuse): exit code and what it printed. */

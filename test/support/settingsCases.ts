@@ -1,4 +1,4 @@
-/** The cases of test/settings-snapshot.test.ts (apart, so that the snapshot was made from the same cases). */
+/** The cases of test/serve/settings-snapshot.test.ts (apart, so that the snapshot was made from the same cases). */
 /** Each case: the serve flags whose /mocker/engine settings were snapshotted. */
 export const ENGINE_CASES: Record<string, string[]> = {
   'no flag': [],

@@ -4,7 +4,7 @@
  *
  * vLLM computes `sha256(cbor2.dumps((parent, tuple(token_ids), extra_keys), canonical=True))` or
  * `sha256(pickle.dumps(same tuple, protocol=5))`. The bytes are written here by hand into a reused scratch
- * buffer, because this runs for every full block of every request; test/vllm-block-hash.test.ts checks
+ * buffer, because this runs for every full block of every request; test/engine/vllm-block-hash.test.ts checks
  * them against hand-written encodings, the cbor2 package's encoder and digests from Python itself.
  */
 import { sha256 } from '../../util/sha256.js';

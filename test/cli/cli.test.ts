@@ -127,6 +127,7 @@ const DOCUMENTED_SERVE_DEFAULTS = {
   enable_chunked_prefill: true, // --[no-]enable-chunked-prefill: on
   preemption_mode: 'lifo',
   watermark: 0.01,
+  long_prefill_token_threshold: 0, // vLLM's long_prefill_token_threshold: 0, no cap
   speedup_ratio: 1,
   decode_speedup_ratio: 1,
   data_parallel_size: 1,

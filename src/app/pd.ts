@@ -2,7 +2,7 @@ import { DEFAULT_MAX_BODY_BYTES } from '../config/commonSettings.js';
 import { listeningServer } from '../wire/drain.js';
 import { serverTls } from '../wire/tls.js';
 import { startPdProxy } from '../pd/proxy.js';
-import { advertisedHost, apiKeyPolicy, startServe, type Running } from './serve.js';
+import { IN_PROCESS_ADDRESS, advertisedHost, apiKeyPolicy, startServe, type Running } from './serve.js';
 import type { ServeOptions } from '../config/serveOptions.js';
 import { totalRecorded } from './shutdown.js';
 
@@ -19,9 +19,10 @@ export function parsePdLayout(text: string): { prefill: number; decode: number }
  */
 export async function startPdDeployment(options: ServeOptions, layout: { prefill: number; decode: number }): Promise<Running> {
   // The proxy's port first: a taken one fails before any engine opens (or records into) a capture file.
-  const host = options.host ?? '127.0.0.1';
+  const host = options.host ?? IN_PROCESS_ADDRESS.host;
+  const port = options.port ?? IN_PROCESS_ADDRESS.port;
   const tls = serverTls(options.tls);
-  const { drain, server } = await listeningServer(host, options.port ?? 0, tls);
+  const { drain, server } = await listeningServer(host, port, tls);
   const engines: Running[] = [];
   // The decode engines pull from the deployment's own prefill engines, and from nowhere else.
   const prefillPeers: string[] = [];
@@ -55,7 +56,7 @@ export async function startPdDeployment(options: ServeOptions, layout: { prefill
       prefill,
       decode,
       host,
-      port: options.port ?? 0,
+      port,
       maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
       access: apiKeyPolicy(options),
       listening: { drain, server },

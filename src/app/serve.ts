@@ -51,6 +51,9 @@ import { RecordingSink, type StopReport } from './shutdown.js';
 import { UpstreamPool } from '../capture/upstreamHttp.js';
 import { terminalText } from '../util/terminalText.js';
 
+/** Where a server started in process listens unless told: loopback, any free port (the CLI's defaults are the table's). */
+export const IN_PROCESS_ADDRESS = { host: '127.0.0.1', port: 0 };
+
 /** vLLM's VLLM_LOG_STATS_INTERVAL (seconds, default 10). */
 const STATS_LOG_INTERVAL_MS = 1000 * Number(process.env.VLLM_LOG_STATS_INTERVAL ?? 10);
 
@@ -145,7 +148,7 @@ interface Shared {
 
 /** startServe's work; what it opens is closed by `closers` (in order) if it fails. */
 async function startServing(options: ServeOptions, drain: Drain, closers: (() => unknown)[]): Promise<Running> {
-  const opts = completeServeOptions({ host: '127.0.0.1', port: 0, ...options });
+  const opts = completeServeOptions(options, undefined, IN_PROCESS_ADDRESS);
   const args = opts.engine;
   const workers = opts.numWorkers;
   const engineIndices = opts.share?.engines ?? Array.from({ length: workers }, (_, w) => w);
@@ -183,7 +186,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   if (bytesPerToken === null && opts.role !== 'agg' && !quiet)
     console.warn(`mocker serve: ${model.tokenizer.name}'s config.json gives no KV geometry: KV transfers take no time (give --kv-bytes-per-token)`);
   const kvPeers = new Set(
-    (opts.kvTransferAllowedHosts ?? []).map((entry) => {
+    opts.kvTransferAllowedHosts.map((entry) => {
       try {
         return parsePeer(entry);
       } catch (err) {
@@ -478,7 +481,7 @@ function appConfig(
         ? { config: { upstream: upstream.engine, connections: upstream.connections }, sink: upstream.recording?.sink }
         : undefined,
     maxBodyBytes: opts.maxBodyBytes,
-    promptTokensDetails: opts.enablePromptTokensDetails ?? false,
+    promptTokensDetails: opts.enablePromptTokensDetails,
     metrics,
     backendMetrics: backendRoutes,
     mockerMetrics: new MockerMetrics(metrics.registry, model.servedModels[0], FAULT_TYPES),

@@ -6,7 +6,7 @@ import { defaultThreads, startServeThreads } from './threads.js';
 
 /** `mocker serve` from its resolved flags: one server, its engines over threads, or a PD deployment; stopped by a signal. */
 export async function runServeCommand({ options, pd, threads: givenThreads, shutdownTimeoutS }: ServeCommand): Promise<void> {
-  const workers = options.numWorkers ?? 1;
+  const workers = options.numWorkers;
   // More threads than engines would idle.
   const threads = Math.min(givenThreads ?? defaultThreads(workers), workers);
   if (pd) {

@@ -27,6 +27,8 @@ export type ResolvedServeOptions = ServeOptions &
       | 'prefixCachingHashAlgo'
       | 'kvCacheDtype'
       | 'kvTransferBandwidthGBps'
+      | 'kvTransferAllowedHosts'
+      | 'enablePromptTokensDetails'
       | 'role'
     >
   > & {
@@ -59,18 +61,19 @@ const BY_MODE = {
 
 /**
  * The one step that turns `serve`'s given options into complete ones: the table's defaults for what is left
- * out, the engine arguments completed and checked (`engineGiven` says which engine paths the caller set, for
+ * out (over `base`: the caller's own defaults), the engine arguments completed and checked (`engineGiven` says which engine paths the caller set, for
  * Dynamo's page-size rule), and the settings `--mode` implies.
  */
-export function completeServeOptions(given: ServeOptions, engineGiven?: (path: string) => boolean): ResolvedServeOptions {
+export function completeServeOptions(given: ServeOptions, engineGiven?: (path: string) => boolean, base: Partial<ServeOptions> = {}): ResolvedServeOptions {
   // The table's paths are ServeOptions' fields: what the merge builds is a ServeOptions.
-  const options = merged(defaultsOf(SERVE_SETTINGS), { ...given }) as unknown as ServeOptions & { engine: EngineArgs };
+  const options = merged(merged(defaultsOf(SERVE_SETTINGS), { ...base }), { ...given }) as unknown as ServeOptions & { engine: EngineArgs };
   const mode = options.mode;
   options.engine = resolveEngineArgs({ ...DEFAULT_ENGINE_ARGS, ...options.engine }, engineGiven ?? ((path) => getPath(given.engine ?? {}, path) !== undefined));
   options.outputs ??= BY_MODE.outputs[mode] as OutputsMode;
   options.timing ??= BY_MODE.timing[mode] as TimingMode;
   options.onMiss ??= BY_MODE.onMiss[mode] as MissPolicy;
-  options.lora = { enabled: false, modules: [], maxLoras: 1, ...options.lora };
+  // The table's defaults give the rest of `lora`; no adapter is loaded at start unless named.
+  options.lora = { modules: [], ...options.lora } as ResolvedServeOptions['lora'];
   options.role ??= 'agg';
   const resolved = options as ResolvedServeOptions;
   checkServeOptions(resolved);
@@ -119,7 +122,7 @@ export function settingsView(
 
 /** What `mocker serve`'s flags ask for besides the server: a PD deployment, threads, the shutdown grace. */
 export interface ServeCommand {
-  options: ServeOptions;
+  options: ResolvedServeOptions;
   pd?: string;
   threads?: number;
   shutdownTimeoutS: number;
@@ -139,9 +142,8 @@ export function resolveServeFlags(values: Record<string, unknown>, isGiven: (att
   options.role = roleOf(values);
   options.timing = timingOf(values, options);
   options.showHiddenMetrics = values.showHiddenMetricsForVersion !== undefined;
-  options.lora = { ...options.lora!, modules: options.lora?.modules ?? [] };
   return {
-    options,
+    options: completeServeOptions(options),
     pd: values.pd as string | undefined,
     threads: values.threads as number | undefined,
     shutdownTimeoutS: values.shutdownTimeout as number,

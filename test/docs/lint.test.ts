@@ -1,6 +1,7 @@
 /**
  * The formatter and linter `npm test` runs (Biome, with the project's biome.jsonc) fail on a violation: a file
- * formatted otherwise, and code a recommended rule forbids, each in a copy of the configuration.
+ * formatted otherwise, code a recommended rule forbids, and a function in src/ over 120 lines (issue 37's limit),
+ * each in a copy of the configuration.
  */
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
@@ -37,5 +38,15 @@ describe('npm test checks formatting and lint with Biome', () => {
     const run = biomeCi('export function same(x: number): boolean {\n  return x === x;\n}\n');
     expect(run.status).not.toBe(0);
     expect(run.output).toContain('lint/suspicious/noSelfCompare');
+  });
+
+  it('fails a function in src/ longer than 120 lines (its body), naming the rule; one of 120 passes', () => {
+    /** A function whose body is `lines` lines long. */
+    const fn = (lines: number) =>
+      `export function long(x: number): number {\n${Array.from({ length: lines - 1 }, (_, i) => `  x += ${i};\n`).join('')}  return x;\n}\n`;
+    expect(biomeCi(fn(120)).status).toBe(0);
+    const run = biomeCi(fn(121));
+    expect(run.status).not.toBe(0);
+    expect(run.output).toContain('lint/complexity/noExcessiveLinesPerFunction');
   });
 });

@@ -9,7 +9,7 @@ import { EngineCore, zeroTiming, type VllmKvEvent } from '../../src/engine/index
 import type { BlockHashAlgo } from '../../src/engine/index.js';
 import { dynamoKvEventsConfigs, offsetEndpoint, parseKvEventsConfig } from '../../src/events/config.js';
 import { serveInProcess, type Running, type ServeOptions } from '../support/inProcess.js';
-import { BlockIndex, EventSubscriber, freePorts, replay, sleep } from '../support/kvEventsClient.js';
+import { BlockIndex, EventSubscriber, freePortRun, replay, sleep } from '../support/kvEventsClient.js';
 import { prng } from '../support/prng.js';
 import { MODEL } from '../support/vllmUpstream.js';
 
@@ -37,8 +37,11 @@ afterEach(async () => {
 });
 
 async function serveWithEvents(options: Partial<ServeOptions> & { format?: 'array' | 'map'; topic?: string; replay?: boolean } = {}) {
-  const [pubPort, replayPort] = await freePorts(2);
   const { format = 'array', topic = '', replay: withReplay = true, ...rest } = options;
+  // Rank r publishes on port + r and replays on replay port + r: one run of free ports for both.
+  const ranks = rest.engine?.dataParallelSize ?? 1;
+  const pubPort = await freePortRun(2 * ranks);
+  const replayPort = pubPort + ranks;
   const server = await serveInProcess({
     mode: 'simulate',
     captures: ':memory:',

@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { EngineState } from '../../src/engine/index.js';
 import { kvBytesPerToken } from '../../src/pd/kvTransfer.js';
 import { pdDeploymentInProcess, pdProxyInProcess, serveInProcess, type Running, type RunningProxy, type ServeOptions } from '../support/inProcess.js';
-import { EventSubscriber, freePorts, sleep } from '../support/kvEventsClient.js';
+import { EventSubscriber, freePortRun, freePorts, sleep } from '../support/kvEventsClient.js';
 import { listenOnLoopback, type LoopbackServer } from '../support/loopback.js';
 import { mockerProcesses } from '../support/mockerProcess.js';
 import { median } from '../support/sseTiming.js';
@@ -539,7 +539,9 @@ describe('mocker serve --pd', () => {
   });
 
   it('1P1D with one --kv-events-config: each engine publishes on its own port (engine i on port + i), the same vLLM hashes', async () => {
-    const [pubPort, port] = await freePorts(2);
+    // Engine i publishes on pubPort + i: one run of free ports for both engines and the proxy.
+    const pubPort = await freePortRun(3);
+    const port = pubPort + 2;
     const kvEvents = [{ endpoint: `tcp://*:${pubPort}`, replayEndpoint: null, topic: '', bufferSteps: 10_000, hwm: 100_000, format: 'array' as const }];
     const deployment = await pdDeploymentInProcess({ ...BASE, timing: 'none', host: '127.0.0.1', port, kvEvents }, { prefill: 1, decode: 1 });
     running.push(deployment);

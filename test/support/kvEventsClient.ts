@@ -34,6 +34,30 @@ export async function freePorts(count: number): Promise<number[]> {
   return ports;
 }
 
+/** Listens on `port` of loopback: the server, or null when the port is taken. */
+function tryListen(port: number): Promise<import('node:net').Server | null> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(null));
+    s.listen(port, '127.0.0.1', () => resolve(s));
+  });
+}
+
+/**
+ * The first of `length` consecutive free ports: for a server that opens port + r for each rank r (data parallel
+ * KV events), where separate free ports could have a neighbour that is taken.
+ */
+export async function freePortRun(length: number): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const [base] = await freePorts(1);
+    if (base + length > 65536) continue;
+    const held = await Promise.all(Array.from({ length }, (_, i) => tryListen(base + i)));
+    await Promise.all(held.map((s) => s && new Promise((resolve) => s.close(resolve))));
+    if (held.every((s) => s !== null)) return base;
+  }
+  throw new Error(`no ${length} consecutive free ports on 127.0.0.1`);
+}
+
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A SUB socket collecting every batch it receives. */

@@ -17,9 +17,6 @@ export interface RecordedTally {
   file: string;
 }
 
-/** Default of `--shutdown-timeout` (seconds). */
-export const DEFAULT_SHUTDOWN_TIMEOUT_S = 30;
-
 /**
  * Counts the exchanges a sink stores, and keeps the ones being stored so a shutdown can wait for
  * them before closing the file (the exchanges a drain cuts off reach the sink as it closes their connections).

@@ -23,7 +23,7 @@ export type EngineArgs = VllmSchedulerSettings & {
 /** The engine's settings when none are given: the defaults of the table's engine settings (the page size: the block size). */
 // The table's engine paths are EngineArgs' fields, each with a default but the page size and the optional ones.
 const TABLE_ENGINE = defaultsOf(SERVE_SETTINGS).engine as Omit<EngineArgs, 'sglang'> & { sglang: Omit<SglangArgs, 'pageSize'> };
-export const DEFAULT_SGLANG_ARGS: SglangArgs = { ...TABLE_ENGINE.sglang, pageSize: null };
+const DEFAULT_SGLANG_ARGS: SglangArgs = { ...TABLE_ENGINE.sglang, pageSize: null };
 export const DEFAULT_ENGINE_ARGS: EngineArgs = { ...TABLE_ENGINE, sglang: DEFAULT_SGLANG_ARGS };
 
 /** The settings that have a Dynamo MockEngineArgs key, by that key. */
@@ -104,7 +104,7 @@ export function resolveEngineArgs(args: EngineArgs, given: (path: string) => boo
 }
 
 /** Combinations that cannot work fail at startup, naming the setting. */
-export function checkEngineArgs(args: EngineArgs): EngineArgs {
+function checkEngineArgs(args: EngineArgs): EngineArgs {
   if (args.engineType === 'sglang') {
     const { pageSize, chunkedPrefillSize, maxPrefillTokens } = args.sglang;
     if (pageSize !== null && pageSize !== args.blockSize)

@@ -58,14 +58,12 @@ export interface NumberBounds {
 export type ValueSpec =
   | ({ type: 'number' } & NumberBounds)
   | { type: 'choice'; choices: readonly string[] }
-  | { type: 'text' }
   /** Text with a parser of its own (JSON, lists, URLs…); errors are Error with a message naming the flag. */
   | { type: 'parsed'; parse: (text: string, flag: string) => unknown };
 
 export const int = (bounds: Omit<NumberBounds, 'integer'> = {}): ValueSpec => ({ type: 'number', integer: true, ...bounds });
 export const num = (bounds: Omit<NumberBounds, 'integer'> = {}): ValueSpec => ({ type: 'number', ...bounds });
 export const choice = (choices: readonly string[]): ValueSpec => ({ type: 'choice', choices });
-export const text: ValueSpec = { type: 'text' };
 export const parsed = (parse: (text: string, flag: string) => unknown): ValueSpec => ({ type: 'parsed', parse });
 
 /** The long flag of a setting: `--watermark <fraction>` → `--watermark`. */

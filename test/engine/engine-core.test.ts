@@ -11,18 +11,14 @@ import { runOffline } from '../../src/engine/offlineDriver.js';
 import { polynomialPerfModel } from '../../src/engine/perf/perfModel.js';
 import { ActiveSequence } from '../../src/engine/sequence.js';
 import { fixedTiming, modelTiming, zeroTiming } from '../../src/engine/timingModels.js';
+import { VLLM_SCHEDULER_DEFAULTS } from '../support/schedulerDefaults.js';
 
 function makeCore(overrides: Partial<SchedulerConfig> = {}): EngineCore {
   return new EngineCore({
     numGpuBlocks: 16384,
     blockSize: 64,
-    maxNumSeqs: 256,
-    maxNumBatchedTokens: 8192,
+    ...VLLM_SCHEDULER_DEFAULTS,
     enablePrefixCaching: false,
-    enableChunkedPrefill: true,
-    preemptionMode: 'lifo',
-    watermark: 0,
-    longPrefillTokenThreshold: 0,
     timing: modelTiming(polynomialPerfModel, 0, 1),
     seed: 7,
     ...overrides,

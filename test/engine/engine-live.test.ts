@@ -19,6 +19,7 @@ import {
 import { serveInProcess, type Running, type ServeOptions } from '../support/inProcess.js';
 import { median } from '../support/sseTiming.js';
 import { MODEL } from '../support/vllmUpstream.js';
+import { VLLM_SCHEDULER_DEFAULTS } from '../support/schedulerDefaults.js';
 
 /** engine-reference §4.1, written out here as the oracle. */
 const prefillPolynomialMs = (tokens: number) => 4.209989e-7 * tokens * tokens + 1.518344e-2 * tokens + 16.50142;
@@ -28,13 +29,7 @@ const scheduler = (overrides: Partial<SchedulerConfig>): AnySchedulerConfig => (
   engineType: 'vllm',
   numGpuBlocks: 100,
   blockSize: 64,
-  maxNumSeqs: 256,
-  maxNumBatchedTokens: 8192,
-  enablePrefixCaching: true,
-  enableChunkedPrefill: true,
-  preemptionMode: 'lifo',
-  watermark: 0,
-  longPrefillTokenThreshold: 0,
+  ...VLLM_SCHEDULER_DEFAULTS,
   timing: modelTiming(polynomialPerfModel, 10, 1),
   seed: 3,
   ...overrides,

@@ -8,7 +8,7 @@ import { EngineCore } from '../../src/engine/core.js';
 import { latencyTiming } from '../../src/engine/latencyTiming.js';
 import { runOffline } from '../../src/engine/offlineDriver.js';
 import { SglangCore } from '../../src/engine/sglang/core.js';
-import { SGLANG_SERVER_DEFAULTS } from '../support/sglangDefaults.js';
+import { SGLANG_SERVER_DEFAULTS, VLLM_SCHEDULER_DEFAULTS } from '../support/schedulerDefaults.js';
 import { mockerProcesses } from '../support/mockerProcess.js';
 import { measureInProcess, median } from '../support/sseTiming.js';
 
@@ -29,13 +29,9 @@ describe('the latency timing on the virtual clock', () => {
     const core = new EngineCore({
       numGpuBlocks: 1024,
       blockSize: 16,
+      ...VLLM_SCHEDULER_DEFAULTS,
       maxNumSeqs: 8,
-      maxNumBatchedTokens: 8192,
       enablePrefixCaching: false,
-      enableChunkedPrefill: true,
-      preemptionMode: 'lifo',
-      watermark: 0,
-      longPrefillTokenThreshold: 0,
       timing: latencyTiming(knobs(50, 10), 1, 1),
       seed: 1,
     });

@@ -12,6 +12,7 @@ import { serveInProcess, type Running, type ServeOptions } from '../support/inPr
 import { BlockIndex, EventSubscriber, freePortRun, replay, sleep } from '../support/kvEventsClient.js';
 import { prng } from '../support/prng.js';
 import { MODEL } from '../support/vllmUpstream.js';
+import { VLLM_SCHEDULER_DEFAULTS } from '../support/schedulerDefaults.js';
 
 interface FixtureRow {
   algo: BlockHashAlgo;
@@ -83,13 +84,9 @@ describe('block hashes in events equal the Python fixtures', () => {
       const core = new EngineCore({
         numGpuBlocks: 64,
         blockSize: row.block_size,
+        ...VLLM_SCHEDULER_DEFAULTS,
         maxNumSeqs: null,
         maxNumBatchedTokens: null,
-        enablePrefixCaching: true,
-        enableChunkedPrefill: true,
-        preemptionMode: 'lifo',
-        watermark: 0,
-        longPrefillTokenThreshold: 0,
         timing: zeroTiming(false),
         seed: 1,
         kvEvents: { algo: row.algo, hashSeed: row.seed },
@@ -121,13 +118,9 @@ describe('block hashes in events equal the Python fixtures', () => {
       new EngineCore({
         numGpuBlocks: 64,
         blockSize: 16,
+        ...VLLM_SCHEDULER_DEFAULTS,
         maxNumSeqs: null,
         maxNumBatchedTokens: null,
-        enablePrefixCaching: true,
-        enableChunkedPrefill: true,
-        preemptionMode: 'lifo',
-        watermark: 0,
-        longPrefillTokenThreshold: 0,
         timing: zeroTiming(false),
         seed: 1,
         kvEvents: { algo: row.algo, hashSeed: row.seed },

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EngineCore, zeroTiming, type CoreRequest, type SchedulerConfig } from '../../src/engine/index.js';
 import { EventSubscriber, freePorts, sleep } from '../support/kvEventsClient.js';
 import { runMockerToExit, startMockerProcess, type MockerProcess } from '../support/mockerProcess.js';
+import { VLLM_SCHEDULER_DEFAULTS } from '../support/schedulerDefaults.js';
 
 const BASE = 'Qwen/Qwen3-0.6B';
 const ADAPTER_A = { name: 'a', id: 1 };
@@ -21,13 +22,7 @@ describe('max_loras in the vLLM-flavour scheduler (vLLM scheduler.py: a request 
     new EngineCore({
       numGpuBlocks: 1024,
       blockSize: 16,
-      maxNumSeqs: 256,
-      maxNumBatchedTokens: 8192,
-      enablePrefixCaching: true,
-      enableChunkedPrefill: true,
-      preemptionMode: 'lifo',
-      watermark: 0,
-      longPrefillTokenThreshold: 0,
+      ...VLLM_SCHEDULER_DEFAULTS,
       timing: zeroTiming(false),
       seed: 1,
       ...overrides,

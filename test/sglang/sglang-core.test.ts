@@ -17,7 +17,7 @@ import { lpmOrder } from '../../src/engine/sglang/policy.js';
 import { RadixCache, TokenPool } from '../../src/engine/sglang/radixCache.js';
 import { SglangRequest } from '../../src/engine/sglang/request.js';
 import { modelTiming, zeroTiming } from '../../src/engine/timingModels.js';
-import { SGLANG_SERVER_DEFAULTS } from '../support/sglangDefaults.js';
+import { SGLANG_SERVER_DEFAULTS } from '../support/schedulerDefaults.js';
 
 function makeCore(overrides: Partial<SglangSchedulerConfig> = {}): SglangCore {
   return new SglangCore({

@@ -7,3 +7,18 @@ export const SGLANG_SERVER_DEFAULTS = {
   clipMaxNewTokens: 4096,
   scheduleConservativeness: 1,
 } as const;
+
+/**
+ * vLLM V1's scheduler defaults as its API server sets them (vllm-wire-reference §8): 256 sequences and 8,192 tokens
+ * per step, chunked prefill and prefix caching on, preemption of the last running request, no free-block watermark
+ * (V1 has none), no long_prefill_token_threshold. Tests give the KV geometry, the timing and a seed.
+ */
+export const VLLM_SCHEDULER_DEFAULTS = {
+  maxNumSeqs: 256,
+  maxNumBatchedTokens: 8192,
+  enablePrefixCaching: true,
+  enableChunkedPrefill: true,
+  preemptionMode: 'lifo',
+  watermark: 0,
+  longPrefillTokenThreshold: 0,
+} as const;

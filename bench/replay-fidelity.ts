@@ -38,6 +38,7 @@ import { prng } from '../test/support/prng.js';
 import { MODEL, startUpstream, type Upstream } from '../test/support/vllmUpstream.js';
 import { postStream, type StreamResult } from './lib/sseClient.js';
 import { median, nowMs, numberArg, printTable, quantile, round } from './lib/stats.js';
+import { WORDS, wordText } from './lib/words.js';
 
 const REQUESTS = numberArg('requests', 200);
 const CONCURRENCY = numberArg('concurrency', 4);
@@ -45,28 +46,6 @@ const SEED = numberArg('seed', 1);
 const PROGRESS_EVERY = 25;
 /** Unmeasured requests first, one per endpoint (cold code). */
 const WARM_UP = 2;
-
-const WORDS = [
-  'alpha',
-  'river',
-  'stone',
-  'quietly',
-  'beneath',
-  'the',
-  'silver',
-  'moon',
-  'a',
-  'traveler',
-  'counts',
-  'seven',
-  'lanterns',
-  'and',
-  'sings',
-  'of',
-  'harbors',
-  'far',
-  'away.',
-];
 
 interface Spec {
   kind: 'chat' | 'completions';
@@ -96,7 +75,7 @@ function specs(count: number, seed: number): Spec[] {
 }
 
 /** Enough text for 64 tokens whatever the request: `finish: 'length'` cuts it at max_tokens. */
-const ANSWER = Array.from({ length: 90 }, (_, i) => WORDS[(i * 7 + 3) % WORDS.length]).join(' ');
+const ANSWER = wordText(90, 3);
 
 function scriptedUpstream(all: Spec[]): Promise<Upstream> {
   const byPrompt = new Map(all.map((s) => [s.prompt, s]));

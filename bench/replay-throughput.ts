@@ -29,6 +29,7 @@ import { spawnServer, type ProcessStats, type ServerProcess } from './lib/child.
 import { printProfile } from './lib/cpuProfile.js';
 import { postStream } from './lib/sseClient.js';
 import { flag, median, nowMs, numberArg, printTable, quantile, round } from './lib/stats.js';
+import { wordText } from './lib/words.js';
 
 const CONCURRENCY = numberArg('concurrency', 16);
 const TOKENS = numberArg('tokens', 256);
@@ -41,30 +42,7 @@ const VERBOSE = flag('verbose');
 /** Issue #17's goal for replay / bare tokens/s. */
 const TARGET_RATIO = 0.7;
 
-const WORDS = [
-  'alpha',
-  'river',
-  'stone',
-  'quietly',
-  'beneath',
-  'the',
-  'silver',
-  'moon',
-  'a',
-  'traveler',
-  'counts',
-  'seven',
-  'lanterns',
-  'and',
-  'sings',
-  'of',
-  'harbors',
-  'far',
-  'away.',
-];
-const text = (n: number, shift: number) => Array.from({ length: n }, (_, i) => WORDS[(i * 7 + shift) % WORDS.length]).join(' ');
-
-const CAPTURED_REQUEST = { model: MODEL, messages: [{ role: 'user', content: text(PROMPT_WORDS, 3) }], max_tokens: TOKENS, stream: true };
+const CAPTURED_REQUEST = { model: MODEL, messages: [{ role: 'user', content: wordText(PROMPT_WORDS, 3) }], max_tokens: TOKENS, stream: true };
 const REQUEST = JSON.stringify(RENDERED ? { ...CAPTURED_REQUEST, stream_options: { include_usage: true } } : CAPTURED_REQUEST);
 
 const SERVERS = ['bare', 'bare/turn', 'replay'] as const;
@@ -80,7 +58,7 @@ interface RunStats {
 }
 
 async function capture(dbPath: string): Promise<void> {
-  const upstream = await startUpstream(() => ({ content: text(TOKENS + 64, 5), ttftMs: 0 }));
+  const upstream = await startUpstream(() => ({ content: wordText(TOKENS + 64, 5), ttftMs: 0 }));
   const proxy = await startCapture({
     upstream: upstream.url,
     captures: dbPath,

@@ -148,7 +148,7 @@ interface Shared {
 
 /** startServe's work; what it opens is closed by `closers` (in order) if it fails. */
 async function startServing(options: ServeOptions, drain: Drain, closers: (() => unknown)[]): Promise<Running> {
-  const opts = completeServeOptions(options, undefined, IN_PROCESS_ADDRESS);
+  const opts = completeServeOptions(options, IN_PROCESS_ADDRESS);
   const args = opts.engine;
   const workers = opts.numWorkers;
   const engineIndices = opts.share?.engines ?? Array.from({ length: workers }, (_, w) => w);

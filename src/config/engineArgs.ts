@@ -20,11 +20,9 @@ export type EngineArgs = VllmSchedulerSettings & {
   reasoning?: ReasoningConfig;
 };
 
-/** The engine's settings when none are given: the defaults of the table's engine settings (the page size: the block size). */
-// The table's engine paths are EngineArgs' fields, each with a default but the page size and the optional ones.
-const TABLE_ENGINE = defaultsOf(SERVE_SETTINGS).engine as Omit<EngineArgs, 'sglang'> & { sglang: Omit<SglangArgs, 'pageSize'> };
-const DEFAULT_SGLANG_ARGS: SglangArgs = { ...TABLE_ENGINE.sglang, pageSize: null };
-export const DEFAULT_ENGINE_ARGS: EngineArgs = { ...TABLE_ENGINE, sglang: DEFAULT_SGLANG_ARGS };
+/** The engine's settings when none are given: the defaults of the table's engine settings. */
+// The table's engine paths are EngineArgs' fields, each with a default but the optional ones.
+export const DEFAULT_ENGINE_ARGS = defaultsOf(SERVE_SETTINGS).engine as EngineArgs;
 
 /** The settings that have a Dynamo MockEngineArgs key, by that key. */
 const BY_DYNAMO_KEY = new Map(SERVE_SETTINGS.filter((s) => s.dynamo).map((s) => [s.dynamo!.key, s]));

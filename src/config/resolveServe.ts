@@ -61,14 +61,15 @@ const BY_MODE = {
 
 /**
  * The one step that turns `serve`'s given options into complete ones: the table's defaults for what is left
- * out (over `base`: the caller's own defaults), the engine arguments completed and checked (`engineGiven` says which engine paths the caller set, for
- * Dynamo's page-size rule), and the settings `--mode` implies.
+ * out (over `base`: the caller's own defaults), the engine arguments completed and checked, and the settings
+ * `--mode` implies.
  */
-export function completeServeOptions(given: ServeOptions, engineGiven?: (path: string) => boolean, base: Partial<ServeOptions> = {}): ResolvedServeOptions {
+export function completeServeOptions(given: ServeOptions, base: Partial<ServeOptions> = {}): ResolvedServeOptions {
   // The table's paths are ServeOptions' fields: what the merge builds is a ServeOptions.
   const options = merged(merged(defaultsOf(SERVE_SETTINGS), { ...base }), { ...given }) as unknown as ServeOptions & { engine: EngineArgs };
   const mode = options.mode;
-  options.engine = resolveEngineArgs({ ...DEFAULT_ENGINE_ARGS, ...options.engine }, engineGiven ?? ((path) => getPath(given.engine ?? {}, path) !== undefined));
+  // The merge left no engine setting out; the caller's own say which it set (Dynamo's page-size rule).
+  options.engine = resolveEngineArgs(options.engine, (path) => getPath(given.engine ?? {}, path) !== undefined);
   options.outputs ??= BY_MODE.outputs[mode] as OutputsMode;
   options.timing ??= BY_MODE.timing[mode] as TimingMode;
   options.onMiss ??= BY_MODE.onMiss[mode] as MissPolicy;

@@ -401,6 +401,8 @@ export const SERVE_SETTINGS: Setting[] = [
     group: 'sglang',
     value: int({ min: 1 }),
     later: '--block-size',
+    // Unset: the block size (resolveEngineArgs).
+    default: null,
     to: engine('sglang.pageSize'),
     dynamo: { key: 'sglang.page_size' },
     view: 'sglang_page_size',

@@ -140,6 +140,8 @@ interface Shared {
   bytesPerToken: number | null;
   kvPeers: Set<string>;
   kvHoldTimeoutMs: number;
+  /** Dynamo's KV cache trace log (DYN_MOCKER_KV_CACHE_TRACE unless given). */
+  kvTrace: boolean;
   dcgmSeed: number;
   readyAtMs: number | undefined;
   faults: FaultSettings;
@@ -225,6 +227,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     bytesPerToken,
     kvPeers,
     kvHoldTimeoutMs: kvHoldTimeoutMs(opts.kvHoldTimeoutMs),
+    kvTrace: opts.kvTrace ?? kvTraceEnabled(),
     dcgmSeed: opts.dcgm?.seed ?? Math.floor(Math.random() * 2 ** 32),
     // --startup-time counts from here: the model (tokenizer, captures) is loaded.
     readyAtMs: opts.startupTimeS ? performance.now() + 1000 * opts.startupTimeS : undefined,
@@ -394,7 +397,6 @@ async function startWorker(s: Shared, w: number, server: Server, timers: NodeJS.
   });
   const observers: EngineObserver[] = [metrics.engine, statsLog, ...backends.observers];
   const kvEvents = opts.kvEvents ?? [];
-  if (kvEvents.length > 1 && kvEvents.length !== s.workers) throw new Error(`${kvEvents.length} KV event configs for ${s.workers} worker(s)`);
   const eventsConfig = kvEvents.length > 1 ? kvEvents[w] : kvEvents[0];
   if (eventsConfig) {
     const stream = await KvEventStreams.open(
@@ -405,13 +407,12 @@ async function startWorker(s: Shared, w: number, server: Server, timers: NodeJS.
     s.closers.push(() => stream.close());
     observers.push(stream);
   }
-  const kvTrace = opts.kvTrace ?? kvTraceEnabled();
-  if (kvTrace) observers.push(new KvTraceLog(args.blockSize, args.numGpuBlocks));
+  if (s.kvTrace) observers.push(new KvTraceLog(args.blockSize, args.numGpuBlocks));
   const engine = new SimulatedEngine({
     scheduler: {
       ...schedulerConfig(args, s.timing.passTiming(w), opts.seed + w),
       kvEvents: eventsConfig ? { algo: opts.prefixCachingHashAlgo, hashSeed: opts.hashSeed ?? defaultHashSeed() } : undefined,
-      kvTrace,
+      kvTrace: s.kvTrace,
       ...(opts.lora.enabled ? { maxLoras: opts.lora.maxLoras } : {}),
       workerType: opts.role === 'prefill' ? 'prefill' : 'aggregated',
       // With captured timing the decode hop's own captured times already include its wait for the KV (the SGLang

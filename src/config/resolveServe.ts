@@ -105,6 +105,8 @@ function checkServeOptions(o: ResolvedServeOptions): void {
   if (!(minPrefixRatio > 0 && minPrefixRatio <= 1)) throw new Error(`--min-prefix-ratio must be > 0 and <= 1, got ${minPrefixRatio}`);
   for (const name of ignoreFields) if (Object.hasOwn(UNIGNORABLE_FIELDS, name)) throw new Error(`--ignore-field ${name}: ${UNIGNORABLE_FIELDS[name]}`);
   if (!(o.toolCallRate >= 0 && o.toolCallRate <= 1)) throw new Error(`--tool-call-rate must be between 0 and 1, got ${o.toolCallRate}`);
+  const kvEvents = o.kvEvents ?? [];
+  if (kvEvents.length > 1 && kvEvents.length !== o.numWorkers) throw new Error(`${kvEvents.length} KV event configs for ${o.numWorkers} worker(s)`);
   if (!(o.kvTransferBandwidthGBps >= 0)) throw new Error(`--kv-transfer-bandwidth must be >= 0, got ${o.kvTransferBandwidthGBps}`);
 }
 

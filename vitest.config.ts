@@ -10,6 +10,7 @@ const TIMING = [
   'test/trace/trace-live.test.ts',
   'test/engine/latency-knobs.test.ts',
   'test/captures/captures-fit.test.ts',
+  'test/serve/dialect-replay-timing.test.ts',
 ];
 
 export default defineConfig({

@@ -469,6 +469,7 @@ function appConfig(
   const advertised = advertisedHost(opts.host);
   // Their own latency, scaled like every simulated duration; none at all under --timing none.
   const poolingMs = (ms: number) => (opts.timing === 'none' ? 0 : ms / args.speedupRatio);
+  const capturedDuration = opts.timing === 'captured' ? (ms: number) => ms / args.speedupRatio : undefined;
   return {
     engine,
     resolver: s.resolver,
@@ -505,8 +506,9 @@ function appConfig(
         rankingBaseMs: poolingMs(opts.pooling.rankingBaseLatencyMs),
         rankingPerPassageMs: poolingMs(opts.pooling.rankingPerPassageLatencyMs),
       },
-      ...(opts.timing === 'captured' ? { capturedDuration: (ms: number) => ms / args.speedupRatio } : {}),
+      capturedDuration,
     },
+    capturedDuration,
     // Each worker is its own vLLM: its own adapters, loaded and unloaded on its own.
     lora: new LoraAdapters(opts.lora.enabled, model.servedModels, opts.lora.modules),
     loraRuntimeUpdating: runtimeLoraUpdating(),

@@ -31,11 +31,14 @@ export function sseEvents(body: Buffer, eventEnds: readonly number[]): { index: 
   return out;
 }
 
-/** A generation being assembled; `hadIds` = every chunk carried its token ids. */
-type Building = Omit<Generation, 'choiceIndex'> & { hadIds: boolean };
+/**
+ * A generation being assembled; `hadIds` = every chunk carried its token ids; `finishOnly`: the chunk (and its SSE
+ * event) that carried only a finish reason and was counted as the token that ended generation.
+ */
+type Building = Omit<Generation, 'choiceIndex'> & { hadIds: boolean; finishOnly: { chunk: number; event: number } | null };
 
 function emptyChoice(): Building {
-  return { outputIds: [], tokenTimes: [], chunkTokens: [], chunkDeltas: [], text: '', finishReason: null, stopReason: null, hadIds: true };
+  return { outputIds: [], tokenTimes: [], chunkTokens: [], chunkDeltas: [], text: '', finishReason: null, stopReason: null, hadIds: true, finishOnly: null };
 }
 
 /** The chat delta fields a replay re-renders (role and nulls dropped: vLLM serializes deltas exclude_unset). */
@@ -70,7 +73,28 @@ function deltaText(kind: 'chat' | 'completion', delta: ChunkDelta): string {
 }
 
 function finish(building: Map<number, Building>): Generation[] {
-  return [...building.entries()].sort(([a], [b]) => a - b).map(([choiceIndex, { hadIds: _, ...gen }]) => ({ choiceIndex, ...gen }));
+  return [...building.entries()].sort(([a], [b]) => a - b).map(([choiceIndex, { hadIds: _, finishOnly: __, ...gen }]) => ({ choiceIndex, ...gen }));
+}
+
+/**
+ * A chunk with only a finish reason is the token that ended generation in vLLM's streams (an EOS, whose text is
+ * empty); llama.cpp sends one after its last token, generating nothing. When the engine's own count
+ * (`usage.completion_tokens`) is the chunks' count without those, they carried no token: uncounted.
+ */
+function uncountSurplusFinishChunks(building: Map<number, Building>, usage: unknown, eventTokens: number[]): void {
+  const generated = (usage as { completion_tokens?: unknown } | undefined)?.completion_tokens;
+  const choices = [...building.values()];
+  const finishOnly = choices.filter((b) => b.finishOnly !== null);
+  const counted = choices.reduce((n, b) => n + b.tokenTimes.length, 0);
+  if (typeof generated !== 'number' || finishOnly.length === 0 || counted - finishOnly.length !== generated) return;
+  for (const b of finishOnly) {
+    const { chunk, event } = b.finishOnly!;
+    const before = b.chunkTokens.slice(0, chunk).reduce((n, c) => n + c, 0);
+    b.tokenTimes.splice(before, 1);
+    b.chunkTokens.splice(chunk, 1);
+    b.chunkDeltas.splice(chunk, 1);
+    for (let e = event; e < eventTokens.length; e++) eventTokens[e]--;
+  }
 }
 
 /**
@@ -99,7 +123,7 @@ export function parseResponse(
   const eventTokens: number[] = eventEnds.map(() => 0);
   let tokensSoFar = 0;
 
-  const absorb = (c: Json, delta: ChunkDelta, at: number) => {
+  const absorb = (c: Json, delta: ChunkDelta, at: number, event: number) => {
     const b = choice(Number(c.index ?? 0));
     const ids = Array.isArray(c.token_ids) ? (c.token_ids as number[]) : null;
     if (Array.isArray(c.prompt_token_ids)) promptIds = c.prompt_token_ids as number[];
@@ -108,6 +132,7 @@ export function parseResponse(
     tokensSoFar += count;
     if (!ids && count > 0) b.hadIds = false;
     if (count > 0 || hasPayload) {
+      if (!ids && !hasPayload) b.finishOnly = { chunk: b.chunkTokens.length, event };
       b.chunkTokens.push(count);
       b.chunkDeltas.push(delta);
       for (let i = 0; i < count; i++) {
@@ -155,10 +180,11 @@ export function parseResponse(
           choice(Number(c.index ?? 0));
           continue;
         }
-        absorb(c, delta, eventTimes[index] ?? totalMs);
+        absorb(c, delta, eventTimes[index] ?? totalMs, index);
       }
     }
     for (; lastEvent < eventEnds.length; lastEvent++) eventTokens[lastEvent] = tokensSoFar;
+    uncountSurplusFinishChunks(building, usage, eventTokens);
   } else {
     try {
       const json = JSON.parse(body.toString('utf8')) as Json;
@@ -193,6 +219,26 @@ export function parseResponse(
     model,
     error,
   };
+}
+
+/**
+ * The text of each streamed chunk that counted one token, when every counted chunk carried text alone (one token
+ * per chunk, as llama.cpp and `transformers serve` stream); the empty chunk of a stop token is left out. Null when
+ * the chunks cannot say which text each token made (tool calls, reasoning, several tokens in a chunk).
+ */
+export function streamedPieces(kind: 'chat' | 'completion', gen: Generation, endsOnStopToken: boolean): string[] | null {
+  const field = kind === 'chat' ? 'content' : 'text';
+  const pieces: string[] = [];
+  for (const [i, count] of gen.chunkTokens.entries()) {
+    if (count === 0) continue;
+    const delta = gen.chunkDeltas[i];
+    const piece = delta?.[field];
+    const onlyText = delta !== undefined && Object.keys(delta).every((k) => k === field);
+    if (endsOnStopToken && i === gen.chunkTokens.length - 1 && count === 1 && (piece === undefined || piece === '')) continue;
+    if (count !== 1 || !onlyText || typeof piece !== 'string' || piece === '') return null;
+    pieces.push(piece);
+  }
+  return pieces;
 }
 
 /**

@@ -4,7 +4,7 @@ import { requestShape } from '../generation/shape.js';
 import { isGeneration, type CaptureStore, type Exchange, type PoolingKind, type TokenSource } from '../store/captureStore.js';
 import type { Generation } from '../store/generation.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
-import { parseResponse, withOutputIds } from './extract.js';
+import { parseResponse, streamedPieces, withOutputIds } from './extract.js';
 import { redactHeaders, type ExchangeSink, type RawExchange } from './forward.js';
 import type { TokenizeDialect } from './upstreamEngine.js';
 import { UpstreamPool } from './upstreamHttp.js';
@@ -68,6 +68,9 @@ class UpstreamTokenizer {
     return typeof prompt === 'string' ? prompt : null;
   }
 }
+
+/** Pieces sent to be tokenized at once: an engine's tokenizer is asked in bounded bursts, not a request per token at once. */
+const PIECES_AT_ONCE = 32;
 
 const CHAT_TEMPLATE_FIELDS = ['add_generation_prompt', 'continue_final_message', 'add_special_tokens', 'chat_template', 'chat_template_kwargs', 'tools'];
 
@@ -203,9 +206,42 @@ export class Recorder {
     return { ids: await this.tokenizer.encode(prompt, addSpecial), source: 'local' };
   }
 
+  /** A text's ids: the upstream's /tokenize where it has one, else the local tokenizer. */
+  private async textIds(text: string, raw: RawExchange, model: Json): Promise<{ ids: number[]; source: TokenSource }> {
+    const upstreamIds = await this.upstreamTokenizer.tokenizeText(raw.tokenize, text, false, model, raw.requestHeaders);
+    return upstreamIds ? { ids: upstreamIds, source: 'tokenize-endpoint' } : { ids: await this.tokenizer.encode(text, false), source: 'local' };
+  }
+
+  /**
+   * One id per streamed piece, when the engine sent one token per chunk: each piece tokenized alone, or after the
+   * piece before it (a piece may tokenize otherwise at the start of a text). Null when a piece does not come out
+   * as exactly one token: the engine's ids cannot be recovered from its text.
+   */
+  private async pieceIds(pieces: string[], raw: RawExchange, model: Json): Promise<number[] | null> {
+    const ids: number[] = [];
+    for (let start = 0; start < pieces.length; start += PIECES_AT_ONCE) {
+      const batch = pieces.slice(start, start + PIECES_AT_ONCE);
+      const alone = await Promise.all(batch.map((piece) => this.textIds(piece, raw, model)));
+      for (const [k, { ids: own }] of alone.entries()) {
+        const i = start + k;
+        if (own.length === 1) ids.push(own[0]);
+        else if (i === 0) return null;
+        else {
+          const { ids: inContext } = await this.textIds(pieces[i - 1] + pieces[i], raw, model);
+          if (inContext.length !== 2 || inContext[0] !== ids[i - 1]) return null;
+          ids.push(inContext[1]);
+        }
+      }
+    }
+    return ids;
+  }
+
+  /**
+   * The ids of a generation whose engine sent none. Its text re-tokenized gives other ids than the engine made
+   * when the model's tokens do not re-merge as they came out (llama.cpp's random-weight outputs: 37 ids for 32
+   * tokens); so when the engine's own count (one token per chunk) disagrees, the pieces are tokenized one by one.
+   */
   private async outputIds(gen: Generation, raw: RawExchange, model: Json): Promise<{ generation: Generation; source: TokenSource }> {
-    const upstreamIds = await this.upstreamTokenizer.tokenizeText(raw.tokenize, gen.text, false, model, raw.requestHeaders);
-    const ids = upstreamIds ?? (await this.tokenizer.encode(gen.text, false));
     // The token that stopped generation is in the engine's ids but not in the text: a stop_token_ids hit (or
     // SGLang's matched_stop) names it; an EOS stop vLLM does not name is the model's EOS.
     const stopToken =
@@ -214,8 +250,13 @@ export class Recorder {
         : gen.stopReason === null && gen.finishReason !== 'length'
           ? this.tokenizer.eosTokenIds[0]
           : undefined;
-    if (stopToken !== undefined && gen.finishReason !== null && gen.finishReason !== 'abort') ids.push(stopToken);
-    return { generation: withOutputIds(gen, ids), source: upstreamIds ? 'tokenize-endpoint' : 'local' };
+    const endsOnStopToken = stopToken !== undefined && gen.finishReason !== null && gen.finishReason !== 'abort';
+    const whole = await this.textIds(gen.text, raw, model);
+    let ids = whole.ids;
+    const pieces = raw.stream ? streamedPieces(raw.endpoint === 'chat' ? 'chat' : 'completion', gen, endsOnStopToken) : null;
+    if (pieces && pieces.length !== ids.length) ids = (await this.pieceIds(pieces, raw, model)) ?? ids;
+    if (endsOnStopToken) ids = [...ids, stopToken];
+    return { generation: withOutputIds(gen, ids), source: whole.source };
   }
 
   private async build(raw: RawExchange): Promise<Exchange> {

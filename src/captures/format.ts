@@ -2,6 +2,7 @@
  * The pages `mocker captures list|show|prune|stats` print. Every field from the file is escaped (`inline`) where it
  * sits within a line; the caller escapes the page as a whole before it reaches the terminal.
  */
+import { describeOutputIds } from './outputIds.js';
 import { formatReportTable } from '../trace/report.js';
 import { terminalText } from '../util/terminalText.js';
 import type { MergeResult, PruneResult } from './edit.js';
@@ -101,6 +102,7 @@ export function formatShown(s: Shown): string {
     if (s.promptText !== null) lines.push(indent(s.promptText));
     lines.push(`  ids: ${JSON.stringify(s.promptIds)}`);
   }
+  if (s.choices.length > 0) lines.push(describeOutputIds(s.outputIds));
   for (const c of s.choices) {
     lines.push(
       `choice ${c.index}: ${c.outputIds.length} tokens, finish_reason ${inline(c.finishReason ?? '-')}, stop_reason ${inline(JSON.stringify(c.stopReason))}`,

@@ -1,4 +1,5 @@
 /** What `mocker captures list`, `show`, `stats` and `export` read from a capture file (the CLI only prints it). */
+import { outputIdsCheck, type OutputIdsCheck } from './outputIds.js';
 import { ReplayCollector, type ReplayReport } from '../trace/collector.js';
 import {
   CaptureStore,
@@ -145,6 +146,8 @@ export interface Shown {
   /** The prompt ids decoded by the run's tokenizer, special tokens kept (null: no ids or no tokenizer). */
   promptText: string | null;
   usage: unknown;
+  /** Whether the output ids are the engine's own. */
+  outputIds: OutputIdsCheck;
   choices: ShownChoice[];
 }
 
@@ -218,6 +221,7 @@ async function shown(store: CaptureStore, ex: StoredExchange): Promise<Shown> {
     promptIds: ex.promptIds,
     promptText: ex.promptIds && tokenizer ? await tokenizer.decode(ex.promptIds, false) : null,
     usage: ex.usage ?? null,
+    outputIds: outputIdsCheck(ex),
     choices,
   };
 }

@@ -10,6 +10,7 @@ import { PlanRenderer } from '../api/planRenderer.js';
 import { includesUsage, restamp, type RenderContext } from '../api/render.js';
 import { chatRequest, completionRequest, parseBody } from '../api/schemas.js';
 import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
+import { outputIdsCheck, type OutputIdsVerdict } from './outputIds.js';
 import { RunTokenizers } from './runTokenizers.js';
 
 type Json = Record<string, unknown>;
@@ -64,6 +65,10 @@ export interface VerifyReport {
   comparedBy: Record<Comparison, number>;
   /** The first `limit` mismatching exchanges, one difference each (the first). */
   mismatches: Mismatch[];
+  /** Exchanges with choices, by whether their output ids are the engine's own (outputIds.ts). */
+  outputIds: Record<OutputIdsVerdict, number>;
+  /** The first `limit` exchanges whose output ids are not the engine's. */
+  notTheEnginesIds: number[];
 }
 
 export interface VerifyOptions {
@@ -341,10 +346,17 @@ async function verifyStore(store: CaptureStore, file: string, options: VerifyOpt
     skippedBy: {},
     comparedBy: { bytes: 0, content: 0 },
     mismatches: [],
+    outputIds: { engine: 0, 'as-generated': 0, unchecked: 0, 'not-the-engines': 0 },
+    notTheEnginesIds: [],
   };
   for (const id of store.exchangeIds()) {
     const ex = store.getExchange(id)!; // listed a moment ago, by this reader alone
     report.exchanges++;
+    if (ex.generations.length > 0) {
+      const { verdict } = outputIdsCheck(ex);
+      report.outputIds[verdict]++;
+      if (verdict === 'not-the-engines' && report.notTheEnginesIds.length < options.limit) report.notTheEnginesIds.push(ex.id);
+    }
     const outcome = await verifier.verify(ex);
     if (outcome.type === 'skip') {
       report.skipped++;
@@ -382,6 +394,11 @@ export function formatVerifyReport(report: VerifyReport): string {
   lines.push(
     `${report.file}: ${report.exchanges} exchanges, ${report.verified} verified (${report.comparedBy.bytes} by bytes, ${report.comparedBy.content} by content): ` +
       `${report.matched} match, ${report.mismatched} mismatch; ${report.skipped} skipped${skipped ? ` (${skipped})` : ''}`,
+  );
+  const ids = report.outputIds;
+  lines.push(
+    `output ids: ${ids.engine} the engine's own, ${ids['as-generated']} tokenized as many as generated, ${ids.unchecked} unchecked (no usage), ` +
+      `${ids['not-the-engines']} not the engine's${report.notTheEnginesIds.length > 0 ? ` (exchanges ${report.notTheEnginesIds.join(', ')})` : ''}`,
   );
   return lines.join('\n');
 }

@@ -55,6 +55,8 @@ export interface ServeAppConfig {
    * captured`, how long a captured answer takes.
    */
   pooling: { embeddingDimensions: number; latency: PoolingLatency; capturedDuration?: (capturedMs: number) => number };
+  /** Under `--timing captured`, how long a captured duration takes as served (the speedup applied); else absent. */
+  capturedDuration?: (capturedMs: number) => number;
   /** LoRA adapters served by name (--enable-lora, --lora-modules). */
   lora?: LoraAdapters;
   /** VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load and unload routes exist. */

@@ -12,7 +12,7 @@ import { badRequest } from '../wire/errors.js';
 import { sendJson } from '../wire/http.js';
 import type { Prepared } from './prompts.js';
 import type { ServeAppConfig } from './serveConfig.js';
-import { renderCapturedStream } from './verbatimStream.js';
+import { eventReleases, renderCapturedStream } from './verbatimStream.js';
 
 const SSE_HEADERS: OutgoingHttpHeaders = { 'content-type': 'text/event-stream; charset=utf-8' };
 /** Captured response headers that describe the transfer, not the content: regenerated per response. */
@@ -64,6 +64,19 @@ async function* mergeStreams(streams: EngineStream[]): AsyncGenerator<[number, T
     yield ready[next++];
   }
   if (failure) throw failure;
+}
+
+/** The tokens a request's sequences have emitted in all, after each of the engine's batches. */
+async function* emittedCounts(events: AsyncIterable<TokenEvent[]>, sequences: number): AsyncGenerator<number> {
+  const perSequence = new Array<number>(sequences).fill(0);
+  let emitted = 0;
+  for await (const batch of events) {
+    for (const { sequence, emitted: n } of batch) {
+      emitted += n - perSequence[sequence];
+      perSequence[sequence] = n;
+    }
+    yield emitted;
+  }
 }
 
 /**
@@ -190,27 +203,18 @@ export class EngineResponses {
     // The headers go at once: with the first events when the engine releases them within this turn (one write).
     const flushHeaders = setImmediate(() => res.flushHeaders());
     const stream = renderCapturedStream(ex, hide, ctx.id, ctx.created);
-    let emitted = 0;
-    let next = 0;
-    const perSequence = plans.map(() => 0);
+    let released = 0;
     try {
-      for await (const batch of events) {
-        for (const { sequence, emitted: n } of batch) {
-          emitted += n - perSequence[sequence];
-          perSequence[sequence] = n;
-        }
-        // The stream's last events (usage, [DONE]) follow the last token, as captured.
-        const from = next;
-        while (next < stream.events && ex.eventTokens[next] <= emitted && emitted > 0) next++;
-        if (next > from && !signal.aborted) {
-          clearImmediate(flushHeaders);
-          res.write(stream.slice(from, next));
-        }
+      for await (const due of eventReleases(ex, emittedCounts(events, plans.length), arrivalMs, this.config.capturedDuration, signal)) {
+        if (signal.aborted) break;
+        clearImmediate(flushHeaders);
+        res.write(stream.slice(released, due));
+        released = due;
       }
     } finally {
       clearImmediate(flushHeaders);
     }
     if (signal.aborted) return;
-    res.end(stream.slice(next, stream.events));
+    res.end(stream.slice(released, stream.events));
   }
 }

@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import { hideTokenIds } from '../capture/forward.js';
 import type { StoredExchange } from '../store/captureStore.js';
 import { LruCache } from '../util/lruCache.js';
@@ -111,4 +112,90 @@ export function renderCapturedStream(ex: StoredExchange, hide: boolean, id: stri
   let stream = variants.get(hide);
   if (!stream) variants.set(hide, (stream = new CapturedStream(ex, hide)));
   return stream.render(id, created);
+}
+
+/** The timing a captured stream's events were recorded with: offsets from the request's start, cumulative tokens. */
+type CapturedEvents = Pick<StoredExchange, 'eventTimes' | 'eventTokens'>;
+
+/** Resolves after `ms` or when `signal` aborts, whichever comes first (the timer cleared either way). */
+async function pause(ms: number, signal: AbortSignal): Promise<void> {
+  await delay(ms, undefined, { signal }).catch(() => undefined);
+}
+
+/** Whether `step` settles within `ms` (false when the time, or `signal`, comes first). */
+async function settlesWithin(step: Promise<unknown>, ms: number, signal: AbortSignal): Promise<boolean> {
+  const timer = new AbortController();
+  const stop = () => timer.abort();
+  signal.addEventListener('abort', stop, { once: true });
+  try {
+    return await Promise.race([step.then(() => true), pause(ms, timer.signal).then(() => false)]);
+  } finally {
+    timer.abort();
+    signal.removeEventListener('abort', stop);
+  }
+}
+
+/**
+ * When a captured stream's events go out, as how many of them are due (non-decreasing). An event carrying tokens
+ * goes when the engine has emitted them. One carrying none — a role chunk before the first token, a finish, usage
+ * or `[DONE]` after the last — goes with its neighbours, or, when `pace` is given (timing `captured`: a captured
+ * duration as served), at its captured gap after the last event that carried tokens (the request's arrival
+ * before any): the engine decides when tokens come, the capture how long after them the rest follows. An event
+ * never goes before one ahead of it.
+ */
+export async function* eventReleases(
+  ex: CapturedEvents,
+  emittedCounts: AsyncIterator<number>,
+  arrivalMs: number,
+  pace: ((capturedMs: number) => number) | undefined,
+  signal: AbortSignal,
+): AsyncGenerator<number> {
+  const events = ex.eventTokens.length;
+  const carriesTokens = (i: number) => ex.eventTokens[i] > (i === 0 ? 0 : ex.eventTokens[i - 1]);
+  let next = 0;
+  let emitted = 0;
+  let anchorMs = arrivalMs;
+  let anchorOffset = 0;
+  // Marked handled at once: a failure is seen when awaited, and never unhandled if the client left before.
+  const nextCount = () => {
+    const step = emittedCounts.next();
+    step.catch(() => undefined);
+    return step;
+  };
+  let pending: Promise<IteratorResult<number>> | null = nextCount();
+  while (next < events && !signal.aborted) {
+    if (pace && !carriesTokens(next)) {
+      const waitMs = anchorMs + pace(ex.eventTimes[next] - anchorOffset) - performance.now();
+      // A token that comes first takes the events ahead of it along (below).
+      const tokenFirst = waitMs > 0 && pending !== null && (await settlesWithin(pending, waitMs, signal));
+      if (!tokenFirst) {
+        if (waitMs > 0 && pending === null) await pause(waitMs, signal);
+        yield ++next;
+        continue;
+      }
+    }
+    if (pending === null) {
+      yield (next = events);
+      return;
+    }
+    const step = await pending;
+    if (step.done) {
+      pending = null;
+      if (!pace) yield (next = events);
+      continue;
+    }
+    pending = nextCount();
+    emitted = step.value;
+    let to = next;
+    let last = -1;
+    for (let i = next; i < events && ex.eventTokens[i] <= emitted && emitted > 0; i++) {
+      if (!pace) to = i + 1;
+      else if (carriesTokens(i)) to = (last = i) + 1;
+    }
+    if (last >= 0) {
+      anchorMs = performance.now();
+      anchorOffset = ex.eventTimes[last];
+    }
+    if (to > next) yield (next = to);
+  }
 }

@@ -153,8 +153,19 @@ const TRANSFORMERS_FIELDS = new Set([
   'request_id',
 ]);
 
+export interface DoubleOptions {
+  /**
+   * A recorded stream's events after its first come this much later: its first (`transformers serve`'s role-only
+   * chunk) leads the first token by tens of ms, as measured against the real server under load.
+   */
+  firstEventLeadMs?: number;
+  /** The text of each token a request not recorded generates (default: the recorded stream's pieces). */
+  outputPieces?: string[];
+}
+
 /** Starts the double on `port` (default: any free one). */
-export async function startEngineDouble(engine: EngineName, port = 0): Promise<EngineDouble> {
+export async function startEngineDouble(engine: EngineName, port = 0, options: DoubleOptions = {}): Promise<EngineDouble> {
+  const lead = options.firstEventLeadMs ?? 0;
   const exchanges = recordedExchanges(engine);
   const served = engine === 'llama.cpp' ? 'tiny-qwen3tok.gguf' : 'tiny-qwen3';
   const received: EngineDouble['received'] = [];
@@ -216,7 +227,8 @@ export async function startEngineDouble(engine: EngineName, port = 0): Promise<E
     const next = () => {
       if (res.destroyed) return;
       if (i === reads.length) return void res.end();
-      const [at, text] = reads[i++];
+      const [recordedAt, text] = reads[i++];
+      const at = i > 1 ? recordedAt + lead : recordedAt;
       setTimeout(
         () => {
           res.write(text);
@@ -282,7 +294,8 @@ export async function startEngineDouble(engine: EngineName, port = 0): Promise<E
     // The double's model ends on its own after 8 tokens (EOS, finish "stop") unless max_tokens cuts it first.
     const count = Math.min(wanted, 8);
     const finish = wanted <= 8 ? 'length' : 'stop';
-    const pieces = Array.from({ length: count }, (_, i) => recordedStreamOf.pieces[i % recordedStreamOf.pieces.length]);
+    const source = options.outputPieces ?? recordedStreamOf.pieces;
+    const pieces = Array.from({ length: count }, (_, i) => source[i % source.length]);
     const usage = { completion_tokens: count, prompt_tokens: promptIds.length, total_tokens: count + promptIds.length };
     const model = engine === 'llama.cpp' ? String(body.model ?? served) : `${served}@main`;
     const id = engine === 'llama.cpp' ? `chatcmpl-${idFrom(raw, 32)}` : requestId;

@@ -9,11 +9,21 @@ import { fileURLToPath } from 'node:url';
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
 
-/** Client-side arrival time of each SSE event carrying text, in ms after sending the request. */
-export async function arrivals(url: string, body: unknown, headers: Record<string, string> = {}, via = agent): Promise<number[]> {
+/** What a measured request is: its route, and whether `[DONE]` is timed too (by default every event but it). */
+export interface MeasuredRoute {
+  path?: string;
+  withDone?: boolean;
+}
+
+/** Client-side arrival time of each SSE event, in ms after sending the request. */
+export async function arrivals(url: string, body: unknown, headers: Record<string, string> = {}, via = agent, route: MeasuredRoute = {}): Promise<number[]> {
   const t0 = performance.now();
   const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
-    const req = http.request(`${url}/v1/completions`, { method: 'POST', agent: via, headers: { 'content-type': 'application/json', ...headers } }, resolve);
+    const req = http.request(
+      `${url}${route.path ?? '/v1/completions'}`,
+      { method: 'POST', agent: via, headers: { 'content-type': 'application/json', ...headers } },
+      resolve,
+    );
     req.on('error', reject);
     req.end(JSON.stringify(body));
   });
@@ -26,7 +36,7 @@ export async function arrivals(url: string, body: unknown, headers: Record<strin
     while ((at = buffer.indexOf('\n\n')) >= 0) {
       const event = buffer.slice(0, at);
       buffer = buffer.slice(at + 2);
-      if (event !== 'data: [DONE]') times.push(now);
+      if (route.withDone || event !== 'data: [DONE]') times.push(now);
     }
   }
   return times;
@@ -123,10 +133,10 @@ export function measurePdHopsInProcess(
 }
 
 /** Measures in a separate process: one untimed warm-up request, then the round trip and the measured request, REPEATS times (medians). */
-export function measureInProcess(url: string, body: unknown): Promise<{ rttMs: number; arrivalsMs: number[]; gapsMs: number[] }> {
+export function measureInProcess(url: string, body: unknown, route: MeasuredRoute = {}): Promise<{ rttMs: number; arrivalsMs: number[]; gapsMs: number[] }> {
   const script = fileURLToPath(import.meta.url);
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, ['--import', 'tsx', script, url, JSON.stringify(body)], (err, stdout) =>
+    execFile(process.execPath, ['--import', 'tsx', script, url, JSON.stringify(body), JSON.stringify(route)], (err, stdout) =>
       err ? reject(err) : resolve(JSON.parse(stdout) as { rttMs: number; arrivalsMs: number[]; gapsMs: number[] }),
     );
   });
@@ -155,14 +165,15 @@ if (process.argv[1] === fileURLToPath(import.meta.url) && process.argv[2] === 'p
     }),
   );
 } else if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const [url, body] = process.argv.slice(2);
+  const [url, body, route] = process.argv.slice(2);
   const request = JSON.parse(body) as unknown;
-  await arrivals(url, request);
+  const measured = JSON.parse(route ?? '{}') as MeasuredRoute;
+  await arrivals(url, request, {}, agent, measured);
   const rtts: number[] = [];
   const runs: number[][] = [];
   for (let i = 0; i < REPEATS; i++) {
     rtts.push(await roundTrip(url));
-    runs.push(await arrivals(url, request));
+    runs.push(await arrivals(url, request, {}, agent, measured));
   }
   agent.destroy();
   process.stdout.write(JSON.stringify({ rttMs: median(rtts), arrivalsMs: medianSeries(runs), gapsMs: medianSeries(runs.map(gapsOf)) }));

@@ -1,0 +1,77 @@
+/**
+ * Replay honours the time of every captured event, for each engine's dialect: `transformers serve`'s role-only
+ * chunk that leads the first token, the finish/usage chunk and llama.cpp's `[DONE]` after the last one — not
+ * only the events that carry tokens.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { CaptureStore } from '../../src/store/captureStore.js';
+import { type EngineName, recordedExchanges, startEngineDouble } from '../support/engineDoubles.js';
+import { mockerProcesses } from '../support/mockerProcess.js';
+import { measureInProcess, type MeasuredRoute } from '../support/sseTiming.js';
+import { testTmpdir } from '../support/tempRoot.js';
+
+/** How much later than recorded `transformers serve`'s first token comes after its role chunk (issue 38 measured ~30 ms). */
+const ROLE_LEAD_MS = 30;
+
+interface Case {
+  engine: EngineName;
+  path: '/v1/chat/completions' | '/v1/completions';
+  leadMs: number;
+}
+
+const CASES: Case[] = [
+  { engine: 'transformers', path: '/v1/chat/completions', leadMs: ROLE_LEAD_MS },
+  { engine: 'transformers', path: '/v1/completions', leadMs: 0 },
+  { engine: 'llama.cpp', path: '/v1/chat/completions', leadMs: 0 },
+  { engine: 'llama.cpp', path: '/v1/completions', leadMs: 0 },
+];
+
+/** The engine's recorded streamed request on `path` (the double answers it with the recorded bytes and read timing). */
+function recordedRequest(engine: EngineName, path: string): Record<string, unknown> {
+  const found = recordedExchanges(engine).find(
+    (e) => e.request.path === path && typeof e.request.body === 'object' && e.request.body?.stream === true && e.response.reads,
+  );
+  if (!found) throw new Error(`no recorded stream of ${engine} on ${path}`);
+  return found.request.body as Record<string, unknown>;
+}
+
+describe.each(CASES)('replay of $engine on $path', ({ engine, path, leadMs }) => {
+  const mockers = mockerProcesses();
+  const dir = mkdtempSync(join(testTmpdir(), 'mocker-dialect-timing-'));
+  afterAll(async () => {
+    await mockers.stopAll();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('sends every event — role, tokens, finish, usage, [DONE] — within 2 ms of its captured offset', async () => {
+    const file = join(dir, 'capture.db');
+    const body = recordedRequest(engine, path);
+    const route: MeasuredRoute = { path, withDone: true };
+    const double = await startEngineDouble(engine, 0, { firstEventLeadMs: leadMs });
+    try {
+      const capture = await mockers.start(['capture', '--upstream', double.url, '--captures', file]);
+      await measureInProcess(capture.url, body, route);
+      await mockers.stopAll();
+    } finally {
+      await double.close();
+    }
+    const store = CaptureStore.open(file, { readonly: true });
+    // Replay answers with the oldest capture of the request (the measuring client's untimed warm-up).
+    const oldest = store
+      .exchangeIds()
+      .map((id) => store.getExchange(id)!)
+      .find((ex) => ex.path === path)!;
+    const captured = oldest.eventTimes;
+    store.close();
+    // The double's own schedule is the oracle of what was captured: its first event leads the rest by the lead.
+    if (leadMs > 0) expect(captured[1] - captured[0]).toBeGreaterThanOrEqual(leadMs);
+
+    const replay = await mockers.start(['serve', '--mode', 'replay', '--captures', file]);
+    const { rttMs, arrivalsMs } = await measureInProcess(replay.url, body, route);
+    expect(arrivalsMs).toHaveLength(captured.length);
+    // The captured offsets were taken at the proxy; this client also pays its own round trip to the server.
+    arrivalsMs.forEach((at, i) => expect(Math.abs(at - (captured[i] + rttMs)), `event ${i} of ${captured.length}`).toBeLessThanOrEqual(2));
+  });
+});

@@ -162,11 +162,16 @@ export class EngineCore implements SchedulerCore {
     return null;
   }
 
+  /** GUARANTEED_NO_EVICT clamps the output to the room the prompt leaves in the whole cache (vLLM's is never clamped). */
+  outputLimit(promptTokens: number, maxOutputTokens: number): number {
+    return this.noEvict ? Math.min(maxOutputTokens, this.capacityTokens - promptTokens) : maxOutputTokens;
+  }
+
   /** Queues a request (at the back of the waiting queue). */
   add(given: CoreRequest): void {
     const why = this.rejection(given.promptTokenIds.length, given.maxOutputTokens);
     if (why) throw new Error(why);
-    const request = this.noEvict ? { ...given, maxOutputTokens: Math.min(given.maxOutputTokens, this.capacityTokens - given.promptTokenIds.length) } : given;
+    const request = this.noEvict ? { ...given, maxOutputTokens: this.outputLimit(given.promptTokenIds.length, given.maxOutputTokens) } : given;
     if (this.requests.has(request.id)) throw new Error(`request ${request.id} is already in the engine`);
     if (this.held.has(request.id)) throw new Error(`request ${request.id} still holds blocks`);
     const seq = new ActiveSequence(

@@ -93,14 +93,19 @@ export class LlamaCppCore implements SchedulerCore {
     return null;
   }
 
-  /** Queues a request; its output stops where the context is full (llama.cpp without context shift). */
+  /** Output stops where the context is full (llama.cpp without context shift). */
+  outputLimit(promptTokens: number, maxOutputTokens: number): number {
+    return Math.min(maxOutputTokens, this.capacity - promptTokens);
+  }
+
+  /** Queues a request. */
   add(request: CoreRequest): void {
     const why = this.rejection(request.promptTokenIds.length, request.maxOutputTokens);
     if (why) throw new Error(why);
     if (this.requests.has(request.id)) throw new Error(`request ${request.id} is already in the engine`);
     const state: LlamaRequest = {
       request,
-      maxOutput: Math.min(request.maxOutputTokens, this.capacity - request.promptTokenIds.length),
+      maxOutput: this.outputLimit(request.promptTokenIds.length, request.maxOutputTokens),
       outputs: [],
       slot: null,
     };

@@ -106,6 +106,24 @@ describe("TRT-LLM GUARANTEED_NO_EVICT (Dynamo's trtllm/tests.rs)", () => {
     expect(c.runningIds()).toEqual(Array.from({ length: 28 }, (_, i) => `r${i + 1}`));
   });
 
+  it("blocks_needed_to_finish discounts a waiting request's active cached prefix blocks (trtllm/policy.rs)", () => {
+    // r1 (8 + 8) holds 2 blocks and reserves 2 more: 6 − 2 − 2 = 2 unreserved. r2 (12 + 4) needs ceil(16 / 4) = 4,
+    // less r1's 2 prompt blocks it shares, active in the cache: 2 ≤ 2, admitted.
+    const c = core('trtllm', { ...small, enablePrefixCaching: true });
+    c.add(request('r1', 0, 8, 8));
+    c.executePass(0);
+    c.add({ id: 'r2', promptTokenIds: [...Array.from({ length: 8 }, (_, i) => i), 100, 101, 102, 103], maxOutputTokens: 4 });
+    c.executePass(1);
+    expect(c.runningIds()).toEqual(['r1', 'r2']);
+    // Without the shared prefix the same request waits: 4 > 2.
+    const d = core('trtllm', { ...small, enablePrefixCaching: true });
+    d.add(request('r1', 0, 8, 8));
+    d.executePass(0);
+    d.add(request('r2', 200, 212, 4));
+    d.executePass(1);
+    expect(d.runningIds()).toEqual(['r1']);
+  });
+
   // 4 blocks of 4: a 16-token pool.
   const capacity = { numGpuBlocks: 4, blockSize: 4, maxNumBatchedTokens: 64, maxNumSeqs: 4 };
 

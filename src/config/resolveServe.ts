@@ -97,6 +97,8 @@ function checkServeOptions(o: ResolvedServeOptions): void {
   if (!(o.forwardTimeMs >= 0)) throw new Error(`--forward-time-ms must be >= 0, got ${o.forwardTimeMs}`);
   if ((o.lora.enabled || o.lora.modules.length > 0) && o.engine.engineType !== 'vllm' && o.engine.engineType !== 'trtllm')
     throw new Error(`--enable-lora / --lora-modules: LoRA adapters are simulated with --engine-type vllm or trtllm, not ${o.engine.engineType}`);
+  if (o.role !== undefined && o.role !== 'agg' && o.engine.engineType === 'llamacpp')
+    throw new Error(`--disaggregation-mode ${o.role}: llama.cpp has no disaggregated prefill (--engine-type llamacpp)`);
   if ((o.kvEvents ?? []).length > 0 && o.engine.engineType === 'llamacpp')
     throw new Error('--kv-events-config / --zmq-kv-events-ports: llama.cpp publishes no KV events (--engine-type llamacpp)');
   if (!(o.engine.speedupRatio > 0)) throw new Error(`--speedup-ratio must be > 0, got ${o.engine.speedupRatio}`);

@@ -63,10 +63,15 @@ describe('serve --engine-type trtllm | llamacpp', () => {
     expect(body.error.message).toContain('after its 10-token prompt the KV cache has room for 54 output tokens, not 60');
   });
 
-  it('llamacpp without --max-num-seqs / --max-num-batched-tokens given as numbers is refused at startup', async () => {
-    const { code, stderr } = await runMockerToExit(['serve', '--engine-type', 'llamacpp', '--extra-engine-args', '{"max_num_seqs":null}'], { cwd: dir });
+  it.each([
+    [['--extra-engine-args', '{"max_num_seqs":null}'], "--engine-type llamacpp needs a number of slots (--max-num-seqs, llama-server's -np)"],
+    [['--disaggregation-mode', 'prefill'], '--disaggregation-mode prefill: llama.cpp has no disaggregated prefill'],
+    [['--zmq-kv-events-ports', '5999'], 'llama.cpp publishes no KV events'],
+    [['--enable-lora'], 'LoRA adapters are simulated with --engine-type vllm or trtllm, not llamacpp'],
+  ])('llamacpp refuses at startup what llama-server does not have: %j', async (args, message) => {
+    const { code, stderr } = await runMockerToExit(['serve', '--engine-type', 'llamacpp', ...args], { cwd: dir });
     expect(code).toBe(1);
-    expect(stderr).toContain("--engine-type llamacpp needs a number of slots (--max-num-seqs, llama-server's -np)");
+    expect(stderr).toContain(message);
   });
 });
 

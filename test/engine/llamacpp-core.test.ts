@@ -18,6 +18,7 @@ import type { CoreRequest, PassResult, TokenIds } from '../../src/engine/contrac
 import { LlamaCppCore, type LlamaCppSchedulerConfig } from '../../src/engine/llamacpp/core.js';
 import { createSchedulerCore } from '../../src/engine/scheduler.js';
 import { type PassTiming, zeroTiming } from '../../src/engine/timingModels.js';
+import { prng } from '../support/prng.js';
 
 function core(overrides: Partial<LlamaCppSchedulerConfig> = {}): LlamaCppCore {
   return new LlamaCppCore({ slots: 4, nBatch: 2048, numGpuBlocks: 256, blockSize: 16, cachePrompt: true, timing: zeroTiming(false), seed: 3, ...overrides });
@@ -204,5 +205,44 @@ describe('llama.cpp timing: the pass timing (fitted profile) is charged per deco
     for (const id of ['a', 'b', 'c']) c.add(request(id, ids(10, 1), 2));
     const pass = c.executePass(0);
     expect([pass.scheduledTokens, c.runningIds().length, c.waitingIds()]).toEqual([8, 2, ['c']]);
+  });
+});
+
+describe('llama.cpp core: invariants over random loads', () => {
+  it.each([1, 2, 3, 4, 5, 6, 7, 8])('seed %i: every request ends once, within its slots, batch and context', (seed) => {
+    const rand = prng(seed);
+    const slots = rand.int(1, 4);
+    const nBatch = rand.int(slots, 64);
+    const c = core({ slots, nBatch, numGpuBlocks: rand.int(4, 16), blockSize: 8, cachePrompt: rand.next() < 0.8 });
+    const capacity = c.config.numGpuBlocks * c.config.blockSize;
+    const asked = new Map<string, number>();
+    const ended = new Map<string, number>();
+    let now = 0;
+    for (let step = 0; step < 4000 && (asked.size < 40 || !c.isIdle); step++) {
+      if (asked.size < 40 && rand.next() < 0.5) {
+        const id = `r${asked.size}`;
+        // Prompts from a few shared stems, so slots find prefixes.
+        const prompt = [...ids(rand.int(0, 20), rand.int(0, 2) * 1000), ...ids(rand.int(1, 20), 10_000 + asked.size * 100)];
+        const max = rand.int(1, 30);
+        asked.set(id, Math.min(max, capacity - prompt.length));
+        if (c.rejection(prompt.length, max) === null) c.add(request(id, prompt, max));
+        else asked.delete(id);
+      }
+      const pass = c.executePass(now);
+      now = pass.endMs + 1;
+      expect(pass.preempted).toEqual([]);
+      expect(pass.scheduledTokens).toBeLessThanOrEqual(nBatch);
+      expect(c.runningIds().length).toBeLessThanOrEqual(slots);
+      const stats = c.engineStats();
+      expect(stats.activeBlocks + stats.inactiveBlocks + stats.freeBlocks).toBe(stats.totalBlocks);
+      for (const t of pass.tokens) {
+        expect(ended.has(t.id)).toBe(false);
+        expect(t.generated).toBeLessThanOrEqual(asked.get(t.id)!);
+        if (t.completed) ended.set(t.id, t.generated);
+        else expect(t.generated).toBeLessThan(asked.get(t.id)!);
+      }
+    }
+    expect(c.isIdle).toBe(true);
+    expect([...ended.keys()].sort()).toEqual([...asked.keys()].sort());
   });
 });

@@ -148,22 +148,24 @@ export class LlamaCppCore implements SchedulerCore {
     return this.slots.flatMap((slot) => (slot.busyWith === null ? [] : [slot.busyWith]));
   }
 
-  /** Blocks of `blockSize` cells: a slot's cells count as active while it runs a request, inactive when idle. */
+  /** Cells in blocks of `blockSize`: a slot's count as active while it runs a request, inactive when idle. */
   engineStats(): EngineStats {
-    let activeBlocks = 0;
-    let inactiveBlocks = 0;
+    let activeCells = 0;
+    let idleCells = 0;
     for (const slot of this.slots) {
-      const blocks = Math.ceil(slot.cache.length / this.config.blockSize);
-      if (slot.busyWith === null) inactiveBlocks += blocks;
-      else activeBlocks += blocks;
+      if (slot.busyWith === null) idleCells += slot.cache.length;
+      else activeCells += slot.cache.length;
     }
+    const { numGpuBlocks, blockSize } = this.config;
+    const activeBlocks = Math.ceil(activeCells / blockSize);
+    const inactiveBlocks = Math.min(numGpuBlocks - activeBlocks, Math.ceil(idleCells / blockSize));
     return {
       running: this.runningIds().length,
       waiting: this.waiting.size,
       waitingForRemoteKvs: 0,
       activeBlocks,
       inactiveBlocks,
-      freeBlocks: Math.max(0, this.config.numGpuBlocks - activeBlocks - inactiveBlocks),
+      freeBlocks: numGpuBlocks - activeBlocks - inactiveBlocks,
       totalBlocks: this.config.numGpuBlocks,
       blockSize: this.config.blockSize,
       preemptions: 0,

@@ -66,6 +66,22 @@ describe("llama.cpp's slot choice and per-slot prompt cache", () => {
     expect(passes[0].promptTokens).toBe(1);
   });
 
+  it("a slot keeps its prompt and every output but the last: llama-server's log, 50 prompt + 537 generated → 'stop processing: n_past = 586'", () => {
+    // A published llama-server log (its SLT_INF lines): 'n_prompt_tokens = 50', 'eval time = … / 537 tokens',
+    // 'release: … stop processing: n_past = 586' (50 + 537 − 1: the last sampled token is never decoded).
+    const c = core({ slots: 1, numGpuBlocks: 2048, blockSize: 1 });
+    const prompt = ids(50, 1);
+    c.add(request('a', prompt, 537));
+    run(c);
+    expect(c.engineStats().inactiveBlocks).toBe(586);
+    // The same log's next line of the kind: 'need to evaluate at least 1 token to generate logits, n_past = 50,
+    // n_prompt_tokens = 50' then 'kv cache rm [49, end)' and 'n_tokens = 1'.
+    c.add(request('b', prompt, 1));
+    const passes = run(c);
+    expect([cachedTokensOf(passes, 'b'), passes[0].promptTokens]).toEqual([49, 1]);
+    expect(c.engineStats().inactiveBlocks).toBe(50);
+  });
+
   it('a common prefix of at most 10 % of the prompt does not choose the slot: the least recently used one is taken, reusing nothing', () => {
     const c = core({ slots: 2 });
     // 'a' runs on slot 1 (never-used slots tie on t_last_used; llama.cpp's `<=` keeps the last), leaving its cache there.

@@ -586,10 +586,14 @@ export class EngineCore implements SchedulerCore {
     return Math.max(0, full - active);
   }
 
-  /** GUARANTEED_NO_EVICT: the free blocks left once every running request's to-completion footprint is reserved. */
+  /**
+   * GUARANTEED_NO_EVICT: the free blocks left once the to-completion footprint of every request holding blocks
+   * (running, or pulling its prompt's KV from a prefill engine) is reserved.
+   */
   private unreservedBlocks(): number {
     let reserved = 0;
     for (const r of this.running) reserved += this.blocksToFinish(r);
+    for (const r of this.transferring) reserved += this.blocksToFinish(r);
     return Math.max(0, this.config.numGpuBlocks - this.kv.numActive - reserved);
   }
 

@@ -417,7 +417,7 @@ async function startWorker(s: Shared, w: number, server: Server, timers: NodeJS.
       workerType: opts.role === 'prefill' ? 'prefill' : 'aggregated',
       // With captured timing the decode hop's own captured times already include its wait for the KV (the SGLang
       // flavour does not model the transfer).
-      ...(args.engineType === 'vllm'
+      ...(args.engineType === 'vllm' || args.engineType === 'trtllm'
         ? { kvTransfer: { bytesPerToken: s.bytesPerToken ?? 0, bandwidthGBps: opts.timing === 'captured' ? 0 : opts.kvTransferBandwidthGBps } }
         : {}),
     },
@@ -454,6 +454,14 @@ function workerMetrics(s: Shared) {
       : new VllmMetrics(vllmConfig);
   return { vllmConfig, engine };
 }
+
+/** What the start line says of the scheduler flavour (nothing for vLLM's). */
+const FLAVOUR_HEAD: Record<EngineArgs['engineType'], (args: EngineArgs) => string> = {
+  vllm: () => '',
+  sglang: (args) => `SGLang scheduler (${args.sglang.schedulePolicy}, radix cache), `,
+  trtllm: () => 'TRT-LLM scheduler (GUARANTEED_NO_EVICT), ',
+  llamacpp: (args) => `llama.cpp scheduler (${args.maxNumSeqs} slots, n_batch ${args.maxNumBatchedTokens}), `,
+};
 
 /** The app of worker `w`. */
 function appConfig(
@@ -538,7 +546,7 @@ function startupLineOf(opts: ResolvedServeOptions, timingDescription: string, mo
     scheme: https ? 'https' : 'http',
     head:
       `mocker serve: ${engineName}${opts.mode} mode (${described.join(', ')}, ` +
-      `${args.engineType === 'sglang' ? `SGLang scheduler (${args.sglang.schedulePolicy}, radix cache), ` : ''}${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
+      `${FLAVOUR_HEAD[args.engineType](args)}${args.dataParallelSize} rank(s) x ${args.numGpuBlocks} blocks of ${args.blockSize}) ` +
       `serving ${model.servedModels.join(', ')} on `,
     host: opts.host,
     tail: model.store && model.store.path !== ':memory:' ? ` from ${opts.captures}` : '',

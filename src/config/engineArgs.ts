@@ -7,10 +7,13 @@ import type { ReasoningConfig } from '../generation/reasoning.js';
 /** The SGLang flavour's settings (Dynamo's `SglangArgs`, `--sglang-*` flags): the scheduler's, and a page size (null: the block size). */
 export type SglangArgs = SglangSchedulerSettings & { pageSize: number | null };
 
+/** Whose scheduler is simulated (`--engine-type`). */
+export type EngineType = 'vllm' | 'sglang' | 'trtllm' | 'llamacpp';
+
 /** The simulated engine's settings (vLLM / Dynamo mocker flags): the vLLM scheduler's own, and what the server adds. */
 export type EngineArgs = VllmSchedulerSettings & {
   /** --engine-type: whose scheduler and KV cache are simulated. */
-  engineType: 'vllm' | 'sglang';
+  engineType: EngineType;
   sglang: SglangArgs;
   speedupRatio: number;
   decodeSpeedupRatio: number;
@@ -113,7 +116,12 @@ function checkEngineArgs(args: EngineArgs): EngineArgs {
       throw new Error(`--sglang-max-prefill-tokens ${maxPrefillTokens} must be at least --sglang-chunked-prefill-size ${chunkedPrefillSize}`);
     return args;
   }
-  if (args.blockSize < 2) throw new Error(`the block size (--block-size) must be at least 2 with --engine-type vllm, got ${args.blockSize}`);
+  if (args.engineType === 'llamacpp' && args.maxNumSeqs === null)
+    throw new Error("--engine-type llamacpp needs a number of slots (--max-num-seqs, llama-server's -np)");
+  if (args.engineType === 'llamacpp' && args.maxNumBatchedTokens === null)
+    throw new Error("--engine-type llamacpp needs a batch size (--max-num-batched-tokens, llama-server's -b)");
+  if (args.blockSize < 2 && args.engineType !== 'llamacpp')
+    throw new Error(`the block size (--block-size) must be at least 2 with --engine-type ${args.engineType}, got ${args.blockSize}`);
   if (args.maxNumBatchedTokens !== null && args.maxNumSeqs !== null && args.maxNumBatchedTokens < args.maxNumSeqs) {
     throw new Error(
       `max_num_batched_tokens (--max-num-batched-tokens) ${args.maxNumBatchedTokens} must be at least max_num_seqs (--max-num-seqs) ${args.maxNumSeqs}: every running request needs a token per pass`,
@@ -139,5 +147,19 @@ export function schedulerConfig(args: EngineArgs, timing: PassTiming, seed: numb
       seed,
     };
   }
-  return { engineType, ...vllm, timing, seed };
+  if (engineType === 'llamacpp') {
+    return {
+      engineType,
+      // checkEngineArgs has made sure both are given.
+      slots: vllm.maxNumSeqs!,
+      nBatch: vllm.maxNumBatchedTokens!,
+      numGpuBlocks: vllm.numGpuBlocks,
+      blockSize: vllm.blockSize,
+      cachePrompt: vllm.enablePrefixCaching,
+      timing,
+      seed,
+    };
+  }
+  // TRT-LLM is vLLM's core under GUARANTEED_NO_EVICT (Dynamo's EngineType::Trtllm); max_num_tokens is the batch budget.
+  return { engineType, ...vllm, timing, seed, ...(engineType === 'trtllm' ? { schedulingPolicy: 'trtllm-guaranteed-no-evict' as const } : {}) };
 }

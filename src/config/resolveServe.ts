@@ -95,8 +95,12 @@ function checkServeOptions(o: ResolvedServeOptions): void {
   if (!Number.isInteger(o.numWorkers) || o.numWorkers < 1) throw new Error(`--num-workers must be a positive integer, got ${o.numWorkers}`);
   if ((o.onMiss === 'passthrough' || o.onMiss === 'record') && !o.upstream) throw new Error(`--on-miss ${o.onMiss} needs --upstream URL`);
   if (!(o.forwardTimeMs >= 0)) throw new Error(`--forward-time-ms must be >= 0, got ${o.forwardTimeMs}`);
-  if ((o.lora.enabled || o.lora.modules.length > 0) && o.engine.engineType === 'sglang')
-    throw new Error('--enable-lora / --lora-modules: LoRA adapters are simulated with --engine-type vllm only');
+  if ((o.lora.enabled || o.lora.modules.length > 0) && o.engine.engineType !== 'vllm' && o.engine.engineType !== 'trtllm')
+    throw new Error(`--enable-lora / --lora-modules: LoRA adapters are simulated with --engine-type vllm or trtllm, not ${o.engine.engineType}`);
+  if (o.role !== undefined && o.role !== 'agg' && o.engine.engineType === 'llamacpp')
+    throw new Error(`--disaggregation-mode ${o.role}: llama.cpp has no disaggregated prefill (--engine-type llamacpp)`);
+  if ((o.kvEvents ?? []).length > 0 && o.engine.engineType === 'llamacpp')
+    throw new Error('--kv-events-config / --zmq-kv-events-ports: llama.cpp publishes no KV events (--engine-type llamacpp)');
   if (!(o.engine.speedupRatio > 0)) throw new Error(`--speedup-ratio must be > 0, got ${o.engine.speedupRatio}`);
   if (!(o.engine.decodeSpeedupRatio > 0)) throw new Error(`--decode-speedup-ratio must be > 0, got ${o.engine.decodeSpeedupRatio}`);
   if (o.latency && o.timing !== 'latency') throw new Error(`--ttft / --itl apply to --timing latency, not --timing ${o.timing}`);

@@ -276,9 +276,9 @@ export const SERVE_SETTINGS: Setting[] = [
   },
   {
     flags: '--engine-type <type>',
-    help: 'whose scheduler and KV cache are simulated: vllm (hashed blocks, preemption) or sglang (radix cache, retraction)',
+    help: 'whose scheduler and KV cache are simulated: vllm (hashed blocks, preemption), sglang (radix cache, retraction), trtllm (vLLM core, GUARANTEED_NO_EVICT admission, no preemption) or llamacpp (--max-num-seqs slots with per-slot prompt cache, unified KV, --max-num-batched-tokens as n_batch)',
     group: 'engine',
-    value: choice(['vllm', 'sglang']),
+    value: choice(['vllm', 'sglang', 'trtllm', 'llamacpp']),
     default: 'vllm',
     to: engine('engineType'),
     dynamo: { key: 'engine_type' },

@@ -111,7 +111,8 @@ export function jsonSchema(setting: Setting): z.ZodType {
     if (spec.below !== undefined) n = n.lt(spec.below);
     schema = n;
   } else if (spec?.type === 'choice') schema = z.enum(spec.choices as [string, ...string[]]);
-  else if (spec === undefined) schema = z.boolean();
+  // A flag without a value spec is a switch, unless it takes an argument (`--planner-profile-data <path>`): text.
+  else if (spec === undefined && !setting.flags.includes('<')) schema = z.boolean();
   else schema = z.string();
   return dynamo.nullable ? schema.nullable() : schema;
 }

@@ -119,6 +119,11 @@ export interface SchedulerCore {
   readonly isIdle: boolean;
   /** Why a request of this size can never run here, or null. */
   rejection(promptTokens: number, maxOutputTokens: number): string | null;
+  /**
+   * How many of its output tokens an accepted request gets, when the flavour clamps them to the KV cache rather
+   * than refusing the request (TRT-LLM's enqueue normalization, llama.cpp's full context); absent: all of them.
+   */
+  outputLimit?(promptTokens: number, maxOutputTokens: number): number;
   add(request: CoreRequest): void;
   abort(id: string): void;
   executePass(now: number): PassResult;

@@ -19,6 +19,13 @@ import { WaitQueue } from './waitQueue.js';
 
 export type PreemptionMode = 'lifo' | 'fifo';
 
+/**
+ * Whose admission and preemption rules the core follows (Dynamo's `SchedulingPolicy` seam, PR #10193): vLLM's
+ * optimistic admission with recompute preemption, or TensorRT-LLM's GUARANTEED_NO_EVICT, which admits a request
+ * only when its whole `prompt + max_output` footprint fits beside every running request's and never preempts.
+ */
+export type SchedulingPolicy = 'vllm' | 'trtllm-guaranteed-no-evict';
+
 /** The vLLM-flavour scheduler's settings (vLLM/Dynamo flag names in the comments): all given, no defaults here. */
 export interface VllmSchedulerSettings {
   /** --num-gpu-blocks-override */
@@ -58,6 +65,8 @@ export interface SchedulerConfig extends VllmSchedulerSettings {
   cacheEvents?: boolean;
   /** --max-loras (LoRA enabled): at most this many distinct adapters in one pass's batch. */
   maxLoras?: number;
+  /** `--engine-type trtllm`: TensorRT-LLM's GUARANTEED_NO_EVICT (absent: vLLM's). */
+  schedulingPolicy?: SchedulingPolicy;
 }
 
 interface RequestState {
@@ -101,6 +110,7 @@ export class EngineCore implements SchedulerCore {
   private readonly uniqueBlockId = () => this.nextUniqueBlock--;
   private readonly random: () => number;
   private readonly watermarkBlocks: number;
+  private readonly noEvict: boolean;
   private stats = { preemptions: 0, prefixCacheQueries: 0, prefixCacheHits: 0, passes: 0, prefillMs: 0 };
   private readonly kvEventLog?: VllmKvEventLog;
   private kvTrace: KvTraceEntry[] = [];
@@ -125,29 +135,43 @@ export class EngineCore implements SchedulerCore {
     this.kv = new KvBlockManager(config.numGpuBlocks, config.kvEvents || config.kvTrace || config.cacheEvents ? (event) => this.onKvEvent(event) : undefined);
     this.random = mulberry32(config.seed);
     this.watermarkBlocks = Math.floor(config.watermark * config.numGpuBlocks);
+    this.noEvict = config.schedulingPolicy === 'trtllm-guaranteed-no-evict';
   }
 
   /** Why this request can never run here (prompt plus output beyond the whole cache), or null. */
   rejection(promptTokens: number, maxOutputTokens: number): string | null {
     if (promptTokens < 1) return 'the prompt is empty';
     if (maxOutputTokens < 1) return 'the request asks for no output tokens';
+    const budget = this.config.maxNumBatchedTokens;
+    if (!this.config.enableChunkedPrefill && budget !== null && promptTokens > budget) {
+      return `without chunked prefill a ${promptTokens}-token prompt never fits the ${budget}-token batch budget (max_num_batched_tokens)`;
+    }
+    // TRT-LLM's enqueue normalization: only a prompt that leaves no room for output is refused; a longer
+    // output is clamped to the room left (see `add`).
+    if (this.noEvict) {
+      return promptTokens >= this.capacityTokens
+        ? `the ${promptTokens}-token prompt leaves no room for output in the KV cache of ${this.capacityTokens} tokens (${this.config.numGpuBlocks} blocks of ${this.config.blockSize})`
+        : null;
+    }
     const blocks = Math.ceil((promptTokens + maxOutputTokens) / this.config.blockSize);
     const usable = this.config.numGpuBlocks - this.watermarkBlocks;
     if (blocks > usable) {
       const watermark = this.watermarkBlocks > 0 ? ` (${usable} after the ${this.watermarkBlocks}-block watermark)` : '';
       return `the request needs ${blocks} KV cache blocks of ${this.config.blockSize} tokens (${promptTokens} prompt + ${maxOutputTokens} output tokens) but the cache holds only ${this.config.numGpuBlocks}${watermark}`;
     }
-    const budget = this.config.maxNumBatchedTokens;
-    if (!this.config.enableChunkedPrefill && budget !== null && promptTokens > budget) {
-      return `without chunked prefill a ${promptTokens}-token prompt never fits the ${budget}-token batch budget (max_num_batched_tokens)`;
-    }
     return null;
   }
 
+  /** GUARANTEED_NO_EVICT clamps the output to the room the prompt leaves in the whole cache (vLLM's is never clamped). */
+  outputLimit(promptTokens: number, maxOutputTokens: number): number {
+    return this.noEvict ? Math.min(maxOutputTokens, this.capacityTokens - promptTokens) : maxOutputTokens;
+  }
+
   /** Queues a request (at the back of the waiting queue). */
-  add(request: CoreRequest): void {
-    const why = this.rejection(request.promptTokenIds.length, request.maxOutputTokens);
+  add(given: CoreRequest): void {
+    const why = this.rejection(given.promptTokenIds.length, given.maxOutputTokens);
     if (why) throw new Error(why);
+    const request = this.noEvict ? { ...given, maxOutputTokens: this.outputLimit(given.promptTokenIds.length, given.maxOutputTokens) } : given;
     if (this.requests.has(request.id)) throw new Error(`request ${request.id} is already in the engine`);
     if (this.held.has(request.id)) throw new Error(`request ${request.id} still holds blocks`);
     const seq = new ActiveSequence(
@@ -332,6 +356,7 @@ export class EngineCore implements SchedulerCore {
         skipped.push(next);
         continue;
       }
+      if (this.noEvict && this.blocksToFinish(next) > this.unreservedBlocks()) break;
       if (next.remoteKv) {
         if (!this.admitRemote(next, now, pass)) break;
       } else if (typeof this.schedule(next, true, pass) !== 'number') break;
@@ -543,8 +568,41 @@ export class EngineCore implements SchedulerCore {
     return free - (counted - active) >= this.watermarkBlocks;
   }
 
-  /** Recompute preemption (§1.4): the newest (lifo) or oldest (fifo) running request goes back to the front of waiting. */
+  private get capacityTokens(): number {
+    return this.config.numGpuBlocks * this.config.blockSize;
+  }
+
+  /**
+   * GUARANTEED_NO_EVICT: the blocks a request still has to reserve to run to completion, ceil((prompt +
+   * max_output) / block_size), less what it holds (running) or, for a waiting one, its prefix blocks that are
+   * active (cached and in use: inactive cached blocks cost capacity again when reactivated).
+   */
+  private blocksToFinish(state: RequestState): number {
+    const { seq } = state;
+    const full = Math.ceil((seq.promptLength + seq.maxOutput) / this.config.blockSize);
+    if (seq.numAllocatedTokens > 0) return Math.max(0, full - Math.ceil(seq.numAllocatedTokens / this.config.blockSize));
+    let active = 0;
+    if (this.config.enablePrefixCaching) while (active < seq.blocks.length && this.kv.isActive(seq.blocks[active])) active++;
+    return Math.max(0, full - active);
+  }
+
+  /**
+   * GUARANTEED_NO_EVICT: the free blocks left once the to-completion footprint of every request holding blocks
+   * (running, or pulling its prompt's KV from a prefill engine) is reserved.
+   */
+  private unreservedBlocks(): number {
+    let reserved = 0;
+    for (const r of this.running) reserved += this.blocksToFinish(r);
+    for (const r of this.transferring) reserved += this.blocksToFinish(r);
+    return Math.max(0, this.config.numGpuBlocks - this.kv.numActive - reserved);
+  }
+
+  /**
+   * Recompute preemption (§1.4): the newest (lifo) or oldest (fifo) running request goes back to the front of
+   * waiting. GUARANTEED_NO_EVICT never preempts (its reservations leave no need to; Dynamo declines too).
+   */
   private preempt(pass: PassBuilder): RequestState | undefined {
+    if (this.noEvict) return undefined;
     const victim = this.config.preemptionMode === 'lifo' ? this.running.pop() : this.running.shift();
     if (!victim) return undefined;
     pass.unschedule(victim);

@@ -1,4 +1,4 @@
-export { EngineCore, type PreemptionMode, type SchedulerConfig, type VllmSchedulerSettings } from './core.js';
+export { EngineCore, type PreemptionMode, type SchedulerConfig, type SchedulingPolicy, type VllmSchedulerSettings } from './core.js';
 export type { CacheEvent, CoreRequest, EngineStats, KvTraceEntry, PassResult, TokenIds } from './contract.js';
 export type { VllmKvEvent, VllmKvEventOptions } from './kv/vllmKvEvents.js';
 export type { LoraAdapter } from './kv/blockManager.js';
@@ -27,3 +27,4 @@ export { createSchedulerCore, type AnySchedulerConfig } from './scheduler.js';
 export type { SchedulerCore } from './contract.js';
 export { SglangCore, type SglangSchedulerConfig, type SglangSchedulerSettings } from './sglang/core.js';
 export type { SglangSchedulePolicy } from './sglang/policy.js';
+export { LlamaCppCore, type LlamaCppSchedulerConfig } from './llamacpp/core.js';

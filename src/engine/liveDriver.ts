@@ -154,9 +154,17 @@ export class LiveDriver {
 
   submit(request: EngineRequest, signal: AbortSignal): EngineStream {
     const queue = new TokenQueue();
+    const prompt = request.promptTokenIds.length;
     for (const seq of request.sequences) {
-      const why = seq.outputTokenIds.length > 0 ? this.core.rejection(request.promptTokenIds.length, seq.outputTokenIds.length) : null;
+      const planned = seq.outputTokenIds.length;
+      const why = planned > 0 ? this.core.rejection(prompt, planned) : null;
       if (why) throw new EngineRejection(`This request cannot be served: ${why}.`);
+      // The answer is planned whole before the engine runs: a flavour that would stop it early refuses it instead.
+      const limit = planned > 0 ? (this.core.outputLimit?.(prompt, planned) ?? planned) : planned;
+      if (limit < planned)
+        throw new EngineRejection(
+          `This request cannot be served: after its ${prompt}-token prompt the KV cache has room for ${limit} output tokens, not ${planned}. Lower max_tokens.`,
+        );
     }
     if (signal.aborted) {
       queue.end();

@@ -345,7 +345,7 @@ describe('engine arguments', () => {
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"engine_type": "sglang", "block_size": 32, "sglang": {"page_size": 16}}')).toThrow(
       /page size .* 16 and the block size .* 32 must be equal/,
     );
-    expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"engine_type": "trtllm"}')).toThrow(/"engine_type"/);
+    expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"engine_type": "tgi"}')).toThrow(/"engine_type"/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"worker_type": "prefill"}')).toThrow(/--disaggregation-mode/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"block_size": 1}')).toThrow(/block size \(--block-size\) must be at least 2/);
     expect(() => applyExtraEngineArgs(DEFAULT_ENGINE_ARGS, '{"preemption_mode": "random"}')).toThrow(/"preemption_mode"/);

@@ -7,6 +7,9 @@ import type { ReasoningConfig } from '../generation/reasoning.js';
 /** The SGLang flavour's settings (Dynamo's `SglangArgs`, `--sglang-*` flags): the scheduler's, and a page size (null: the block size). */
 export type SglangArgs = SglangSchedulerSettings & { pageSize: number | null };
 
+const LLAMA_SERVER_SLOTS = 4;
+const LLAMA_SERVER_BATCH = 2048;
+
 /** Whose scheduler is simulated (`--engine-type`). */
 export type EngineType = 'vllm' | 'sglang' | 'trtllm' | 'llamacpp';
 
@@ -93,11 +96,24 @@ export function applyEngineArgsObject(base: EngineArgs, raw: Record<string, unkn
 }
 
 /**
+ * llama-server's own defaults where the slots and batch are not given: `-np` auto (4 slots with its unified KV
+ * cache) and `-b 2048` (tools/server's common params), not vLLM's 256 sequences and 8,192 tokens.
+ */
+function withLlamaServerDefaults(args: EngineArgs, given: (path: string) => boolean): EngineArgs {
+  return {
+    ...args,
+    maxNumSeqs: given('maxNumSeqs') ? args.maxNumSeqs : LLAMA_SERVER_SLOTS,
+    maxNumBatchedTokens: given('maxNumBatchedTokens') ? args.maxNumBatchedTokens : LLAMA_SERVER_BATCH,
+  };
+}
+
+/**
  * The engine arguments made complete and checked, once for every source: SGLang's "fcfs" is FIFO, and
  * (Dynamo's rule) the page size is the block size when only the page size is given (`given` says which of
  * the arguments the source at hand set). Combinations that cannot work fail at startup, naming the setting.
  */
-export function resolveEngineArgs(args: EngineArgs, given: (path: string) => boolean): EngineArgs {
+export function resolveEngineArgs(requested: EngineArgs, given: (path: string) => boolean): EngineArgs {
+  const args = requested.engineType === 'llamacpp' ? withLlamaServerDefaults(requested, given) : requested;
   const sglang = { ...args.sglang, schedulePolicy: (args.sglang.schedulePolicy as string) === 'fcfs' ? 'fifo' : args.sglang.schedulePolicy };
   const blockSize = sglang.pageSize !== null && given('sglang.pageSize') && !given('blockSize') ? sglang.pageSize : args.blockSize;
   const checked = checkEngineArgs({ ...args, blockSize, sglang });

@@ -286,7 +286,7 @@ export const SERVE_SETTINGS: Setting[] = [
   },
   {
     flags: '--max-num-seqs <n>',
-    help: 'running requests per rank',
+    help: "running requests per rank (--engine-type llamacpp: slots, default llama-server's 4)",
     group: 'engine',
     value: int({ min: 1 }),
     default: 256,
@@ -296,7 +296,7 @@ export const SERVE_SETTINGS: Setting[] = [
   },
   {
     flags: '--max-num-batched-tokens <n>',
-    help: 'token budget of one pass (at least --max-num-seqs)',
+    help: "token budget of one pass (at least --max-num-seqs; --engine-type llamacpp: n_batch, default llama-server's 2048)",
     group: 'engine',
     value: int({ min: 1 }),
     default: 8192,

@@ -26,7 +26,9 @@ const engineConfig = async (url: string) => ((await (await fetch(`${url}/mocker/
 describe('serve --engine-type trtllm | llamacpp', () => {
   it.each([
     ['trtllm', [], 'TRT-LLM scheduler (GUARANTEED_NO_EVICT)'],
-    ['llamacpp', LLAMA_ARGS, 'llama.cpp scheduler (4 slots, n_batch 2048)'],
+    // No slot or batch flags: llama-server's own defaults, not vLLM's 256 sequences and 8,192 tokens.
+    ['llamacpp', [], 'llama.cpp scheduler (4 slots, n_batch 2048)'],
+    ['llamacpp', ['--max-num-seqs', '2', '--max-num-batched-tokens', '512'], 'llama.cpp scheduler (2 slots, n_batch 512)'],
   ])('%s: says which scheduler it simulates and answers a chat request, streamed and not', async (type, extra, head) => {
     const p = await mockers.start(['serve', '--engine-type', type, ...extra, '--timing', 'none'], { cwd: dir });
     expect(p.stdout()).toContain(head);

@@ -1,6 +1,6 @@
 /**
- * Benchmark: replay timing as an outside client sees it (issue #10 item 7). Goal: |gap error| p99 ≤ 1 ms,
- * |TTFT error| median ≤ 1 ms.
+ * Benchmark: replay timing as an outside client sees it (issues #10 item 7, #38 item 1). Goal: |gap error| p99
+ * ≤ 1.25 × the replay-vs-replay noise of the same run, |TTFT error| median ≤ 1 ms.
  *
  * 1. The vLLM test double (test/support/vllmUpstream.ts, in a child process of this script, whose client
  *    must not wait for the double's tokenizing) answers --requests distinct streamed requests (chat and
@@ -44,6 +44,8 @@ const REQUESTS = numberArg('requests', 200);
 const CONCURRENCY = numberArg('concurrency', 4);
 const SEED = numberArg('seed', 1);
 const PROGRESS_EVERY = 25;
+/** The gap error's p99 may exceed the replay-vs-replay noise's by this factor at most (issue #38). */
+const GAP_NOISE_RATIO = 1.25;
 /** Unmeasured requests first, one per endpoint (cold code). */
 const WARM_UP = 2;
 
@@ -256,8 +258,11 @@ async function main(): Promise<void> {
         ] as const
       ).map(([name, s]) => [name, s.ttft.p50, s.ttft.p99, s.ttft.max, s.ttft.bias, s.gap.p50, s.gap.p99, s.gap.max, s.gap.bias, s.gap.n]),
     );
-    const met = { gapP99: fidelity.gap.p99 <= 1, ttftP50: fidelity.ttft.p50 <= 1 };
-    console.log(`goal gap p99 ≤ 1 ms: ${met.gapP99 ? 'MET' : 'NOT MET'}; TTFT p50 ≤ 1 ms: ${met.ttftP50 ? 'MET' : 'NOT MET'}`);
+    const gapRatio = fidelity.gap.p99 / replayVsReplay.gap.p99;
+    const met = { gapP99: gapRatio <= GAP_NOISE_RATIO, ttftP50: fidelity.ttft.p50 <= 1 };
+    console.log(
+      `goal gap p99 ≤ ${GAP_NOISE_RATIO} × noise: ${round(gapRatio)}× ${met.gapP99 ? 'MET' : 'NOT MET'}; TTFT p50 ≤ 1 ms: ${met.ttftP50 ? 'MET' : 'NOT MET'}`,
+    );
     console.log(
       JSON.stringify({
         bench: 'replay-fidelity',
@@ -266,7 +271,7 @@ async function main(): Promise<void> {
         replayVsReplay,
         replayVsStored,
         captureVsScript,
-        target: { gapP99Ms: 1, ttftP50Ms: 1, met: met.gapP99 && met.ttftP50 },
+        target: { gapP99NoiseRatio: GAP_NOISE_RATIO, ttftP50Ms: 1, met: met.gapP99 && met.ttftP50 },
       }),
     );
   } finally {

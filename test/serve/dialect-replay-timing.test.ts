@@ -11,12 +11,13 @@ import { type EngineName, recordedExchanges, startEngineDouble } from '../suppor
 import { mockerProcesses } from '../support/mockerProcess.js';
 import { measureInProcess, type MeasuredRoute } from '../support/sseTiming.js';
 import { testTmpdir } from '../support/tempRoot.js';
+import { MODEL, startUpstream } from '../support/vllmUpstream.js';
 
 /** How much later than recorded `transformers serve`'s first token comes after its role chunk (issue 38 measured ~30 ms). */
 const ROLE_LEAD_MS = 30;
 
 interface Case {
-  engine: EngineName;
+  engine: EngineName | 'vllm';
   path: '/v1/chat/completions' | '/v1/completions';
   leadMs: number;
 }
@@ -26,7 +27,32 @@ const CASES: Case[] = [
   { engine: 'transformers', path: '/v1/completions', leadMs: 0 },
   { engine: 'llama.cpp', path: '/v1/chat/completions', leadMs: 0 },
   { engine: 'llama.cpp', path: '/v1/completions', leadMs: 0 },
+  { engine: 'vllm', path: '/v1/chat/completions', leadMs: 0 },
 ];
+
+/** vLLM's double: an EOS stop (its own finish chunk), then the usage chunk and [DONE], with gaps of 5-17 ms. */
+const VLLM_BODY = {
+  model: MODEL,
+  messages: [{ role: 'user', content: 'Count to ten.' }],
+  max_tokens: 32,
+  stream: true,
+  stream_options: { include_usage: true },
+};
+
+/** The upstream of a case and the request it answers with its recorded (or scripted) timing. */
+async function upstreamOf({ engine, path, leadMs }: Case): Promise<{ url: string; body: Record<string, unknown>; close(): Promise<void> }> {
+  if (engine === 'vllm') {
+    const upstream = await startUpstream(() => ({
+      content: 'one two three four five six seven eight nine ten',
+      finish: 'stop',
+      ttftMs: 40,
+      gapMs: (i) => 5 + ((i * 7) % 13),
+    }));
+    return { url: upstream.url, body: VLLM_BODY, close: () => upstream.close() };
+  }
+  const double = await startEngineDouble(engine, 0, { firstEventLeadMs: leadMs });
+  return { url: double.url, body: recordedRequest(engine, path), close: () => double.close() };
+}
 
 /** The engine's recorded streamed request on `path` (the double answers it with the recorded bytes and read timing). */
 function recordedRequest(engine: EngineName, path: string): Record<string, unknown> {
@@ -37,7 +63,8 @@ function recordedRequest(engine: EngineName, path: string): Record<string, unkno
   return found.request.body as Record<string, unknown>;
 }
 
-describe.each(CASES)('replay of $engine on $path', ({ engine, path, leadMs }) => {
+describe.each(CASES)('replay of $engine on $path', (testCase) => {
+  const { path, leadMs } = testCase;
   const mockers = mockerProcesses();
   const dir = mkdtempSync(join(testTmpdir(), 'mocker-dialect-timing-'));
   afterAll(async () => {
@@ -47,15 +74,15 @@ describe.each(CASES)('replay of $engine on $path', ({ engine, path, leadMs }) =>
 
   it('sends every event — role, tokens, finish, usage, [DONE] — within 2 ms of its captured offset', async () => {
     const file = join(dir, 'capture.db');
-    const body = recordedRequest(engine, path);
     const route: MeasuredRoute = { path, withDone: true };
-    const double = await startEngineDouble(engine, 0, { firstEventLeadMs: leadMs });
+    const upstream = await upstreamOf(testCase);
+    const { body } = upstream;
     try {
-      const capture = await mockers.start(['capture', '--upstream', double.url, '--captures', file]);
+      const capture = await mockers.start(['capture', '--upstream', upstream.url, '--captures', file]);
       await measureInProcess(capture.url, body, route);
       await mockers.stopAll();
     } finally {
-      await double.close();
+      await upstream.close();
     }
     const store = CaptureStore.open(file, { readonly: true });
     // Replay answers with the oldest capture of the request (the measuring client's untimed warm-up).

@@ -125,7 +125,7 @@ export const SERVE_SETTINGS: Setting[] = [
   },
   {
     flags: '--wire <shape>',
-    help: `response shape of rendered answers: ${WIRE_SHAPES.join(' | ')} (a replayed capture's own engine's shape wins)`,
+    help: "the engine release whose response shape rendered answers take (a capture's are rendered in its own engine's)",
     group: 'modes',
     value: choice(WIRE_SHAPES),
     default: DEFAULT_WIRE,

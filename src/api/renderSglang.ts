@@ -27,12 +27,17 @@ function chatDelta(delta: ChunkDelta): string {
   return `{"reasoning_content":${JSON.stringify(reasoningOf(delta))}${rest.join('')}}`;
 }
 
-function chatChunk(ctx: RenderContext, index: number, delta: string, finishReason: string | null, matched: string): string {
-  return `data: ${head(ctx, 'chat.completion.chunk')},"choices":[{"index":${index},"delta":${delta},"logprobs":null,"finish_reason":${JSON.stringify(finishReason)},"matched_stop":${matched}}]}\n\n`;
+function chatChunk(ctx: RenderContext, index: number, delta: string, finishReason: string | null, matched: string, ids = ''): string {
+  return `data: ${head(ctx, 'chat.completion.chunk')},"choices":[{"index":${index},"delta":${delta},"logprobs":null,"finish_reason":${JSON.stringify(finishReason)},"matched_stop":${matched}${ids}}]}\n\n`;
 }
 
+/**
+ * SGLang refuses `return_token_ids` in a streamed chat (§6); mocker answers it as SGLang's streamed completions do:
+ * `prompt_token_ids` on a choice's first chunk, `token_ids` on every chunk.
+ */
 export function roleEvent(ctx: RenderContext, index: number): string {
-  return chatChunk(ctx, index, '{"reasoning_content":null,"role":"assistant","content":""}', null, 'null');
+  const ids = ctx.returnTokenIds ? `,"prompt_token_ids":[${ctx.promptTokenIds.join(',')}]` : '';
+  return chatChunk(ctx, index, '{"reasoning_content":null,"role":"assistant","content":""}', null, 'null', ids);
 }
 
 /** Whether a chat delta says anything: SGLang sends a chunk per non-empty text delta only. */
@@ -40,19 +45,21 @@ const saysSomething = (delta: ChunkDelta) =>
   Object.values(delta).some((value) => value !== null && value !== '' && !(Array.isArray(value) && value.length === 0));
 
 /**
- * One engine output of one choice. Chat: a chunk when it says something, and after the last output a chunk
- * with only the finish. Completions: a chunk per output, empty text included, the finish on the last; the ids
- * when asked (`token_ids`, and `prompt_token_ids` on a choice's first chunk).
+ * One engine output of one choice. Chat: a chunk when it says something (or carries asked-for ids), and after
+ * the last output a chunk with only the finish. Completions: a chunk per output, empty text included, the finish
+ * on the last; the ids when asked (`token_ids`, and `prompt_token_ids` on a choice's first chunk).
  */
 export function chunkEvent(ctx: RenderContext, index: number, delta: ChunkDelta, tokenIds: readonly number[], finish: Finish | null, first: boolean): string {
   const matched = finish ? matchedStop(finish.reason, finish.stopReason, tokenIds.at(-1)) : 'null';
+  const outputIds = (here: boolean) => (ctx.returnTokenIds ? `,"token_ids":[${here ? tokenIds.join(',') : ''}]` : '');
   if (ctx.kind === 'chat') {
-    const said = saysSomething(delta) ? chatChunk(ctx, index, chatDelta(delta), null, 'null') : '';
-    return said + (finish ? chatChunk(ctx, index, '{"reasoning_content":null}', finish.reason, matched) : '');
+    const sent = saysSomething(delta) || (ctx.returnTokenIds && !finish);
+    const said = sent ? chatChunk(ctx, index, chatDelta(delta), null, 'null', outputIds(true)) : '';
+    return said + (finish ? chatChunk(ctx, index, '{"reasoning_content":null}', finish.reason, matched, outputIds(!sent)) : '');
   }
   const text = typeof delta.text === 'string' ? delta.text : '';
-  const ids = ctx.returnTokenIds ? `,"token_ids":[${tokenIds.join(',')}]${first ? `,"prompt_token_ids":[${ctx.promptTokenIds.join(',')}]` : ''}` : '';
-  return `data: ${head(ctx, 'text_completion')},"choices":[{"index":${index},"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":${JSON.stringify(finish?.reason ?? null)},"matched_stop":${matched}${ids}}],"usage":null}\n\n`;
+  const promptIds = ctx.returnTokenIds && first ? `,"prompt_token_ids":[${ctx.promptTokenIds.join(',')}]` : '';
+  return `data: ${head(ctx, 'text_completion')},"choices":[{"index":${index},"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":${JSON.stringify(finish?.reason ?? null)},"matched_stop":${matched}${outputIds(true)}${promptIds}}],"usage":null}\n\n`;
 }
 
 /** The usage chunk: a chat's dumped whole, a completion's without its nulls. */

@@ -20,7 +20,13 @@ type Message = OpenAI.ChatCompletionMessage & { reasoning_content?: string | nul
 
 async function ask(to: OpenAI): Promise<{ message: Message; usageChunks: number }> {
   const completion = await to.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Why?' }], max_tokens: 8 });
-  const stream = await to.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Why?' }], max_tokens: 4, stream: true, stream_options: {} });
+  const stream = await to.chat.completions.create({
+    model: MODEL,
+    messages: [{ role: 'user', content: 'Why?' }],
+    max_tokens: 4,
+    stream: true,
+    stream_options: {},
+  });
   let usageChunks = 0;
   for await (const chunk of stream) if (chunk.usage) usageChunks++;
   return { message: completion.choices[0].message as Message, usageChunks };

@@ -75,9 +75,16 @@ const VLLM_COMPLETION_CHUNK_CHOICE = {
 };
 const VLLM_STREAM = {
   completionUsageChunk: { ...STAMP, choices: [], usage: COUNTS },
-  roleChunk: { ...STAMP, choices: [{ index: 'number', delta: { role: 'string', content: 'string' }, logprobs: null, finish_reason: null }], prompt_token_ids: null },
+  roleChunk: {
+    ...STAMP,
+    choices: [{ index: 'number', delta: { role: 'string', content: 'string' }, logprobs: null, finish_reason: null }],
+    prompt_token_ids: null,
+  },
   contentDelta: ['content'],
-  lastChatChunk: { ...STAMP, choices: [{ index: 'number', delta: { content: 'string' }, logprobs: null, finish_reason: 'string', stop_reason: null, token_ids: null }] },
+  lastChatChunk: {
+    ...STAMP,
+    choices: [{ index: 'number', delta: { content: 'string' }, logprobs: null, finish_reason: 'string', stop_reason: null, token_ids: null }],
+  },
   chatUsageChunk: { ...STAMP, choices: [], usage: COUNTS },
   id: { chat: /^chatcmpl-[0-9a-f]{32}$/, completion: /^cmpl-[0-9a-f]{32}$/ },
 };
@@ -157,7 +164,13 @@ const SGLANG: Expected = {
   chat: {
     ...STAMP,
     choices: [
-      { index: 'number', message: { role: 'string', content: 'string', reasoning_content: 'string', tool_calls: null }, logprobs: null, finish_reason: 'string', matched_stop: null },
+      {
+        index: 'number',
+        message: { role: 'string', content: 'string', reasoning_content: 'string', tool_calls: null },
+        logprobs: null,
+        finish_reason: 'string',
+        matched_stop: null,
+      },
     ],
     usage: SGLANG_USAGE,
     metadata: { weight_version: 'string' },
@@ -167,7 +180,9 @@ const SGLANG: Expected = {
   completionUsageChunk: { ...STAMP, choices: [], usage: { ...COUNTS, reasoning_tokens: 'number' } },
   roleChunk: {
     ...STAMP,
-    choices: [{ index: 'number', delta: { reasoning_content: null, role: 'string', content: 'string' }, logprobs: null, finish_reason: null, matched_stop: null }],
+    choices: [
+      { index: 'number', delta: { reasoning_content: null, role: 'string', content: 'string' }, logprobs: null, finish_reason: null, matched_stop: null },
+    ],
   },
   reasoningDelta: ['reasoning_content'],
   contentDelta: ['reasoning_content', 'content'],
@@ -186,7 +201,11 @@ const SHAPES: [string, Expected][] = [
 ];
 
 async function post(url: string, path: string, body: Json): Promise<string> {
-  const res = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, ...body }) });
+  const res = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, ...body }),
+  });
   const text = await res.text();
   expect(res.status, text).toBe(200);
   return text;
@@ -230,7 +249,9 @@ describe.each(SHAPES)('serve --wire %s', (wire, expected) => {
   });
 
   it('chat chunks: the role chunk, reasoning deltas then content deltas, the finish, the usage chunk', async () => {
-    const chunks = events(await post(url, '/v1/chat/completions', { messages: MESSAGES, max_tokens: 8, stream: true, stream_options: { include_usage: true } }));
+    const chunks = events(
+      await post(url, '/v1/chat/completions', { messages: MESSAGES, max_tokens: 8, stream: true, stream_options: { include_usage: true } }),
+    );
     same(chunks[0], expected.roleChunk);
     same(chunks.at(-2), expected.lastChatChunk);
     same(chunks.at(-1), expected.chatUsageChunk);

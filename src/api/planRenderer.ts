@@ -4,7 +4,8 @@ import type { DecodeStream, ModelTokenizer } from '../tokenizer/index.js';
 import { chunkEvent, DONE_EVENT, fullResponse, roleEvent, usageEvent, type RenderContext } from './render.js';
 
 /**
- * Plans and their token ids as vLLM's response text: the pure half of serving a rendered answer (no engine, no
+ * Plans and their token ids as response text in the context's wire shape (`serve --wire`, or the replayed
+ * capture's engine's): the pure half of serving a rendered answer (no engine, no
  * socket), shared by `serve` and `mocker captures verify`. `plansByPrompt[i]` answers the i-th prompt (one, or a
  * batched completion's several); its choice j is the response's choice i * n + j (vLLM's numbering), and usage
  * sums them. Chunks without a delta are detokenized incrementally, per choice, as they go out.

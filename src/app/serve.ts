@@ -492,6 +492,7 @@ function appConfig(
         : undefined,
     maxBodyBytes: opts.maxBodyBytes,
     promptTokensDetails: opts.enablePromptTokensDetails,
+    wire: opts.wire,
     metrics,
     backendMetrics: backendRoutes,
     mockerMetrics: new MockerMetrics(metrics.registry, model.servedModels[0], FAULT_TYPES),

@@ -8,6 +8,7 @@ import type { ChoicePlan, EndpointKind } from '../generation/plan.js';
 import { ApiError } from '../wire/errors.js';
 import { PlanRenderer } from '../api/planRenderer.js';
 import { includesUsage, restamp, type RenderContext } from '../api/render.js';
+import { wireOfEngine } from '../wire/shapes.js';
 import { chatRequest, completionRequest, parseBody } from '../api/schemas.js';
 import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
 import { outputIdsCheck, type OutputIdsVerdict } from './outputIds.js';
@@ -212,8 +213,11 @@ class Verifier {
         stopReason: g.stopReason,
       };
     });
+    // The shape the capture's engine answers in; vLLM 0.11's (what mocker rendered before `--wire`) when not known.
+    const wire = wireOfEngine(run.engine, run.engineVersion) ?? 'vllm-0.11';
     const ctx: RenderContext = {
       kind,
+      wire,
       id: 'verify',
       created: 0,
       model: req.model ?? ex.model ?? '',
@@ -229,7 +233,7 @@ class Verifier {
     }
     const details = (ex.usage as { prompt_tokens_details?: { cached_tokens?: number } | null } | undefined)?.prompt_tokens_details;
     const cached = typeof details?.cached_tokens === 'number' ? details.cached_tokens : null;
-    text += ex.stream ? renderer.streamEnd(includesUsage(ex.stream, req.stream_options), cached) : renderer.body(cached);
+    text += ex.stream ? renderer.streamEnd(includesUsage(wire, ex.stream, req.stream_options), cached) : renderer.body(cached);
 
     const events = renderedEvents(text, ex.stream);
     const renderedBody = Buffer.from(text);

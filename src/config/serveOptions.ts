@@ -6,6 +6,7 @@ import type { LoraModule } from '../http/loraAdapters.js';
 import type { PdConfig } from '../http/serveConfig.js';
 import type { DcgmConfig } from '../metrics/dcgm.js';
 import type { ApiKeyScope } from '../wire/access.js';
+import type { WireShape } from '../wire/shapes.js';
 import type { TlsFiles } from '../wire/tls.js';
 import type { EngineArgs } from './engineArgs.js';
 import type { DEFAULT_POOLING } from './serveSettings.js';
@@ -44,6 +45,8 @@ export interface ServeOptions {
   engine?: Partial<EngineArgs>;
   /** vLLM's --enable-prompt-tokens-details. */
   enablePromptTokensDetails?: boolean;
+  /** `--wire`: the engine release whose response shape rendered answers take. Default DEFAULT_WIRE. */
+  wire?: WireShape;
   /** vLLM's --enable-lora, --lora-modules and --max-loras (default: LoRA off). */
   lora?: { enabled: boolean; modules: LoraModule[]; maxLoras: number };
   /** --num-workers: independent engines, each on its own port (port, port + 1, …). Default 1. */

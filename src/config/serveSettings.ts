@@ -8,6 +8,7 @@ import type { ControlKeys } from '../http/mockerConfig.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { parsePeer } from '../pd/kvTransfer.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
+import { DEFAULT_WIRE, WIRE_SHAPES } from '../wire/shapes.js';
 import {
   apiKeyScope,
   captures,
@@ -121,6 +122,15 @@ export const SERVE_SETTINGS: Setting[] = [
     default: [],
     to: 'matching.ignoreFields',
     view: 'ignore_fields',
+  },
+  {
+    flags: '--wire <shape>',
+    help: "the engine release whose response shape rendered answers take (a capture's are rendered in its own engine's)",
+    group: 'modes',
+    value: choice(WIRE_SHAPES),
+    default: DEFAULT_WIRE,
+    to: 'wire',
+    view: 'wire',
   },
   {
     flags: '--on-miss <policy>',

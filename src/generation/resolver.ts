@@ -1,4 +1,5 @@
 import { ApiError, badRequest } from '../wire/errors.js';
+import { wireOfEngine, type WireShape } from '../wire/shapes.js';
 import { promptKey, type CaptureStore, type PoolingKind, type StoredExchange } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { extendPlan, PartialHit, planFromCapture } from './captured.js';
@@ -44,7 +45,14 @@ export interface ResolverConfig {
 export type CaptureLookup = 'hit' | 'prefix_hit' | 'no_match' | 'too_short' | null;
 
 export type Resolution = (
-  | { type: 'plans'; plans: ChoicePlan[]; verbatim: StoredExchange | null; source: 'captured' | 'random' }
+  | {
+      type: 'plans';
+      plans: ChoicePlan[];
+      verbatim: StoredExchange | null;
+      source: 'captured' | 'random';
+      /** The response shape of the engine the plans were captured from (null: random, or an engine without one here). */
+      wire: WireShape | null;
+    }
   | { type: 'forward' }
   | { type: 'error'; error: ApiError }
 ) & { lookup: CaptureLookup };
@@ -125,6 +133,7 @@ function covering(matches: StoredExchange[], params: OutputParams): StoredExchan
 export class OutputResolver {
   /** `--match sequence`: per endpoint and prompt, how many captures earlier requests took. */
   private readonly sequence = new Map<string, number>();
+  private readonly runWires = new Map<number, WireShape | null>();
 
   constructor(private readonly config: ResolverConfig) {}
 
@@ -189,7 +198,25 @@ export class OutputResolver {
     // A capture of another prompt is rendered: its bytes would report that prompt's usage and token ids.
     const verbatim = !byPrefix && single && this.sameShape(exchange.requestShape, shape) && exchange.generations.length === params.n ? exchange : null;
     // Extended with random tokens past a too-short capture: still a miss by that reason.
-    return { type: 'plans', plans, verbatim, source: 'captured', lookup: extended ? 'too_short' : byPrefix ? 'prefix_hit' : 'hit' };
+    return {
+      type: 'plans',
+      plans,
+      verbatim,
+      source: 'captured',
+      wire: this.wireOfRun(store, exchange.runId),
+      lookup: extended ? 'too_short' : byPrefix ? 'prefix_hit' : 'hit',
+    };
+  }
+
+  /** The response shape of the engine a capture run recorded, looked up once per run. */
+  private wireOfRun(store: CaptureStore, runId: number): WireShape | null {
+    let wire = this.runWires.get(runId);
+    if (wire === undefined) {
+      const run = store.getRun(runId);
+      wire = wireOfEngine(run?.engine, run?.engineVersion);
+      this.runWires.set(runId, wire);
+    }
+    return wire;
   }
 
   /** Of several captures of the prompt, those that can be served verbatim (the request's shape) when there are any. */
@@ -285,7 +312,7 @@ export class OutputResolver {
       plans.push(await planRandom(promptIds, params, this.config.tokenizer, this.config.seed, i, this.config.synthetic));
       budget?.spend(plans[i].tokenIds.length);
     }
-    return { type: 'plans', plans, verbatim: null, source: 'random' };
+    return { type: 'plans', plans, verbatim: null, source: 'random', wire: null };
   }
 
   private async miss(

@@ -6,7 +6,7 @@ import type { EndpointKind } from '../generation/plan.js';
 import type { Resolution } from '../generation/resolver.js';
 import { requestShape } from '../generation/shape.js';
 import { pullRemoteKv } from '../pd/kvTransfer.js';
-import type { RenderContext } from '../api/render.js';
+import { includesUsage, responseId, type RenderContext } from '../api/render.js';
 import type { KvTransferParams } from '../api/schemas.js';
 import { LoopSlice } from '../util/loopSlice.js';
 import { arrivalOf } from '../wire/drain.js';
@@ -94,9 +94,14 @@ async function generate(deps: GenerationDeps, kind: EndpointKind, c: Context<Env
     });
   }
   const remotePrefill = !batched && p.kvTransfer?.do_remote_prefill === true && (await pullKv(config, p.kvTransfer));
-  const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestIdFor(c, body)}`;
+  // A capture's plans are rendered in its engine's own shape (what replay synthesizes looks like what it captured).
+  const wire = planned[0].wire ?? config.wire;
+  if (wire !== config.wire)
+    p.includeUsage = includesUsage(wire, p.stream, (body as { stream_options?: { include_usage?: boolean | null } | null }).stream_options);
+  const id = responseId(wire, kind, requestIdFor(c, body));
   const ctx: RenderContext = {
     kind,
+    wire,
     id,
     created: Math.floor(Date.now() / 1000),
     model: p.model,
@@ -139,6 +144,8 @@ function runCompletion(deps: GenerationDeps): RunCompletion {
       throw new ApiError(501, 'This endpoint is answered from captures or random tokens only: it is not forwarded to the upstream.', 'NotImplementedError');
     const ctx: RenderContext = {
       kind: 'completion',
+      // TGI's and the multimodal endpoints' own shapes are rendered from the events, not from this context.
+      wire: config.wire,
       id: `cmpl-${randomUUID().replaceAll('-', '')}`,
       created: Math.floor(Date.now() / 1000),
       model: p.model,

@@ -205,7 +205,7 @@ export class Prompts {
       prompts,
       params,
       stream,
-      includeUsage: includesUsage(stream, req.stream_options),
+      includeUsage: includesUsage(this.config.wire, stream, req.stream_options),
       returnTokenIds: req.return_token_ids === true,
       dataParallelRank: dataParallelRank(rankHeader),
       kvTransfer: this.config.pd.role === 'agg' ? null : (req.kv_transfer_params ?? null),

@@ -7,6 +7,7 @@ import type { MetricsSource, MissingMetrics } from '../metrics/backendMetrics.js
 import type { PrefillEndpoint } from '../pd/kvTransfer.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import type { ApiKeyPolicy } from '../wire/access.js';
+import type { WireShape } from '../wire/shapes.js';
 import type { LoraAdapters } from './loraAdapters.js';
 import type { PoolingLatency } from './poolingEndpoints.js';
 import type { RuntimeSettings } from './mockerConfig.js';
@@ -27,6 +28,8 @@ export interface ServeAppConfig {
   maxBodyBytes: number;
   /** vLLM's --enable-prompt-tokens-details: usage reports the prefix-cache hits. */
   promptTokensDetails: boolean;
+  /** `--wire`: the response shape of rendered answers (a replayed capture's engine's own shape wins). */
+  wire: WireShape;
   /** `GET /metrics` (Prometheus text). */
   metrics?: { text(): Promise<string>; readonly contentType: string };
   /** Other systems' expositions of the same engine (`/vllm/metrics`, `/dcgm1/metrics`…), by path. */

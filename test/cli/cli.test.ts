@@ -148,6 +148,7 @@ const DOCUMENTED_SERVE_DEFAULTS = {
   match: 'exact', // --match: exact
   min_prefix_ratio: 0.8, // --min-prefix-ratio: 0.8
   ignore_fields: [], // --ignore-field: none
+  wire: 'vllm-main', // --wire: the newest vLLM shape documented
 };
 
 describe('defaults: each command with no flag but the required ones', () => {

@@ -318,10 +318,11 @@ const captured = new Map<string, string>();
 async function startTarget(target: Target, servers: MockerProcesses): Promise<MockerProcess> {
   // `serve`'s default capture file (captures/mocker.db) is looked for in the working directory: an empty one.
   const start = (args: string[]) => servers.start(args, { cwd: directory });
-  const random = ['serve', '--mode', 'random', '--timing', 'none', ...MODEL_FLAGS];
+  // vLLM 0.11's shape: the matrix records which clients read its `reasoning_content`.
+  const random = ['serve', '--mode', 'random', '--timing', 'none', '--wire', 'vllm-0.11', ...MODEL_FLAGS];
   switch (target) {
     case 'simulate':
-      return start(['serve', ...MODEL_FLAGS]);
+      return start(['serve', '--wire', 'vllm-0.11', ...MODEL_FLAGS]);
     case 'random':
       return start(random);
     case 'capture': {

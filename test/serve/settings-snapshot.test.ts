@@ -4,7 +4,7 @@
  * flavours), and the errors a wrong Dynamo key gets. The oracle is a snapshot of the CLI taken before that change
  * (test/fixtures/settings-snapshot/, taken from commit 1dbc5da's build, the cases in test/support/settingsCases.ts),
  * plus, line by line, the settings added since through the table: `--long-prefill-token-threshold` (one help line,
- * `long_prefill_token_threshold: 0` in each settings view).
+ * `long_prefill_token_threshold: 0` in each settings view) and `--wire` (one help line, `wire: "vllm-main"`).
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -298,7 +298,9 @@ describe('choice and regex, in every spelling vLLM 0.11 accepts, chats and compl
   });
 
   it('with --reasoning, the thinking span comes first and the content is the constrained answer', async () => {
-    const thinking = openai((await mockers.start(['serve', '--mode', 'random', '--timing', 'none', '--reasoning', '{"thinking_ratio":0.3}'])).url);
+    const thinking = openai(
+      (await mockers.start(['serve', '--mode', 'random', '--timing', 'none', '--reasoning', '{"thinking_ratio":0.3}', '--wire', 'vllm-0.11'])).url,
+    );
     const completion = await thinking.chat.completions.create({
       model: MODEL,
       messages,

@@ -14,7 +14,8 @@ import { oracleIds } from '../support/qwen3Oracle.js';
 const mockers = mockerProcesses();
 afterAll(mockers.stopAll);
 
-const SERVE = ['serve', '--mode', 'random', '--timing', 'none'];
+// vLLM 0.11's shape (`reasoning_content`, `tool_calls: []` kept): test/wire/ covers the others.
+const SERVE = ['serve', '--mode', 'random', '--timing', 'none', '--wire', 'vllm-0.11'];
 const openai = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
 
 // Qwen3's <think> and </think>, as Python's tokenizer encodes them.

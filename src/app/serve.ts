@@ -23,6 +23,7 @@ import { resolveReasoningSpan } from '../generation/reasoning.js';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { Drain, listen } from '../wire/drain.js';
+import { DEFAULT_WIRE, vllmVersionOf } from '../wire/shapes.js';
 import { createServeApp } from '../http/serveApp.js';
 import { serveRoutes } from '../http/routes.js';
 import type { EffectiveSettings, ServeAppConfig } from '../http/serveConfig.js';
@@ -45,7 +46,6 @@ import type { ServeOptions } from '../config/serveOptions.js';
 import { CONTROL_KEYS } from '../config/serveSettings.js';
 
 export type { ServeOptions };
-import { EMULATED_VLLM_VERSION } from './identity.js';
 import { runColumns, UpstreamEngine } from '../capture/upstreamEngine.js';
 import { RecordingSink, type StopReport } from './shutdown.js';
 import { UpstreamPool } from '../capture/upstreamHttp.js';
@@ -485,7 +485,7 @@ function appConfig(
     servedModels: model.servedModels,
     modelRoot: opts.model ?? model.tokenizer.name,
     maxModelLen: model.maxModelLen,
-    versionJson: model.run?.versionJson ?? JSON.stringify({ version: EMULATED_VLLM_VERSION }),
+    versionJson: model.run?.versionJson ?? JSON.stringify({ version: vllmVersionOf(opts.wire ?? DEFAULT_WIRE) }),
     forward:
       upstream.engine && upstream.connections
         ? { config: { upstream: upstream.engine, connections: upstream.connections }, sink: upstream.recording?.sink }

@@ -3,8 +3,8 @@ import type { ModelTokenizer } from '../tokenizer/index.js';
 import type { PlannedChunk } from './chunk.js';
 
 /**
- * The message field vLLM's reasoning parser fills: `reasoning_content` up to vLLM 0.11 (the release mocker
- * emulates, `EMULATED_VLLM_VERSION`); 0.12 added `reasoning` beside it and 2026 releases keep only `reasoning`.
+ * The delta field planned reasoning goes in: vLLM 0.11's `reasoning_content`; the response shape (`--wire`,
+ * src/api/render.ts) renders it as its release names it (0.12: both names, 2026: `reasoning`).
  */
 export const REASONING_FIELD = 'reasoning_content';
 

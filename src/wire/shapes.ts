@@ -43,5 +43,14 @@ export function wireOfEngine(engine: string | undefined, version: string | undef
   return VLLM_RELEASES.find(([first]) => minor >= first)![1];
 }
 
+/**
+ * The vLLM release `GET /version` names when no captured engine is imitated: one whose answers have the shape (a
+ * capture of this server then replays in it, wireOfEngine). SGLang's shape keeps vLLM 0.11, the release whose
+ * other routes mocker serves.
+ */
+const VERSION_OF_WIRE: Record<WireShape, string> = { 'vllm-0.11': '0.11.0', 'vllm-0.12': '0.12.0', 'vllm-main': '0.17.1', sglang: '0.11.0' };
+
+export const vllmVersionOf = (wire: WireShape): string => VERSION_OF_WIRE[wire];
+
 /** Whether answers in this shape carry vLLM's field set (else SGLang's). */
 export const isVllm = (wire: WireShape) => wire !== 'sglang';

@@ -18,6 +18,11 @@ const client = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unus
 /** What vLLM adds to the openai client's message type (either release's name of the reasoning). */
 type Message = OpenAI.ChatCompletionMessage & { reasoning_content?: string | null; reasoning?: string | null };
 
+/** The release `/version` names (vllm-wire-reference.md Appendix A: 0.12 added `reasoning`; `reasoning_content` went in 0.17.1). */
+async function versionOf(url: string): Promise<string> {
+  return ((await (await fetch(`${url}/version`)).json()) as { version: string }).version;
+}
+
 async function ask(to: OpenAI): Promise<{ message: Message; usageChunks: number }> {
   const completion = await to.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Why?' }], max_tokens: 8 });
   const stream = await to.chat.completions.create({
@@ -34,7 +39,9 @@ async function ask(to: OpenAI): Promise<{ message: Message; usageChunks: number 
 
 describe('serve --wire', () => {
   it('vllm-0.11: the reasoning as reasoning_content, tool_calls [], usage for stream_options {}', async () => {
-    const { message, usageChunks } = await ask(client((await mockers.start([...SERVE, '--wire', 'vllm-0.11'])).url));
+    const { url } = await mockers.start([...SERVE, '--wire', 'vllm-0.11']);
+    expect(await versionOf(url)).toBe('0.11.0');
+    const { message, usageChunks } = await ask(client(url));
     expect(typeof message.reasoning_content).toBe('string');
     expect(message.reasoning_content!.length).toBeGreaterThan(0);
     expect('reasoning' in message).toBe(false);
@@ -43,7 +50,10 @@ describe('serve --wire', () => {
   });
 
   it('by default vLLM main: the reasoning as reasoning, no tool_calls, no usage unless include_usage is true', async () => {
-    const { message, usageChunks } = await ask(client((await mockers.start(SERVE)).url));
+    const { url } = await mockers.start(SERVE);
+    // A release without reasoning_content, so that a capture of this server replays in this shape.
+    expect(Number((await versionOf(url)).split('.')[1])).toBeGreaterThanOrEqual(17);
+    const { message, usageChunks } = await ask(client(url));
     expect(typeof message.reasoning).toBe('string');
     expect(message.reasoning!.length).toBeGreaterThan(0);
     expect('reasoning_content' in message).toBe(false);

@@ -92,7 +92,7 @@ describe('mocker captures fit: a perf profile learnt from a capture of a batchin
   it('predicts the known step times within 10 % (2.5 ms for the shortest): prefill by new prompt tokens, decode by active KV and batch', () => {
     const TIMER_MS = 2.5;
     for (const tokens of [200, 800, 1400, 3000]) {
-      const known = KNOWN.prefillMs(tokens);
+      const known = KNOWN.prefillMs([tokens]);
       expect(Math.abs(fitted.prefillMs(1, tokens, 0) - known), `prefill of ${tokens} tokens`).toBeLessThan(Math.max(0.1 * known, TIMER_MS));
     }
     // As the engine asks: active KV in whole blocks of 64 (the default), the mean context, the batch.

@@ -384,7 +384,7 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
     : `capture more streamed requests one at a time, with several prompt lengths (or a load with at least ${MIN_PREFILL_STEPS} prefill steps)`;
   const what = `prefill (${underLoad ? 'steps under load' : 'requests that met an idle engine'})`;
   const learnt = learnableTerms(what, terms, points.length, more);
-  const fit = robustFit(points, learnt.terms, (p) => p.ms);
+  const fit = robustFit(points, learnt.terms, (p) => p.ms, { relative: true });
   const warnings = [...learnt.warnings, ...negativeCosts(what, learnt.terms.filter((t) => t.name !== 'overhead'), points, fit, more)];
   const coefficient = (name: string) => fit.coefficients[name] ?? 0;
   const predict = (t: number, context: number) =>
@@ -472,19 +472,22 @@ const HUBER_K = 1.345;
 const IRLS_ROUNDS = 30;
 
 /**
- * Least squares with Huber weights, by iteratively reweighted least squares (residual scale: 1.4826 × MAD).
- * R² and the median residual are over all points, unweighted.
+ * Least squares with Huber weights, by iteratively reweighted least squares (residual scale: 1.4826 × MAD). With
+ * `relative`, residuals are taken relative to the fitted time and each point weighs 1 / fitted²: a prefill's jitter
+ * grows with its duration (a 200 ms prefill scatters by ms where a 20 ms one scatters by tenths). R² and the median
+ * residual are over all points, unweighted.
  */
-function robustFit<P>(points: P[], terms: Term<P>[], target: (point: P) => number) {
+function robustFit<P>(points: P[], terms: Term<P>[], target: (point: P) => number, { relative = false } = {}) {
   const rows = points.map((p) => terms.map((t) => t.value(p)));
   const y = points.map(target);
-  let weights = points.map(() => 1);
-  let coefficients = weightedLeastSquares(rows, y, weights);
+  let coefficients = weightedLeastSquares(rows, y, points.map(() => 1));
   for (let round = 0; round < IRLS_ROUNDS; round++) {
-    const residuals = rows.map((row, i) => y[i] - dot(row, coefficients));
+    // A fitted time under 1 ms is no scale for a step's jitter (the engine's floor: MIN_DECODE_MS).
+    const scaleOf = rows.map((row) => (relative ? Math.max(1, dot(row, coefficients)) : 1));
+    const residuals = rows.map((row, i) => (y[i] - dot(row, coefficients)) / scaleOf[i]);
     const scale = 1.4826 * median(residuals.map(Math.abs));
     if (!(scale > 0)) break;
-    weights = residuals.map((r) => (Math.abs(r) <= HUBER_K * scale ? 1 : (HUBER_K * scale) / Math.abs(r)));
+    const weights = residuals.map((r, i) => (Math.abs(r) <= HUBER_K * scale ? 1 : (HUBER_K * scale) / Math.abs(r)) / scaleOf[i] ** 2);
     const next = weightedLeastSquares(rows, y, weights);
     const settled = next.every((c, i) => Math.abs(c - coefficients[i]) <= 1e-9 * (1 + Math.abs(c)));
     coefficients = next;

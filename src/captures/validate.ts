@@ -37,7 +37,7 @@ export interface MetricSummary {
   requests: number;
   capturedMedianMs: number;
   simulatedMedianMs: number;
-  /** Simulated median ÷ captured median − 1. */
+  /** Median over requests of (simulated − captured) ÷ captured: the typical signed error (a distribution's median alone can jump between its modes). */
   medianError: number;
   /** Mean over requests of |simulated − captured| ÷ captured. */
   mape: number;
@@ -145,13 +145,20 @@ const median = (values: number[]) => {
 };
 const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length;
 
-/** Mean relative difference of `a` from `reference`, per metric, over the requests both have. */
-function mapeOf(metric: Metric, pairs: [Record<Metric, number | null>, Record<Metric, number | null>][]): number {
-  const errors = pairs.flatMap(([value, reference]) => {
+type Pair = [value: Record<Metric, number | null>, reference: Record<Metric, number | null>];
+
+/** Per request both have the metric: (value − reference) ÷ reference. */
+function relativeErrors(metric: Metric, pairs: Pair[]): number[] {
+  return pairs.flatMap(([value, reference]) => {
     const [v, r] = [value[metric], reference[metric]];
-    return v === null || r === null || r <= 0 ? [] : [Math.abs(v - r) / r];
+    return v === null || r === null || r <= 0 ? [] : [(v - r) / r];
   });
-  return errors.length > 0 ? mean(errors) : Number.NaN;
+}
+
+/** Mean absolute relative error, over the requests both have the metric. */
+function mapeOf(metric: Metric, pairs: Pair[]): number {
+  const errors = relativeErrors(metric, pairs);
+  return errors.length > 0 ? mean(errors.map(Math.abs)) : Number.NaN;
 }
 
 /** Fits, replays the held-out arrivals through the fitted simulator, and compares; throws when nothing can be held out. */
@@ -160,7 +167,8 @@ export function validateFit(file: string, options: ValidateOptions): Validation 
   const other = options.against === undefined ? null : replayedRequests(options.against, options);
   const scorable = own.requests.filter((r) => r.tokenMs !== null);
   const cutIndex = Math.ceil(scorable.length * (1 - options.holdoutFraction));
-  const cutMs = other ? Infinity : (scorable[cutIndex]?.sentMs ?? Infinity);
+  // By position, not send time: requests sent in the same millisecond fall on either side as they were stored.
+  const heldOut = new Set(other ? [] : scorable.slice(cutIndex).map((r) => r.label));
   if (!other && cutIndex >= scorable.length)
     throw new Error(`${file}: no streamed, complete request to hold out (${scorable.length} in all, hold-out fraction ${options.holdoutFraction})`);
 
@@ -173,14 +181,14 @@ export function validateFit(file: string, options: ValidateOptions): Validation 
     }
   });
   // The held-out requests still occupy the engine while the fitted ones run (the batch is theirs too), but give no points.
-  for (const s of timeline.sequences) s.fitted &&= s.sentMs < cutMs;
+  for (const s of timeline.sequences) s.fitted &&= !heldOut.has(s.label);
   const fit = fitPerfProfile(timeline, { blockSize: options.blockSize });
   const model = new InterpolatedPerfModel(fit.tables, 'fitted');
   const outsideMs = fit.prefill.overheadMs ?? 0;
 
   // Every request of the replayed file runs (those before the cut too: the engine is as loaded at the cut as it was).
   const replay = other ?? own;
-  const held = replay.requests.filter((r) => r.tokenMs !== null && r.sentMs >= cutMs);
+  const held = replay.requests.filter((r) => r.tokenMs !== null && (other !== null || heldOut.has(r.label)));
   const simulated = simulate(options.scheduler(model), replay.requests, outsideMs);
   const firstMs = held[0]?.sentMs ?? 0;
   const requests = held.map((r) => ({
@@ -195,6 +203,7 @@ export function validateFit(file: string, options: ValidateOptions): Validation 
     METRICS.map((metric): [Metric, MetricSummary] => {
       const captured = requests.flatMap((r) => (r.captured[metric] === null ? [] : [r.captured[metric]!]));
       const sim = requests.flatMap((r) => (r.simulated[metric] === null ? [] : [r.simulated[metric]!]));
+      const pairs = requests.map((r): Pair => [r.simulated, r.captured]);
       const noise = mean(jitteredRuns.map((run) => mapeOf(metric, held.map((r) => [latencies(run.get(r.label)!), latencies(simulated.get(r.label)!)]))));
       return [
         metric,
@@ -202,14 +211,15 @@ export function validateFit(file: string, options: ValidateOptions): Validation 
           requests: captured.length,
           capturedMedianMs: median(captured),
           simulatedMedianMs: median(sim),
-          medianError: median(sim) / median(captured) - 1,
-          mape: mapeOf(metric, requests.map((r) => [r.simulated, r.captured])),
+          medianError: median(relativeErrors(metric, pairs)),
+          mape: mapeOf(metric, pairs),
           noise: Number.isFinite(noise) && stepJitter > 0 ? noise : null,
         },
       ];
     }),
   ) as Record<Metric, MetricSummary>;
-  const unscored = replay.requests.filter((r) => r.tokenMs === null && r.sentMs >= cutMs).length;
+  const firstHeldMs = held[0]?.sentMs ?? Infinity;
+  const unscored = replay.requests.filter((r) => r.tokenMs === null && r.sentMs >= firstHeldMs).length;
   const notes = [
     ...(replay.unsimulated > 0 ? [`${replay.unsimulated} exchange(s) without prompt token ids were left out of the simulation`] : []),
     ...(unscored > 0 ? [`${unscored} held-out request(s) were simulated but not scored (not streamed and complete, several choices, or another model)`] : []),
@@ -233,7 +243,7 @@ export function formatValidation(v: Validation): string {
       METRIC_LABELS[metric].padEnd(6),
       `${m.capturedMedianMs.toFixed(2)} ms`.padStart(12),
       `${m.simulatedMedianMs.toFixed(2)} ms`.padStart(12),
-      percent(m.medianError).padStart(10),
+      percent(m.medianError).padStart(12),
       plainPercent(m.mape).padStart(8),
       plainPercent(m.noise).padStart(8),
     ].join('  ');
@@ -241,7 +251,7 @@ export function formatValidation(v: Validation): string {
   return [
     `validation: ${v.split}`,
     `  per request, the simulator against the capture (noise: the MAPE a perfect model scores at the capture's own step jitter, ${plainPercent(v.stepJitter)})`,
-    `  ${['metric'.padEnd(6), 'captured p50'.padStart(12), 'simulated p50'.padStart(12), 'p50 error'.padStart(10), 'MAPE'.padStart(8), 'noise'.padStart(8)].join('  ')}`,
+    `  ${['metric'.padEnd(6), 'captured p50'.padStart(12), 'simulated p50'.padStart(12), 'median error'.padStart(12), 'MAPE'.padStart(8), 'noise'.padStart(8)].join('  ')}`,
     ...rows.map((row) => `  ${row}`),
     ...v.notes.map((note) => `note: ${note}`),
   ].join('\n');

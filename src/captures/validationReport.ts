@@ -10,7 +10,7 @@ const percent = (value: number | null, signed = false) =>
   value === null || Number.isNaN(value) ? '—' : `${signed && value >= 0 ? '+' : ''}${(value * 100).toFixed(1)} %`;
 
 function errorsTable(v: Validation): string {
-  const head = ['metric', 'requests', 'captured p50', 'simulated p50', 'p50 error', 'MAPE', 'noise'].map((h) => `<th scope="col">${h}</th>`).join('');
+  const head = ['metric', 'requests', 'captured p50', 'simulated p50', 'median error', 'MAPE', 'noise'].map((h) => `<th scope="col">${h}</th>`).join('');
   const rows = METRICS.map((metric) => {
     const m = v.metrics[metric];
     const cells = [

@@ -1,10 +1,10 @@
 /**
  * `mocker captures fit --validate` (issue 38 item 3): the observe → calibrate → validate loop as one command. The vLLM
  * double runs a batching engine whose prefill has a context term (CONTEXT_COSTS: each prompt's new tokens attend
- * over its context) with seeded 5 % step noise. A load at 1, 2, 6 and 4 in flight is captured through `mocker
+ * over its context) with seeded 10 % step noise. A load at 1, 2, 6 and 4 in flight is captured through `mocker
  * capture`; the spawned `mocker captures fit --validate` fits the first 70 % and replays the last 30 % of the
  * arrivals through the fitted simulator. Its errors are held to the double's own noise: what a perfect model (the
- * double's known costs, without noise) scores against the same engine with its known noise, on the same arrivals.
+ * double's known costs, without noise) scores against the same engine (doublesOwnNoise).
  */
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
@@ -19,12 +19,16 @@ import { MODEL } from '../support/vllmUpstream.js';
 
 const DOUBLE = join(import.meta.dirname, '..', 'support', 'batchingEngine.ts');
 
-/** One at a time (idle-engine first tokens), then closed loops; the last phase (4 in flight) is mostly the held-out part. */
+/**
+ * One at a time (idle-engine first tokens), then closed loops; the held-out part is the last phase (4 in flight)
+ * after its first requests: not the burst of its start, whose requests leave in the same millisecond (the capture's
+ * send-time resolution) and reach the engine in an order no replay knows.
+ */
 const LOAD: Phase[] = [
-  { concurrency: 1, requests: requests(31, 15, [64, 1500], [6, 10]) },
-  { concurrency: 2, requests: requests(32, 20, [64, 1200], [16, 40]) },
-  { concurrency: 6, requests: requests(33, 25, [64, 1200], [16, 40]) },
-  { concurrency: 4, requests: requests(34, 25, [64, 1200], [16, 40]) },
+  { concurrency: 1, requests: requests(31, 30, [64, 1500], [2, 4]) },
+  { concurrency: 2, requests: requests(32, 20, [64, 1200], [8, 24]) },
+  { concurrency: 6, requests: requests(33, 25, [64, 1200], [8, 24]) },
+  { concurrency: 4, requests: requests(34, 35, [64, 1200], [8, 24]) },
 ];
 const TOTAL = LOAD.reduce((n, phase) => n + phase.requests.length, 0);
 const HOLDOUT = 0.3;
@@ -48,28 +52,37 @@ const latencies = (times: number[]): Latencies => ({
   e2e: times[times.length - 1],
 });
 
+const mapeOf = (metric: Metric, values: Latencies[], references: Latencies[]) => {
+  const errors = values.flatMap((v, i) => (v[metric] === null ? [] : [Math.abs(v[metric]! - references[i][metric]!) / references[i][metric]!]));
+  return errors.reduce((a, b) => a + b, 0) / errors.length;
+};
+
 /**
- * The oracle: per metric, the mean relative error of the double's known, noise-free engine against the same engine
- * with its known step noise, on the captured arrivals, over the held-out requests (averaged over noise seeds).
+ * The oracle, per metric over the held-out requests, from the double's known costs and noise: the MAPE of its
+ * noise-free engine against the same engine with its known step noise, on the captured arrivals (averaged over
+ * noise seeds); and the MAPE of that noise-free engine against what the capture saw: the noise the double
+ * actually had, which on a busy machine also holds its timers' overshoot (tens of ms a step at a load average
+ * of 10 on 2 cores). The double's own noise is the larger: no model of the double can do better than its known costs.
  */
-function doublesOwnNoise(capture: string): Record<Metric, number> {
+function doublesOwnNoise(capture: string): { parameters: Record<Metric, number>; realized: Record<Metric, number> } {
   const store = CaptureStore.open(capture, { readonly: true });
-  const arrivals = store
+  const exchanges = store
     .exchangeIds()
     .map((id) => store.getExchange(id)!)
-    .map((ex) => ({ sentMs: ex.startedAt, promptTokens: ex.promptIds!.length, outputTokens: ex.generations[0].outputIds.length }))
-    .sort((a, b) => a.sentMs - b.sentMs);
+    .sort((a, b) => a.startedAt - b.startedAt);
   store.close();
-  expect(arrivals).toHaveLength(TOTAL);
+  expect(exchanges).toHaveLength(TOTAL);
+  const arrivals = exchanges.map((ex) => ({ sentMs: ex.startedAt, promptTokens: ex.promptIds!.length, outputTokens: ex.generations[0].outputIds.length }));
   const held = (runs: number[][]) => runs.slice(TOTAL - HELD_OUT).map(latencies);
   const exact = held(simulateBatchingEngine(CONTEXT_COSTS, arrivals, null));
+  const captured = held(exchanges.map((ex) => ex.generations[0].tokenTimes));
   const seeds = [1, 2, 3, 4, 5, 6, 7, 8];
-  const noisy = seeds.map((seed) => held(simulateBatchingEngine(CONTEXT_COSTS, arrivals, { seed, relativeNoise: DOUBLE_RELATIVE_NOISE })));
-  const mape = (metric: Metric, run: Latencies[]) => {
-    const errors = run.flatMap((l, i) => (l[metric] === null ? [] : [Math.abs(exact[i][metric]! - l[metric]!) / l[metric]!]));
-    return errors.reduce((a, b) => a + b, 0) / errors.length;
+  const noisy = seeds.map((seed) => held(simulateBatchingEngine(CONTEXT_COSTS, arrivals, { seed, relativeNoise: DOUBLE_RELATIVE_NOISE.context })));
+  const perMetric = (f: (m: Metric) => number) => Object.fromEntries(METRICS.map((m) => [m, f(m)])) as Record<Metric, number>;
+  return {
+    parameters: perMetric((m) => noisy.reduce((sum, run) => sum + mapeOf(m, exact, run), 0) / seeds.length),
+    realized: perMetric((m) => mapeOf(m, exact, captured)),
   };
-  return Object.fromEntries(METRICS.map((m) => [m, noisy.reduce((sum, run) => sum + mape(m, run), 0) / seeds.length])) as Record<Metric, number>;
 }
 
 describe('mocker captures fit --validate: a capture of a batching engine with a context-dependent prefill', () => {
@@ -114,17 +127,18 @@ describe('mocker captures fit --validate: a capture of a batching engine with a 
   });
 
   it('predicts the held-out medians within 5 % and per-request MAPE within 1.2 × the double’s own noise', () => {
-    const noise = doublesOwnNoise(capture);
+    const { parameters, realized } = doublesOwnNoise(capture);
     const pct = (x: number | null) => (x === null ? '—' : `${(x * 100).toFixed(2)} %`);
     for (const metric of METRICS) {
       const m = metrics[metric];
       process.stderr.write(
-        `${metric}: median error ${pct(m.medianError)}, MAPE ${pct(m.mape)}; the double's own noise ${pct(noise[metric])} (oracle), the capture's as estimated ${pct(m.noise)}\n`,
+        `${metric}: median error ${pct(m.medianError)}, MAPE ${pct(m.mape)}; the double's own noise: ${pct(parameters[metric])} from its parameters, ` +
+          `${pct(realized[metric])} as it was (oracle); the capture's as the CLI estimates it ${pct(m.noise)}\n`,
       );
     }
     for (const metric of METRICS) {
       expect(Math.abs(metrics[metric].medianError), `${metric} median error`).toBeLessThanOrEqual(0.05);
-      expect(metrics[metric].mape, `${metric} MAPE`).toBeLessThanOrEqual(1.2 * noise[metric]);
+      expect(metrics[metric].mape, `${metric} MAPE`).toBeLessThanOrEqual(1.2 * Math.max(parameters[metric], realized[metric]));
     }
   });
 

@@ -385,7 +385,16 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
   const what = `prefill (${underLoad ? 'steps under load' : 'requests that met an idle engine'})`;
   const learnt = learnableTerms(what, terms, points.length, more);
   const fit = robustFit(points, learnt.terms, (p) => p.ms, { relative: true });
-  const warnings = [...learnt.warnings, ...negativeCosts(what, learnt.terms.filter((t) => t.name !== 'overhead'), points, fit, more)];
+  const warnings = [
+    ...learnt.warnings,
+    ...negativeCosts(
+      what,
+      learnt.terms.filter((t) => t.name !== 'overhead'),
+      points,
+      fit,
+      more,
+    ),
+  ];
   const coefficient = (name: string) => fit.coefficients[name] ?? 0;
   const predict = (t: number, context: number) =>
     Math.max(0, coefficient('base') + coefficient('per_token') * t + coefficient('per_token_context') * t * context);
@@ -480,7 +489,11 @@ const IRLS_ROUNDS = 30;
 function robustFit<P>(points: P[], terms: Term<P>[], target: (point: P) => number, { relative = false } = {}) {
   const rows = points.map((p) => terms.map((t) => t.value(p)));
   const y = points.map(target);
-  let coefficients = weightedLeastSquares(rows, y, points.map(() => 1));
+  let coefficients = weightedLeastSquares(
+    rows,
+    y,
+    points.map(() => 1),
+  );
   for (let round = 0; round < IRLS_ROUNDS; round++) {
     // A fitted time under 1 ms is no scale for a step's jitter (the engine's floor: MIN_DECODE_MS).
     const scaleOf = rows.map((row) => (relative ? Math.max(1, dot(row, coefficients)) : 1));

@@ -204,7 +204,14 @@ export function validateFit(file: string, options: ValidateOptions): Validation 
       const captured = requests.flatMap((r) => (r.captured[metric] === null ? [] : [r.captured[metric]!]));
       const sim = requests.flatMap((r) => (r.simulated[metric] === null ? [] : [r.simulated[metric]!]));
       const pairs = requests.map((r): Pair => [r.simulated, r.captured]);
-      const noise = mean(jitteredRuns.map((run) => mapeOf(metric, held.map((r) => [latencies(run.get(r.label)!), latencies(simulated.get(r.label)!)]))));
+      const noise = mean(
+        jitteredRuns.map((run) =>
+          mapeOf(
+            metric,
+            held.map((r) => [latencies(run.get(r.label)!), latencies(simulated.get(r.label)!)]),
+          ),
+        ),
+      );
       return [
         metric,
         {

@@ -122,7 +122,8 @@ describe('mocker captures fit --validate: a capture of a batching engine with a 
     expect(run.code).toBe(0);
     expect(text.code).toBe(0);
     expect(text.stdout).toMatch(/validation: fitted on the first \d+ streamed requests of .*, validated on the last \d+/);
-    for (const label of ['TTFT', 'ITL', 'E2E']) expect(text.stdout).toMatch(new RegExp(`^  ${label} +[\\d.]+ ms +[\\d.]+ ms +[-+][\\d.]+ % +[\\d.]+ % +[\\d.]+ %$`, 'm'));
+    for (const label of ['TTFT', 'ITL', 'E2E'])
+      expect(text.stdout).toMatch(new RegExp(`^  ${label} +[\\d.]+ ms +[\\d.]+ ms +[-+][\\d.]+ % +[\\d.]+ % +[\\d.]+ %$`, 'm'));
     for (const metric of METRICS) expect(metrics[metric].requests).toBe(HELD_OUT);
   });
 

@@ -113,7 +113,11 @@ export class InterpolatedPerfModel implements PerfModel {
     }
     const activeKvAxis = checkedAxis('decode_active_kv_tokens', decode_active_kv_tokens);
     const contextAxis = checkedAxis('decode_context_length', decode_context_length);
-    this.itl = new BilinearGrid(activeKvAxis, contextAxis, decode_itl, { table: 'decode_itl', rows: 'decode_active_kv_tokens', columns: 'decode_context_length' });
+    this.itl = new BilinearGrid(activeKvAxis, contextAxis, decode_itl, {
+      table: 'decode_itl',
+      rows: 'decode_active_kv_tokens',
+      columns: 'decode_context_length',
+    });
     this.prefillIsl = checkedAxis('prefill_isl', prefill_isl);
     this.prefillTtftMs = checkedValues('prefill_ttft_ms', prefill_ttft_ms);
     const { prefill_context_length: prefillContext, prefill_ttft_ms_by_context: byContext } = tables;

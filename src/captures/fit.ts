@@ -133,7 +133,7 @@ export function formatFitReport(fit: PerfFit, output: string | null): string {
       `batch ${span(decode.ranges.batch)}, active KV ${span(decode.ranges.active_kv_tokens)} tokens, context ${span(decode.ranges.context_length)}`,
     `  ${formula(decode, { per_sequence: 'sequences', per_kv_token: 'active KV tokens' })}`,
     prefillSummary(prefill),
-    `  ${formula(prefill, { per_token: 'tokens', per_token_context: 'tokens × context' })}`,
+    `  ${formula(prefill, { per_token: 'tokens', per_token_context: 'tokens × context', per_token_squared: 'tokens²' })}`,
     ...[...decode.notes, ...prefill.notes].map((note) => `note: ${note}`),
     `${output === null ? 'profile' : `wrote ${output}`}: prefill ${tables.prefill_isl.length} points up to ${number(last(tables.prefill_isl))} tokens; decode ${tables.decode_active_kv_tokens.length} × ${tables.decode_context_length.length} ` +
       `up to ${number(last(tables.decode_active_kv_tokens))} active KV tokens, context ${number(tables.decode_context_length[0])}–${number(last(tables.decode_context_length))}`,

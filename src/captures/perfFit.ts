@@ -3,9 +3,9 @@
  * simulated engine is built on (a pass is its prefill, then one decode step of every ready request, §1.2–1.5):
  * - decode step (ms) = base + per_sequence × batch + per_kv_token × active KV tokens, from the gaps between
  *   output tokens, with the batch of each step reconstructed from every captured request's token times;
- * - prefill (ms) = base + per_token × t + per_token_context × t × c, t the new prompt tokens of a pass and c the
- *   context they attend over (the prefilled requests' mean prompt length, cached prefix included: Vidur's
- *   attention term), from the steps under load that prefilled and the first tokens of requests that met an idle
+ * - prefill (ms) = base + per_token × t + per_token_context × t × c + per_token_squared × t², t the new prompt
+ *   tokens of a pass and c the context they attend over (the prefilled requests' mean prompt length, cached
+ *   prefix included: Vidur's attention term; t² tells apart an engine whose cost grows with the whole pass), from the steps under load that prefilled and the first tokens of requests that met an idle
  *   engine together (an idle request's first token also carries the HTTP and request handling outside the engine:
  *   a term of its own, fitted beside and left out of the profile), less the one decode step such a pass also holds.
  * Both are fitted by least squares with Huber weights (a stray late token must not bend the line), and
@@ -345,7 +345,7 @@ interface PrefillPoint {
   ms: number;
 }
 
-/** Grid points of the prefill table's context axis (the form is bilinear in tokens and context: any grid is exact). */
+/** Grid points of the prefill table's context axis (the form is linear in the context: any grid is exact). */
 const PREFILL_CONTEXT_POINTS = 32;
 
 /**
@@ -371,20 +371,37 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
     );
   }
   const distinct = new Set(points.map((p) => p.tokens)).size;
-  const terms: Term<PrefillPoint>[] = [{ name: 'base', unit: 'prefill', value: () => 1 }];
+  const linear: Term<PrefillPoint>[] = [{ name: 'base', unit: 'prefill', value: () => 1 }];
   const notes: string[] = [];
-  if (distinct > 1) terms.push({ name: 'per_token', unit: 'prompt token', value: (p) => p.tokens });
-  if (distinct > 2) terms.push({ name: 'per_token_context', unit: 'prompt token × context token', value: (p) => p.tokens * p.context });
-  else notes.push(`only ${distinct} distinct prompt length(s) prefilled: the ${distinct > 1 ? 'context term is' : 'length terms are'} not learnt`);
+  if (distinct > 1) linear.push({ name: 'per_token', unit: 'prompt token', value: (p) => p.tokens });
+  if (distinct <= 2)
+    notes.push(`only ${distinct} distinct prompt length(s) prefilled: the ${distinct > 1 ? 'context term is' : 'length terms are'} not learnt`);
   const withOverhead = underLoad && idle.length > 0;
-  if (withOverhead) terms.push({ name: 'overhead', unit: 'request that met an idle engine', value: (p) => (p.idle ? 1 : 0) });
+  const overheadTerm: Term<PrefillPoint>[] = withOverhead
+    ? [{ name: 'overhead', unit: 'request that met an idle engine', value: (p) => (p.idle ? 1 : 0) }]
+    : [];
+  // The growth beyond linear: new tokens attending over their context (Vidur), or the whole pass's tokens squared (an
+  // engine whose cost grows with the pass). One request's context is its own tokens, so only passes that prefilled
+  // several requests tell them apart: the form that fits closer is kept, the context one when neither does.
+  const quadratic: Term<PrefillPoint>[] =
+    distinct > 2
+      ? [
+          { name: 'per_token_context', unit: 'prompt token × context token', value: (p) => p.tokens * p.context },
+          { name: 'per_token_squared', unit: 'prompt token²', value: (p) => p.tokens * p.tokens },
+        ]
+      : [];
   const source = !underLoad ? 'idle first tokens' : idle.length > 0 ? 'prefill steps and idle first tokens' : 'prefill steps';
   const more = underLoad
     ? 'capture more streamed requests under load, with several prompt lengths'
     : `capture more streamed requests one at a time, with several prompt lengths (or a load with at least ${MIN_PREFILL_STEPS} prefill steps)`;
   const what = `prefill (${underLoad ? 'steps under load' : 'requests that met an idle engine'})`;
-  const learnt = learnableTerms(what, terms, points.length, more);
-  const fit = robustFit(points, learnt.terms, (p) => p.ms, { relative: true });
+  const candidates = (quadratic.length > 0 ? quadratic.map((q) => [...linear, q, ...overheadTerm]) : [[...linear, ...overheadTerm]]).map((terms) => {
+    const learnt = learnableTerms(what, terms, points.length, more);
+    return { learnt, fit: robustFit(points, learnt.terms, (p) => p.ms, { relative: true }) };
+  });
+  const { learnt, fit } = candidates.reduce((best, c) => (c.fit.medianAbsResidualMs < best.fit.medianAbsResidualMs ? c : best));
+  if ('per_token_squared' in fit.coefficients)
+    notes.push("the prefill grows with the pass's tokens squared rather than with each request's tokens × context (it fits closer)");
   const warnings = [
     ...learnt.warnings,
     ...negativeCosts(
@@ -397,7 +414,7 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
   ];
   const coefficient = (name: string) => fit.coefficients[name] ?? 0;
   const predict = (t: number, context: number) =>
-    Math.max(0, coefficient('base') + coefficient('per_token') * t + coefficient('per_token_context') * t * context);
+    Math.max(0, coefficient('base') + coefficient('per_token') * t + coefficient('per_token_context') * t * context + coefficient('per_token_squared') * t * t);
   const { overhead, ...engineCoefficients } = fit.coefficients;
   const tokens = range(points.map((p) => p.tokens));
   const contexts = range(points.map((p) => p.context));

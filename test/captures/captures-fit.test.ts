@@ -174,7 +174,7 @@ describe('mocker captures fit: too few points, or a negative cost, is said on st
     };
   }
 
-  it('3 prefill points for the 3 terms of base + per token + per token²: warned, the quadratic term left out, the profile written', async () => {
+  it('3 prefill points for the 3 terms of base + per token + per token × context: warned, the context term left out, the profile written', async () => {
     const fit = await fitOf([4, 12, 24], (words) => 30 + 4 * words);
     expect(fit.code).toBe(0);
     expect(fit.written).toBe(true);
@@ -187,7 +187,7 @@ describe('mocker captures fit: too few points, or a negative cost, is said on st
       .filter((line) => line.startsWith('mocker captures fit: warning: prefill'));
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toContain(
-      'only 3 point(s) for the 3 term(s) of its form (base, per_token, per_token_squared): per_token_squared not learnt; 4 points are needed',
+      'only 3 point(s) for the 3 term(s) of its form (base, per_token, per_token_context): per_token_context not learnt; 4 points are needed',
     );
     expect(warnings[0]).toContain('capture more streamed requests one at a time, with several prompt lengths');
     expect(fit.report.warnings.map((w) => `mocker captures fit: warning: ${w}`)).toEqual(fit.stderr.trim().split('\n'));

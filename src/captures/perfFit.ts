@@ -213,6 +213,8 @@ interface PrefillStep {
   newTokens: number;
   /** The prefilled requests' mean prompt length (cached prefix included), in whole tokens as the engine computes it. */
   promptContext: number;
+  /** How many requests it prefilled. */
+  requests: number;
   activeKv: number;
   context: number;
   ms: number;
@@ -264,7 +266,13 @@ function stepObservations(timeline: CaptureTimeline, blockSize: number) {
     if (fresh.some((s) => s.sentMs > arrivalMs[step - 1] + CLOCK_RESOLUTION_MS)) return;
     const newTokens = fresh.reduce((sum, s) => sum + Math.max(0, s.promptTokens - s.cachedTokens), 0);
     const promptContext = Math.floor(fresh.reduce((sum, s) => sum + s.promptTokens, 0) / fresh.length);
-    prefill.push({ newTokens, promptContext, ...batchCoordinates(lengthsOf(step), blockSize), ms: arrivalMs[step] - arrivalMs[step - 1] });
+    prefill.push({
+      newTokens,
+      promptContext,
+      requests: fresh.length,
+      ...batchCoordinates(lengthsOf(step), blockSize),
+      ms: arrivalMs[step] - arrivalMs[step - 1],
+    });
   });
   return { decode, prefill, excluded };
 }
@@ -340,6 +348,8 @@ function idleSequences(timeline: CaptureTimeline): TimedSequence[] {
 interface PrefillPoint {
   tokens: number;
   context: number;
+  /** Requests prefilled together (the context and squared forms differ only beyond 1). */
+  requests: number;
   /** A request that met an idle engine: its first token also carries the time outside the engine. */
   idle: boolean;
   ms: number;
@@ -359,10 +369,12 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
     // The first pass also decodes the new sequence's first token.
     const { activeKv, context } = batchCoordinates([s.promptTokens], blockSize);
     const ms = s.tokenMs[0] - s.sentMs - decodeMs(activeKv, context);
-    return { tokens: Math.max(0, s.promptTokens - s.cachedTokens), context: s.promptTokens, idle: true, ms };
+    return { tokens: Math.max(0, s.promptTokens - s.cachedTokens), context: s.promptTokens, requests: 1, idle: true, ms };
   });
   const underLoad = steps.length >= MIN_PREFILL_STEPS;
-  const loaded = steps.map((s): PrefillPoint => ({ tokens: s.newTokens, context: s.promptContext, idle: false, ms: s.ms - decodeMs(s.activeKv, s.context) }));
+  const loaded = steps.map(
+    (s): PrefillPoint => ({ tokens: s.newTokens, context: s.promptContext, requests: s.requests, idle: false, ms: s.ms - decodeMs(s.activeKv, s.context) }),
+  );
   const points = underLoad ? [...loaded, ...idle] : idle;
   if (points.length === 0) {
     throw new Error(
@@ -382,7 +394,7 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
     : [];
   // The growth beyond linear: new tokens attending over their context (Vidur), or the whole pass's tokens squared (an
   // engine whose cost grows with the pass). One request's context is its own tokens, so only passes that prefilled
-  // several requests tell them apart: the form that fits closer is kept, the context one when neither does.
+  // several requests tell them apart: the squared form is kept only if it fits those twice as closely.
   const quadratic: Term<PrefillPoint>[] =
     distinct > 2
       ? [
@@ -399,7 +411,13 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
     const learnt = learnableTerms(what, terms, points.length, more);
     return { learnt, fit: robustFit(points, learnt.terms, (p) => p.ms, { relative: true }) };
   });
-  const { learnt, fit } = candidates.reduce((best, c) => (c.fit.medianAbsResidualMs < best.fit.medianAbsResidualMs ? c : best));
+  // Judged where the forms differ, on the passes that prefilled several requests: elsewhere they are one column.
+  const several = points.filter((p) => p.requests > 1);
+  const misfit = ({ learnt: { terms }, fit: { coefficients } }: (typeof candidates)[number]) =>
+    median(several.map((p) => Math.abs(p.ms - terms.reduce((sum, t) => sum + coefficients[t.name] * t.value(p), 0)) / p.ms));
+  // The context form (attention's cost) unless the squared one is plainly closer: at a few passes' noise they tie.
+  const squaredCloser = candidates.length > 1 && several.length > 0 && misfit(candidates[1]) < misfit(candidates[0]) / 2;
+  const { learnt, fit } = candidates[squaredCloser ? 1 : 0];
   if ('per_token_squared' in fit.coefficients)
     notes.push("the prefill grows with the pass's tokens squared rather than with each request's tokens × context (it fits closer)");
   const warnings = [

@@ -135,6 +135,13 @@ describe('mocker captures fit: refusals', () => {
     expect(block.code).toBe(1);
     expect(block.stderr).toContain('--block-size must be an integer >= 2, got "1"');
     expect(existsSync(join(dir, 'p.npz'))).toBe(false);
+    // Where the profile goes is needed unless the fit is only validated.
+    const nowhere = await runMockerToExit(['captures', 'fit', join(dir, 'none.db')]);
+    expect(nowhere.code).toBe(1);
+    expect(nowhere.stderr).toContain('-o, --output is required (where the NPZ goes), unless --validate');
+    const fraction = await runMockerToExit(['captures', 'fit', join(dir, 'none.db'), '--validate', '--holdout-fraction', '1']);
+    expect(fraction.code).not.toBe(0);
+    expect(fraction.stderr).toContain('--holdout-fraction must be a number > 0 and < 1, got "1"');
   });
 });
 

@@ -28,7 +28,7 @@ const LOAD: Phase[] = [
   { concurrency: 1, requests: requests(31, 30, [64, 1500], [2, 4]) },
   { concurrency: 2, requests: requests(32, 20, [64, 1200], [8, 24]) },
   { concurrency: 6, requests: requests(33, 25, [64, 1200], [8, 24]) },
-  { concurrency: 4, requests: requests(34, 35, [64, 1200], [8, 24]) },
+  { concurrency: 4, requests: requests(34, 45, [64, 1200], [8, 24]) },
 ];
 const TOTAL = LOAD.reduce((n, phase) => n + phase.requests.length, 0);
 const HOLDOUT = 0.3;

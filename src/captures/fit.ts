@@ -2,7 +2,8 @@
  * `mocker captures fit FILE -o profile.npz`: the perf model learnt from a capture's timings (perfFit.ts),
  * written as the NPZ `serve --planner-profile-data` reads (engine-reference §4.2).
  */
-import { npzBytes } from '../engine/perf/npy.js';
+import { npzBytes, type NpyArray } from '../engine/perf/npy.js';
+import type { PerfTables } from '../engine/perf/perfModel.js';
 import { CaptureStore, namingCapture, type StoredExchange } from '../store/captureStore.js';
 import { writeOutputFile } from '../util/outputFile.js';
 import { fitPerfProfile, type CaptureTimeline, type PerfFit, type TermFit } from './perfFit.js';
@@ -80,20 +81,28 @@ export function fitCaptureFile(file: string, options: FitCommandOptions): Promis
     if (options.model !== undefined && !timeline.sequences.some((s) => s.fitted))
       throw new Error(`${file} has no streamed, complete generation of model '${options.model}'`);
     const fit = fitPerfProfile(timeline, { blockSize: options.blockSize });
-    const vector = (values: ArrayLike<number>) => ({ shape: [values.length], data: Float64Array.from(values) });
-    const { tables } = fit;
-    const itl = Array.from(tables.decode_itl, (row) => Array.from(row));
-    write(
-      npzBytes({
-        prefill_isl: vector(tables.prefill_isl),
-        prefill_ttft_ms: vector(tables.prefill_ttft_ms),
-        decode_active_kv_tokens: vector(tables.decode_active_kv_tokens),
-        decode_context_length: vector(tables.decode_context_length),
-        decode_itl: { shape: [itl.length, itl[0].length], data: Float64Array.from(itl.flat()) },
-      }),
-    );
+    write(npzBytes(perfTablesArrays(fit.tables)));
     return fit;
   });
+}
+
+/** The NPZ arrays of perf tables, under the keys `--planner-profile-data` reads (perfModel.ts). */
+export function perfTablesArrays(tables: PerfTables): Record<string, NpyArray> {
+  const vector = (values: ArrayLike<number>) => ({ shape: [values.length], data: Float64Array.from(values) });
+  const matrix = (rows: ArrayLike<ArrayLike<number>>) => ({
+    shape: [rows.length, rows[0].length],
+    data: Float64Array.from(Array.from(rows, (row) => Array.from(row)).flat()),
+  });
+  return {
+    prefill_isl: vector(tables.prefill_isl),
+    prefill_ttft_ms: vector(tables.prefill_ttft_ms),
+    decode_active_kv_tokens: vector(tables.decode_active_kv_tokens),
+    decode_context_length: vector(tables.decode_context_length),
+    decode_itl: matrix(tables.decode_itl),
+    ...(tables.prefill_context_length && tables.prefill_ttft_ms_by_context
+      ? { prefill_context_length: vector(tables.prefill_context_length), prefill_ttft_ms_by_context: matrix(tables.prefill_ttft_ms_by_context) }
+      : {}),
+  };
 }
 
 const number = (value: number, digits = 4) => Number(value.toPrecision(digits)).toLocaleString('en-US', { maximumSignificantDigits: digits });
@@ -104,23 +113,29 @@ function formula(fit: TermFit, units: Record<string, string>): string {
   return `ms = ${terms.join(' + ').replaceAll('+ -', '− ')}   R² ${fit.r2.toFixed(3)}, median |residual| ${number(fit.medianAbsResidualMs, 3)} ms`;
 }
 
+function prefillSummary(prefill: PerfFit['prefill']): string {
+  const tokens = `${span(prefill.ranges.new_prompt_tokens)} new prompt tokens over a context of ${span(prefill.ranges.context_tokens)}`;
+  if (prefill.source === 'idle first tokens')
+    return `prefill: ${prefill.points} requests that met an idle engine (too few prefill steps under load to tell the time outside the engine); ${tokens}`;
+  const idle =
+    prefill.overheadMs === null
+      ? 'no request met an idle engine'
+      : `${prefill.idleRequests} requests that met an idle engine, whose first token came ${number(prefill.overheadMs, 3)} ms after the passes (HTTP and request handling: not in the profile)`;
+  return `prefill: ${prefill.steps} steps under load and ${idle}; ${tokens}`;
+}
+
 /** The fit report printed on a terminal. */
-export function formatFitReport(fit: PerfFit, output: string): string {
+export function formatFitReport(fit: PerfFit, output: string | null): string {
   const { decode, prefill, tables } = fit;
   const last = (values: ArrayLike<number>) => values[values.length - 1];
   const lines = [
     `decode step: ${decode.points} output gaps (left out: ${decode.excluded.prefillInStep} with a prefill in the step, ${decode.excluded.unknownRequestInFlight} beside a request of unknown timing, ${decode.excluded.irregular} irregular); ` +
       `batch ${span(decode.ranges.batch)}, active KV ${span(decode.ranges.active_kv_tokens)} tokens, context ${span(decode.ranges.context_length)}`,
     `  ${formula(decode, { per_sequence: 'sequences', per_kv_token: 'active KV tokens' })}`,
-    prefill.source === 'prefill steps'
-      ? `prefill: ${prefill.points} steps under load that prefilled ${span(prefill.ranges.new_prompt_tokens)} new prompt tokens; ` +
-        (prefill.overheadMs === null
-          ? 'no request met an idle engine'
-          : `${prefill.idleRequests} requests that met an idle engine got their first token ${number(prefill.overheadMs, 3)} ms after the passes (left out)`)
-      : `prefill: ${prefill.points} requests that met an idle engine (no prefill steps under load); ${span(prefill.ranges.new_prompt_tokens)} new prompt tokens`,
-    `  ${formula(prefill, { per_token: 'tokens', per_token_squared: 'tokens²' })}`,
+    prefillSummary(prefill),
+    `  ${formula(prefill, { per_token: 'tokens', per_token_context: 'tokens × context', per_token_squared: 'tokens²' })}`,
     ...[...decode.notes, ...prefill.notes].map((note) => `note: ${note}`),
-    `wrote ${output}: prefill ${tables.prefill_isl.length} points up to ${number(last(tables.prefill_isl))} tokens; decode ${tables.decode_active_kv_tokens.length} × ${tables.decode_context_length.length} ` +
+    `${output === null ? 'profile' : `wrote ${output}`}: prefill ${tables.prefill_isl.length} points up to ${number(last(tables.prefill_isl))} tokens; decode ${tables.decode_active_kv_tokens.length} × ${tables.decode_context_length.length} ` +
       `up to ${number(last(tables.decode_active_kv_tokens))} active KV tokens, context ${number(tables.decode_context_length[0])}–${number(last(tables.decode_context_length))}`,
   ];
   return lines.join('\n');

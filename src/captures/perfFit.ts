@@ -3,9 +3,11 @@
  * simulated engine is built on (a pass is its prefill, then one decode step of every ready request, §1.2–1.5):
  * - decode step (ms) = base + per_sequence × batch + per_kv_token × active KV tokens, from the gaps between
  *   output tokens, with the batch of each step reconstructed from every captured request's token times;
- * - prefill (ms) = base + per_token × t + per_token² × t², t the new prompt tokens of a pass, from the steps
- *   under load that prefilled (else the first tokens of requests that met an idle engine), less the one
- *   decode step such a pass also holds.
+ * - prefill (ms) = base + per_token × t + per_token_context × t × c + per_token_squared × t², t the new prompt
+ *   tokens of a pass and c the context they attend over (the prefilled requests' mean prompt length, cached
+ *   prefix included: Vidur's attention term; t² tells apart an engine whose cost grows with the whole pass), from the steps under load that prefilled and the first tokens of requests that met an idle
+ *   engine together (an idle request's first token also carries the HTTP and request handling outside the engine:
+ *   a term of its own, fitted beside and left out of the profile), less the one decode step such a pass also holds.
  * Both are fitted by least squares with Huber weights (a stray late token must not bend the line), and
  * sampled onto the grid `--planner-profile-data` interpolates (§4.2), in the coordinates the engine queries it
  * with: active KV counted in whole blocks, batch = active KV / mean context length.
@@ -65,12 +67,18 @@ export interface PerfFit {
    * left out), or a cost fitted negative; each says what to capture more of. Empty for a sound fit.
    */
   warnings: string[];
-  decode: TermFit & { excluded: { prefillInStep: number; unknownRequestInFlight: number; irregular: number } };
+  decode: TermFit & {
+    excluded: { prefillInStep: number; unknownRequestInFlight: number; irregular: number };
+    /** Robust relative scatter of the steps around the fit (1.4826 × median |residual| ÷ fitted): the engine's step jitter. */
+    relativeScatter: number;
+  };
   prefill: TermFit & {
-    source: 'prefill steps' | 'idle first tokens';
+    source: 'prefill steps' | 'idle first tokens' | 'prefill steps and idle first tokens';
+    /** Prefill steps under load among the points. */
+    steps: number;
     /** Requests that met an idle engine. */
     idleRequests: number;
-    /** How much later than the engine's passes an idle request's first token came (median); null without prefill steps. */
+    /** How much later than the engine's passes an idle request's first token came (fitted); null without enough prefill steps to tell. */
     overheadMs: number | null;
   };
 }
@@ -200,9 +208,13 @@ class IntervalSet {
   }
 }
 
-/** A step that prefilled: its new prompt tokens, the batch it then decoded, and how long it took. */
+/** A step that prefilled: its new prompt tokens, their context, the batch it then decoded, and how long it took. */
 interface PrefillStep {
   newTokens: number;
+  /** The prefilled requests' mean prompt length (cached prefix included), in whole tokens as the engine computes it. */
+  promptContext: number;
+  /** How many requests it prefilled. */
+  requests: number;
   activeKv: number;
   context: number;
   ms: number;
@@ -253,7 +265,14 @@ function stepObservations(timeline: CaptureTimeline, blockSize: number) {
     // Sent before the previous step ended: waiting, so this step began right after it.
     if (fresh.some((s) => s.sentMs > arrivalMs[step - 1] + CLOCK_RESOLUTION_MS)) return;
     const newTokens = fresh.reduce((sum, s) => sum + Math.max(0, s.promptTokens - s.cachedTokens), 0);
-    prefill.push({ newTokens, ...batchCoordinates(lengthsOf(step), blockSize), ms: arrivalMs[step] - arrivalMs[step - 1] });
+    const promptContext = Math.floor(fresh.reduce((sum, s) => sum + s.promptTokens, 0) / fresh.length);
+    prefill.push({
+      newTokens,
+      promptContext,
+      requests: fresh.length,
+      ...batchCoordinates(lengthsOf(step), blockSize),
+      ms: arrivalMs[step] - arrivalMs[step - 1],
+    });
   });
   return { decode, prefill, excluded };
 }
@@ -295,6 +314,7 @@ function fitDecode(points: DecodePoint[], excluded: PerfFit['decode']['excluded'
     ...fit,
     notes,
     excluded,
+    relativeScatter: 1.4826 * median(points.map((p) => Math.abs(p.ms - predict(p.activeKv, p.context)) / Math.max(1, predict(p.activeKv, p.context)))),
     ranges: { batch: range(points.map((p) => p.batch)), active_kv_tokens: activeKv, context_length: context },
   };
   return { grid, report, predict, warnings };
@@ -327,23 +347,35 @@ function idleSequences(timeline: CaptureTimeline): TimedSequence[] {
 
 interface PrefillPoint {
   tokens: number;
+  context: number;
+  /** Requests prefilled together (the context and squared forms differ only beyond 1). */
+  requests: number;
+  /** A request that met an idle engine: its first token also carries the time outside the engine. */
+  idle: boolean;
   ms: number;
 }
 
+/** Grid points of the prefill table's context axis (the form is linear in the context: any grid is exact). */
+const PREFILL_CONTEXT_POINTS = 32;
+
 /**
- * Prefill from the prefill steps under load (their duration less the decode they also held); the requests that
- * met an idle engine then tell how much later than its passes their first token came (HTTP and request handling
- * outside the engine: left out of the profile, which a simulated engine adds no less than a real one). Without
- * such steps, from the idle requests' first tokens alone (that time then included).
+ * Prefill from the prefill steps under load (their duration less the decode they also held) and the first tokens
+ * of the requests that met an idle engine (less the decode of their first pass), fitted together; with enough
+ * steps, an `overhead` term for the idle requests takes the time outside the engine (HTTP, request handling) out
+ * of the profile, which a simulated engine's server adds no less than a real one. Without, that time stays in.
  */
 function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: number, decodeMs: (activeKv: number, context: number) => number) {
-  const idle = idleSequences(timeline).map((s) => {
+  const idle = idleSequences(timeline).map((s): PrefillPoint => {
     // The first pass also decodes the new sequence's first token.
     const { activeKv, context } = batchCoordinates([s.promptTokens], blockSize);
-    return { tokens: Math.max(0, s.promptTokens - s.cachedTokens), ms: s.tokenMs[0] - s.sentMs - decodeMs(activeKv, context) };
+    const ms = s.tokenMs[0] - s.sentMs - decodeMs(activeKv, context);
+    return { tokens: Math.max(0, s.promptTokens - s.cachedTokens), context: s.promptTokens, requests: 1, idle: true, ms };
   });
   const underLoad = steps.length >= MIN_PREFILL_STEPS;
-  const points: PrefillPoint[] = underLoad ? steps.map((s) => ({ tokens: s.newTokens, ms: s.ms - decodeMs(s.activeKv, s.context) })) : idle;
+  const loaded = steps.map(
+    (s): PrefillPoint => ({ tokens: s.newTokens, context: s.promptContext, requests: s.requests, idle: false, ms: s.ms - decodeMs(s.activeKv, s.context) }),
+  );
+  const points = underLoad ? [...loaded, ...idle] : idle;
   if (points.length === 0) {
     throw new Error(
       `no prefill to learn from: ${steps.length} prefill steps under load (${MIN_PREFILL_STEPS} needed) and no streamed generation met an idle engine; ` +
@@ -351,31 +383,79 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
     );
   }
   const distinct = new Set(points.map((p) => p.tokens)).size;
-  const terms: Term<PrefillPoint>[] = [{ name: 'base', unit: 'prefill', value: () => 1 }];
+  const linear: Term<PrefillPoint>[] = [{ name: 'base', unit: 'prefill', value: () => 1 }];
   const notes: string[] = [];
-  if (distinct > 1) terms.push({ name: 'per_token', unit: 'prompt token', value: (p) => p.tokens });
-  if (distinct > 2) terms.push({ name: 'per_token_squared', unit: 'prompt token²', value: (p) => p.tokens * p.tokens });
-  else notes.push(`only ${distinct} distinct prompt length(s) prefilled: the ${distinct > 1 ? 'quadratic term is' : 'length terms are'} not learnt`);
+  if (distinct > 1) linear.push({ name: 'per_token', unit: 'prompt token', value: (p) => p.tokens });
+  if (distinct <= 2)
+    notes.push(`only ${distinct} distinct prompt length(s) prefilled: the ${distinct > 1 ? 'context term is' : 'length terms are'} not learnt`);
+  const withOverhead = underLoad && idle.length > 0;
+  const overheadTerm: Term<PrefillPoint>[] = withOverhead
+    ? [{ name: 'overhead', unit: 'request that met an idle engine', value: (p) => (p.idle ? 1 : 0) }]
+    : [];
+  // The growth beyond linear: new tokens attending over their context (Vidur), or the whole pass's tokens squared (an
+  // engine whose cost grows with the pass). One request's context is its own tokens, so only passes that prefilled
+  // several requests tell them apart: the squared form is kept only if it fits those twice as closely.
+  const quadratic: Term<PrefillPoint>[] =
+    distinct > 2
+      ? [
+          { name: 'per_token_context', unit: 'prompt token × context token', value: (p) => p.tokens * p.context },
+          { name: 'per_token_squared', unit: 'prompt token²', value: (p) => p.tokens * p.tokens },
+        ]
+      : [];
+  const source = !underLoad ? 'idle first tokens' : idle.length > 0 ? 'prefill steps and idle first tokens' : 'prefill steps';
   const more = underLoad
     ? 'capture more streamed requests under load, with several prompt lengths'
     : `capture more streamed requests one at a time, with several prompt lengths (or a load with at least ${MIN_PREFILL_STEPS} prefill steps)`;
   const what = `prefill (${underLoad ? 'steps under load' : 'requests that met an idle engine'})`;
-  const learnt = learnableTerms(what, terms, points.length, more);
-  const fit = robustFit(points, learnt.terms, (p) => p.ms);
-  const warnings = [...learnt.warnings, ...negativeCosts(what, learnt.terms, points, fit, more)];
+  const candidates = (quadratic.length > 0 ? quadratic.map((q) => [...linear, q, ...overheadTerm]) : [[...linear, ...overheadTerm]]).map((terms) => {
+    const learnt = learnableTerms(what, terms, points.length, more);
+    return { learnt, fit: robustFit(points, learnt.terms, (p) => p.ms, { relative: true }) };
+  });
+  // Judged where the forms differ, on the passes that prefilled several requests: elsewhere they are one column.
+  const several = points.filter((p) => p.requests > 1);
+  const misfit = ({ learnt: { terms }, fit: { coefficients } }: (typeof candidates)[number]) =>
+    median(several.map((p) => Math.abs(p.ms - terms.reduce((sum, t) => sum + coefficients[t.name] * t.value(p), 0)) / p.ms));
+  // The context form (attention's cost) unless the squared one is plainly closer: at a few passes' noise they tie.
+  const squaredCloser = candidates.length > 1 && several.length > 0 && misfit(candidates[1]) < misfit(candidates[0]) / 2;
+  const { learnt, fit } = candidates[squaredCloser ? 1 : 0];
+  if ('per_token_squared' in fit.coefficients)
+    notes.push("the prefill grows with the pass's tokens squared rather than with each request's tokens × context (it fits closer)");
+  const warnings = [
+    ...learnt.warnings,
+    ...negativeCosts(
+      what,
+      learnt.terms.filter((t) => t.name !== 'overhead'),
+      points,
+      fit,
+      more,
+    ),
+  ];
   const coefficient = (name: string) => fit.coefficients[name] ?? 0;
-  const predict = (t: number) => Math.max(0, coefficient('base') + coefficient('per_token') * t + coefficient('per_token_squared') * t * t);
+  const predict = (t: number, context: number) =>
+    Math.max(0, coefficient('base') + coefficient('per_token') * t + coefficient('per_token_context') * t * context + coefficient('per_token_squared') * t * t);
+  const { overhead, ...engineCoefficients } = fit.coefficients;
   const tokens = range(points.map((p) => p.tokens));
+  const contexts = range(points.map((p) => p.context));
   const axis = linspace(0, Math.max(2 * tokens[1], 2), PREFILL_GRID_POINTS);
+  const contextAxis = linspace(0, Math.max(2 * contexts[1], 2), PREFILL_CONTEXT_POINTS);
   const report = {
     ...fit,
+    coefficients: engineCoefficients,
     notes,
-    source: underLoad ? ('prefill steps' as const) : ('idle first tokens' as const),
+    source: source as PerfFit['prefill']['source'],
+    steps: underLoad ? steps.length : 0,
     idleRequests: idle.length,
-    overheadMs: underLoad && idle.length > 0 ? median(idle.map((p) => p.ms - predict(p.tokens))) : null,
-    ranges: { new_prompt_tokens: tokens },
+    overheadMs: withOverhead ? (overhead ?? null) : null,
+    ranges: { new_prompt_tokens: tokens, context_tokens: contexts },
   };
-  return { grid: { prefill_isl: axis, prefill_ttft_ms: axis.map(predict) }, report, warnings };
+  const grid = {
+    // One request without a cached prefix (its context is its own tokens), for readers of the five keys only.
+    prefill_isl: axis,
+    prefill_ttft_ms: axis.map((t) => predict(t, t)),
+    prefill_context_length: contextAxis,
+    prefill_ttft_ms_by_context: axis.map((t) => contextAxis.map((c) => predict(t, c))),
+  };
+  return { grid, report, warnings };
 }
 
 // ---- least squares ----
@@ -436,19 +516,26 @@ const HUBER_K = 1.345;
 const IRLS_ROUNDS = 30;
 
 /**
- * Least squares with Huber weights, by iteratively reweighted least squares (residual scale: 1.4826 × MAD).
- * R² and the median residual are over all points, unweighted.
+ * Least squares with Huber weights, by iteratively reweighted least squares (residual scale: 1.4826 × MAD). With
+ * `relative`, residuals are taken relative to the fitted time and each point weighs 1 / fitted²: a prefill's jitter
+ * grows with its duration (a 200 ms prefill scatters by ms where a 20 ms one scatters by tenths). R² and the median
+ * residual are over all points, unweighted.
  */
-function robustFit<P>(points: P[], terms: Term<P>[], target: (point: P) => number) {
+function robustFit<P>(points: P[], terms: Term<P>[], target: (point: P) => number, { relative = false } = {}) {
   const rows = points.map((p) => terms.map((t) => t.value(p)));
   const y = points.map(target);
-  let weights = points.map(() => 1);
-  let coefficients = weightedLeastSquares(rows, y, weights);
+  let coefficients = weightedLeastSquares(
+    rows,
+    y,
+    points.map(() => 1),
+  );
   for (let round = 0; round < IRLS_ROUNDS; round++) {
-    const residuals = rows.map((row, i) => y[i] - dot(row, coefficients));
+    // A fitted time under 1 ms is no scale for a step's jitter (the engine's floor: MIN_DECODE_MS).
+    const scaleOf = rows.map((row) => (relative ? Math.max(1, dot(row, coefficients)) : 1));
+    const residuals = rows.map((row, i) => (y[i] - dot(row, coefficients)) / scaleOf[i]);
     const scale = 1.4826 * median(residuals.map(Math.abs));
     if (!(scale > 0)) break;
-    weights = residuals.map((r) => (Math.abs(r) <= HUBER_K * scale ? 1 : (HUBER_K * scale) / Math.abs(r)));
+    const weights = residuals.map((r, i) => (Math.abs(r) <= HUBER_K * scale ? 1 : (HUBER_K * scale) / Math.abs(r)) / scaleOf[i] ** 2);
     const next = weightedLeastSquares(rows, y, weights);
     const settled = next.every((c, i) => Math.abs(c - coefficients[i]) <= 1e-9 * (1 + Math.abs(c)));
     coefficients = next;

@@ -92,7 +92,7 @@ describe('mocker captures fit: a perf profile learnt from a capture of a batchin
   it('predicts the known step times within 10 % (2.5 ms for the shortest): prefill by new prompt tokens, decode by active KV and batch', () => {
     const TIMER_MS = 2.5;
     for (const tokens of [200, 800, 1400, 3000]) {
-      const known = KNOWN.prefillMs(tokens);
+      const known = KNOWN.prefillMs([tokens]);
       expect(Math.abs(fitted.prefillMs(1, tokens, 0) - known), `prefill of ${tokens} tokens`).toBeLessThan(Math.max(0.1 * known, TIMER_MS));
     }
     // As the engine asks: active KV in whole blocks of 64 (the default), the mean context, the batch.
@@ -135,6 +135,13 @@ describe('mocker captures fit: refusals', () => {
     expect(block.code).toBe(1);
     expect(block.stderr).toContain('--block-size must be an integer >= 2, got "1"');
     expect(existsSync(join(dir, 'p.npz'))).toBe(false);
+    // Where the profile goes is needed unless the fit is only validated.
+    const nowhere = await runMockerToExit(['captures', 'fit', join(dir, 'none.db')]);
+    expect(nowhere.code).toBe(1);
+    expect(nowhere.stderr).toContain('-o, --output is required (where the NPZ goes), unless --validate');
+    const fraction = await runMockerToExit(['captures', 'fit', join(dir, 'none.db'), '--validate', '--holdout-fraction', '1']);
+    expect(fraction.code).not.toBe(0);
+    expect(fraction.stderr).toContain('--holdout-fraction must be a number > 0 and < 1, got "1"');
   });
 });
 
@@ -174,7 +181,7 @@ describe('mocker captures fit: too few points, or a negative cost, is said on st
     };
   }
 
-  it('3 prefill points for the 3 terms of base + per token + per token²: warned, the quadratic term left out, the profile written', async () => {
+  it('3 prefill points for the 3 terms of base + per token + per token × context: warned, the context term left out, the profile written', async () => {
     const fit = await fitOf([4, 12, 24], (words) => 30 + 4 * words);
     expect(fit.code).toBe(0);
     expect(fit.written).toBe(true);
@@ -187,7 +194,7 @@ describe('mocker captures fit: too few points, or a negative cost, is said on st
       .filter((line) => line.startsWith('mocker captures fit: warning: prefill'));
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toContain(
-      'only 3 point(s) for the 3 term(s) of its form (base, per_token, per_token_squared): per_token_squared not learnt; 4 points are needed',
+      'only 3 point(s) for the 3 term(s) of its form (base, per_token, per_token_context): per_token_context not learnt; 4 points are needed',
     );
     expect(warnings[0]).toContain('capture more streamed requests one at a time, with several prompt lengths');
     expect(fit.report.warnings.map((w) => `mocker captures fit: warning: ${w}`)).toEqual(fit.stderr.trim().split('\n'));

@@ -325,6 +325,35 @@ describe('loadPerfModel: mocker-format .npz', () => {
   });
 });
 
+describe('loadPerfModel: the optional context-dependent prefill (prefill_context_length, prefill_ttft_ms_by_context)', () => {
+  // Rows: prefill_isl 100, 300, 700 new tokens; columns: a context of 100 and 1100 tokens (the mean prompt length).
+  const byContext = {
+    prefill_context_length: npy([100, 1100]),
+    prefill_ttft_ms_by_context: npy([20, 40, 30, 90, 70, 210], { shape: [3, 2] }),
+  };
+
+  it('reads prefill bilinearly over (new tokens, mean prompt length), the cached prefix counted in the context', async () => {
+    const model = await loadPerfModel(writeTemp(perfDataNpz('deflated', byContext)));
+    expect(model.prefillMs(1, 100, 0)).toBeCloseTo(20, 9); // a grid point: 100 tokens over a context of 100
+    // 600 tokens over 600: t = (600 − 300) / 400 = .75, s = (600 − 100) / 1000 = .5: .125·30 + .375·70 + .125·90 + .375·210
+    expect(model.prefillMs(1, 600, 0)).toBeCloseTo(120, 9);
+    // 300 new tokens (a prompt of 1100, 800 cached) over a context of 1100: a grid point, not the 1-D table's 30.
+    expect(model.prefillMs(1, 1100, 800)).toBeCloseTo(90, 9);
+    // Without the context table the same query reads prefill_ttft_ms: 300 tokens → 30.
+    expect((await loadPerfModel(writeTemp(perfDataNpz('deflated')))).prefillMs(1, 1100, 800)).toBeCloseTo(30, 9);
+  });
+
+  it('loads files without them as before, and refuses one without the other', async () => {
+    expectTableAnswers(await loadPerfModel(writeTemp(perfDataNpz('stored'))));
+    const half = writeTemp(perfDataNpz('stored', { prefill_context_length: byContext.prefill_context_length }));
+    await expect(loadPerfModel(half)).rejects.toThrow(`${half}: prefill_context_length and prefill_ttft_ms_by_context go together: one is missing`);
+    const ragged = writeTemp(perfDataNpz('stored', { ...byContext, prefill_ttft_ms_by_context: npy([20, 40, 30, 90], { shape: [2, 2] }) }));
+    await expect(loadPerfModel(ragged)).rejects.toThrow(
+      `${ragged}: prefill array dimension mismatch: prefill_ttft_ms_by_context shape (2, 2), expected (3, 2) = (len(prefill_isl), len(prefill_context_length))`,
+    );
+  });
+});
+
 describe('loadPerfModel: profiler results directory (§4.3)', () => {
   /*
    * Raw prefill points (isl, ttft): (300, 28), (100, 20), (700, 70), (300, 32) → sorted, the two 300s averaged:

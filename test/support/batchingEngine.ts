@@ -10,8 +10,8 @@ import { prng } from './prng.js';
 import { startUpstream } from './vllmUpstream.js';
 
 export interface StepCosts {
-  /** ms to prefill `tokens` new prompt tokens (all the requests admitted in one step). */
-  prefillMs(tokens: number): number;
+  /** ms to prefill the prompts of the requests admitted in one step (their lengths, all new tokens). */
+  prefillMs(prompts: number[]): number;
   /** ms of one decode step of `batch` sequences holding `activeKvTokens` (prompts and outputs so far). */
   decodeMs(activeKvTokens: number, batch: number): number;
 }
@@ -35,6 +35,17 @@ interface Sequence {
   /** Tokens produced and not yet taken by `nextToken`. */
   ready: number;
   waiter: (() => void) | null;
+}
+
+/** A standard normal draw (Box–Muller). */
+function gaussian(random: () => number): number {
+  return Math.sqrt(-2 * Math.log(1 - random())) * Math.cos(2 * Math.PI * random());
+}
+
+/** A step's duration without noise: the admitted prompts' prefill, then one decode step of every running sequence (the admitted included). */
+function idealStepMs(costs: StepCosts, admitted: Pick<Sequence, 'promptTokens'>[], running: Pick<Sequence, 'promptTokens' | 'generated'>[]): number {
+  const activeKv = running.reduce((sum, s) => sum + s.promptTokens + s.generated, 0);
+  return (admitted.length > 0 ? costs.prefillMs(admitted.map((s) => s.promptTokens)) : 0) + costs.decodeMs(activeKv, running.length);
 }
 
 const PAUSE = new Int32Array(new SharedArrayBuffer(4));
@@ -87,9 +98,8 @@ export class BatchingEngine implements PacingEngine {
     };
   }
 
-  /** A standard normal draw (Box–Muller). */
   private gaussian(): number {
-    return Math.sqrt(-2 * Math.log(1 - this.random())) * Math.cos(2 * Math.PI * this.random());
+    return gaussian(this.random);
   }
 
   private async run(): Promise<void> {
@@ -99,10 +109,7 @@ export class BatchingEngine implements PacingEngine {
       const startMs = this.running.length > 0 ? this.lastStepEndMs : performance.now();
       const admitted = this.waiting.splice(0);
       this.running.push(...admitted);
-      const newTokens = admitted.reduce((sum, s) => sum + s.promptTokens, 0);
-      const activeKv = this.running.reduce((sum, s) => sum + s.promptTokens + s.generated, 0);
-      const ideal = (newTokens > 0 ? this.costs.prefillMs(newTokens) : 0) + this.costs.decodeMs(activeKv, this.running.length);
-      const ms = Math.max(0.1, ideal * (1 + this.relativeNoise * this.gaussian()));
+      const ms = Math.max(0.1, idealStepMs(this.costs, admitted, this.running) * (1 + this.relativeNoise * this.gaussian()));
       this.lastStepEndMs = startMs + ms;
       await sleepUntil(this.lastStepEndMs);
       for (const sequence of [...this.running]) {
@@ -119,19 +126,76 @@ export class BatchingEngine implements PacingEngine {
   }
 }
 
+/**
+ * The same engine on a virtual clock, for a test's oracle: each request's token times (ms since it was sent) when
+ * `requests` arrive at their send times; with `noise`, each step drawn as the real double draws it.
+ */
+export function simulateBatchingEngine(
+  costs: StepCosts,
+  requests: { sentMs: number; promptTokens: number; outputTokens: number }[],
+  noise: { seed: number; relativeNoise: number } | null,
+): number[][] {
+  const random = noise ? prng(noise.seed).next : () => 0.5;
+  const order = requests.map((_, i) => i).sort((a, b) => requests[a].sentMs - requests[b].sentMs);
+  const times: number[][] = requests.map(() => []);
+  const sequences = requests.map((r) => ({ promptTokens: r.promptTokens, generated: 0 }));
+  let running: number[] = [];
+  let next = 0;
+  let now = -Infinity;
+  while (next < order.length || running.length > 0) {
+    if (running.length === 0) now = Math.max(now, requests[order[next]].sentMs);
+    const admitted: number[] = [];
+    while (next < order.length && requests[order[next]].sentMs <= now) admitted.push(order[next++]);
+    running = [...running, ...admitted];
+    const ideal = idealStepMs(
+      costs,
+      admitted.map((i) => sequences[i]),
+      running.map((i) => sequences[i]),
+    );
+    now += noise ? Math.max(0.1, ideal * (1 + noise.relativeNoise * gaussian(random))) : ideal;
+    for (const i of running) {
+      sequences[i].generated++;
+      times[i].push(now - requests[i].sentMs);
+    }
+    running = running.filter((i) => sequences[i].generated < requests[i].outputTokens);
+  }
+  return times;
+}
+
 /** The engine the `captures fit` test learns: the oracle its fitted profile is held to (ms). */
 export const KNOWN_COSTS: StepCosts = {
-  prefillMs: (tokens) => 12 + 0.03 * tokens + 1.2e-5 * tokens * tokens,
+  prefillMs: (prompts) => {
+    const tokens = prompts.reduce((a, b) => a + b, 0);
+    return 12 + 0.03 * tokens + 1.2e-5 * tokens * tokens;
+  },
   decodeMs: (activeKvTokens, batch) => 6 + 0.5 * batch + 0.002 * activeKvTokens,
 };
 
 /**
- * Run as its own process (`node --import tsx test/support/batchingEngine.ts SEED`): the vLLM double on a
- * BatchingEngine of KNOWN_COSTS with 5 % step noise, answering every completion with `max_tokens` tokens;
- * prints "on URL" and serves until SIGTERM. Apart from the test runner, its steps keep time.
+ * An engine whose prefill has a context term, as attention makes it (Vidur's form): each admitted prompt's new
+ * tokens attend over its own context, so a step's prefill is 25 + 0.05 × new tokens + 5·10⁻⁵ × Σ new × context ms.
+ * Steps of 15–40 ms: the timer overshoot of a busy machine (a few tenths of a ms) stays small beside its noise.
+ */
+export const CONTEXT_COSTS: StepCosts = {
+  prefillMs: (prompts) => 25 + prompts.reduce((sum, tokens) => sum + 0.05 * tokens + 5e-5 * tokens * tokens, 0),
+  decodeMs: (activeKvTokens, batch) => 12 + 1 * batch + 0.004 * activeKvTokens,
+};
+
+/** The step noise of the double run as a process: each step × 1 + N(0, σ²), σ 5 % with KNOWN_COSTS, 10 % with CONTEXT_COSTS. */
+export const DOUBLE_RELATIVE_NOISE = { known: 0.05, context: 0.1 };
+
+/**
+ * Run as its own process (`node --import tsx test/support/batchingEngine.ts SEED [context]`): the vLLM double on a
+ * BatchingEngine of KNOWN_COSTS (CONTEXT_COSTS with `context`) with DOUBLE_RELATIVE_NOISE, answering every
+ * completion with `max_tokens` tokens; prints "on URL" and serves until SIGTERM. Apart from the test runner, its
+ * steps keep time.
  */
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const engine = new BatchingEngine(KNOWN_COSTS, { seed: Number(process.argv[2]), relativeNoise: 0.05 });
+  const context = process.argv[3] === 'context';
+  const engine = new BatchingEngine(context ? CONTEXT_COSTS : KNOWN_COSTS, {
+    seed: Number(process.argv[2]),
+    relativeNoise: DOUBLE_RELATIVE_NOISE[context ? 'context' : 'known'],
+  });
   const upstream = await startUpstream(() => ({ content: ' a'.repeat(64), finish: 'length' }), { engine });
   process.stdout.write(`on ${upstream.url}\n`);
   process.once('SIGTERM', () => void upstream.close().then(() => process.exit(0)));

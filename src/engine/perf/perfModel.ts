@@ -50,6 +50,46 @@ export interface PerfTables {
   decode_context_length: ArrayLike<number>;
   /** ITL in ms: `decode_itl[i][j]` at (`decode_active_kv_tokens[i]`, `decode_context_length[j]`). */
   decode_itl: ArrayLike<ArrayLike<number>>;
+  /**
+   * Optional (a mocker extension, both or neither): prefill time by new tokens and the context they attend over,
+   * the prefilling requests' mean prompt length (cached prefix included). `prefill_ttft_ms_by_context[i][j]` at
+   * (`prefill_isl[i]`, `prefill_context_length[j]`); when present it answers instead of `prefill_ttft_ms`.
+   */
+  prefill_context_length?: ArrayLike<number>;
+  prefill_ttft_ms_by_context?: ArrayLike<ArrayLike<number>>;
+}
+
+/** A table over two strictly increasing axes, read by bilinear interpolation that extrapolates from the edge cells. */
+class BilinearGrid {
+  private readonly values: Float64Array;
+
+  constructor(
+    private readonly rows: Float64Array,
+    private readonly columns: Float64Array,
+    table: ArrayLike<ArrayLike<number>>,
+    names: { table: string; rows: string; columns: string },
+  ) {
+    const raggedRow = Array.from(table).findIndex((row) => row.length !== columns.length);
+    if (table.length !== rows.length || raggedRow >= 0) {
+      const shape = raggedRow >= 0 ? `row ${raggedRow} has ${table[raggedRow].length} columns` : `shape (${table.length}, ${table[0]?.length ?? 0})`;
+      throw new Error(
+        `${names.table.split('_')[0]} array dimension mismatch: ${names.table} ${shape}, expected (${rows.length}, ${columns.length}) ` +
+          `= (len(${names.rows}), len(${names.columns}))`,
+      );
+    }
+    this.values = new Float64Array(rows.length * columns.length);
+    for (let i = 0; i < rows.length; i++) this.values.set(checkedValues(`${names.table} row ${i}`, table[i]), i * columns.length);
+  }
+
+  at(rowValue: number, columnValue: number): number {
+    const width = this.columns.length;
+    const row = segmentIndex(this.rows, rowValue);
+    const col = segmentIndex(this.columns, columnValue);
+    const t = (rowValue - this.rows[row]) / (this.rows[row + 1] - this.rows[row]);
+    const s = (columnValue - this.columns[col]) / (this.columns[col + 1] - this.columns[col]);
+    const v = (r: number, c: number) => this.values[r * width + c];
+    return (1 - t) * (1 - s) * v(row, col) + t * (1 - s) * v(row + 1, col) + (1 - t) * s * v(row, col + 1) + t * s * v(row + 1, col + 1);
+  }
 }
 
 /**
@@ -61,10 +101,9 @@ export class InterpolatedPerfModel implements PerfModel {
   readonly description: string;
   private readonly prefillIsl: Float64Array;
   private readonly prefillTtftMs: Float64Array;
-  private readonly activeKvAxis: Float64Array;
-  private readonly contextAxis: Float64Array;
-  /** Row-major: row = active-KV index, column = context index. */
-  private readonly itlGrid: Float64Array;
+  /** Prefill by (new tokens, context), when the tables have it. */
+  private readonly prefillByContext: BilinearGrid | null;
+  private readonly itl: BilinearGrid;
 
   constructor(tables: PerfTables, description = 'interpolated') {
     this.description = description;
@@ -72,44 +111,45 @@ export class InterpolatedPerfModel implements PerfModel {
     if (prefill_isl.length !== prefill_ttft_ms.length) {
       throw new Error(`prefill array length mismatch: prefill_isl has ${prefill_isl.length} values, prefill_ttft_ms has ${prefill_ttft_ms.length}`);
     }
-    const rows = decode_itl.length;
-    const raggedRow = Array.from(decode_itl).findIndex((row) => row.length !== decode_context_length.length);
-    if (rows !== decode_active_kv_tokens.length || raggedRow >= 0) {
-      const shape = raggedRow >= 0 ? `row ${raggedRow} has ${decode_itl[raggedRow].length} columns` : `shape (${rows}, ${decode_itl[0]?.length ?? 0})`;
-      throw new Error(
-        `decode array dimension mismatch: decode_itl ${shape}, expected (${decode_active_kv_tokens.length}, ${decode_context_length.length}) ` +
-          `= (len(decode_active_kv_tokens), len(decode_context_length))`,
-      );
-    }
+    const activeKvAxis = checkedAxis('decode_active_kv_tokens', decode_active_kv_tokens);
+    const contextAxis = checkedAxis('decode_context_length', decode_context_length);
+    this.itl = new BilinearGrid(activeKvAxis, contextAxis, decode_itl, {
+      table: 'decode_itl',
+      rows: 'decode_active_kv_tokens',
+      columns: 'decode_context_length',
+    });
     this.prefillIsl = checkedAxis('prefill_isl', prefill_isl);
     this.prefillTtftMs = checkedValues('prefill_ttft_ms', prefill_ttft_ms);
-    this.activeKvAxis = checkedAxis('decode_active_kv_tokens', decode_active_kv_tokens);
-    this.contextAxis = checkedAxis('decode_context_length', decode_context_length);
-    this.itlGrid = new Float64Array(rows * decode_context_length.length);
-    for (let i = 0; i < rows; i++) {
-      this.itlGrid.set(checkedValues(`decode_itl row ${i}`, decode_itl[i]), i * decode_context_length.length);
-    }
+    const { prefill_context_length: prefillContext, prefill_ttft_ms_by_context: byContext } = tables;
+    if ((prefillContext === undefined) !== (byContext === undefined))
+      throw new Error('prefill_context_length and prefill_ttft_ms_by_context go together: one is missing');
+    this.prefillByContext =
+      prefillContext && byContext
+        ? new BilinearGrid(this.prefillIsl, checkedAxis('prefill_context_length', prefillContext), byContext, {
+            table: 'prefill_ttft_ms_by_context',
+            rows: 'prefill_isl',
+            columns: 'prefill_context_length',
+          })
+        : null;
   }
 
   prefillMs(batchSize: number, meanIsl: number, meanPrefix: number): number {
     const tokens = prefillTokens(batchSize, meanIsl, meanPrefix);
-    const axis = this.prefillIsl;
-    const i = segmentIndex(axis, tokens);
-    const fraction = (tokens - axis[i]) / (axis[i + 1] - axis[i]);
-    const ms = this.prefillTtftMs[i] + fraction * (this.prefillTtftMs[i + 1] - this.prefillTtftMs[i]);
+    let ms: number;
+    if (this.prefillByContext) ms = this.prefillByContext.at(tokens, meanIsl);
+    else {
+      const axis = this.prefillIsl;
+      const i = segmentIndex(axis, tokens);
+      const fraction = (tokens - axis[i]) / (axis[i + 1] - axis[i]);
+      ms = this.prefillTtftMs[i] + fraction * (this.prefillTtftMs[i + 1] - this.prefillTtftMs[i]);
+    }
     // Upstream maps an interpolation error to 0 ms.
     return Number.isNaN(ms) ? 0 : Math.max(0, ms);
   }
 
   decodeMs(batchSize: number, activeKvTokens: number, contextLength: number, _totalKvTokens: number): number {
     if (batchSize === 0) return 0;
-    const columns = this.contextAxis.length;
-    const row = segmentIndex(this.activeKvAxis, activeKvTokens);
-    const col = segmentIndex(this.contextAxis, contextLength);
-    const t = (activeKvTokens - this.activeKvAxis[row]) / (this.activeKvAxis[row + 1] - this.activeKvAxis[row]);
-    const s = (contextLength - this.contextAxis[col]) / (this.contextAxis[col + 1] - this.contextAxis[col]);
-    const at = (r: number, c: number) => this.itlGrid[r * columns + c];
-    const ms = (1 - t) * (1 - s) * at(row, col) + t * (1 - s) * at(row + 1, col) + (1 - t) * s * at(row, col + 1) + t * s * at(row + 1, col + 1);
+    const ms = this.itl.at(activeKvTokens, contextLength);
     return Number.isNaN(ms) ? MIN_DECODE_MS : Math.max(MIN_DECODE_MS, ms);
   }
 }
@@ -171,20 +211,29 @@ async function loadPerfDataNpz(path: string): Promise<PerfModel> {
     return array.data;
   };
   const itl = requireKey(arrays, path, 'decode_itl');
-  if (itl.shape.length !== 2) throw new Error(`${path}: 'decode_itl' must be 2-D, got shape (${itl.shape.join(', ')})`);
-  const [rows, columns] = itl.shape;
   const tables: PerfTables = {
     prefill_isl: vector('prefill_isl'),
     prefill_ttft_ms: vector('prefill_ttft_ms'),
     decode_active_kv_tokens: vector('decode_active_kv_tokens'),
     decode_context_length: vector('decode_context_length'),
-    decode_itl: Array.from({ length: rows }, (_, i) => itl.data.subarray(i * columns, (i + 1) * columns)),
+    decode_itl: matrixRows(path, 'decode_itl', itl),
   };
+  // The optional context-dependent prefill (PerfTables): files without it load as before.
+  const byContext = arrays.get('prefill_ttft_ms_by_context');
+  if (arrays.has('prefill_context_length')) tables.prefill_context_length = vector('prefill_context_length');
+  if (byContext) tables.prefill_ttft_ms_by_context = matrixRows(path, 'prefill_ttft_ms_by_context', byContext);
   try {
     return new InterpolatedPerfModel(tables, `interpolated (${path})`);
   } catch (err) {
     throw new Error(`${path}: ${(err as Error).message}`);
   }
+}
+
+/** The rows of a 2-D array. */
+function matrixRows(path: string, key: string, array: NpyArray): Float64Array[] {
+  if (array.shape.length !== 2) throw new Error(`${path}: '${key}' must be 2-D, got shape (${array.shape.join(', ')})`);
+  const [rows, columns] = array.shape;
+  return Array.from({ length: rows }, (_, i) => array.data.subarray(i * columns, (i + 1) * columns));
 }
 
 async function readNpzFile(path: string): Promise<Map<string, NpyArray>> {

@@ -1,0 +1,158 @@
+/**
+ * `mocker captures fit --validate` (issue 38 item 3): the observe → calibrate → validate loop as one command. The vLLM
+ * double runs a batching engine whose prefill has a context term (CONTEXT_COSTS: each prompt's new tokens attend
+ * over its context) with seeded 10 % step noise. A load at 1, 2, 6 and 4 in flight is captured through `mocker
+ * capture`; the spawned `mocker captures fit --validate` fits the first 70 % and replays the last 30 % of the
+ * arrivals through the fitted simulator. Its errors are held to the double's own noise: what a perfect model (the
+ * double's known costs, without noise) scores against the same engine (doublesOwnNoise).
+ */
+import { mkdtempSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CaptureStore } from '../../src/store/captureStore.js';
+import { CONTEXT_COSTS, DOUBLE_RELATIVE_NOISE, simulateBatchingEngine } from '../support/batchingEngine.js';
+import { reportPages } from '../support/chromiumPage.js';
+import { measureLoad, randomRequests as requests, type Phase } from '../support/closedLoop.js';
+import { runMockerToExit, startMockerProcess, type MockerProcess } from '../support/mockerProcess.js';
+import { testTmpdir } from '../support/tempRoot.js';
+import { MODEL } from '../support/vllmUpstream.js';
+
+const DOUBLE = join(import.meta.dirname, '..', 'support', 'batchingEngine.ts');
+
+/**
+ * One at a time (idle-engine first tokens), then closed loops; the held-out part is the last phase (4 in flight)
+ * after its first requests: not the burst of its start, whose requests leave in the same millisecond (the capture's
+ * send-time resolution) and reach the engine in an order no replay knows.
+ */
+const LOAD: Phase[] = [
+  { concurrency: 1, requests: requests(31, 30, [64, 1500], [2, 4]) },
+  { concurrency: 2, requests: requests(32, 20, [64, 1200], [8, 24]) },
+  { concurrency: 6, requests: requests(33, 25, [64, 1200], [8, 24]) },
+  { concurrency: 4, requests: requests(34, 45, [64, 1200], [8, 24]) },
+];
+const TOTAL = LOAD.reduce((n, phase) => n + phase.requests.length, 0);
+const HOLDOUT = 0.3;
+/** The held-out requests: the last 30 % sent (the fitted part rounded up). */
+const HELD_OUT = TOTAL - Math.ceil(TOTAL * (1 - HOLDOUT));
+
+const METRICS = ['ttft', 'itl', 'e2e'] as const;
+type Metric = (typeof METRICS)[number];
+type Latencies = Record<Metric, number | null>;
+
+interface MetricReport {
+  requests: number;
+  medianError: number;
+  mape: number;
+  noise: number | null;
+}
+
+const latencies = (times: number[]): Latencies => ({
+  ttft: times[0],
+  itl: times.length > 1 ? (times[times.length - 1] - times[0]) / (times.length - 1) : null,
+  e2e: times[times.length - 1],
+});
+
+const mapeOf = (metric: Metric, values: Latencies[], references: Latencies[]) => {
+  const errors = values.flatMap((v, i) => (v[metric] === null ? [] : [Math.abs(v[metric]! - references[i][metric]!) / references[i][metric]!]));
+  return errors.reduce((a, b) => a + b, 0) / errors.length;
+};
+
+/**
+ * The oracle, per metric over the held-out requests, from the double's known costs and noise: the MAPE of its
+ * noise-free engine against the same engine with its known step noise, on the captured arrivals (averaged over
+ * noise seeds); and the MAPE of that noise-free engine against what the capture saw: the noise the double
+ * actually had, which on a busy machine also holds its timers' overshoot (tens of ms a step at a load average
+ * of 10 on 2 cores). The double's own noise is the larger: no model of the double can do better than its known costs.
+ */
+function doublesOwnNoise(capture: string): { parameters: Record<Metric, number>; realized: Record<Metric, number> } {
+  const store = CaptureStore.open(capture, { readonly: true });
+  const exchanges = store
+    .exchangeIds()
+    .map((id) => store.getExchange(id)!)
+    .sort((a, b) => a.startedAt - b.startedAt);
+  store.close();
+  expect(exchanges).toHaveLength(TOTAL);
+  const arrivals = exchanges.map((ex) => ({ sentMs: ex.startedAt, promptTokens: ex.promptIds!.length, outputTokens: ex.generations[0].outputIds.length }));
+  const held = (runs: number[][]) => runs.slice(TOTAL - HELD_OUT).map(latencies);
+  const exact = held(simulateBatchingEngine(CONTEXT_COSTS, arrivals, null));
+  const captured = held(exchanges.map((ex) => ex.generations[0].tokenTimes));
+  const seeds = [1, 2, 3, 4, 5, 6, 7, 8];
+  const noisy = seeds.map((seed) => held(simulateBatchingEngine(CONTEXT_COSTS, arrivals, { seed, relativeNoise: DOUBLE_RELATIVE_NOISE.context })));
+  const perMetric = (f: (m: Metric) => number) => Object.fromEntries(METRICS.map((m) => [m, f(m)])) as Record<Metric, number>;
+  return {
+    parameters: perMetric((m) => noisy.reduce((sum, run) => sum + mapeOf(m, exact, run), 0) / seeds.length),
+    realized: perMetric((m) => mapeOf(m, exact, captured)),
+  };
+}
+
+describe('mocker captures fit --validate: a capture of a batching engine with a context-dependent prefill', () => {
+  const dir = mkdtempSync(join(testTmpdir(), 'mocker-captures-validate-'));
+  const capture = join(dir, 'capture.db');
+  const report = join(dir, 'report.html');
+  const pages = reportPages('mocker-captures-validate-html-');
+  const processes: MockerProcess[] = [];
+  let run: { code: number | null; stdout: string; stderr: string };
+  let text: { code: number | null; stdout: string; stderr: string };
+  let metrics: Record<Metric, MetricReport>;
+
+  beforeAll(async () => {
+    const upstream = await startMockerProcess(['5', 'context'], 0, { launcher: [process.execPath, '--import', 'tsx', DOUBLE] });
+    processes.push(upstream);
+    const upstreamUrl = `http://127.0.0.1:${upstream.port}`;
+    await measureLoad(upstreamUrl, MODEL, [{ concurrency: 2, requests: requests(1, 4, [64, 256], [8, 8]) }], 1); // not captured
+    const proxy = await startMockerProcess(['capture', '--upstream', upstreamUrl, '--captures', capture]);
+    processes.push(proxy);
+    await measureLoad(`http://127.0.0.1:${proxy.port}`, MODEL, LOAD, 2);
+    await proxy.stop();
+    await upstream.stop();
+
+    const args = ['captures', 'fit', capture, '--validate', '--holdout-fraction', String(HOLDOUT)];
+    run = await runMockerToExit([...args, '--report-html', report, '--json']);
+    text = await runMockerToExit(args);
+    metrics = (JSON.parse(run.stdout) as { validation: { metrics: Record<Metric, MetricReport> } }).validation.metrics;
+  }, 90_000);
+
+  afterAll(async () => {
+    await Promise.all(processes.map((p) => p.stop()));
+    await pages.close();
+  });
+
+  it('prints median error and MAPE of TTFT, ITL and E2E and the capture noise, exit code 0', () => {
+    process.stderr.write(`${text.stdout}\n`);
+    expect(run.code).toBe(0);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toMatch(/validation: fitted on the first \d+ streamed requests of .*, validated on the last \d+/);
+    for (const label of ['TTFT', 'ITL', 'E2E'])
+      expect(text.stdout).toMatch(new RegExp(`^  ${label} +[\\d.]+ ms +[\\d.]+ ms +[-+][\\d.]+ % +[\\d.]+ % +[\\d.]+ %$`, 'm'));
+    for (const metric of METRICS) expect(metrics[metric].requests).toBe(HELD_OUT);
+  });
+
+  it('predicts the held-out medians within 5 % and per-request MAPE within 1.2 × the double’s own noise', () => {
+    const { parameters, realized } = doublesOwnNoise(capture);
+    const pct = (x: number | null) => (x === null ? '—' : `${(x * 100).toFixed(2)} %`);
+    for (const metric of METRICS) {
+      const m = metrics[metric];
+      process.stderr.write(
+        `${metric}: median error ${pct(m.medianError)}, MAPE ${pct(m.mape)}; the double's own noise: ${pct(parameters[metric])} from its parameters, ` +
+          `${pct(realized[metric])} as it was (oracle); the capture's as the CLI estimates it ${pct(m.noise)}\n`,
+      );
+    }
+    for (const metric of METRICS) {
+      expect(Math.abs(metrics[metric].medianError), `${metric} median error`).toBeLessThanOrEqual(0.05);
+      expect(metrics[metric].mape, `${metric} MAPE`).toBeLessThanOrEqual(1.2 * Math.max(parameters[metric], realized[metric]));
+    }
+  });
+
+  it('writes an HTML report that renders a chart per metric in Chromium, offline, without errors', async () => {
+    const { readFileSync } = await import('node:fs');
+    const { page, errors, offFileRequests } = await pages.open('validation', readFileSync(report, 'utf8'));
+    for (const metric of METRICS) {
+      // uPlot draws into a canvas with its legend: a chart, not a "no data" placeholder.
+      await expect(page.locator(`#chart-${metric} .plot canvas`).count()).resolves.toBe(1);
+      await expect(page.locator(`#chart-${metric} .u-legend`).textContent()).resolves.toContain('simulated');
+    }
+    await expect(page.locator('table.errors tr[data-metric]').count()).resolves.toBe(3);
+    expect(errors).toEqual([]);
+    expect(offFileRequests).toEqual([]);
+  });
+});

@@ -11,6 +11,7 @@ const TIMING = [
   'test/engine/latency-knobs.test.ts',
   'test/captures/captures-fit.test.ts',
   'test/serve/dialect-replay-timing.test.ts',
+  'test/captures/captures-fit-validate.test.ts',
 ];
 
 export default defineConfig({

@@ -3,7 +3,7 @@ import { Command, Option } from 'commander';
 import { fitCaptureFile, formatFitReport, type FitCommandOptions } from '../captures/fit.js';
 import { formatValidation, validateFit } from '../captures/validate.js';
 import { validationHtml } from '../captures/validationReport.js';
-import { DEFAULT_ENGINE_ARGS, schedulerConfig } from '../config/engineArgs.js';
+import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, schedulerConfig } from '../config/engineArgs.js';
 import { modelTiming } from '../engine/index.js';
 import { writeOutputFile } from '../util/outputFile.js';
 import { terminalJson, terminalText } from '../util/terminalText.js';
@@ -40,6 +40,10 @@ export function fitCommand(): Command {
     )
     .option('--validate-against <file>', 'with --validate: fit on all of FILE and validate against this second capture file')
     .option('--report-html <file>', 'with --validate: also write the validation as one self-contained HTML page with its charts')
+    .option(
+      '--extra-engine-args <json|path>',
+      'with --validate: the simulated engine, as serve\'s --extra-engine-args (e.g. \'{"engine_type":"llamacpp","max_num_seqs":4}\'; default: serve\'s)',
+    )
     .optionsGroup(GROUPS.output)
     .option('-o, --output <file>', 'where the NPZ goes (written whole, or not at all); required without --validate')
     .addOption(forceOption())
@@ -49,6 +53,7 @@ export function fitCommand(): Command {
       for (const [flag, given] of [
         ['--validate-against', o.validateAgainst],
         ['--report-html', o.reportHtml],
+        ['--extra-engine-args', o.extraEngineArgs],
       ] as const)
         if (given !== undefined && !o.validate) throw new Error(`${flag} needs --validate`);
       const report: Record<string, unknown> = {};
@@ -71,12 +76,14 @@ type FitFlags = Omit<FitCommandOptions, 'output'> & {
   holdoutFraction: number;
   validateAgainst?: string;
   reportHtml?: string;
+  extraEngineArgs?: string;
 };
 
 const withoutTables = <T extends { tables: unknown }>({ tables: _tables, ...rest }: T) => rest;
 
 async function validate(file: string, o: FitFlags, report: Record<string, unknown>): Promise<void> {
-  const engine = { ...DEFAULT_ENGINE_ARGS, blockSize: o.blockSize };
+  const base = { ...DEFAULT_ENGINE_ARGS, blockSize: o.blockSize };
+  const engine = o.extraEngineArgs === undefined ? base : applyExtraEngineArgs(base, o.extraEngineArgs);
   const validation = validateFit(file, {
     ...o,
     against: o.validateAgainst,

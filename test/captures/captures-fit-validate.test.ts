@@ -143,6 +143,16 @@ describe('mocker captures fit --validate: a capture of a batching engine with a 
     }
   });
 
+  it("validates in another flavour given as serve's --extra-engine-args (llama.cpp slots), and refuses bad engine args naming the key", async () => {
+    const args = ['captures', 'fit', capture, '--validate', '--holdout-fraction', String(HOLDOUT)];
+    const slots = await runMockerToExit([...args, '--extra-engine-args', '{"engine_type":"llamacpp","max_num_seqs":4,"max_num_batched_tokens":2048}']);
+    expect(slots.code, slots.stderr).toBe(0);
+    expect(slots.stdout).toMatch(/^ {2}TTFT +[\d.]+ ms/m);
+    const bad = await runMockerToExit([...args, '--extra-engine-args', '{"engine_type":"tgi"}']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain('engine_type');
+  });
+
   it('writes an HTML report that renders a chart per metric in Chromium, offline, without errors', async () => {
     const { readFileSync } = await import('node:fs');
     const { page, errors, offFileRequests } = await pages.open('validation', readFileSync(report, 'utf8'));

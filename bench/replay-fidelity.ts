@@ -16,7 +16,8 @@
  *    role event does not count). Error = replay − capture, both as this client saw them; the table gives
  *    p50 / p99 / max of |error|. The other rows split it: the two replay passes against each other; the
  *    replay client against the offsets the capture file stored (what replay and one hop add; the stored
- *    TTFT starts when the proxy forwards, so the client's round trip is in it); and the capture client
+ *    TTFT starts when the proxy forwards, so the client's round trip is in it); the capture client against the
+ *    same offsets (what the proxy's own forwarding added after it stamped an event: no replay can know it); and the capture client
  *    against the double's script (how late the double's own tokenizing and the proxy hop made the captured
  *    tokens: replay reproduces that, it is no error).
  * Every phase also reports the machine's load average and this client's event-loop delay: on a shared
@@ -244,6 +245,7 @@ async function main(): Promise<void> {
     const script: Seen[] = all.slice(WARM_UP).map((s) => ({ ttftMs: s.ttftMs, gapsMs: s.gaps }));
     const fidelity = compare(captured, replayed);
     const replayVsStored = compare(stored, replayed);
+    const captureVsStored = compare(stored, captured);
     const captureVsScript = compare(script, captured);
     const replayVsReplay = compare(replayed, replayedAgain);
     console.log('\n|error| in ms (bias: median signed error, + = later)');
@@ -254,6 +256,7 @@ async function main(): Promise<void> {
           ['replay vs capture (client)', fidelity],
           ['replay vs replay again', replayVsReplay],
           ['replay client vs stored', replayVsStored],
+          ['capture client vs stored', captureVsStored],
           ['capture client vs script', captureVsScript],
         ] as const
       ).map(([name, s]) => [name, s.ttft.p50, s.ttft.p99, s.ttft.max, s.ttft.bias, s.gap.p50, s.gap.p99, s.gap.max, s.gap.bias, s.gap.n]),
@@ -270,6 +273,7 @@ async function main(): Promise<void> {
         replayVsCapture: fidelity,
         replayVsReplay,
         replayVsStored,
+        captureVsStored,
         captureVsScript,
         target: { gapP99NoiseRatio: GAP_NOISE_RATIO, ttftP50Ms: 1, met: met.gapP99 && met.ttftP50 },
       }),

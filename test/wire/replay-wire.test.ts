@@ -12,6 +12,7 @@ import { mockerProcesses } from '../support/mockerProcess.js';
 import { oracleChat, oracleIds } from '../support/qwen3Oracle.js';
 import { startSglangUpstream, type SglangUpstream } from '../support/sglangUpstream.js';
 import { testTmpdir } from '../support/tempRoot.js';
+import { jsonEvents } from '../support/sseEvents.js';
 
 type Json = Record<string, unknown>;
 
@@ -42,13 +43,7 @@ async function raw(to: OpenAI, chat: boolean, body: Json): Promise<string> {
   return text;
 }
 
-function events(text: string): Json[] {
-  expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
-  return text
-    .split('\n\n')
-    .filter((e) => e.startsWith('data: {'))
-    .map((e) => JSON.parse(e.slice(6)) as Json);
-}
+const events = jsonEvents;
 
 const choiceOf = (value: Json) => (value.choices as Json[])[0];
 

@@ -12,6 +12,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mockerProcesses } from '../support/mockerProcess.js';
+import { jsonEvents } from '../support/sseEvents.js';
 
 type Json = Record<string, unknown>;
 
@@ -89,18 +90,20 @@ const VLLM_STREAM = {
   id: { chat: /^chatcmpl-[0-9a-f]{32}$/, completion: /^cmpl-[0-9a-f]{32}$/ },
 };
 
+const VLLM_011_CHAT = {
+  ...STAMP,
+  choices: [VLLM_CHAT_CHOICE({ ...VLLM_MESSAGE_HEAD, tool_calls: [], reasoning_content: 'string' })],
+  service_tier: null,
+  system_fingerprint: null,
+  usage: VLLM_USAGE,
+  prompt_logprobs: null,
+  prompt_token_ids: null,
+  kv_transfer_params: null,
+};
+
 const VLLM_011: Expected = {
   completion: { ...STAMP, choices: [VLLM_011_COMPLETION_CHOICE], service_tier: null, system_fingerprint: null, usage: VLLM_USAGE, kv_transfer_params: null },
-  chat: {
-    ...STAMP,
-    choices: [VLLM_CHAT_CHOICE({ ...VLLM_MESSAGE_HEAD, tool_calls: [], reasoning_content: 'string' })],
-    service_tier: null,
-    system_fingerprint: null,
-    usage: VLLM_USAGE,
-    prompt_logprobs: null,
-    prompt_token_ids: null,
-    kv_transfer_params: null,
-  },
+  chat: VLLM_011_CHAT,
   completionChunk: { ...STAMP, choices: [VLLM_COMPLETION_CHUNK_CHOICE], usage: null },
   reasoningDelta: ['reasoning_content'],
   emptyOptionsUsage: true,
@@ -109,16 +112,8 @@ const VLLM_011: Expected = {
 
 const VLLM_012: Expected = {
   ...VLLM_011,
-  chat: {
-    ...STAMP,
-    choices: [VLLM_CHAT_CHOICE({ ...VLLM_MESSAGE_HEAD, tool_calls: [], reasoning: 'string', reasoning_content: 'string' })],
-    service_tier: null,
-    system_fingerprint: null,
-    usage: VLLM_USAGE,
-    prompt_logprobs: null,
-    prompt_token_ids: null,
-    kv_transfer_params: null,
-  },
+  // The same fields in the same order, the message with both reasoning names.
+  chat: { ...VLLM_011_CHAT, choices: [VLLM_CHAT_CHOICE({ ...VLLM_MESSAGE_HEAD, tool_calls: [], reasoning: 'string', reasoning_content: 'string' })] },
   reasoningDelta: ['reasoning', 'reasoning_content'],
 };
 
@@ -211,14 +206,7 @@ async function post(url: string, path: string, body: Json): Promise<string> {
   return text;
 }
 
-/** A stream's JSON events, `[DONE]` left out. */
-function events(text: string): Json[] {
-  expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
-  return text
-    .split('\n\n')
-    .filter((e) => e.startsWith('data: {'))
-    .map((e) => JSON.parse(e.slice(6)) as Json);
-}
+const events = jsonEvents;
 
 const choiceOf = (event: Json) => (event.choices as Json[])[0];
 

@@ -42,7 +42,7 @@ export function fitCommand(): Command {
     .option('--report-html <file>', 'with --validate: also write the validation as one self-contained HTML page with its charts')
     .option(
       '--extra-engine-args <json|path>',
-      'with --validate: the simulated engine, as serve\'s --extra-engine-args (e.g. \'{"engine_type":"llamacpp","max_num_seqs":4}\'; default: serve\'s)',
+      'with --validate: the simulated engine as serve\'s --extra-engine-args, e.g. \'{"engine_type":"llamacpp","max_num_seqs":4}\' (absent: serve\'s settings)',
     )
     .optionsGroup(GROUPS.output)
     .option('-o, --output <file>', 'where the NPZ goes (written whole, or not at all); required without --validate')

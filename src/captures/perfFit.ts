@@ -598,13 +598,13 @@ function weightedLeastSquares(rows: number[][], y: number[], weights: number[]):
 
 // ---- small numeric helpers ----
 
-function median(values: number[]): number {
+export function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const middle = sorted.length >> 1;
   return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
-const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length;
+export const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length;
 
 function range(values: number[]): [number, number] {
   return values.reduce<[number, number]>(([low, high], v) => [Math.min(low, v), Math.max(high, v)], [Infinity, -Infinity]);

@@ -9,7 +9,7 @@ import { InterpolatedPerfModel } from '../engine/perf/perfModel.js';
 import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
 import { seededUniform } from '../util/mulberry32.js';
 import { captureTimeline, type FitCommandOptions } from './fit.js';
-import { fitPerfProfile, type PerfFit } from './perfFit.js';
+import { fitPerfProfile, mean, median, type PerfFit } from './perfFit.js';
 
 export interface ValidateOptions extends Pick<FitCommandOptions, 'blockSize' | 'run' | 'model'> {
   /** The last this fraction of the capture's streamed requests (by send time) is held out; ignored with `against`. */
@@ -137,13 +137,6 @@ function simulate(config: AnySchedulerConfig, requests: ReplayedRequest[], outsi
   const { records } = runOffline(createSchedulerCore(config), timed);
   return new Map(requests.map((r) => [r.label, records.get(r.label)!.tokenTimesMs.map((t) => t - r.sentMs + outsideMs)]));
 }
-
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-};
-const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length;
 
 type Pair = [value: Record<Metric, number | null>, reference: Record<Metric, number | null>];
 

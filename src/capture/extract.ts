@@ -76,17 +76,23 @@ function finish(building: Map<number, Building>): Generation[] {
   return [...building.entries()].sort(([a], [b]) => a - b).map(([choiceIndex, { hadIds: _, finishOnly: __, ...gen }]) => ({ choiceIndex, ...gen }));
 }
 
+/** What the engine says it generated (`usage.completion_tokens`), null when it does not say. */
+export function completionTokens(usage: unknown): number | null {
+  const counted = (usage as { completion_tokens?: unknown } | null | undefined)?.completion_tokens;
+  return typeof counted === 'number' ? counted : null;
+}
+
 /**
  * A chunk with only a finish reason is the token that ended generation in vLLM's streams (an EOS, whose text is
  * empty); llama.cpp sends one after its last token, generating nothing. When the engine's own count
  * (`usage.completion_tokens`) is the chunks' count without those, they carried no token: uncounted.
  */
 function uncountSurplusFinishChunks(building: Map<number, Building>, usage: unknown, eventTokens: number[]): void {
-  const generated = (usage as { completion_tokens?: unknown } | undefined)?.completion_tokens;
+  const generated = completionTokens(usage);
   const choices = [...building.values()];
   const finishOnly = choices.filter((b) => b.finishOnly !== null);
   const counted = choices.reduce((n, b) => n + b.tokenTimes.length, 0);
-  if (typeof generated !== 'number' || finishOnly.length === 0 || counted - finishOnly.length !== generated) return;
+  if (generated === null || finishOnly.length === 0 || counted - finishOnly.length !== generated) return;
   for (const b of finishOnly) {
     const { chunk, event } = b.finishOnly!;
     const before = b.chunkTokens.slice(0, chunk).reduce((n, c) => n + c, 0);

@@ -3,6 +3,7 @@
  * recorder tokenizes the text (per streamed piece where the text re-tokenizes otherwise), and what the engine says
  * it generated (`usage.completion_tokens`) tells whether that gave back as many tokens as it made.
  */
+import { completionTokens } from '../capture/extract.js';
 import type { StoredExchange } from '../store/captureStore.js';
 
 export type OutputIdsVerdict = 'engine' | 'as-generated' | 'unchecked' | 'not-the-engines';
@@ -17,8 +18,7 @@ export interface OutputIdsCheck {
 
 export function outputIdsCheck(ex: Pick<StoredExchange, 'tokenSource' | 'usage' | 'generations'>): OutputIdsCheck {
   const stored = ex.generations.reduce((n, g) => n + g.outputIds.length, 0);
-  const counted = (ex.usage as { completion_tokens?: unknown } | null | undefined)?.completion_tokens;
-  const generated = typeof counted === 'number' ? counted : null;
+  const generated = completionTokens(ex.usage);
   const verdict: OutputIdsVerdict =
     ex.tokenSource === 'engine' ? 'engine' : generated === null ? 'unchecked' : generated === stored ? 'as-generated' : 'not-the-engines';
   return { verdict, stored, generated };

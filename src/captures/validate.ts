@@ -41,7 +41,7 @@ export interface MetricSummary {
   medianError: number;
   /** Mean over requests of |simulated − captured| ÷ captured. */
   mape: number;
-  /** The MAPE a perfect model would score against this capture's own step jitter (null when it cannot be estimated). */
+  /** What two runs of the engine on the same arrivals differ by (MAPE), at the capture's own step jitter (null when it cannot be estimated). */
   noise: number | null;
 }
 
@@ -197,13 +197,15 @@ export function validateFit(file: string, options: ValidateOptions): Validation 
       const captured = requests.flatMap((r) => (r.captured[metric] === null ? [] : [r.captured[metric]!]));
       const sim = requests.flatMap((r) => (r.simulated[metric] === null ? [] : [r.simulated[metric]!]));
       const pairs = requests.map((r): Pair => [r.simulated, r.captured]);
+      // Run to run: each jittered run against the next, as two runs of one engine on the same arrivals differ.
       const noise = mean(
-        jitteredRuns.map((run) =>
-          mapeOf(
+        jitteredRuns.map((run, i) => {
+          const next = jitteredRuns[(i + 1) % jitteredRuns.length];
+          return mapeOf(
             metric,
-            held.map((r) => [latencies(run.get(r.label)!), latencies(simulated.get(r.label)!)]),
-          ),
-        ),
+            held.map((r) => [latencies(run.get(r.label)!), latencies(next.get(r.label)!)]),
+          );
+        }),
       );
       return [
         metric,
@@ -250,7 +252,7 @@ export function formatValidation(v: Validation): string {
   });
   return [
     `validation: ${v.split}`,
-    `  per request, the simulator against the capture (noise: the MAPE a perfect model scores at the capture's own step jitter, ${plainPercent(v.stepJitter)})`,
+    `  per request, the simulator against the capture (noise: what two runs of the engine differ by at the capture's own step jitter, ${plainPercent(v.stepJitter)})`,
     `  ${['metric'.padEnd(6), 'captured p50'.padStart(12), 'simulated p50'.padStart(12), 'median error'.padStart(12), 'MAPE'.padStart(8), 'noise'.padStart(8)].join('  ')}`,
     ...rows.map((row) => `  ${row}`),
     ...v.notes.map((note) => `note: ${note}`),

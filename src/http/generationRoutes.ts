@@ -18,7 +18,8 @@ import { forwardMiss, readApiJson, requestIdFor } from './requestBody.js';
 import { on } from './routes.js';
 import type { Env, Json, ServeAppConfig } from './serveConfig.js';
 import type { EngineResponses } from './streaming.js';
-import { tgiEndpoints, type RunCompletion } from './tgi.js';
+import type { RunEndpoint } from './engineRun.js';
+import { tgiEndpoints } from './tgi.js';
 
 /** What the generation routes share: the server's configuration, the request checks and the engine's answers. */
 export interface GenerationDeps {
@@ -126,27 +127,21 @@ async function generate(deps: GenerationDeps, kind: EndpointKind, c: Context<Env
   return RESPONSE_ALREADY_SENT;
 }
 
-/** The completion path for endpoints that render the engine's tokens in their own shape (TGI, multimodal). */
-function runCompletion(deps: GenerationDeps): RunCompletion {
+/** The completions (or chat) path for endpoints that render the engine's tokens in their own shape (TGI, multimodal). */
+function runThrough(deps: GenerationDeps, kind: EndpointKind): RunEndpoint {
   const { config } = deps;
-  return async (completionBody, arrivalMs, signal) => {
-    const p = await deps.prompts.prepare('completion', completionBody, undefined);
-    const resolution = await config.resolver.resolve(
-      p.params[0],
-      p.model,
-      p.prompts[0],
-      requestShape('completion', completionBody),
-      deps.prompts.outputBudget(),
-    );
+  return async (body, arrivalMs, signal) => {
+    const p = await deps.prompts.prepare(kind, body, undefined);
+    const resolution = await config.resolver.resolve(p.params[0], p.model, p.prompts[0], requestShape(kind, body), deps.prompts.outputBudget());
     config.mockerMetrics?.captureLookup(resolution.lookup);
     if (resolution.type === 'error') throw resolution.error;
     if (resolution.type === 'forward')
       throw new ApiError(501, 'This endpoint is answered from captures or random tokens only: it is not forwarded to the upstream.', 'NotImplementedError');
     const ctx: RenderContext = {
-      kind: 'completion',
-      // TGI's and the multimodal endpoints' own shapes are rendered from the events, not from this context.
+      kind,
+      // These endpoints render their own shapes from the events, not the chat or completions wire.
       wire: config.wire,
-      id: `cmpl-${randomUUID().replaceAll('-', '')}`,
+      id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`,
       created: Math.floor(Date.now() / 1000),
       model: p.model,
       returnTokenIds: false,
@@ -156,6 +151,7 @@ function runCompletion(deps: GenerationDeps): RunCompletion {
       model: p.model,
       promptIds: p.prompts[0],
       plan: resolution.plans[0],
+      ctx,
       events: deps.responses.run(ctx, p, null, resolution.plans, arrivalMs, signal),
     };
   };
@@ -166,7 +162,7 @@ export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   const app = new Hono<Env>();
   on(app, '/v1/completions', (c) => generate(deps, 'completion', c));
   on(app, '/v1/chat/completions', (c) => generate(deps, 'chat', c));
-  const tgi = tgiEndpoints(runCompletion(deps), deps.config.tokenizer);
+  const tgi = tgiEndpoints(runThrough(deps, 'completion'), deps.config.tokenizer);
   const tgiRoute = (serve: (res: ServerResponse, body: Json, arrivalMs: number) => Promise<void>) => async (c: Context<Env>) => {
     const arrivalMs = arrivalOf(c.env.incoming) ?? performance.now();
     await serve(c.env.outgoing, (await readApiJson(c)).body, arrivalMs);

@@ -1,10 +1,10 @@
 import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
-import type { EngineStream } from '../engine/index.js';
 import type { ChoicePlan } from '../generation/plan.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { parseBody } from '../api/schemas.js';
 import { abortOnClose } from '../wire/http.js';
+import type { EngineRun, RunEndpoint } from './engineRun.js';
 
 /**
  * Hugging Face TGI's `/generate` and `/generate_stream`, and AIPerf's mock server's `/v1/custom-multimodal`, answered by
@@ -14,16 +14,6 @@ import { abortOnClose } from '../wire/http.js';
  */
 
 type Json = Record<string, unknown>;
-
-/** One completion request through the resolver and the engine (serveApp's completion path). */
-export interface CompletionRun {
-  model: string;
-  promptIds: number[];
-  plan: ChoicePlan;
-  events: EngineStream;
-}
-
-export type RunCompletion = (completionBody: Json, arrivalMs: number, signal: AbortSignal) => Promise<CompletionRun>;
 
 /** TGI's default `max_new_tokens` (its GenerateParameters default). */
 const TGI_DEFAULT_MAX_NEW_TOKENS = 100;
@@ -68,11 +58,11 @@ interface TgiToken {
   special: boolean;
 }
 
-export function tgiEndpoints(runCompletion: RunCompletion, tokenizer: ModelTokenizer) {
+export function tgiEndpoints(runCompletion: RunEndpoint, tokenizer: ModelTokenizer) {
   const eos = new Set(tokenizer.eosTokenIds);
 
   /** Runs one request to the end, calling `onToken` for each token as the engine emits it. */
-  async function drive(run: CompletionRun, signal: AbortSignal, onToken?: (token: TgiToken, index: number) => Promise<void>): Promise<TgiToken[]> {
+  async function drive(run: EngineRun, signal: AbortSignal, onToken?: (token: TgiToken, index: number) => Promise<void>): Promise<TgiToken[]> {
     const decoder = tokenizer.decodeStream(false);
     const tokens: TgiToken[] = [];
     for await (const batch of run.events) {

@@ -291,7 +291,13 @@ function runStats(store: CaptureStore, runId?: number): RunStats[] {
     }
     const report = collector.report(lastMs);
     // A capture knows nothing of the engine's prefix cache.
-    delete report.prefix_cache_reused_ratio;
+    for (const key of [
+      'prefix_cache_reused_ratio',
+      'first_admission_prefix_cache_reused_ratio',
+      'total_reused_input_tokens',
+      'total_first_admission_reused_input_tokens',
+    ])
+      delete report[key];
     // No sample is no figure, not a zero.
     const absent = [...(timedFirstTokens === 0 ? FIRST_TOKEN_STATS : []), ...(timedGaps === 0 ? TOKEN_GAP_STATS : [])];
     for (const key of Object.keys(report)) if (absent.some((suffix) => key.endsWith(`_${suffix}`))) delete report[key];

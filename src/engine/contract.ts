@@ -92,9 +92,15 @@ export interface EngineStats {
   totalBlocks: number;
   blockSize: number;
   preemptions: number;
-  /** Prompt tokens looked up in the prefix cache, and found (vLLM's prefix_cache_queries / hits). */
+  /**
+   * Tokens looked up in the prefix cache, and found (vLLM's prefix_cache_queries / hits): in the vLLM flavour,
+   * first admissions only, as vLLM counts them.
+   */
   prefixCacheQueries: number;
   prefixCacheHits: number;
+  /** The vLLM flavour's lookups by requests preempted before (vLLM's preempted_queries / preempted_hits). */
+  preemptedPrefixCacheQueries?: number;
+  preemptedPrefixCacheHits?: number;
   passes: number;
   /** Requests holding blocks while their prompt's KV is pulled from a prefill engine. */
   waitingForRemoteKvs: number;

@@ -111,7 +111,15 @@ export class EngineCore implements SchedulerCore {
   private readonly random: () => number;
   private readonly watermarkBlocks: number;
   private readonly noEvict: boolean;
-  private stats = { preemptions: 0, prefixCacheQueries: 0, prefixCacheHits: 0, passes: 0, prefillMs: 0 };
+  private stats = {
+    preemptions: 0,
+    prefixCacheQueries: 0,
+    prefixCacheHits: 0,
+    preemptedPrefixCacheQueries: 0,
+    preemptedPrefixCacheHits: 0,
+    passes: 0,
+    prefillMs: 0,
+  };
   private readonly kvEventLog?: VllmKvEventLog;
   private kvTrace: KvTraceEntry[] = [];
   private cacheEvents: CacheEvent[] = [];
@@ -436,7 +444,7 @@ export class EngineCore implements SchedulerCore {
     this.waiting.remove(state);
     this.transferring.push(state);
     pass.admitted.push({ id: state.request.id, cachedTokens: cached });
-    this.recordLookup(seq, cached);
+    this.recordLookup(state, cached);
     return true;
   }
 
@@ -452,11 +460,20 @@ export class EngineCore implements SchedulerCore {
     return Math.min(this.kv.prefixHits(seq.blocks), Math.floor((seq.length - 1) / blockSize)) * blockSize;
   }
 
-  /** vLLM's prefix-cache stats: a lookup queries all the request's tokens; without prefix caching none is made. */
-  private recordLookup(seq: ActiveSequence, cached: number): void {
+  /**
+   * vLLM's prefix-cache stats (PrefixCacheStats.record in vllm/v1/metrics/stats.py): a lookup queries all the
+   * request's tokens, counted apart when the request was preempted before (it finds its own earlier KV, not a
+   * shared prefix); without prefix caching none is made.
+   */
+  private recordLookup(state: RequestState, cached: number): void {
     if (!this.config.enablePrefixCaching) return;
-    this.stats.prefixCacheQueries += seq.length;
-    this.stats.prefixCacheHits += cached;
+    if (state.numPreemptions > 0) {
+      this.stats.preemptedPrefixCacheQueries += state.seq.length;
+      this.stats.preemptedPrefixCacheHits += cached;
+    } else {
+      this.stats.prefixCacheQueries += state.seq.length;
+      this.stats.prefixCacheHits += cached;
+    }
   }
 
   /** §5.2: tokens × bytes per token ÷ bandwidth. */
@@ -550,7 +567,7 @@ export class EngineCore implements SchedulerCore {
       this.running.push(state);
       state.status = 'running';
       pass.admitted.push({ id: state.request.id, cachedTokens: cached });
-      this.recordLookup(seq, cached);
+      this.recordLookup(state, cached);
     }
     return used;
   }

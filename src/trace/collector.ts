@@ -125,7 +125,10 @@ interface RequestRecord {
   turnIndex: number | null;
   arrivalMs: number;
   admittedMs: number | null;
+  /** The most prompt tokens the cache supplied at any admission (a preempted request re-finds its own KV). */
   reusedTokens: number;
+  /** What the cache supplied at its first admission: prefix reuse proper. */
+  firstAdmissionReusedTokens: number;
   inputLength: number;
   outputLength: number;
   worker: number | null;
@@ -154,6 +157,7 @@ export interface PerRequestRecord {
   requested_output_length: number;
   output_length: number;
   reused_input_tokens: number;
+  first_admission_reused_input_tokens: number;
 }
 
 /** The JSON report: Dynamo's keys (`python -m dynamo.replay --report-json`). */
@@ -171,13 +175,21 @@ export interface WorkerSeries {
 }
 
 /** What the HTML report draws. Latency arrays are sorted (CDFs); time series are bucketed. */
+/** A worker's completed requests (by the worker that computed their prompts): input tokens and what the cache supplied. */
+export interface WorkerReuse {
+  inputTokens: number;
+  /** The most at any admission, summed. */
+  reusedTokens: number;
+  firstAdmissionReusedTokens: number;
+}
+
 export interface ReplayCharts {
   ttftMs: number[];
   itlMs: number[];
   e2eMs: number[];
   /** Bucket starts (ms on the run's clock), output tokens per second and requests in flight per bucket. */
   timeline: { timesMs: number[]; outputTokensPerS: number[]; inFlight: number[] };
-  workers: WorkerSeries[];
+  workers: (WorkerSeries & { reuse: WorkerReuse })[];
 }
 
 /** At most this many points per drawn series: the page stays small whatever the run's size. */
@@ -218,6 +230,7 @@ export class ReplayCollector {
       arrivalMs,
       admittedMs: null,
       reusedTokens: 0,
+      firstAdmissionReusedTokens: 0,
       inputLength,
       outputLength,
       worker: null,
@@ -238,10 +251,16 @@ export class ReplayCollector {
     else record.decodeWorker = worker;
   }
 
-  /** An admission to a worker's running set; the first one counts, with the most prefix reuse seen (§8.8). */
+  /**
+   * An admission to a worker's running set: the first one's time and reuse (Dynamo's first-admission figure),
+   * and the most prefix reuse seen over all of them (§8.8).
+   */
   onAdmit(uuid: string, nowMs: number, reusedTokens: number): void {
     const record = this.record(uuid);
-    if (record.admittedMs === null) record.admittedMs = nowMs;
+    if (record.admittedMs === null) {
+      record.admittedMs = nowMs;
+      record.firstAdmissionReusedTokens = reusedTokens;
+    }
     record.reusedTokens = Math.max(record.reusedTokens, reusedTokens);
   }
 
@@ -305,6 +324,7 @@ export class ReplayCollector {
       requested_output_length: r.outputLength,
       output_length: r.tokens,
       reused_input_tokens: r.reusedTokens,
+      first_admission_reused_input_tokens: r.firstAdmissionReusedTokens,
     }));
   }
 
@@ -318,6 +338,7 @@ export class ReplayCollector {
     let input = 0;
     let output = 0;
     let reused = 0;
+    let firstReused = 0;
     let durationMs = 0;
     const ttft: number[] = [];
     const ttst: number[] = [];
@@ -327,6 +348,7 @@ export class ReplayCollector {
       input += r.inputLength;
       output += r.outputLength;
       reused += r.reusedTokens;
+      firstReused += r.firstAdmissionReusedTokens;
       durationMs = Math.max(durationMs, r.lastMs);
       e2e.push(Math.max(0, r.lastMs - r.arrivalMs));
       if (!r.streamed) continue;
@@ -359,7 +381,10 @@ export class ReplayCollector {
       input_throughput_tok_s: input / durationS,
       output_throughput_tok_s: output / durationS,
       total_throughput_tok_s: (input + output) / durationS,
+      total_reused_input_tokens: reused,
+      total_first_admission_reused_input_tokens: firstReused,
       prefix_cache_reused_ratio: input > 0 ? reused / input : 0,
+      first_admission_prefix_cache_reused_ratio: input > 0 ? firstReused / input : 0,
     };
     const put = (name: string, d: Distribution, unit = '_ms') => {
       for (const [stat, value] of Object.entries(d)) report[`${stat}_${name}${unit}`] = value;
@@ -407,11 +432,18 @@ export class ReplayCollector {
         outputTokensPerS: tokens.map((n) => (n * 1000) / bucketMs),
         inFlight: inFlightMs.map((ms) => ms / bucketMs),
       },
-      workers: this.workerSeries.map((series) => {
+      workers: this.workerSeries.map((series, worker) => {
         // Every step-th sample keeps the page small whatever the run's length.
         const step = Math.max(1, Math.ceil(series.timesMs.length / MAX_POINTS));
         const every = <T>(values: T[]) => values.filter((_, i) => i % step === 0);
-        return { ...series, timesMs: every(series.timesMs), kvUsage: every(series.kvUsage), prefixHitRate: every(series.prefixHitRate) };
+        const reuse = { inputTokens: 0, reusedTokens: 0, firstAdmissionReusedTokens: 0 };
+        for (const r of done) {
+          if (r.worker !== worker) continue;
+          reuse.inputTokens += r.inputLength;
+          reuse.reusedTokens += r.reusedTokens;
+          reuse.firstAdmissionReusedTokens += r.firstAdmissionReusedTokens;
+        }
+        return { ...series, timesMs: every(series.timesMs), kvUsage: every(series.kvUsage), prefixHitRate: every(series.prefixHitRate), reuse };
       }),
     };
   }

@@ -25,7 +25,8 @@ const SUMMARY: ReadonlyArray<[key: string, label: string, unit: Unit]> = [
   ['request_throughput_rps', 'Request throughput', 'rps'],
   ['output_throughput_tok_s', 'Output token throughput', 'tok/s'],
   ['total_throughput_tok_s', 'Total token throughput', 'tok/s'],
-  ['prefix_cache_reused_ratio', 'Prefix cache reused ratio', 'ratio'],
+  ['prefix_cache_reused_ratio', 'Prefix cache reused ratio (most at any admission)', 'ratio'],
+  ['first_admission_prefix_cache_reused_ratio', 'Prefix cache reused ratio at first admission', 'ratio'],
 ];
 
 const LATENCIES: ReadonlyArray<[name: string, label: string]> = [
@@ -79,6 +80,18 @@ function latencyTable(report: ReplayReport): string {
     return `<tr><th scope="row">${escapeHtml(label)}</th>${cells.join('')}</tr>`;
   });
   return `<table class="latency">${head}${rows.join('')}</table>`;
+}
+
+/** Per worker: what its completed requests' prompts found in its cache, at first admission and at most. */
+function reuseTable(workers: ReplayCharts['workers']): string {
+  const ratio = (tokens: number, input: number) => (input > 0 ? format(tokens / input, 'ratio') : '—');
+  const head = `<tr>${['worker', 'input tokens', 'reused at first admission', 'reused at most'].map((h) => `<th scope="col">${h}</th>`).join('')}</tr>`;
+  const rows = workers.map(
+    ({ name, reuse }) =>
+      `<tr><th scope="row">${escapeHtml(name)}</th><td>${reuse.inputTokens}</td>` +
+      `<td>${ratio(reuse.firstAdmissionReusedTokens, reuse.inputTokens)}</td><td>${ratio(reuse.reusedTokens, reuse.inputTokens)}</td></tr>`,
+  );
+  return `<table class="reuse">${head}${rows.join('')}</table>`;
 }
 
 function settingsTable(settings: HtmlReportInput['settings']): string {
@@ -161,6 +174,7 @@ export function renderHtmlReport(input: HtmlReportInput): string {
 <div class="tables">
 <section><h2>Summary</h2>${summaryTable(input.report)}</section>
 <section><h2>Latency</h2>${latencyTable(input.report)}</section>
+<section><h2>Prefix reuse per worker</h2>${reuseTable(input.charts.workers)}</section>
 <section><h2>Settings</h2>${settingsTable(input.settings)}</section>
 </div>
 <h2>Charts</h2>

@@ -10,7 +10,14 @@ import type { ReplayReport } from './collector.js';
 export const TABLE_TITLE = 'NVIDIA AIPerf | LLM Metrics';
 const STAT_COLUMNS = ['avg', 'min', 'max', 'p99', 'p90', 'p75', 'std'] as const;
 /** Report keys that are counts (Python ints); every other number is a float. */
-const INTEGER_KEYS = new Set(['num_requests', 'completed_requests', 'total_input_tokens', 'total_output_tokens']);
+const INTEGER_KEYS = new Set([
+  'num_requests',
+  'completed_requests',
+  'total_input_tokens',
+  'total_output_tokens',
+  'total_reused_input_tokens',
+  'total_first_admission_reused_input_tokens',
+]);
 
 /** Python's `f"{v:,.2f}"`; missing → N/A. */
 export function formatValue(value: number | undefined): string {
@@ -44,6 +51,8 @@ export function formatReportTable(report: ReplayReport): string {
   const lines = [TABLE_TITLE, separator('┏', '┳', '┓'), line(headers), separator('┡', '╇', '┩'), ...rows.map(line), separator('└', '┴', '┘')];
   if (report.wall_time_ms !== undefined) lines.push(`Wall Time (ms): ${formatValue(report.wall_time_ms)}`);
   if (report.prefix_cache_reused_ratio !== undefined) lines.push(`Prefix Cache Reused Ratio: ${formatValue(report.prefix_cache_reused_ratio)}`);
+  if (report.first_admission_prefix_cache_reused_ratio !== undefined)
+    lines.push(`First Admission Prefix Cache Reused Ratio: ${formatValue(report.first_admission_prefix_cache_reused_ratio)}`);
   return lines.join('\n');
 }
 

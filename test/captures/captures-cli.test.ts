@@ -474,7 +474,13 @@ describe('mocker captures stats', () => {
     expect([r.mean_e2e_latency_ms, r.duration_ms]).toEqual([95, 1060]);
     expect(r.request_throughput_rps).toBeCloseTo(2 / 1.06, 12);
     expect(r.output_throughput_tok_s).toBeCloseTo(5 / 1.06, 12);
-    expect(r.prefix_cache_reused_ratio).toBeUndefined();
+    for (const key of [
+      'prefix_cache_reused_ratio',
+      'first_admission_prefix_cache_reused_ratio',
+      'total_reused_input_tokens',
+      'total_first_admission_reused_input_tokens',
+    ])
+      expect(r[key], key).toBeUndefined();
   });
 
   it("on the double's capture: one request per generation exchange, TTFT at least the scripted delay; AIPerf's table", () => {

@@ -28,7 +28,10 @@ const REPORT_KEYS = [
   'input_throughput_tok_s',
   'output_throughput_tok_s',
   'total_throughput_tok_s',
+  'total_reused_input_tokens',
+  'total_first_admission_reused_input_tokens',
   'prefix_cache_reused_ratio',
+  'first_admission_prefix_cache_reused_ratio',
   ...DISTRIBUTIONS.flatMap((d) => STATS.map((s) => `${s}_${d}_ms`)),
   ...STATS.map((s) => `${s}_output_token_throughput_per_user`),
 ].sort();

@@ -20,6 +20,7 @@ import type { Env, Json, ServeAppConfig } from './serveConfig.js';
 import type { EngineResponses } from './streaming.js';
 import type { RunEndpoint } from './engineRun.js';
 import { tgiEndpoints } from './tgi.js';
+import { anthropicEndpoints } from './anthropic.js';
 
 /** What the generation routes share: the server's configuration, the request checks and the engine's answers. */
 export interface GenerationDeps {
@@ -157,7 +158,7 @@ function runThrough(deps: GenerationDeps, kind: EndpointKind): RunEndpoint {
   };
 }
 
-/** The generation routes: vLLM's completions and chat completions, TGI's and AIPerf's multimodal beside them. */
+/** The generation routes: vLLM's completions and chat completions, Anthropic's Messages, TGI's and AIPerf's multimodal beside them. */
 export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   const app = new Hono<Env>();
   on(app, '/v1/completions', (c) => generate(deps, 'completion', c));
@@ -171,5 +172,8 @@ export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   on(app, '/generate', tgiRoute(tgi.generate));
   on(app, '/generate_stream', tgiRoute(tgi.generateStream));
   on(app, '/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
+  const anthropic = anthropicEndpoints(runThrough(deps, 'chat'), deps.config, deps.prompts);
+  on(app, '/v1/messages', tgiRoute(anthropic.messages));
+  on(app, '/v1/messages/count_tokens', tgiRoute(anthropic.countTokens));
   return app;
 }

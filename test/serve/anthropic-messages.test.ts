@@ -195,6 +195,94 @@ describe('tools and thinking', () => {
   });
 });
 
+const SEARCH: Anthropic.Tool = {
+  name: 'search',
+  input_schema: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] },
+};
+
+describe('the chat vLLM makes of a conversation', () => {
+  it('count_tokens and usage count it: system blocks joined (billing header dropped), thinking, tool_use as json.dumps arguments, tool_result texts before the user text', async () => {
+    const { url } = await mockers.start(RANDOM);
+    const anthropic = client(url);
+    const conversation = {
+      model: MODEL,
+      system: [
+        { type: 'text' as const, text: 'x-anthropic-billing-header: cc_version=1.0; cch=abc;' },
+        { type: 'text' as const, text: 'You answer ' },
+        { type: 'text' as const, text: 'briefly.' },
+      ],
+      tools: [WEATHER, SEARCH],
+      tool_choice: { type: 'any' as const },
+      messages: [
+        { role: 'user' as const, content: [{ type: 'text' as const, text: 'Weather in Zürich?' }] },
+        {
+          role: 'assistant' as const,
+          content: [
+            { type: 'thinking' as const, thinking: 'The tool knows.', signature: 'c2ln' },
+            { type: 'text' as const, text: 'Let me check.' },
+            { type: 'tool_use' as const, id: 'toolu_01', name: 'get_weather', input: { city: 'Zürich' } },
+          ],
+        },
+        {
+          role: 'user' as const,
+          content: [
+            {
+              type: 'tool_result' as const,
+              tool_use_id: 'toolu_01',
+              content: [
+                { type: 'text' as const, text: 'Sunny' },
+                { type: 'text' as const, text: '21 °C' },
+              ],
+            },
+            { type: 'text' as const, text: 'And tomorrow?' },
+          ],
+        },
+      ],
+    };
+    // vLLM's conversion, written out from its source.
+    const chat = {
+      messages: [
+        { role: 'system', content: 'You answer briefly.' },
+        { role: 'user', content: 'Weather in Zürich?' },
+        {
+          role: 'assistant',
+          reasoning: 'The tool knows.',
+          // json.dumps' '{"city": "Z\\u00fcrich"}', which vLLM's chat parser json.loads back for the template.
+          tool_calls: [{ id: 'toolu_01', type: 'function', function: { name: 'get_weather', arguments: { city: 'Zürich' } } }],
+          content: 'Let me check.',
+        },
+        { role: 'tool', tool_call_id: 'toolu_01', content: 'Sunny\n21 °C' },
+        { role: 'user', content: 'And tomorrow?' },
+      ],
+      tools: [WEATHER, SEARCH].map((t) => ({
+        type: 'function',
+        function: { name: t.name, ...(t.description ? { description: t.description } : {}), parameters: t.input_schema },
+      })),
+    };
+    const expected = (await promptIds(chat, true)).length;
+    expect((await anthropic.messages.countTokens(conversation)).input_tokens).toBe(expected);
+    const message = await anthropic.messages.create({ ...conversation, max_tokens: 40 });
+    expect(message.usage.input_tokens).toBe(expected);
+    // tool_choice any is chat's "required": a call, whatever the tool-call rate.
+    expect(message.content.some((b) => b.type === 'tool_use')).toBe(true);
+  });
+
+  it('tool_choice: tool calls the named tool, none calls none; a tool choice without a name is refused', async () => {
+    const { url } = await mockers.start([...RANDOM, '--tool-call-rate', '0']);
+    const anthropic = client(url);
+    const request = { model: MODEL, max_tokens: 60, tools: [WEATHER, SEARCH], messages: [{ role: 'user' as const, content: 'Find it.' }] };
+    const named = await anthropic.messages.create({ ...request, tool_choice: { type: 'tool', name: 'search' } });
+    const calls = named.content.filter((b): b is Anthropic.ToolUseBlock => b.type === 'tool_use');
+    expect(calls.map((c) => c.name)).toEqual(['search']);
+    expect(typeof (calls[0].input as { query: unknown }).query).toBe('string');
+    const none = await anthropic.messages.create({ ...request, tool_choice: { type: 'none' } });
+    expect(none.content.map((b) => b.type)).toEqual(['text']);
+    const raw = await post(url, '/v1/messages', { ...request, tool_choice: { type: 'tool' } });
+    expect(raw.status).toBe(400);
+    expect(raw.text).toContain("tool_choice.name is required when type is 'tool'");
+  });
+});
+
 describe('the bytes', () => {
   it('a stream is event/data pairs: message_start, block start/deltas/stop, message_delta, message_stop; no ping, no [DONE]', async () => {
     const { url } = await mockers.start(RANDOM);

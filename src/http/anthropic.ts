@@ -72,7 +72,10 @@ export function anthropicEndpoints(runChat: RunEndpoint, config: ServeAppConfig,
   /** `POST /v1/messages`. */
   async function messages(res: ServerResponse, body: Json, arrivalMs: number): Promise<void> {
     const req = parseBody(anthropicMessagesRequest, body);
-    await translatingErrors(res, () => answer(res, messagesChatBody(req), req.stream === true, arrivalMs));
+    // The chat completion's id is vLLM's Messages id: its X-Request-Id when the request has one.
+    const requestId = res.req.headers['x-request-id'];
+    const chat = { ...messagesChatBody(req), ...(typeof requestId === 'string' && requestId ? { request_id: requestId } : {}) };
+    await translatingErrors(res, () => answer(res, chat, req.stream === true, arrivalMs));
   }
 
   /** `POST /v1/messages/count_tokens`: the tokens of the prompt `/v1/messages` would run. */

@@ -142,7 +142,8 @@ function runThrough(deps: GenerationDeps, kind: EndpointKind): RunEndpoint {
       kind,
       // These endpoints render their own shapes from the events, not the chat or completions wire.
       wire: config.wire,
-      id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`,
+      // The body's request_id names it, as vLLM's _base_request_id (the Messages route puts the X-Request-Id header there).
+      id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${typeof body.request_id === 'string' && body.request_id ? body.request_id : randomUUID().replaceAll('-', '')}`,
       created: Math.floor(Date.now() / 1000),
       model: p.model,
       returnTokenIds: false,

@@ -323,6 +323,32 @@ describe('the bytes', () => {
   });
 });
 
+describe('ids and cache usage', () => {
+  it("the id is the chat completion's: chatcmpl- and the request's X-Request-Id", async () => {
+    const { url } = await mockers.start(RANDOM);
+    const res = await fetch(`${url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'agent-turn-7' },
+      body: JSON.stringify({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: QUESTION }] }),
+    });
+    expect(((await res.json()) as { id: string }).id).toBe('chatcmpl-agent-turn-7');
+  });
+
+  it('--enable-prompt-tokens-details: a repeated prompt reads the prefix cache: cache_read_input_tokens, input_tokens the rest', async () => {
+    const { url } = await mockers.start([...RANDOM, '--enable-prompt-tokens-details']);
+    const anthropic = client(url);
+    // Long enough to fill whole KV blocks, which the prefix cache holds.
+    const request = { model: MODEL, max_tokens: 4, messages: [{ role: 'user' as const, content: QUESTION.repeat(40) }] };
+    const prompt = (await anthropic.messages.countTokens(request)).input_tokens;
+    const first = await anthropic.messages.create(request);
+    expect(first.usage).toMatchObject({ input_tokens: prompt, cache_read_input_tokens: 0 });
+    const again = await anthropic.messages.stream(request).finalMessage();
+    const cached = again.usage.cache_read_input_tokens!;
+    expect(cached).toBeGreaterThan(0);
+    expect(again.usage.input_tokens).toBe(prompt - cached);
+  });
+});
+
 describe('errors', () => {
   it("a body vLLM's pydantic refuses (no max_tokens, max_tokens 0, an unknown block type) is its OpenAI-shaped 400", async () => {
     const { url } = await mockers.start(RANDOM);

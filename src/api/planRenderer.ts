@@ -54,19 +54,33 @@ export class PlanRenderer {
   async advance(s: number, emitted: number): Promise<string> {
     const plan = this.plans[s];
     let out = '';
-    while (this.nextChunk[s] < plan.chunks.length && plan.chunks[this.nextChunk[s]].end <= emitted) {
-      const k = this.nextChunk[s];
-      const start = k === 0 ? 0 : plan.chunks[k - 1].end;
-      const end = plan.chunks[k].end;
-      const delta = await this.deltaOf(s, start, end);
+    for (const { delta, k, start, end } of await this.completed(s, emitted)) {
       this.deltas?.[s].push(delta);
       if (this.stream) {
         const finish = k === plan.chunks.length - 1 ? { reason: plan.finishReason, stopReason: plan.stopReason } : null;
         out += chunkEvent(this.contexts[this.promptOf[s]], s, delta, plan.tokenIds.slice(start, end), finish, k === 0);
       }
-      this.nextChunk[s]++;
     }
     return out;
+  }
+
+  /** The chat deltas of the chunks choice `s` completes with `emitted` tokens out, for APIs that render chat deltas their own way. */
+  async chatDeltas(s: number, emitted: number): Promise<ChunkDelta[]> {
+    return (await this.completed(s, emitted)).map((c) => c.delta);
+  }
+
+  /** The chunks choice `s` completes with `emitted` tokens out (chunk k spans tokens start to end), each once. */
+  private async completed(s: number, emitted: number): Promise<{ delta: ChunkDelta; k: number; start: number; end: number }[]> {
+    const plan = this.plans[s];
+    const done: { delta: ChunkDelta; k: number; start: number; end: number }[] = [];
+    while (this.nextChunk[s] < plan.chunks.length && plan.chunks[this.nextChunk[s]].end <= emitted) {
+      const k = this.nextChunk[s];
+      const start = k === 0 ? 0 : plan.chunks[k - 1].end;
+      const end = plan.chunks[k].end;
+      done.push({ delta: await this.deltaOf(s, start, end), k, start, end });
+      this.nextChunk[s]++;
+    }
+    return done;
   }
 
   private async deltaOf(s: number, start: number, end: number): Promise<ChunkDelta> {

@@ -20,6 +20,7 @@ import type { Env, Json, ServeAppConfig } from './serveConfig.js';
 import type { EngineResponses } from './streaming.js';
 import type { RunEndpoint } from './engineRun.js';
 import { tgiEndpoints } from './tgi.js';
+import { anthropicEndpoints } from './anthropic.js';
 
 /** What the generation routes share: the server's configuration, the request checks and the engine's answers. */
 export interface GenerationDeps {
@@ -141,7 +142,8 @@ function runThrough(deps: GenerationDeps, kind: EndpointKind): RunEndpoint {
       kind,
       // These endpoints render their own shapes from the events, not the chat or completions wire.
       wire: config.wire,
-      id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`,
+      // The body's request_id names it, as vLLM's _base_request_id (the Messages route puts the X-Request-Id header there).
+      id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${typeof body.request_id === 'string' && body.request_id ? body.request_id : randomUUID().replaceAll('-', '')}`,
       created: Math.floor(Date.now() / 1000),
       model: p.model,
       returnTokenIds: false,
@@ -157,7 +159,7 @@ function runThrough(deps: GenerationDeps, kind: EndpointKind): RunEndpoint {
   };
 }
 
-/** The generation routes: vLLM's completions and chat completions, TGI's and AIPerf's multimodal beside them. */
+/** The generation routes: vLLM's completions and chat completions, Anthropic's Messages, TGI's and AIPerf's multimodal beside them. */
 export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   const app = new Hono<Env>();
   on(app, '/v1/completions', (c) => generate(deps, 'completion', c));
@@ -171,5 +173,8 @@ export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   on(app, '/generate', tgiRoute(tgi.generate));
   on(app, '/generate_stream', tgiRoute(tgi.generateStream));
   on(app, '/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
+  const anthropic = anthropicEndpoints(runThrough(deps, 'chat'), deps.config, deps.prompts);
+  on(app, '/v1/messages', tgiRoute(anthropic.messages));
+  on(app, '/v1/messages/count_tokens', tgiRoute(anthropic.countTokens));
   return app;
 }

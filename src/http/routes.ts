@@ -25,6 +25,8 @@ export const SERVE_ROUTES: Record<string, { methods: string[]; class: RouteClass
   '/v1/ranking': { methods: ['POST'], class: 'key' },
   '/v1/rerank': { methods: ['POST'], class: 'key' },
   '/v1/custom-multimodal': { methods: ['POST'], class: 'key' },
+  '/v1/messages': { methods: ['POST'], class: 'key' },
+  '/v1/messages/count_tokens': { methods: ['POST'], class: 'key' },
   '/rerank': { methods: ['POST'], class: 'key' },
   '/v2/rerank': { methods: ['POST'], class: 'key' },
   '/generate': { methods: ['POST'], class: 'key' },

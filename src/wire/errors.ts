@@ -37,10 +37,16 @@ export function errorJson(status: number, message: string, type = defaultType(st
 export const badRequest = (message: string, param: string | null = null) => new ApiError(400, message, 'BadRequestError', param);
 export const modelNotFound = (model: string) => new ApiError(404, `The model \`${model}\` does not exist.`, 'NotFoundError', 'model');
 
-/** `json.dumps` with its default separators (", " and ": "), for the error events vLLM writes mid-stream. */
-export function pythonJsonDumps(value: unknown): string {
-  if (value === null || typeof value !== 'object') return JSON.stringify(value);
-  if (Array.isArray(value)) return `[${value.map(pythonJsonDumps).join(', ')}]`;
-  const entries = Object.entries(value as Record<string, unknown>).map(([k, v]) => `${JSON.stringify(k)}: ${pythonJsonDumps(v)}`);
+/**
+ * `json.dumps` with its default separators (", " and ": "), for the error events vLLM writes mid-stream; `ensureAscii`:
+ * also its default escaping of non-ASCII characters as \uXXXX (the tool call arguments vLLM templates for a Messages tool_use).
+ */
+export function pythonJsonDumps(value: unknown, ensureAscii = false): string {
+  if (value === null || typeof value !== 'object') {
+    const json = JSON.stringify(value) ?? 'null';
+    return ensureAscii ? json.replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`) : json;
+  }
+  if (Array.isArray(value)) return `[${value.map((v) => pythonJsonDumps(v, ensureAscii)).join(', ')}]`;
+  const entries = Object.entries(value as Record<string, unknown>).map(([k, v]) => `${pythonJsonDumps(k, ensureAscii)}: ${pythonJsonDumps(v, ensureAscii)}`);
   return `{${entries.join(', ')}}`;
 }

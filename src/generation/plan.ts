@@ -137,13 +137,19 @@ export async function cutAtStopString(plan: ChoicePlan, params: OutputParams, to
   }
   if (!hit) return plan;
   const c = hit.chunk;
-  const before = c === 0 ? 0 : ends[c - 1];
   const cut = hit.at + (params.includeStopStrInOutput ? hit.stop.length : 0);
+  // vLLM's detokenizer streams all but the last (longest stop − 1) characters until the request finishes
+  // (get_next_output_text's stop buffer), so the start of a stop string that spans chunks is never sent: each
+  // chunk sends its text up to that buffer, the last one up to the cut.
+  const buffer = params.includeStopStrInOutput ? 0 : longest - 1;
+  let sent = 0;
   // Chunks that carry other fields only (a thinking span's reasoning) keep their delta as it is.
-  const chunks = plan.chunks
-    .slice(0, c + 1)
-    .map((chunk, k) => (chunk.delta && !(field in chunk.delta) ? chunk : { ...chunk, delta: { ...(chunk.delta ?? {}), [field]: texts[k] } }));
-  const last = chunks[c];
-  last.delta = { ...last.delta, [field]: text.slice(before, Math.max(before, cut)) };
-  return endPlan(plan, last.end, chunks, 'stop', hit.stop);
+  const chunks = plan.chunks.slice(0, c + 1).map((chunk, k) => {
+    if (chunk.delta && !(field in chunk.delta)) return chunk;
+    const upTo = k === c ? cut : Math.min(cut, ends[k] - buffer);
+    const delta = text.slice(sent, Math.max(sent, upTo));
+    sent = Math.max(sent, upTo);
+    return { ...chunk, delta: { ...(chunk.delta ?? {}), [field]: delta } };
+  });
+  return endPlan(plan, chunks[c].end, chunks, 'stop', hit.stop);
 }

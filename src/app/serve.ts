@@ -492,6 +492,7 @@ function appConfig(
         : undefined,
     maxBodyBytes: opts.maxBodyBytes,
     promptTokensDetails: opts.enablePromptTokensDetails,
+    responsesStore: opts.enableResponsesApiStore,
     wire: opts.wire,
     metrics,
     backendMetrics: backendRoutes,

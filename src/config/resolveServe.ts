@@ -29,6 +29,7 @@ export type ResolvedServeOptions = ServeOptions &
       | 'kvTransferBandwidthGBps'
       | 'kvTransferAllowedHosts'
       | 'enablePromptTokensDetails'
+      | 'enableResponsesApiStore'
       | 'wire'
       | 'role'
     >

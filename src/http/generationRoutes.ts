@@ -19,6 +19,7 @@ import { on } from './routes.js';
 import type { Env, Json, ServeAppConfig } from './serveConfig.js';
 import type { EngineResponses } from './streaming.js';
 import type { RunEndpoint } from './engineRun.js';
+import { responsesRoutes } from './responsesApi.js';
 import { tgiEndpoints } from './tgi.js';
 
 /** What the generation routes share: the server's configuration, the request checks and the engine's answers. */
@@ -171,5 +172,12 @@ export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   on(app, '/generate', tgiRoute(tgi.generate));
   on(app, '/generate_stream', tgiRoute(tgi.generateStream));
   on(app, '/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
+  const { config } = deps;
+  responsesRoutes(app, {
+    runChat: runThrough(deps, 'chat'),
+    tokenizer: config.tokenizer,
+    maxModelLen: config.maxModelLen,
+    storeEnabled: config.responsesStore,
+  });
   return app;
 }

@@ -158,7 +158,6 @@ function inputMessages(req: ResponsesRequest, previous: PreviousTurn | null): Js
     messages.push(...previous.messages.filter((m) => m.role !== 'system').map((m) => structuredClone(m)));
     messages.push(...previous.outputTexts.map((content) => ({ role: 'assistant', content })));
   }
-  for (const m of (req.previous_input_messages ?? []) as Json[]) messages.push(structuredClone(m));
   if (typeof req.input === 'string') messages.push({ role: 'user', content: req.input });
   else for (const item of req.input) appendItem(messages, structuredClone(item));
   return messages;
@@ -191,7 +190,9 @@ export function translateResponsesRequest(body: unknown, previousTurn: (id: stri
   const req = parseBody(responsesRequest, body);
   checkRequest(req, storeEnabled);
   const toolChoice = checkToolChoice(req);
-  const messages = inputMessages(req, req.previous_response_id ? previousTurn(req.previous_response_id) : null);
+  // A client may hand the previous turn's messages in itself (vLLM's `previous_input_messages`), in place of an id.
+  const given = req.previous_input_messages ? { messages: req.previous_input_messages as Json[], outputTexts: [] } : null;
+  const messages = inputMessages(req, req.previous_response_id ? previousTurn(req.previous_response_id) : given);
   const tools = (req.tools ?? []).map(({ type, name, description, parameters, strict }) => ({
     type,
     function: defined({ name, description, parameters, strict }),

@@ -88,8 +88,15 @@ export function responsesRoutes(app: Hono<Env>, deps: ResponsesDeps): void {
     }
   }
 
-  /** Walks the engine's output, handing each planned chunk's chat delta to `onDelta` as its tokens come out. */
-  async function drive(run: EngineRun, onDelta: (delta: ChunkDelta) => void): Promise<{ deltas: ChunkDelta[]; reasoningTokens: number }> {
+  /**
+   * Walks the engine's output, handing each planned chunk's chat delta to `onDelta` as its tokens come out;
+   * `hideReasoning` (vLLM's `include_reasoning: false`): the reasoning is generated and counted, not shown.
+   */
+  async function drive(
+    run: EngineRun,
+    hideReasoning: boolean,
+    onDelta: (delta: ChunkDelta) => void,
+  ): Promise<{ deltas: ChunkDelta[]; reasoningTokens: number }> {
     const decoder = deps.tokenizer.decodeStream(true);
     const { chunks, tokenIds } = run.plan;
     const deltas: ChunkDelta[] = [];
@@ -105,7 +112,13 @@ export function responsesRoutes(app: Hono<Env>, deps: ResponsesDeps): void {
             for (let i = start; i < chunks[next].end; i++) content += (await decoder.step(tokenIds[i])) ?? '';
             delta = { content };
           }
-          if (reasoningOf(delta) !== null) reasoningTokens += chunks[next].end - start;
+          if (reasoningOf(delta) !== null) {
+            reasoningTokens += chunks[next].end - start;
+            if (hideReasoning) {
+              const { reasoning: _r, reasoning_content: _rc, ...shown } = delta;
+              delta = shown;
+            }
+          }
           deltas.push(delta);
           onDelta(delta);
           next++;
@@ -139,7 +152,7 @@ export function responsesRoutes(app: Hono<Env>, deps: ResponsesDeps): void {
       res.writeHead(200, SSE_HEADERS);
       res.write(stream.opening());
     }
-    const { deltas, reasoningTokens } = await drive(run, (delta) => {
+    const { deltas, reasoningTokens } = await drive(run, req.include_reasoning === false, (delta) => {
       const events = stream?.delta(delta);
       if (events && !abort.signal.aborted) res.write(events);
     });

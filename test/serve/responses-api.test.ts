@@ -8,7 +8,13 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import type { Response as OpenAIResponse, ResponseFunctionToolCall, ResponseInputItem, ResponseStreamEvent } from 'openai/resources/responses/responses';
+import type {
+  Response as OpenAIResponse,
+  ResponseCreateParamsNonStreaming,
+  ResponseFunctionToolCall,
+  ResponseInputItem,
+  ResponseStreamEvent,
+} from 'openai/resources/responses/responses';
 import { afterAll, describe, expect, it } from 'vitest';
 import { mockerProcesses, startMockerProcess } from '../support/mockerProcess.js';
 import { testTmpdir } from '../support/tempRoot.js';
@@ -88,6 +94,90 @@ describe.each([
     expect(deltas.join('')).toBe(message.content[0].text);
     expect(deltas.length).toBe(last.response.usage!.output_tokens);
     checkUsage(last.response, 12);
+  });
+});
+
+const PERSON = {
+  type: 'object',
+  properties: { name: { type: 'string' }, age: { type: 'integer' } },
+  required: ['name', 'age'],
+  additionalProperties: false,
+};
+
+describe('request translation (vLLM builds chat messages from the input items)', () => {
+  it('message items with input_text parts, an assistant output message, text.format json_schema: the chat answer of the same messages and seed', async () => {
+    const { url } = await mockers.start(RANDOM);
+    const client = clientOf(url);
+    const input: ResponseInputItem[] = [
+      { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Describe a person.' }] },
+      { type: 'message', role: 'assistant', id: 'msg_1', status: 'completed', content: [{ type: 'output_text', text: 'Which one?', annotations: [] }] },
+      { role: 'user', content: 'Anyone.' },
+    ];
+    // `seed` is one of vLLM's extra fields, which the client's types do not declare.
+    const r = await client.responses.create({
+      model: MODEL,
+      input,
+      text: { format: { type: 'json_schema', name: 'person', schema: PERSON, strict: true } },
+      seed: 7,
+    } as ResponseCreateParamsNonStreaming);
+    const answer = JSON.parse(r.output_text) as Json;
+    expect(Object.keys(answer).sort()).toEqual(['age', 'name']);
+    expect(Number.isInteger(answer.age)).toBe(true);
+    const messages = [
+      { role: 'user', content: 'Describe a person.' },
+      { role: 'assistant', content: 'Which one?' },
+      { role: 'user', content: 'Anyone.' },
+    ];
+    const chat = await client.chat.completions.create({
+      model: MODEL,
+      messages: messages as OpenAI.ChatCompletionMessageParam[],
+      response_format: { type: 'json_schema', json_schema: { name: 'person', schema: PERSON, strict: true } },
+      seed: 7,
+    });
+    expect(r.output_text).toBe(chat.choices[0].message.content);
+    expect(r.usage!.input_tokens).toBe(chat.usage!.prompt_tokens);
+    expect(r.usage!.input_tokens).toBe(await chatPromptLength(url, messages));
+  });
+
+  it('reasoning.effort: the chat template gets enable_thinking (false for "none"), the thinking budget its level', async () => {
+    const { url } = await mockers.start([...RANDOM, '--reasoning', '{"thinking_ratio":0.25}']);
+    const client = clientOf(url);
+    const off = await client.responses.create({ model: MODEL, input: 'Quick answer.', reasoning: { effort: 'none' }, max_output_tokens: 4 });
+    const kwargs = { chat_template_kwargs: { enable_thinking: false, reasoning_effort: 'none' } };
+    const offLength = await chatPromptLength(url, [{ role: 'user', content: 'Quick answer.' }], kwargs);
+    // Qwen3's template writes an empty thinking block when thinking is off: the prompt is longer than without it.
+    expect(offLength).toBeGreaterThan(await chatPromptLength(url, [{ role: 'user', content: 'Quick answer.' }]));
+    expect(off.usage!.input_tokens).toBe(offLength);
+    // AIPerf's budget for "low" is 100 thinking tokens (the chat test's oracle), within max_output_tokens.
+    const low = await client.responses.create({ model: MODEL, input: 'Think a little.', reasoning: { effort: 'low' }, max_output_tokens: 300 });
+    expect(low.usage!.output_tokens_details.reasoning_tokens).toBe(100);
+    expect(low.reasoning).toEqual({ effort: 'low' });
+  });
+
+  it('include_reasoning false: the reasoning is generated and counted, not shown', async () => {
+    const { url } = await mockers.start([...RANDOM, '--reasoning', '{"thinking_ratio":0.25}']);
+    // vLLM's extra field.
+    const response = await clientOf(url).responses.create({
+      model: MODEL,
+      input: 'Think first.',
+      max_output_tokens: 40,
+      include_reasoning: false,
+    } as ResponseCreateParamsNonStreaming);
+    expect(response.output.map((item) => item.type)).toEqual(['message']);
+    expect(response.usage!.output_tokens_details.reasoning_tokens).toBe(10);
+  });
+
+  it("usage's cached_tokens are the engine's prefix-cache hits: what the chat path reports for the same prompt", async () => {
+    const { url } = await mockers.start([...RANDOM, '--enable-prompt-tokens-details']);
+    const client = clientOf(url);
+    const text = 'Summarize: '.concat('the quick brown fox jumps over the lazy dog. '.repeat(20));
+    const first = await client.responses.create({ model: MODEL, input: text, max_output_tokens: 2 });
+    expect(first.usage!.input_tokens_details.cached_tokens).toBe(0);
+    const chat = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: text }], max_tokens: 2 });
+    const cached = chat.usage!.prompt_tokens_details!.cached_tokens!;
+    expect(cached).toBeGreaterThan(0);
+    const again = await client.responses.create({ model: MODEL, input: text, max_output_tokens: 2 });
+    expect(again.usage!.input_tokens_details.cached_tokens).toBe(cached);
   });
 });
 

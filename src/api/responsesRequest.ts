@@ -24,8 +24,22 @@ const functionTool = z.looseObject({
 
 const namedToolChoice = z.looseObject({ type: z.literal('function'), name: z.string() });
 
+/** OpenAI's `ResponseIncludable` values; vLLM acts on the logprobs one only. */
+const INCLUDABLE = [
+  'file_search_call.results',
+  'web_search_call.results',
+  'web_search_call.action.sources',
+  'message.input_image.image_url',
+  'computer_call_output.output.image_url',
+  'code_interpreter_call.outputs',
+  'reasoning.encrypted_content',
+  'message.output_text.logprobs',
+] as const;
+
 export const responsesRequest = z.looseObject({
   input: z.union([z.string(), z.array(z.looseObject({}))]),
+  include: nullish(z.array(z.enum(INCLUDABLE))),
+  top_logprobs: nullish(int.min(0)),
   instructions: nullish(z.string()),
   model: nullish(z.string()),
   max_output_tokens: nullish(int.min(1)),
@@ -214,6 +228,9 @@ export function translateResponsesRequest(body: unknown, previousTurn: (id: stri
     seed: req.seed,
     stop: req.stop,
     // The simulated thinking span's budget reads chat's effort (AIPerf's three levels).
+    // Log-probabilities are asked as chat asks them (and refused there: random answers have none to give).
+    logprobs: req.include?.includes('message.output_text.logprobs') ? true : undefined,
+    top_logprobs: req.include?.includes('message.output_text.logprobs') ? req.top_logprobs : undefined,
     reasoning_effort: effort === 'low' || effort === 'medium' || effort === 'high' ? effort : undefined,
     chat_template_kwargs: templateKwargs(req),
     response_format: responseFormat(req),

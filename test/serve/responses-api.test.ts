@@ -289,14 +289,20 @@ const notFound = (id: string) => ({
 });
 
 describe('store', () => {
-  it('on: GET returns the stored response, previous_response_id carries the input and the answer text into the prompt', async () => {
+  it('on: GET returns the stored response (same bytes), previous_response_id carries the input and the answer text into the prompt; store false keeps nothing', async () => {
     const { url } = await mockers.start([...RANDOM, '--enable-responses-api-store']);
     const client = clientOf(url);
-    const first = await client.responses.create({ model: MODEL, instructions: 'Be brief.', input: 'Name a colour.', max_output_tokens: 6 });
+    const created = await post(url, '/v1/responses', { model: MODEL, instructions: 'Be brief.', input: 'Name a colour.', max_output_tokens: 6 });
+    const createdBytes = await created.text();
+    const first = JSON.parse(createdBytes) as OpenAIResponse;
     const got = await fetch(`${url}/v1/responses/${first.id}`);
     expect(got.status).toBe(200);
+    expect(await got.text()).toBe(createdBytes);
+    const [message] = first.output;
+    if (message.type !== 'message' || message.content[0].type !== 'output_text') throw new Error('no text message');
+    const firstText = message.content[0].text;
     const retrieved = await client.responses.retrieve(first.id);
-    expect(retrieved.output_text).toBe(first.output_text);
+    expect(retrieved.output_text).toBe(firstText);
     expect(retrieved.usage).toEqual(first.usage);
 
     const second = await client.responses.create({ model: MODEL, input: 'Another one.', previous_response_id: first.id, max_output_tokens: 6 });
@@ -304,10 +310,13 @@ describe('store', () => {
     // vLLM drops the previous turn's system message (the new request's instructions would replace it).
     const chatMessages = [
       { role: 'user', content: 'Name a colour.' },
-      { role: 'assistant', content: first.output_text },
+      { role: 'assistant', content: firstText },
       { role: 'user', content: 'Another one.' },
     ];
     expect(second.usage!.input_tokens).toBe(await chatPromptLength(url, chatMessages));
+
+    const unstored = await client.responses.create({ model: MODEL, input: 'Not this one.', store: false, max_output_tokens: 2 });
+    expect((await fetch(`${url}/v1/responses/${unstored.id}`)).status).toBe(404);
 
     const cancel = await post(url, `/v1/responses/${first.id}/cancel`, {});
     expect(cancel.status).toBe(400);
@@ -374,6 +383,8 @@ describe('wire bytes', () => {
     expect(broken.status).toBe(400);
     const missing = await post(url, '/v1/responses', { model: MODEL });
     expect(missing.status).toBe(400);
+    const include = await post(url, '/v1/responses', { input: 'hi', include: ['nonsense'] });
+    expect(include.status).toBe(400);
     const missingError = ((await missing.json()) as { error: Json }).error;
     expect(missingError).toMatchObject({ type: 'Bad Request', code: 400 });
     expect(missingError.message).toMatch(/^1 validation error:\n {2}input: /);

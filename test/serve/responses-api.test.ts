@@ -13,6 +13,7 @@ import type {
   ResponseCreateParamsNonStreaming,
   ResponseFunctionToolCall,
   ResponseInputItem,
+  ResponseReasoningItem,
   ResponseStreamEvent,
 } from 'openai/resources/responses/responses';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -139,6 +140,25 @@ describe('request translation (vLLM builds chat messages from the input items)',
     expect(r.usage!.input_tokens).toBe(await chatPromptLength(url, messages));
   });
 
+  it('an input ending with an unfinished assistant message is continued (continue_final_message, no generation prompt)', async () => {
+    const { url } = await mockers.start(RANDOM);
+    const r = await clientOf(url).responses.create({
+      model: MODEL,
+      input: [
+        { role: 'user', content: 'Count to five.' },
+        { type: 'message', role: 'assistant', id: 'msg_1', status: 'incomplete', content: [{ type: 'output_text', text: 'One, two,', annotations: [] }] },
+      ],
+      max_output_tokens: 3,
+    });
+    const messages = [
+      { role: 'user', content: 'Count to five.' },
+      { role: 'assistant', content: 'One, two,' },
+    ];
+    const continued = await chatPromptLength(url, messages, { continue_final_message: true, add_generation_prompt: false });
+    expect(continued).not.toBe(await chatPromptLength(url, messages));
+    expect(r.usage!.input_tokens).toBe(continued);
+  });
+
   it('reasoning.effort: the chat template gets enable_thinking (false for "none"), the thinking budget its level', async () => {
     const { url } = await mockers.start([...RANDOM, '--reasoning', '{"thinking_ratio":0.25}']);
     const client = clientOf(url);
@@ -190,14 +210,13 @@ const WEATHER = {
 };
 
 describe('function calls', () => {
-  it('a call, then its output sent back with the call items, answered with text; the prompt is the chat of both', async () => {
-    const { url } = await mockers.start([...RANDOM, '--tool-call-rate', '1', '--seed', '5']);
+  it('a call (after a thinking span), then its output sent back with the reasoning and call items, answered with text; the prompt is the chat of both', async () => {
+    const { url } = await mockers.start([...RANDOM, '--tool-call-rate', '1', '--reasoning', '{"thinking_ratio":0.1}', '--seed', '5']);
     const client = clientOf(url);
     const question: ResponseInputItem = { role: 'user', content: 'What is the weather in Paris?' };
     const first = await client.responses.create({ model: MODEL, input: [question], tools: [WEATHER], max_output_tokens: 200 });
-    const calls = first.output.filter((item): item is ResponseFunctionToolCall => item.type === 'function_call');
-    expect(calls).toHaveLength(1);
-    const [call] = calls;
+    expect(first.output.map((item) => item.type)).toEqual(['reasoning', 'function_call']);
+    const [reasoning, call] = first.output as [ResponseReasoningItem, ResponseFunctionToolCall];
     expect(call.name).toBe('get_weather');
     expect(call.id).toMatch(/^fc_[0-9a-f]{32}$/);
     expect(typeof call.call_id).toBe('string');
@@ -213,11 +232,17 @@ describe('function calls', () => {
       tool_choice: 'none',
       max_output_tokens: 10,
     });
-    expect(second.output.map((item) => item.type)).toEqual(['message']);
-    expect(second.output_text.length).toBeGreaterThan(0);
+    expect(second.output.map((item) => item.type)).toContain('message');
+    expect(second.output.map((item) => item.type)).not.toContain('function_call');
+    // vLLM: the reasoning item becomes the assistant's reasoning, the call its tool_calls (one message), the output a tool message.
     const chatMessages = [
       { role: 'user', content: 'What is the weather in Paris?' },
-      { role: 'assistant', content: null, tool_calls: [{ id: call.call_id, type: 'function', function: { name: 'get_weather', arguments: call.arguments } }] },
+      {
+        role: 'assistant',
+        content: null,
+        reasoning: reasoning.content![0].text,
+        tool_calls: [{ id: call.call_id, type: 'function', function: { name: 'get_weather', arguments: call.arguments } }],
+      },
       { role: 'tool', content: '{"celsius":21}', tool_call_id: call.call_id },
     ];
     const tools = [{ type: 'function', function: { name: WEATHER.name, description: WEATHER.description, parameters: WEATHER.parameters, strict: false } }];

@@ -29,7 +29,6 @@ export type ResolvedServeOptions = ServeOptions &
       | 'kvTransferBandwidthGBps'
       | 'kvTransferAllowedHosts'
       | 'enablePromptTokensDetails'
-      | 'enableResponsesApiStore'
       | 'wire'
       | 'role'
     >

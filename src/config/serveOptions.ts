@@ -45,7 +45,7 @@ export interface ServeOptions {
   engine?: Partial<EngineArgs>;
   /** vLLM's --enable-prompt-tokens-details. */
   enablePromptTokensDetails?: boolean;
-  /** vLLM's VLLM_ENABLE_RESPONSES_API_STORE: `/v1/responses` answers are kept (in memory) for retrieval and chaining. */
+  /** `/v1/responses` answers are kept (in memory) for retrieval and chaining. Default: VLLM_ENABLE_RESPONSES_API_STORE. */
   enableResponsesApiStore?: boolean;
   /** `--wire`: the engine release whose response shape rendered answers take. Default DEFAULT_WIRE. */
   wire?: WireShape;

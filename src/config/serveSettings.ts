@@ -72,9 +72,9 @@ export const SERVE_SETTINGS: Setting[] = [
   },
   {
     flags: '--enable-responses-api-store',
-    help: `/v1/responses keeps its answers in memory (the newest ${RESPONSES_STORE_LIMIT}) for previous_response_id and GET /v1/responses/{id}, as vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1`,
+    help: `/v1/responses keeps its answers in memory (the newest ${RESPONSES_STORE_LIMIT}) for previous_response_id and GET /v1/responses/{id}`,
     group: 'server',
-    default: false,
+    later: 'on with VLLM_ENABLE_RESPONSES_API_STORE=1',
     to: 'enableResponsesApiStore',
   },
   {

@@ -352,6 +352,12 @@ describe('store', () => {
     });
   });
 
+  it("vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1 turns it on too", async () => {
+    const { url } = await mockers.start(RANDOM, { env: { ...process.env, VLLM_ENABLE_RESPONSES_API_STORE: '1' } });
+    const r = await clientOf(url).responses.create({ model: MODEL, input: 'Name a colour.', max_output_tokens: 3 });
+    expect((await clientOf(url).responses.retrieve(r.id)).id).toBe(r.id);
+  });
+
   it("off (vLLM's default): nothing is kept, GET, cancel and previous_response_id answer vLLM's 404", async () => {
     const { url } = await mockers.start(RANDOM);
     const r = await clientOf(url).responses.create({ model: MODEL, input: 'Name a colour.', max_output_tokens: 3 });

@@ -96,10 +96,13 @@ export function apiKeyPolicy(options: Pick<ServeOptions, 'apiKey' | 'apiKeyScope
   return { key: options.apiKey ?? process.env.VLLM_API_KEY, scope: options.apiKeyScope ?? DEFAULT_API_KEY_SCOPE };
 }
 
-/** vLLM's VLLM_SERVER_DEV_MODE: its development routes (`/reset_prefix_cache`, `/sleep`…) are attached. */
-function serverDevMode(env: NodeJS.ProcessEnv = process.env): boolean {
+/**
+ * One of vLLM's boolean environment variables: VLLM_SERVER_DEV_MODE (its development routes, `/reset_prefix_cache`,
+ * `/sleep`…, are attached), VLLM_ENABLE_RESPONSES_API_STORE (`/v1/responses` keeps its answers).
+ */
+function vllmEnvFlag(name: 'VLLM_SERVER_DEV_MODE' | 'VLLM_ENABLE_RESPONSES_API_STORE', env: NodeJS.ProcessEnv = process.env): boolean {
   // vLLM's envs: `bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0")))`.
-  return ['1', 'true'].includes((env.VLLM_SERVER_DEV_MODE ?? '0').trim().toLowerCase());
+  return ['1', 'true'].includes((env[name] ?? '0').trim().toLowerCase());
 }
 
 /** A capture file's contents in one line. */
@@ -492,6 +495,7 @@ function appConfig(
         : undefined,
     maxBodyBytes: opts.maxBodyBytes,
     promptTokensDetails: opts.enablePromptTokensDetails,
+    responsesStore: opts.enableResponsesApiStore ?? vllmEnvFlag('VLLM_ENABLE_RESPONSES_API_STORE'),
     wire: opts.wire,
     metrics,
     backendMetrics: backendRoutes,
@@ -521,7 +525,7 @@ function appConfig(
     // Each worker is its own vLLM: its own adapters, loaded and unloaded on its own.
     lora: new LoraAdapters(opts.lora.enabled, model.servedModels, opts.lora.modules),
     loraRuntimeUpdating: runtimeLoraUpdating(),
-    controlRoutes: opts.enableControlRoutes ?? serverDevMode(),
+    controlRoutes: opts.enableControlRoutes ?? vllmEnvFlag('VLLM_SERVER_DEV_MODE'),
     runtime: {
       faults: new FaultInjector({ ...s.faults, errorTypes: [...s.faults.errorTypes] }, opts.faultSeed ?? opts.seed),
       latency: s.timing.latencyKnobs[w] ?? null,

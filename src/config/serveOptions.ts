@@ -45,6 +45,8 @@ export interface ServeOptions {
   engine?: Partial<EngineArgs>;
   /** vLLM's --enable-prompt-tokens-details. */
   enablePromptTokensDetails?: boolean;
+  /** `/v1/responses` answers are kept (in memory) for retrieval and chaining. Default: VLLM_ENABLE_RESPONSES_API_STORE. */
+  enableResponsesApiStore?: boolean;
   /** `--wire`: the engine release whose response shape rendered answers take. Default DEFAULT_WIRE. */
   wire?: WireShape;
   /** vLLM's --enable-lora, --lora-modules and --max-loras (default: LoRA off). */

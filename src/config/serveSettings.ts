@@ -4,6 +4,7 @@ import { parseReasoningConfig, reasoningConfigSchema } from '../generation/reaso
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, parseFaultTypes } from '../http/faults.js';
 import { parseLoraModule } from '../http/loraAdapters.js';
+import { RESPONSES_STORE_LIMIT } from '../http/responsesApi.js';
 import type { ControlKeys } from '../http/mockerConfig.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { parsePeer } from '../pd/kvTransfer.js';
@@ -68,6 +69,13 @@ export const SERVE_SETTINGS: Setting[] = [
     group: 'server',
     default: false,
     to: 'enablePromptTokensDetails',
+  },
+  {
+    flags: '--enable-responses-api-store',
+    help: `/v1/responses keeps its answers in memory (the newest ${RESPONSES_STORE_LIMIT}) for previous_response_id and GET /v1/responses/{id}`,
+    group: 'server',
+    later: 'on with VLLM_ENABLE_RESPONSES_API_STORE=1',
+    to: 'enableResponsesApiStore',
   },
   {
     flags: '--enable-control-routes',

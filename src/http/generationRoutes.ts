@@ -19,6 +19,7 @@ import { on } from './routes.js';
 import type { Env, Json, ServeAppConfig } from './serveConfig.js';
 import type { EngineResponses } from './streaming.js';
 import type { RunEndpoint } from './engineRun.js';
+import { responsesRoutes } from './responsesApi.js';
 import { tgiEndpoints } from './tgi.js';
 import { anthropicEndpoints } from './anthropic.js';
 
@@ -159,7 +160,7 @@ function runThrough(deps: GenerationDeps, kind: EndpointKind): RunEndpoint {
   };
 }
 
-/** The generation routes: vLLM's completions and chat completions, Anthropic's Messages, TGI's and AIPerf's multimodal beside them. */
+/** The generation routes: vLLM's completions and chat completions, OpenAI's Responses, Anthropic's Messages, TGI's and AIPerf's multimodal beside them. */
 export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   const app = new Hono<Env>();
   on(app, '/v1/completions', (c) => generate(deps, 'completion', c));
@@ -176,5 +177,12 @@ export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   const anthropic = anthropicEndpoints(runThrough(deps, 'chat'), deps.config, deps.prompts);
   on(app, '/v1/messages', tgiRoute(anthropic.messages));
   on(app, '/v1/messages/count_tokens', tgiRoute(anthropic.countTokens));
+  const { config } = deps;
+  responsesRoutes(app, {
+    runChat: runThrough(deps, 'chat'),
+    tokenizer: config.tokenizer,
+    maxModelLen: config.maxModelLen,
+    storeEnabled: config.responsesStore,
+  });
   return app;
 }

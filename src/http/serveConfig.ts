@@ -28,6 +28,8 @@ export interface ServeAppConfig {
   maxBodyBytes: number;
   /** vLLM's --enable-prompt-tokens-details: usage reports the prefix-cache hits. */
   promptTokensDetails: boolean;
+  /** vLLM's VLLM_ENABLE_RESPONSES_API_STORE: `/v1/responses` keeps its answers for `previous_response_id` and GET. */
+  responsesStore: boolean;
   /** `--wire`: the response shape of rendered answers (a replayed capture's engine's own shape wins). */
   wire: WireShape;
   /** `GET /metrics` (Prometheus text). */

@@ -17,7 +17,11 @@ const REQUEST = { model: MODEL, messages: [{ role: 'user' as const, content: 'Te
 
 describe('a stop string spanning two chunks', () => {
   it('ends the text before it, streamed and not: no character of it is sent', async () => {
-    const client = new OpenAI({ baseURL: `${(await mockers.start(['serve', '--mode', 'random', '--timing', 'none'])).url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const client = new OpenAI({
+      baseURL: `${(await mockers.start(['serve', '--mode', 'random', '--timing', 'none'])).url}/v1`,
+      apiKey: 'unused',
+      maxRetries: 0,
+    });
     const deltas: string[] = [];
     for await (const chunk of await client.chat.completions.create({ ...REQUEST, stream: true })) deltas.push(chunk.choices[0]?.delta?.content ?? '');
     const full = deltas.join('');
@@ -38,7 +42,8 @@ describe('a stop string spanning two chunks', () => {
     expect((plain.choices[0] as { stop_reason?: unknown }).stop_reason).toBe(stop);
 
     const streamed: string[] = [];
-    for await (const chunk of await client.chat.completions.create({ ...REQUEST, stop: [stop!], stream: true })) streamed.push(chunk.choices[0]?.delta?.content ?? '');
+    for await (const chunk of await client.chat.completions.create({ ...REQUEST, stop: [stop!], stream: true }))
+      streamed.push(chunk.choices[0]?.delta?.content ?? '');
     expect(streamed.join('')).toBe(expected);
   });
 });

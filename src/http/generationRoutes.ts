@@ -20,6 +20,7 @@ import type { Env, Json, ServeAppConfig } from './serveConfig.js';
 import type { EngineResponses } from './streaming.js';
 import type { RunEndpoint } from './engineRun.js';
 import { tgiEndpoints } from './tgi.js';
+import { generateTokensEndpoint } from './generateTokens.js';
 
 /** What the generation routes share: the server's configuration, the request checks and the engine's answers. */
 export interface GenerationDeps {
@@ -171,5 +172,12 @@ export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   on(app, '/generate', tgiRoute(tgi.generate));
   on(app, '/generate_stream', tgiRoute(tgi.generateStream));
   on(app, '/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
+  const generateTokens = generateTokensEndpoint(runThrough(deps, 'completion'), deps.config.maxModelLen);
+  on(app, '/inference/v1/generate', async (c) => {
+    const arrivalMs = arrivalOf(c.env.incoming) ?? performance.now();
+    const { body } = await readApiJson(c);
+    await generateTokens(c.env.outgoing, body, requestIdFor(c, body), arrivalMs);
+    return RESPONSE_ALREADY_SENT;
+  });
   return app;
 }

@@ -120,10 +120,20 @@ export function fullResponse(ctx: RenderContext, choices: RenderedChoice[], prom
   return `${top},"choices":[${items.join(',')}],"service_tier":null,"system_fingerprint":null,"usage":${usage}${transfer}}`;
 }
 
-const ID_PREFIX = /^(data: )?\{"id":"[^"]*"(?:,"object":"([^"]*)","created":\d+)?/;
+const ID_PREFIX = /^(data: )?\{"(id|request_id)":"[^"]*"(?:,"object":"([^"]*)","created":\d+)?/;
 
-/** `{"id":…` with the `object` and `created` that follow it (none for `object` null: a rerank answer has only its id). */
+/**
+ * The stamp kind of vLLM's generate answers and chunks, which lead with `request_id` (no JSON `object` is spelt
+ * so: an `object` names a JSON string's content, and this holds a quote).
+ */
+const REQUEST_ID_STAMP = '"request_id"';
+
+/**
+ * `{"id":…` with the `object` and `created` that follow it (none for `object` null: a rerank answer has only its
+ * id); `{"request_id":…` for generate's.
+ */
 export function stampedPrefix(id: string, object: string | null, created: number): string {
+  if (object === REQUEST_ID_STAMP) return `{"request_id":${JSON.stringify(id)}`;
   const stamp = object === null ? '' : `,"object":"${object}","created":${created}`;
   return `{"id":${JSON.stringify(id)}${stamp}`;
 }
@@ -132,7 +142,9 @@ export function stampedPrefix(id: string, object: string | null, created: number
 export function splitStamp(text: string): { lead: string; object: string | null | undefined; tail: string } {
   const match = ID_PREFIX.exec(text);
   if (!match) return { lead: text, object: undefined, tail: '' };
-  return { lead: match[1] ?? '', object: match[2] ?? null, tail: text.slice(match[0].length) };
+  // A generate stamp is its request_id alone: its `created` (non-streamed only) is not next to it, and stays.
+  if (match[2] === 'request_id') return { lead: match[1] ?? '', object: REQUEST_ID_STAMP, tail: text.slice(match[0].length) };
+  return { lead: match[1] ?? '', object: match[3] ?? null, tail: text.slice(match[0].length) };
 }
 
 /**

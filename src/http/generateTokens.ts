@@ -10,7 +10,8 @@ import {
 } from '../api/generateTokens.js';
 import { DONE_EVENT } from '../api/render.js';
 import { abortOnClose } from '../wire/http.js';
-import type { EngineRun, RunEndpoint } from './engineRun.js';
+import { requestShape } from '../generation/shape.js';
+import type { EngineRun, ReplayableEndpoint } from './engineRun.js';
 
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8' };
 
@@ -18,7 +19,7 @@ const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8' };
  * vLLM's `POST /inference/v1/generate` run by the completions path (the token ids as the prompt), so it queues,
  * shares the KV cache and counts in the metrics as `/v1/completions` does; answered with the engine's output ids.
  */
-export function generateTokensEndpoint(runCompletion: RunEndpoint, maxModelLen: number) {
+export function generateTokensEndpoint(runCompletion: ReplayableEndpoint, maxModelLen: number) {
   /** Streams one chunk per engine output that added ids, the last carrying the finish reason. */
   async function stream(res: ServerResponse, run: EngineRun, ctx: GenerateTokensContext, req: GenerateTokensRequest, signal: AbortSignal) {
     res.writeHead(200, SSE_HEADERS);
@@ -42,7 +43,9 @@ export function generateTokensEndpoint(runCompletion: RunEndpoint, maxModelLen: 
   return async (res: ServerResponse, body: unknown, requestId: string, arrivalMs: number) => {
     const req = generateTokensRequest(body, maxModelLen);
     const abort = abortOnClose(res);
-    const run = await runCompletion(req.completion, arrivalMs, abort.signal);
+    const captured = { endpoint: 'generate' as const, shape: requestShape('generate', body as Record<string, unknown>) };
+    const run = await runCompletion(req.completion, captured, arrivalMs, abort.signal);
+    if ('verbatim' in run) return run.verbatim(res, generateTokensId(requestId));
     const ctx: GenerateTokensContext = {
       id: generateTokensId(requestId),
       model: run.model,

@@ -18,7 +18,7 @@ import { forwardMiss, readApiJson, requestIdFor } from './requestBody.js';
 import { on } from './routes.js';
 import type { Env, Json, ServeAppConfig } from './serveConfig.js';
 import type { EngineResponses } from './streaming.js';
-import type { RunEndpoint } from './engineRun.js';
+import type { CapturedAs, ReplayableEndpoint, RunEndpoint } from './engineRun.js';
 import { tgiEndpoints } from './tgi.js';
 import { generateTokensEndpoint } from './generateTokens.js';
 
@@ -128,26 +128,54 @@ async function generate(deps: GenerationDeps, kind: EndpointKind, c: Context<Env
   return RESPONSE_ALREADY_SENT;
 }
 
+/** A body prepared, resolved and ready to run (or serve from its capture), for the endpoints of runThrough and replayThrough. */
+async function resolveThrough(deps: GenerationDeps, kind: EndpointKind, body: Json, captured?: CapturedAs) {
+  const { config } = deps;
+  const p = await deps.prompts.prepare(kind, body, undefined);
+  const shape = captured?.shape ?? requestShape(kind, body);
+  const resolution = await config.resolver.resolve(p.params[0], p.model, p.prompts[0], shape, deps.prompts.outputBudget(), captured?.endpoint);
+  config.mockerMetrics?.captureLookup(resolution.lookup);
+  if (resolution.type === 'error') throw resolution.error;
+  if (resolution.type === 'forward')
+    throw new ApiError(501, 'This endpoint is answered from captures or random tokens only: it is not forwarded to the upstream.', 'NotImplementedError');
+  const ctx: RenderContext = {
+    kind,
+    // These endpoints render their own shapes from the events, not the chat or completions wire.
+    wire: config.wire,
+    id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`,
+    created: Math.floor(Date.now() / 1000),
+    model: p.model,
+    returnTokenIds: false,
+    promptTokenIds: p.prompts[0],
+  };
+  return { p, resolution, ctx };
+}
+
 /** The completions (or chat) path for endpoints that render the engine's tokens in their own shape (TGI, multimodal). */
 function runThrough(deps: GenerationDeps, kind: EndpointKind): RunEndpoint {
-  const { config } = deps;
   return async (body, arrivalMs, signal) => {
-    const p = await deps.prompts.prepare(kind, body, undefined);
-    const resolution = await config.resolver.resolve(p.params[0], p.model, p.prompts[0], requestShape(kind, body), deps.prompts.outputBudget());
-    config.mockerMetrics?.captureLookup(resolution.lookup);
-    if (resolution.type === 'error') throw resolution.error;
-    if (resolution.type === 'forward')
-      throw new ApiError(501, 'This endpoint is answered from captures or random tokens only: it is not forwarded to the upstream.', 'NotImplementedError');
-    const ctx: RenderContext = {
-      kind,
-      // These endpoints render their own shapes from the events, not the chat or completions wire.
-      wire: config.wire,
-      id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`,
-      created: Math.floor(Date.now() / 1000),
+    const { p, resolution, ctx } = await resolveThrough(deps, kind, body);
+    return {
       model: p.model,
-      returnTokenIds: false,
-      promptTokenIds: p.prompts[0],
+      promptIds: p.prompts[0],
+      plan: resolution.plans[0],
+      ctx,
+      events: deps.responses.run(ctx, p, null, resolution.plans, arrivalMs, signal),
     };
+  };
+}
+
+/**
+ * The completions path for an endpoint whose own captures replay it (vLLM's generate): a capture of the same
+ * request shape is served byte for byte (its ids restamped, released as the engine emits its tokens), else the
+ * engine's tokens are the endpoint's to render.
+ */
+function replayThrough(deps: GenerationDeps, kind: EndpointKind): ReplayableEndpoint {
+  return async (body, captured, arrivalMs, signal) => {
+    const { p, resolution, ctx } = await resolveThrough(deps, kind, body, captured);
+    const capture = resolution.verbatim;
+    if (capture && !p.kvTransfer?.do_remote_decode)
+      return { verbatim: (res, id) => deps.responses.verbatim(res, { ...ctx, id }, p, capture, resolution.plans, arrivalMs, signal, false) };
     return {
       model: p.model,
       promptIds: p.prompts[0],
@@ -172,7 +200,7 @@ export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   on(app, '/generate', tgiRoute(tgi.generate));
   on(app, '/generate_stream', tgiRoute(tgi.generateStream));
   on(app, '/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
-  const generateTokens = generateTokensEndpoint(runThrough(deps, 'completion'), deps.config.maxModelLen);
+  const generateTokens = generateTokensEndpoint(replayThrough(deps, 'completion'), deps.config.maxModelLen);
   on(app, '/inference/v1/generate', async (c) => {
     const arrivalMs = arrivalOf(c.env.incoming) ?? performance.now();
     const { body } = await readApiJson(c);

@@ -51,7 +51,7 @@ class DeltaReader {
       if (typeof response.model === 'string') this.model = response.model;
       if (response.usage) this.usage = response.usage;
       if (e.type === 'response.completed' || e.type === 'response.incomplete') this.finishReason = String(response.status ?? e.type);
-      if (e.type === 'response.failed') this.error = JSON.stringify((response.error as Json | undefined) ?? response);
+      if (e.type === 'response.failed') this.error ??= JSON.stringify((response.error as Json | undefined) ?? response);
     }
     const item = e.item as Json | undefined;
     switch (e.type) {
@@ -65,7 +65,7 @@ class DeltaReader {
       case 'response.function_call_arguments.delta':
         return this.push(callArguments(this.callIndex(e.output_index), String(e.delta)), e.delta);
       case 'error':
-        this.error = String(e.message ?? JSON.stringify(e));
+        this.error ??= String(e.message ?? JSON.stringify(e));
     }
   }
 
@@ -93,7 +93,7 @@ class DeltaReader {
         if (typeof delta.stop_reason === 'string') this.finishReason = delta.stop_reason;
         return;
       case 'error':
-        this.error = String((e.error as Json | undefined)?.message ?? JSON.stringify(e));
+        this.error ??= String((e.error as Json | undefined)?.message ?? JSON.stringify(e));
     }
   }
 

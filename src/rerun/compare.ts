@@ -235,7 +235,9 @@ async function comparePrompts(golden: Side, exA: StoredExchange, candidate: Side
 }
 
 function samplingOf(request: Json | null): { greedy: boolean; seeded: boolean } {
-  return { greedy: request?.temperature === 0 || request?.top_k === 1, seeded: typeof request?.seed === 'number' };
+  // vLLM's generate nests them in its `sampling_params`.
+  const params = request?.sampling_params !== null && typeof request?.sampling_params === 'object' ? (request.sampling_params as Json) : request;
+  return { greedy: params?.temperature === 0 || params?.top_k === 1, seeded: typeof params?.seed === 'number' };
 }
 
 async function comparePair(golden: Side, exA: StoredExchange, candidate: Side, exB: StoredExchange | undefined): Promise<ExchangeComparison> {

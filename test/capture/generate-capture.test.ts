@@ -161,6 +161,25 @@ describe('serve --mode replay of /inference/v1/generate, the double stopped', ()
     }
   });
 
+  it('rerun of the capture against its own replay: every exchange the same', async () => {
+    const rerun = await runMockerToExit(['rerun', db, '--target', replay, '-o', join(dir, 'rerun.db'), '--json']);
+    expect(rerun.code, rerun.stdout + rerun.stderr).toBe(0);
+    const report = JSON.parse(rerun.stdout) as { exchanges: { endpoint: string; verdict: string }[] };
+    expect(report.exchanges.map((e) => [e.endpoint, e.verdict])).toEqual([
+      ['generate', 'same'],
+      ['generate', 'same'],
+    ]);
+  });
+
+  it('rerun against another build (random tokens): the greedy request regresses, the sampled one is reported', async () => {
+    const random = (await mockers.start(['serve', '--mode', 'random', '--timing', 'none'])).url;
+    const rerun = await runMockerToExit(['rerun', db, '--target', random, '-o', join(dir, 'rerun-random.db'), '--json']);
+    expect(rerun.code, rerun.stdout + rerun.stderr).toBe(1);
+    const report = JSON.parse(rerun.stdout) as { exchanges: { verdict: string }[] };
+    // `whole` asks for temperature 0 in its sampling_params; `streamed` samples.
+    expect(report.exchanges.map((e) => e.verdict)).toEqual(['regression', 'sampled']);
+  });
+
   it('answers another shape of the same prompt with the captured ids, rendered', async () => {
     const res = await post(replay, { ...REQUESTS.whole, stream: true }, 'other-shape');
     const text = await res.text();

@@ -266,6 +266,17 @@ export class Recorder {
     return { generation: withOutputIds(gen, ids), source: whole.source };
   }
 
+  /** The first model the upstream's `/v1/models` listed when the run started (null: not known). */
+  private servedModel(): string | null {
+    try {
+      const models = JSON.parse(this.store.getRun(this.runId)?.modelsJson ?? 'null') as { data?: { id?: unknown }[] } | null;
+      const id = models?.data?.[0]?.id;
+      return typeof id === 'string' ? id : null;
+    } catch {
+      return null;
+    }
+  }
+
   private async build(raw: RawExchange): Promise<Exchange> {
     const ex: Exchange = {
       runId: this.runId,
@@ -301,7 +312,8 @@ export class Recorder {
     const kind = raw.endpoint === 'generate' ? 'completion' : raw.endpoint;
     const parsed = parseResponse(kind, raw.stream, raw.responseBody, raw.eventEnds, raw.eventTimes, raw.totalMs);
     // Replays are looked up by the model clients ask for (`transformers serve` answers with another name).
-    ex.model = ex.model ?? parsed.model;
+    // A generate stream names no model, nor need its request: the engine's (it serves one) is the one that answered.
+    ex.model = ex.model ?? parsed.model ?? (raw.endpoint === 'generate' ? this.servedModel() : null);
     ex.usage = parsed.usage;
     ex.eventTokens = parsed.eventTokens;
     try {

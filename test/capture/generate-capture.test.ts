@@ -26,6 +26,8 @@ const OTHER_PROMPT = [785, 6722, 315, 9625, 374];
 const REQUESTS = {
   whole: { model: MODEL, token_ids: PROMPT, sampling_params: { max_tokens: 32, temperature: 0 } },
   streamed: { model: MODEL, token_ids: OTHER_PROMPT, sampling_params: { max_tokens: 6 }, stream: true, stream_options: { include_usage: true } },
+  // No model named, and a stream names none either: the engine's.
+  unnamed: { token_ids: [40, 1079, 264], sampling_params: { max_tokens: 4, seed: 7 }, stream: true },
 } as const;
 
 const post = (url: string, body: unknown, requestId: string) =>
@@ -64,6 +66,7 @@ interface Row {
   stream: number;
   path: string;
   id: number;
+  model: string;
 }
 
 describe('capture of /inference/v1/generate', () => {
@@ -80,10 +83,11 @@ describe('capture of /inference/v1/generate', () => {
   it("records them as endpoint 'generate': prompt ids = the request's token_ids, output ids = the answer's, every event's time", () => {
     const file = new Database(db, { readonly: true });
     try {
-      const rows = file.prepare('select id, endpoint, stream, path from exchanges order by id').all() as Row[];
-      expect(rows.map((r) => [r.endpoint, r.path, r.stream])).toEqual([
-        ['generate', '/inference/v1/generate', 0],
-        ['generate', '/inference/v1/generate', 1],
+      const rows = file.prepare('select id, endpoint, stream, path, model from exchanges order by id').all() as Row[];
+      expect(rows.map((r) => [r.endpoint, r.path, r.stream, r.model])).toEqual([
+        ['generate', '/inference/v1/generate', 0, MODEL],
+        ['generate', '/inference/v1/generate', 1, MODEL],
+        ['generate', '/inference/v1/generate', 1, MODEL],
       ]);
     } finally {
       file.close();
@@ -120,26 +124,26 @@ describe('capture of /inference/v1/generate', () => {
     expect(text.stdout).toContain('/inference/v1/generate');
     const listed = await runMockerToExit(['captures', 'list', db]);
     expect(listed.code, listed.stderr).toBe(0);
-    expect(listed.stdout).toContain('0 chat, 0 completion, 2 generate)');
+    expect(listed.stdout).toContain('0 chat, 0 completion, 3 generate)');
   });
 
   it('captures verify checks them and finds no mismatch; stats reads their timing', async () => {
     const verified = await runMockerToExit(['captures', 'verify', db, '--json']);
     expect(verified.code, verified.stdout + verified.stderr).toBe(0);
-    expect(JSON.parse(verified.stdout)).toMatchObject({ exchanges: 2, verified: 2, matched: 2, skipped: 0, comparedBy: { bytes: 2 } });
+    expect(JSON.parse(verified.stdout)).toMatchObject({ exchanges: 3, verified: 3, matched: 3, skipped: 0, comparedBy: { bytes: 3 } });
     const stats = await runMockerToExit(['captures', 'stats', db]);
     expect(stats.code, stats.stderr).toBe(0);
-    expect(stats.stdout).toContain('1 streamed, 1 not streamed generation exchanges');
+    expect(stats.stdout).toContain('2 streamed, 1 not streamed generation exchanges');
     expect(stats.stdout).toMatch(/Time to First Token/);
   });
 
   it('captures diff pairs them: none differ against the file itself, the other build’s output does', async () => {
     const same = await runMockerToExit(['captures', 'diff', db, db, '--json']);
     expect(same.code, same.stdout + same.stderr).toBe(0);
-    expect(JSON.parse(same.stdout)).toMatchObject({ paired: 2, identical: 2, differs: false });
+    expect(JSON.parse(same.stdout)).toMatchObject({ paired: 3, identical: 3, differs: false });
     const changed = await runMockerToExit(['captures', 'diff', db, otherDb, '--json']);
     expect(changed.code, changed.stdout + changed.stderr).toBe(1);
-    expect(JSON.parse(changed.stdout)).toMatchObject({ paired: 1, promptChanges: 0, outputChanges: 1, onlyInA: 1, onlyInB: 0 });
+    expect(JSON.parse(changed.stdout)).toMatchObject({ paired: 1, promptChanges: 0, outputChanges: 1, onlyInA: 2, onlyInB: 0 });
   });
 });
 
@@ -168,6 +172,7 @@ describe('serve --mode replay of /inference/v1/generate, the double stopped', ()
     expect(report.exchanges.map((e) => [e.endpoint, e.verdict])).toEqual([
       ['generate', 'same'],
       ['generate', 'same'],
+      ['generate', 'same'],
     ]);
   });
 
@@ -176,8 +181,8 @@ describe('serve --mode replay of /inference/v1/generate, the double stopped', ()
     const rerun = await runMockerToExit(['rerun', db, '--target', random, '-o', join(dir, 'rerun-random.db'), '--json']);
     expect(rerun.code, rerun.stdout + rerun.stderr).toBe(1);
     const report = JSON.parse(rerun.stdout) as { exchanges: { verdict: string }[] };
-    // `whole` asks for temperature 0 in its sampling_params; `streamed` samples.
-    expect(report.exchanges.map((e) => e.verdict)).toEqual(['regression', 'sampled']);
+    // `whole` asks for temperature 0 in its sampling_params, `unnamed` a seed; `streamed` samples.
+    expect(report.exchanges.map((e) => e.verdict)).toEqual(['regression', 'sampled', 'regression']);
   });
 
   it('answers another shape of the same prompt with the captured ids, rendered', async () => {

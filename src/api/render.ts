@@ -120,20 +120,25 @@ export function fullResponse(ctx: RenderContext, choices: RenderedChoice[], prom
   return `${top},"choices":[${items.join(',')}],"service_tier":null,"system_fingerprint":null,"usage":${usage}${transfer}}`;
 }
 
-const ID_PREFIX = /^(data: )?\{"(id|request_id)":"[^"]*"(?:,"object":"([^"]*)","created":\d+)?/;
+const ID_PREFIX = /^(data: )?\{"id":"[^"]*"(?:,"object":"([^"]*)","created":\d+)?/;
+/** vLLM's generate answers and chunks: `request_id`, then (the non-streamed answer only) `model` and `created`. */
+const REQUEST_ID_PREFIX = /^(data: )?\{"request_id":"[^"]*"(?:(,"model":"(?:[^"\\]|\\.)*","created":)\d+)?/;
 
 /**
- * The stamp kind of vLLM's generate answers and chunks, which lead with `request_id` (no JSON `object` is spelt
- * so: an `object` names a JSON string's content, and this holds a quote).
+ * The stamp kind of generate's, followed by what stands between its id and its `created` (none in a chunk). No
+ * `object` starts so: an `object` is a JSON string's content, and this starts with a quote.
  */
 const REQUEST_ID_STAMP = '"request_id"';
 
 /**
  * `{"id":…` with the `object` and `created` that follow it (none for `object` null: a rerank answer has only its
- * id); `{"request_id":…` for generate's.
+ * id); `{"request_id":…` (and its model and `created`) for generate's.
  */
 export function stampedPrefix(id: string, object: string | null, created: number): string {
-  if (object === REQUEST_ID_STAMP) return `{"request_id":${JSON.stringify(id)}`;
+  if (object?.startsWith(REQUEST_ID_STAMP)) {
+    const model = object.slice(REQUEST_ID_STAMP.length);
+    return `{"request_id":${JSON.stringify(id)}${model && `${model}${created}`}`;
+  }
   const stamp = object === null ? '' : `,"object":"${object}","created":${created}`;
   return `{"id":${JSON.stringify(id)}${stamp}`;
 }
@@ -141,10 +146,10 @@ export function stampedPrefix(id: string, object: string | null, created: number
 /** A captured event or body around its stamp (`object` undefined: it has none, `lead` is the whole text). */
 export function splitStamp(text: string): { lead: string; object: string | null | undefined; tail: string } {
   const match = ID_PREFIX.exec(text);
-  if (!match) return { lead: text, object: undefined, tail: '' };
-  // A generate stamp is its request_id alone: its `created` (non-streamed only) is not next to it, and stays.
-  if (match[2] === 'request_id') return { lead: match[1] ?? '', object: REQUEST_ID_STAMP, tail: text.slice(match[0].length) };
-  return { lead: match[1] ?? '', object: match[3] ?? null, tail: text.slice(match[0].length) };
+  if (match) return { lead: match[1] ?? '', object: match[2] ?? null, tail: text.slice(match[0].length) };
+  const generate = REQUEST_ID_PREFIX.exec(text);
+  if (generate) return { lead: generate[1] ?? '', object: REQUEST_ID_STAMP + (generate[2] ?? ''), tail: text.slice(generate[0].length) };
+  return { lead: text, object: undefined, tail: '' };
 }
 
 /**

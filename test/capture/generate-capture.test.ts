@@ -154,7 +154,13 @@ describe('serve --mode replay of /inference/v1/generate, the double stopped', ()
     replay = (await mockers.start(['serve', '--mode', 'replay', '--captures', db])).url;
   }, 60_000);
 
-  it('answers each captured request with its captured bytes, request_id restamped from X-Request-Id', async () => {
+  it('answers each captured request with its captured bytes, request_id restamped from X-Request-Id, created now', async () => {
+    const capturedCreated = (JSON.parse(proxied.get('whole')!) as { created: number }).created;
+    // A second later than the capture's, so that a fresh `created` shows.
+    while (Math.floor(Date.now() / 1000) <= capturedCreated) await new Promise((r) => setTimeout(r, 100));
+    const whole = (await (await post(replay, REQUESTS.whole, 'fresh')).json()) as { created: number };
+    expect(whole.created).toBeGreaterThan(capturedCreated);
+    expect(whole.created).toBeLessThanOrEqual(Math.floor(Date.now() / 1000));
     for (const [name, body] of Object.entries(REQUESTS)) {
       const res = await post(replay, body, `replayed-${name}`);
       expect(res.status, name).toBe(200);

@@ -6,12 +6,14 @@
  * fields chat captures are stored with. The mockers are the built CLI in their own processes.
  */
 import { mkdtempSync, readFileSync } from 'node:fs';
+import http from 'node:http';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAgentResponse } from '../../src/capture/agentEvents.js';
 import { foldChatDeltas } from '../../src/api/renderCommon.js';
 import { recordedExchanges, startEngineDouble, type EngineDouble } from '../support/engineDoubles.js';
+import { listenOnLoopback, type LoopbackServer } from '../support/loopback.js';
 import { mockerProcesses, runMockerToExit } from '../support/mockerProcess.js';
 import { testTmpdir } from '../support/tempRoot.js';
 
@@ -132,6 +134,61 @@ describe('capture of /v1/responses in front of transformers serve', () => {
   });
 });
 
+/** vLLM's Responses stream (api39-spec §1.3): reasoning, text, then a function call. */
+const RESPONSE = { id: 'resp_1', model: 'm', status: 'completed', usage: { input_tokens: 12, output_tokens: 9, total_tokens: 21 } };
+const RESPONSES_EVENTS: Json[] = [
+  { response: { ...RESPONSE, status: 'in_progress', usage: null }, sequence_number: 0, type: 'response.created' },
+  {
+    item: { id: 'a', summary: [], type: 'reasoning', content: null, status: 'in_progress' },
+    output_index: 0,
+    sequence_number: 1,
+    type: 'response.output_item.added',
+  },
+  { content_index: 0, delta: 'Think', item_id: 'a', output_index: 0, sequence_number: 2, type: 'response.reasoning_text.delta' },
+  { content_index: 0, delta: 'ing.', item_id: 'a', output_index: 0, sequence_number: 3, type: 'response.reasoning_text.delta' },
+  { content_index: 0, delta: 'Hel', item_id: 'b', logprobs: [], output_index: 1, sequence_number: 4, type: 'response.output_text.delta' },
+  { content_index: 0, delta: 'lo', item_id: 'b', logprobs: [], output_index: 1, sequence_number: 5, type: 'response.output_text.delta' },
+  {
+    item: { id: 'c', arguments: '', call_id: 'call_9', name: 'get_weather', type: 'function_call', status: 'in_progress' },
+    output_index: 2,
+    sequence_number: 6,
+    type: 'response.output_item.added',
+  },
+  { delta: '{"city"', item_id: 'c', output_index: 2, sequence_number: 7, type: 'response.function_call_arguments.delta' },
+  { delta: ':"Paris"}', item_id: 'c', output_index: 2, sequence_number: 8, type: 'response.function_call_arguments.delta' },
+  { response: RESPONSE, sequence_number: 9, type: 'response.completed' },
+];
+
+/** vLLM's Messages stream (api39-spec §2.5): thinking, text, then a tool_use block. */
+const MESSAGES_EVENTS: Json[] = [
+  {
+    type: 'message_start',
+    message: {
+      id: 'chatcmpl-1',
+      type: 'message',
+      role: 'assistant',
+      content: [],
+      model: 'm',
+      stop_reason: null,
+      usage: { input_tokens: 12, output_tokens: 0 },
+    },
+  },
+  { type: 'content_block_start', content_block: { type: 'thinking', thinking: '' }, index: 0 },
+  { type: 'content_block_delta', delta: { type: 'thinking_delta', thinking: 'Hmm.' }, index: 0 },
+  { type: 'content_block_delta', delta: { type: 'signature_delta', signature: 'abc' }, index: 0 },
+  { type: 'content_block_stop', index: 0 },
+  { type: 'content_block_start', content_block: { type: 'text', text: '' }, index: 1 },
+  { type: 'content_block_delta', delta: { type: 'text_delta', text: 'Hel' }, index: 1 },
+  { type: 'content_block_delta', delta: { type: 'text_delta', text: 'lo' }, index: 1 },
+  { type: 'content_block_stop', index: 1 },
+  { type: 'content_block_start', content_block: { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: {} }, index: 2 },
+  { type: 'content_block_delta', delta: { type: 'input_json_delta', partial_json: '{"city":' }, index: 2 },
+  { type: 'content_block_delta', delta: { type: 'input_json_delta', partial_json: '"Paris"}' }, index: 2 },
+  { type: 'content_block_stop', index: 2 },
+  { type: 'message_delta', delta: { stop_reason: 'tool_use' }, usage: { input_tokens: 12, output_tokens: 7 } },
+  { type: 'message_stop' },
+];
+
 /** An SSE stream as vLLM writes the agents' APIs: `event: <type>` then `data: <json>`, and where each event ends. */
 function vllmStream(events: Json[]): { body: Buffer; ends: number[] } {
   let text = '';
@@ -145,33 +202,11 @@ function vllmStream(events: Json[]): { body: Buffer; ends: number[] } {
 
 describe("reading vLLM's agent API streams into chat-shaped fields", () => {
   it('Responses: reasoning, text and a function call with its arguments, model and usage (spec §1.3)', () => {
-    const response = { id: 'resp_1', model: 'm', status: 'completed', usage: { input_tokens: 12, output_tokens: 9, total_tokens: 21 } };
-    const { body, ends } = vllmStream([
-      { response: { ...response, status: 'in_progress', usage: null }, sequence_number: 0, type: 'response.created' },
-      {
-        item: { id: 'a', summary: [], type: 'reasoning', content: null, status: 'in_progress' },
-        output_index: 0,
-        sequence_number: 1,
-        type: 'response.output_item.added',
-      },
-      { content_index: 0, delta: 'Think', item_id: 'a', output_index: 0, sequence_number: 2, type: 'response.reasoning_text.delta' },
-      { content_index: 0, delta: 'ing.', item_id: 'a', output_index: 0, sequence_number: 3, type: 'response.reasoning_text.delta' },
-      { content_index: 0, delta: 'Hel', item_id: 'b', logprobs: [], output_index: 1, sequence_number: 4, type: 'response.output_text.delta' },
-      { content_index: 0, delta: 'lo', item_id: 'b', logprobs: [], output_index: 1, sequence_number: 5, type: 'response.output_text.delta' },
-      {
-        item: { id: 'c', arguments: '', call_id: 'call_9', name: 'get_weather', type: 'function_call', status: 'in_progress' },
-        output_index: 2,
-        sequence_number: 6,
-        type: 'response.output_item.added',
-      },
-      { delta: '{"city"', item_id: 'c', output_index: 2, sequence_number: 7, type: 'response.function_call_arguments.delta' },
-      { delta: ':"Paris"}', item_id: 'c', output_index: 2, sequence_number: 8, type: 'response.function_call_arguments.delta' },
-      { response, sequence_number: 9, type: 'response.completed' },
-    ]);
+    const { body, ends } = vllmStream(RESPONSES_EVENTS);
     const parsed = parseAgentResponse('responses', true, body, ends);
     expect(parsed.error).toBeNull();
     expect(parsed.model).toBe('m');
-    expect(parsed.usage).toEqual(response.usage);
+    expect(parsed.usage).toEqual(RESPONSE.usage);
     expect(parsed.generation.text).toBe('Hello');
     expect(parsed.generation.finishReason).toBe('completed');
     const folded = foldChatDeltas(parsed.generation.chunkDeltas);
@@ -180,34 +215,7 @@ describe("reading vLLM's agent API streams into chat-shaped fields", () => {
   });
 
   it('Messages: thinking, text and a tool_use block, usage from message_start and message_delta (spec §2.5)', () => {
-    const { body, ends } = vllmStream([
-      {
-        type: 'message_start',
-        message: {
-          id: 'chatcmpl-1',
-          type: 'message',
-          role: 'assistant',
-          content: [],
-          model: 'm',
-          stop_reason: null,
-          usage: { input_tokens: 12, output_tokens: 0 },
-        },
-      },
-      { type: 'content_block_start', content_block: { type: 'thinking', thinking: '' }, index: 0 },
-      { type: 'content_block_delta', delta: { type: 'thinking_delta', thinking: 'Hmm.' }, index: 0 },
-      { type: 'content_block_delta', delta: { type: 'signature_delta', signature: 'abc' }, index: 0 },
-      { type: 'content_block_stop', index: 0 },
-      { type: 'content_block_start', content_block: { type: 'text', text: '' }, index: 1 },
-      { type: 'content_block_delta', delta: { type: 'text_delta', text: 'Hel' }, index: 1 },
-      { type: 'content_block_delta', delta: { type: 'text_delta', text: 'lo' }, index: 1 },
-      { type: 'content_block_stop', index: 1 },
-      { type: 'content_block_start', content_block: { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: {} }, index: 2 },
-      { type: 'content_block_delta', delta: { type: 'input_json_delta', partial_json: '{"city":' }, index: 2 },
-      { type: 'content_block_delta', delta: { type: 'input_json_delta', partial_json: '"Paris"}' }, index: 2 },
-      { type: 'content_block_stop', index: 2 },
-      { type: 'message_delta', delta: { stop_reason: 'tool_use' }, usage: { input_tokens: 12, output_tokens: 7 } },
-      { type: 'message_stop' },
-    ]);
+    const { body, ends } = vllmStream(MESSAGES_EVENTS);
     const parsed = parseAgentResponse('messages', true, body, ends);
     expect(parsed.error).toBeNull();
     expect(parsed.model).toBe('m');
@@ -265,6 +273,76 @@ describe("reading vLLM's agent API streams into chat-shaped fields", () => {
       expect(folded.reasoning).toBe('Hmm.');
       expect(folded.toolCalls).toEqual([{ id: 'call_1', type: 'function', name: 'f', arguments: '{}' }]);
       expect(parsed.usage).toEqual({ input_tokens: 3, output_tokens: 4 });
+    }
+  });
+});
+
+describe("capture of vLLM's Responses and Messages streams (event: lines) through the proxy", () => {
+  const vllmDb = join(dir, 'vllm-agents.db');
+  let upstream: LoopbackServer;
+  /** What each path streams, one event a write, 5 ms apart. */
+  const STREAMS: Record<string, Json[]> = { '/v1/responses': RESPONSES_EVENTS, '/v1/messages': MESSAGES_EVENTS };
+
+  beforeAll(async () => {
+    upstream = await listenOnLoopback(
+      http.createServer((req, res) => {
+        req.resume();
+        req.on('end', async () => {
+          const events = STREAMS[(req.url ?? '').split('?')[0]];
+          if (req.method !== 'POST' || !events) return void res.writeHead(404, { 'content-type': 'application/json' }).end('{"detail":"Not Found"}');
+          res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' });
+          for (const e of events) {
+            res.write(`event: ${String(e.type)}\ndata: ${JSON.stringify(e)}\n\n`);
+            await new Promise((r) => setTimeout(r, 5));
+          }
+          res.end();
+        });
+      }),
+    );
+    const capture = await mockers.start(['capture', '--upstream', upstream.url, '--captures', vllmDb]);
+    for (const path of Object.keys(STREAMS)) {
+      const res = await fetch(`${capture.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"model":"m","stream":true}',
+      });
+      expect(res.status).toBe(200);
+      expect(await res.text()).toBe(vllmStream(STREAMS[path]).body.toString());
+    }
+    await capture.stop();
+  }, 60_000);
+
+  afterAll(() => upstream?.close());
+
+  it('records each event (its event: and data: lines) with its arrival time, and the structured output', async () => {
+    for (const [id, path, endpoint] of [
+      [1, '/v1/responses', 'responses'],
+      [2, '/v1/messages', 'messages'],
+    ] as const) {
+      const shown = JSON.parse((await runMockerToExit(['captures', 'show', vllmDb, String(id), '--json'])).stdout) as {
+        endpoint: string;
+        outcome: string;
+        model: string;
+        choices: { text: string; chunks: { delta: Json }[] }[];
+      };
+      expect(shown).toMatchObject({ endpoint, outcome: 'complete', model: 'm' });
+      expect(shown.choices[0].text).toBe('Hello');
+      const folded = foldChatDeltas(shown.choices[0].chunks.map((c) => c.delta));
+      expect(folded.toolCalls.map((c) => [c.name, c.arguments])).toEqual([['get_weather', '{"city":"Paris"}']]);
+      expect(folded.reasoning).toBe(endpoint === 'responses' ? 'Thinking.' : 'Hmm.');
+      const { body, ends } = vllmStream(STREAMS[path]);
+      const jsonl = join(dir, `${endpoint}.jsonl`);
+      expect((await runMockerToExit(['captures', 'export', vllmDb, '-o', jsonl])).code).toBe(0);
+      const line = readFileSync(jsonl, 'utf8')
+        .split('\n')
+        .filter((l) => l !== '')
+        .map((l) => JSON.parse(l) as Json & { eventEnds: number[]; eventTimes: number[] })
+        .filter((l) => l.type === 'exchange')[id - 1];
+      expect(line.eventEnds).toEqual(ends);
+      expect(Buffer.from(String(line.responseBody))).toEqual(body);
+      // One arrival time per event, in order (events read together share one).
+      expect(line.eventTimes).toHaveLength(ends.length);
+      expect(line.eventTimes.every((t, k) => t > 0 && (k === 0 || t >= line.eventTimes[k - 1]))).toBe(true);
     }
   });
 });

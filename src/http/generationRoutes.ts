@@ -18,7 +18,7 @@ import { forwardMiss, readApiJson, requestIdFor } from './requestBody.js';
 import { on } from './routes.js';
 import type { Env, Json, ServeAppConfig } from './serveConfig.js';
 import type { EngineResponses } from './streaming.js';
-import type { CapturedAs, ReplayableEndpoint, RunEndpoint } from './engineRun.js';
+import type { CapturedAs, EngineRun, ReplayableEndpoint, RunEndpoint } from './engineRun.js';
 import { tgiEndpoints } from './tgi.js';
 import { generateTokensEndpoint } from './generateTokens.js';
 
@@ -151,17 +151,26 @@ async function resolveThrough(deps: GenerationDeps, kind: EndpointKind, body: Js
   return { p, resolution, ctx };
 }
 
+/** A resolved request submitted to the engine: its token events, for the endpoint to render. */
+function engineRun(
+  deps: GenerationDeps,
+  { p, resolution, ctx }: Awaited<ReturnType<typeof resolveThrough>>,
+  arrivalMs: number,
+  signal: AbortSignal,
+): EngineRun {
+  return {
+    model: p.model,
+    promptIds: p.prompts[0],
+    plan: resolution.plans[0],
+    ctx,
+    events: deps.responses.run(ctx, p, null, resolution.plans, arrivalMs, signal),
+  };
+}
+
 /** The completions (or chat) path for endpoints that render the engine's tokens in their own shape (TGI, multimodal). */
 function runThrough(deps: GenerationDeps, kind: EndpointKind): RunEndpoint {
   return async (body, arrivalMs, signal) => {
-    const { p, resolution, ctx } = await resolveThrough(deps, kind, body);
-    return {
-      model: p.model,
-      promptIds: p.prompts[0],
-      plan: resolution.plans[0],
-      ctx,
-      events: deps.responses.run(ctx, p, null, resolution.plans, arrivalMs, signal),
-    };
+    return engineRun(deps, await resolveThrough(deps, kind, body), arrivalMs, signal);
   };
 }
 
@@ -172,17 +181,12 @@ function runThrough(deps: GenerationDeps, kind: EndpointKind): RunEndpoint {
  */
 function replayThrough(deps: GenerationDeps, kind: EndpointKind): ReplayableEndpoint {
   return async (body, captured, arrivalMs, signal) => {
-    const { p, resolution, ctx } = await resolveThrough(deps, kind, body, captured);
+    const resolved = await resolveThrough(deps, kind, body, captured);
+    const { p, resolution, ctx } = resolved;
     const capture = resolution.verbatim;
     if (capture && !p.kvTransfer?.do_remote_decode)
       return { verbatim: (res, id) => deps.responses.verbatim(res, { ...ctx, id }, p, capture, resolution.plans, arrivalMs, signal, false) };
-    return {
-      model: p.model,
-      promptIds: p.prompts[0],
-      plan: resolution.plans[0],
-      ctx,
-      events: deps.responses.run(ctx, p, null, resolution.plans, arrivalMs, signal),
-    };
+    return engineRun(deps, resolved, arrivalMs, signal);
   };
 }
 

@@ -121,9 +121,24 @@ export function fullResponse(ctx: RenderContext, choices: RenderedChoice[], prom
 }
 
 const ID_PREFIX = /^(data: )?\{"id":"[^"]*"(?:,"object":"([^"]*)","created":\d+)?/;
+/** vLLM's generate answers and chunks: `request_id`, then (the non-streamed answer only) `model` and `created`. */
+const REQUEST_ID_PREFIX = /^(data: )?\{"request_id":"[^"]*"(?:(,"model":"(?:[^"\\]|\\.)*","created":)\d+)?/;
 
-/** `{"id":…` with the `object` and `created` that follow it (none for `object` null: a rerank answer has only its id). */
+/**
+ * The stamp kind of generate's, followed by what stands between its id and its `created` (none in a chunk). No
+ * `object` starts so: an `object` is a JSON string's content, and this starts with a quote.
+ */
+const REQUEST_ID_STAMP = '"request_id"';
+
+/**
+ * `{"id":…` with the `object` and `created` that follow it (none for `object` null: a rerank answer has only its
+ * id); `{"request_id":…` (and its model and `created`) for generate's.
+ */
 export function stampedPrefix(id: string, object: string | null, created: number): string {
+  if (object?.startsWith(REQUEST_ID_STAMP)) {
+    const model = object.slice(REQUEST_ID_STAMP.length);
+    return `{"request_id":${JSON.stringify(id)}${model && `${model}${created}`}`;
+  }
   const stamp = object === null ? '' : `,"object":"${object}","created":${created}`;
   return `{"id":${JSON.stringify(id)}${stamp}`;
 }
@@ -131,8 +146,10 @@ export function stampedPrefix(id: string, object: string | null, created: number
 /** A captured event or body around its stamp (`object` undefined: it has none, `lead` is the whole text). */
 export function splitStamp(text: string): { lead: string; object: string | null | undefined; tail: string } {
   const match = ID_PREFIX.exec(text);
-  if (!match) return { lead: text, object: undefined, tail: '' };
-  return { lead: match[1] ?? '', object: match[2] ?? null, tail: text.slice(match[0].length) };
+  if (match) return { lead: match[1] ?? '', object: match[2] ?? null, tail: text.slice(match[0].length) };
+  const generate = REQUEST_ID_PREFIX.exec(text);
+  if (generate) return { lead: generate[1] ?? '', object: REQUEST_ID_STAMP + (generate[2] ?? ''), tail: text.slice(generate[0].length) };
+  return { lead: text, object: undefined, tail: '' };
 }
 
 /**

@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerR
 import { errorJson } from '../wire/errors.js';
 import { poolingEndpoint } from '../generation/poolingKey.js';
 import type { UpstreamFailure } from '../metrics/mockerMetrics.js';
-import type { HeaderMap, RecordedEndpoint } from '../store/captureStore.js';
+import type { AgentApi, HeaderMap, RecordedEndpoint } from '../store/captureStore.js';
 import type { TokenizeDialect, UpstreamEngine } from './upstreamEngine.js';
 import type { UpstreamPool, UpstreamRequest } from './upstreamHttp.js';
 
@@ -28,10 +28,23 @@ const GENERATION_PATHS: Record<string, 'chat' | 'completion'> = {
   '/v1/completions': 'completion',
 };
 
+/** The agents' APIs (issue #39), recorded as sent: no token ids are asked for (they have no such field). */
+const AGENT_API_PATHS: Record<string, AgentApi> = {
+  '/inference/v1/generate': 'generate',
+  '/v1/responses': 'responses',
+  '/v1/messages': 'messages',
+};
+
+const postPath = (method: string, url: string): string | null => (method === 'POST' ? url.split('?')[0].replace(/\/+$/, '') : null);
+
 export function generationEndpoint(method: string, url: string): 'chat' | 'completion' | null {
-  if (method !== 'POST') return null;
-  const path = url.split('?')[0].replace(/\/+$/, '');
-  return GENERATION_PATHS[path] ?? null;
+  const path = postPath(method, url);
+  return path === null ? null : (GENERATION_PATHS[path] ?? null);
+}
+
+export function agentApiEndpoint(method: string, url: string): AgentApi | null {
+  const path = postPath(method, url);
+  return path === null ? null : (AGENT_API_PATHS[path] ?? null);
 }
 
 export interface ForwardConfig {
@@ -351,8 +364,8 @@ class ForwardedExchange {
     const method = req.method ?? 'GET';
     const path = req.url ?? '/';
     const generation = generationEndpoint(method, path);
-    // Embeddings and rerank requests are recorded as sent: nothing is added to them.
-    const endpoint = generation ?? poolingEndpoint(method, path);
+    // The agents' APIs, embeddings and rerank requests are recorded as sent: nothing is added to them.
+    const endpoint = generation ?? agentApiEndpoint(method, path) ?? poolingEndpoint(method, path);
     this.engine = config.upstream;
     const { request, sentBody, injected } = prepareRequest(this.engine, generation, endpoint, requestBody);
     this.sentBody = sentBody;

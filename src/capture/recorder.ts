@@ -1,9 +1,10 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { poolingInputs, poolingKey } from '../generation/poolingKey.js';
 import { requestShape } from '../generation/shape.js';
-import { isGeneration, type CaptureStore, type Exchange, type PoolingKind, type TokenSource } from '../store/captureStore.js';
+import type { CaptureStore, Exchange, PoolingKind, TokenSource } from '../store/captureStore.js';
 import type { Generation } from '../store/generation.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
+import { parseAgentResponse } from './agentEvents.js';
 import { parseResponse, streamedPieces, withOutputIds } from './extract.js';
 import { redactHeaders, type ExchangeSink, type RawExchange } from './forward.js';
 import type { TokenizeDialect } from './upstreamEngine.js';
@@ -87,6 +88,12 @@ function pick(request: Json, fields: readonly string[]): Json {
 function vllmStopReason(stop: string | number | null, request: Json): string | number | null {
   if (typeof stop !== 'number') return stop;
   return Array.isArray(request.stop_token_ids) && request.stop_token_ids.includes(stop) ? stop : null;
+}
+
+/** A generate request's `token_ids`: the engine's prompt as is (vLLM applies no template to them). */
+function generatePromptIds(request: Json): { ids: number[]; source: TokenSource } | null {
+  const ids = request.token_ids;
+  return Array.isArray(ids) && ids.every((t) => Number.isInteger(t)) ? { ids: ids as number[], source: 'engine' } : null;
 }
 
 /** What the recorder needs of a tokenizer (only for engines that send no token ids). */
@@ -259,6 +266,17 @@ export class Recorder {
     return { generation: withOutputIds(gen, ids), source: whole.source };
   }
 
+  /** The first model the upstream's `/v1/models` listed when the run started (null: not known). */
+  private servedModel(): string | null {
+    try {
+      const models = JSON.parse(this.store.getRun(this.runId)?.modelsJson ?? 'null') as { data?: { id?: unknown }[] } | null;
+      const id = models?.data?.[0]?.id;
+      return typeof id === 'string' ? id : null;
+    } catch {
+      return null;
+    }
+  }
+
   private async build(raw: RawExchange): Promise<Exchange> {
     const ex: Exchange = {
       runId: this.runId,
@@ -288,10 +306,14 @@ export class Recorder {
       generations: [],
     };
     if (!raw.endpoint || !raw.request || raw.status === null || raw.status >= 400) return ex;
-    if (!isGeneration(raw.endpoint)) return withPoolingAnswer(ex, raw.endpoint, raw.request);
-    const parsed = parseResponse(raw.endpoint, raw.stream, raw.responseBody, raw.eventEnds, raw.eventTimes, raw.totalMs);
+    if (raw.endpoint === 'embeddings' || raw.endpoint === 'rerank') return withPoolingAnswer(ex, raw.endpoint, raw.request);
+    if (raw.endpoint === 'responses' || raw.endpoint === 'messages') return withAgentAnswer(ex, raw.endpoint, raw);
+    // vLLM's generate answers as a completion would with return_token_ids, less the text: read as one.
+    const kind = raw.endpoint === 'generate' ? 'completion' : raw.endpoint;
+    const parsed = parseResponse(kind, raw.stream, raw.responseBody, raw.eventEnds, raw.eventTimes, raw.totalMs);
     // Replays are looked up by the model clients ask for (`transformers serve` answers with another name).
-    ex.model = ex.model ?? parsed.model;
+    // A generate stream names no model, nor need its request: the engine's (it serves one) is the one that answered.
+    ex.model = ex.model ?? parsed.model ?? (raw.endpoint === 'generate' ? this.servedModel() : null);
     ex.usage = parsed.usage;
     ex.eventTokens = parsed.eventTokens;
     try {
@@ -305,7 +327,11 @@ export class Recorder {
       ex.error = parsed.error;
     }
     const modelField = ex.model === null ? {} : { model: ex.model };
-    const prompt = parsed.promptIds ? { ids: parsed.promptIds, source: 'engine' as const } : await this.promptIds(raw.endpoint, raw.request, raw);
+    const prompt = parsed.promptIds
+      ? { ids: parsed.promptIds, source: 'engine' as const }
+      : raw.endpoint === 'generate'
+        ? generatePromptIds(raw.request)
+        : await this.promptIds(raw.endpoint, raw.request, raw);
     ex.promptIds = prompt?.ids ?? null;
     if (isPromptBatch(raw.endpoint, raw.request)) {
       // Its choices belong to different prompts: keyed by one of them, a replay of that prompt would serve the
@@ -330,6 +356,19 @@ export class Recorder {
     }
     return ex;
   }
+}
+
+/**
+ * A Responses or Messages exchange: its answer read into one chat-shaped choice (text, reasoning, tool calls), its
+ * model and usage. No prompt ids yet: the engine returns none, and the request's translation into the chat whose
+ * template would give them belongs to the serve side.
+ */
+function withAgentAnswer(ex: Exchange, api: 'responses' | 'messages', raw: RawExchange): Exchange {
+  const parsed = parseAgentResponse(api, raw.stream, raw.responseBody, raw.eventEnds);
+  const failed = parsed.error !== null ? { outcome: 'failed' as const, error: parsed.error } : {};
+  // No token is known to have come with any event.
+  const eventTokens = raw.eventEnds.map(() => 0);
+  return { ...ex, model: ex.model ?? parsed.model, usage: parsed.usage, eventTokens, generations: [parsed.generation], ...failed };
 }
 
 /**

@@ -3,7 +3,7 @@
  * changed between them: prompts tokenized differently (the preprocessing regression), outputs that differ,
  * requests only one file holds, and the shift of the TTFT and ITL distributions.
  */
-import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
+import { CaptureStore, hasTokens, namingCapture, type StoredExchange } from '../store/captureStore.js';
 import {
   firstDifference,
   firstTokenMs,
@@ -102,7 +102,7 @@ function openFile(path: string): File {
       const exchanges = store
         .exchangeIds()
         .map((id) => store.getExchange(id)!) // listed a moment ago, by this reader alone
-        .filter((ex) => ex.outcome === 'complete' && isGeneration(ex.endpoint));
+        .filter((ex) => ex.outcome === 'complete' && hasTokens(ex.endpoint));
       return { path, store, tokenizers: new RunTokenizers(store), exchanges };
     });
   } catch (err) {

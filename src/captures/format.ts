@@ -25,10 +25,17 @@ function table(headers: string[], rows: (string | number | null)[][]): string {
     .join('\n');
 }
 
+/** The agents' APIs a listing counts, named only when it holds any. */
+const agentCounts = (e: Listing['endpoints']) =>
+  (['generate', 'responses', 'messages'] as const)
+    .filter((api) => e[api] > 0)
+    .map((api) => `, ${e[api]} ${api}`)
+    .join('');
+
 /** `captures list`'s page. */
 export function formatListing(file: string, l: Listing): string {
   const lines = [
-    `${file}: ${l.total} exchanges (${l.outcomes.complete} complete, ${l.outcomes.failed} failed, ${l.outcomes.aborted} aborted; ${l.endpoints.chat} chat, ${l.endpoints.completion} completion${l.endpoints.other ? `, ${l.endpoints.other} other` : ''})`,
+    `${file}: ${l.total} exchanges (${l.outcomes.complete} complete, ${l.outcomes.failed} failed, ${l.outcomes.aborted} aborted; ${l.endpoints.chat} chat, ${l.endpoints.completion} completion${agentCounts(l.endpoints)}${l.endpoints.other ? `, ${l.endpoints.other} other` : ''})`,
   ];
   lines.push(`captured: ${l.from === null ? '-' : `${l.from} .. ${l.until}`}`);
   lines.push(`models: ${l.models.length > 0 ? l.models.map(inline).join(', ') : '-'}`);

@@ -3,12 +3,15 @@ import { outputIdsCheck, type OutputIdsCheck } from './outputIds.js';
 import { ReplayCollector, type ReplayReport } from '../trace/collector.js';
 import {
   CaptureStore,
+  hasTokens,
+  isAgentApi,
   isGeneration,
   namingCapture,
   type ExchangeFilter,
   type ExchangeSummary,
   type HeaderMap,
   type Outcome,
+  type AgentApi,
   type RecordedEndpoint,
   type StoredExchange,
   type StoredRun,
@@ -36,7 +39,7 @@ export interface Listing {
   models: string[];
   outcomes: Record<Outcome, number>;
   /** Selected exchanges by endpoint (`other`: not a generation). */
-  endpoints: { chat: number; completion: number; other: number };
+  endpoints: Record<'chat' | 'completion' | AgentApi | 'other', number>;
   total: number;
   /** First and last selected exchange's start; null when none. */
   from: string | null;
@@ -54,12 +57,12 @@ function listingOf(store: CaptureStore, filter: ExchangeFilter, withExchanges: b
   const selected = store.exchangeSummaries(filter);
   const perRun = new Map<number, number>();
   const outcomes: Record<Outcome, number> = { complete: 0, failed: 0, aborted: 0 };
-  const endpoints = { chat: 0, completion: 0, other: 0 };
+  const endpoints = { chat: 0, completion: 0, generate: 0, responses: 0, messages: 0, other: 0 };
   const models = new Set<string>();
   for (const ex of selected) {
     perRun.set(ex.runId, (perRun.get(ex.runId) ?? 0) + 1);
     outcomes[ex.outcome]++;
-    endpoints[isGeneration(ex.endpoint) ? ex.endpoint : 'other']++;
+    endpoints[isGeneration(ex.endpoint) || isAgentApi(ex.endpoint) ? ex.endpoint : 'other']++;
     if (ex.model !== null) models.add(ex.model);
   }
   const filtered = Object.values(filter).some((v) => v !== undefined);
@@ -264,7 +267,7 @@ function runStats(store: CaptureStore, runId?: number): RunStats[] {
   const runs = store.runs().filter((run) => runId === undefined || run.id === runId);
   return runs.map((run) => {
     const collector = new ReplayCollector([]);
-    const exchanges = store.exchangeSummaries({ runId: run.id }).filter((e) => isGeneration(e.endpoint));
+    const exchanges = store.exchangeSummaries({ runId: run.id }).filter((e) => hasTokens(e.endpoint));
     const origin = exchanges.length > 0 ? exchanges[0].startedAt : 0;
     const counts = { streamed: 0, notStreamed: 0 };
     let timedFirstTokens = 0;

@@ -81,7 +81,7 @@ const exchangeLine = z.strictObject({
   requestId: z.string().nullable(),
   method: z.string(),
   path: z.string(),
-  endpoint: z.enum(['chat', 'completion', 'embeddings', 'rerank']).nullable(),
+  endpoint: z.enum(['chat', 'completion', 'generate', 'responses', 'messages', 'embeddings', 'rerank']).nullable(),
   /** An embeddings or rerank exchange's replay key (null, or left out, for generations: keyed by their prompt ids). */
   poolingKey: z.string().nullable().default(null),
   outcome: z.enum(['complete', 'failed', 'aborted']),

@@ -7,7 +7,8 @@ import { parseResponse, type ParsedResponse } from '../capture/extract.js';
 import type { ChoicePlan, EndpointKind } from '../generation/plan.js';
 import { ApiError } from '../wire/errors.js';
 import { PlanRenderer } from '../api/planRenderer.js';
-import { includesUsage, restamp, type RenderContext } from '../api/render.js';
+import { DONE_EVENT, includesUsage, restamp, type RenderContext } from '../api/render.js';
+import { generateTokensChunk, generateTokensRequest, generateTokensResponse, generateTokensUsageChunk } from '../api/generateTokens.js';
 import { wireOfEngine } from '../wire/shapes.js';
 import { chatRequest, completionRequest, parseBody } from '../api/schemas.js';
 import { CaptureStore, isGeneration, namingCapture, type StoredExchange } from '../store/captureStore.js';
@@ -38,7 +39,7 @@ export type DifferenceKind =
 
 export interface Mismatch {
   exchangeId: number;
-  endpoint: EndpointKind;
+  endpoint: EndpointKind | 'generate';
   stream: boolean;
   engine: string | null;
   comparison: Comparison;
@@ -170,6 +171,8 @@ class Verifier {
   async verify(ex: StoredExchange): Promise<Outcome> {
     if (ex.outcome !== 'complete') return { type: 'skip', reason: ex.outcome };
     // Embeddings and rerank answers are stored and replayed whole: there is nothing of mocker's to render.
+    if (ex.endpoint === 'generate') return this.verifyGenerate(ex);
+    if (ex.endpoint === 'responses' || ex.endpoint === 'messages') return { type: 'skip', reason: `${ex.endpoint} (not rendered by mocker yet)` };
     if (!isGeneration(ex.endpoint)) return { type: 'skip', reason: 'not a generation' };
     if (ex.status !== 200) return { type: 'skip', reason: `HTTP ${ex.status}` };
     const kind = ex.endpoint;
@@ -250,6 +253,49 @@ class Verifier {
         ? this.compareBytes(ex, events, sameText, stopStrings)
         : compareContent(kind, capturedRead, renderedRead, ex.tokenSource === 'engine', stopStrings);
     return mismatch ? { type: 'mismatch', mismatch: { ...base, ...mismatch } } : { type: 'match', comparison };
+  }
+
+  /**
+   * vLLM's generate: its answer rendered again from the stored ids, chunk for chunk, under the captured
+   * request_id, model and created (what vLLM makes per request), compared byte for byte.
+   */
+  private verifyGenerate(ex: StoredExchange): Outcome {
+    if (ex.status !== 200) return { type: 'skip', reason: `HTTP ${ex.status}` };
+    const [g] = ex.generations;
+    if (ex.promptIds === null || ex.generations.length !== 1 || g.finishReason === null)
+      return { type: 'skip', reason: 'no prompt ids or no single finished choice' };
+    let req;
+    let first: Json;
+    try {
+      // The default max_tokens is not rendered: any context length reads the request alike.
+      req = generateTokensRequest(JSON.parse(ex.requestBody.toString('utf8')), Number.MAX_SAFE_INTEGER);
+      first = JSON.parse(capturedEvents(ex)[0].text.replace(/^data: /, '')) as Json;
+    } catch {
+      return { type: 'skip', reason: 'a request mocker refuses' };
+    }
+    const ctx = { id: String(first.request_id), model: String(first.model ?? ''), created: Number(first.created ?? 0), promptTokens: ex.promptIds.length };
+    let text: string;
+    if (!ex.stream) text = generateTokensResponse(ctx, g.outputIds, g.finishReason);
+    else {
+      text = '';
+      let end = 0;
+      for (const [i, count] of g.chunkTokens.entries()) {
+        const last = i === g.chunkTokens.length - 1;
+        text += generateTokensChunk(ctx, g.outputIds.slice(end, end + count), last ? g.finishReason : null, req.continuousUsage ? end + count : null);
+        end += count;
+      }
+      if (req.includeUsage) text += generateTokensUsageChunk(ctx, end);
+      text += DONE_EVENT;
+    }
+    const mismatch = this.compareBytes(ex, renderedEvents(text, ex.stream), true, false);
+    const base = {
+      exchangeId: ex.id,
+      endpoint: 'generate' as const,
+      stream: ex.stream,
+      engine: this.tokenizers.get(ex.runId).run?.engine ?? null,
+      comparison: 'bytes' as const,
+    };
+    return mismatch ? { type: 'mismatch', mismatch: { ...base, ...mismatch } } : { type: 'match', comparison: 'bytes' };
   }
 
   private compareBytes(ex: StoredExchange, rendered: string[], sameText: boolean, stopStrings: boolean): Difference | null {

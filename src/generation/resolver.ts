@@ -137,18 +137,26 @@ export class OutputResolver {
 
   constructor(private readonly config: ResolverConfig) {}
 
-  async resolve(params: OutputParams, model: string, promptIds: readonly number[], shape: string, budget?: OutputBudget): Promise<Resolution> {
+  /** `endpoint`: whose captures answer (vLLM's generate runs as a completion but replays its own captures). */
+  async resolve(
+    params: OutputParams,
+    model: string,
+    promptIds: readonly number[],
+    shape: string,
+    budget?: OutputBudget,
+    endpoint: 'chat' | 'completion' | 'generate' = params.kind,
+  ): Promise<Resolution> {
     const { store, outputs } = this.config;
     if (outputs === 'random' || !store) return { ...(await this.random(params, promptIds, budget)), lookup: null };
-    const exact = store.findByPrompt(model, promptIds).filter((ex) => ex.endpoint === params.kind);
+    const exact = store.findByPrompt(model, promptIds).filter((ex) => ex.endpoint === endpoint);
     const byPrefix = exact.length === 0 && this.config.match === 'prefix';
-    const found = byPrefix ? this.prefixMatches(store, params.kind, model, promptIds) : exact;
+    const found = byPrefix ? this.prefixMatches(store, endpoint, model, promptIds) : exact;
     if (found.length === 0) return { ...(await this.miss(params, model, promptIds, budget)), lookup: 'no_match' };
     // Capture order: the order the requests were sent (`captures list --exchanges`).
     const matches = this.sameShaped(covering(this.forRole(found), params), byPrefix, shape).sort((a, b) => a.startedAt - b.startedAt || a.id - b.id);
 
     // Chosen before the first await: concurrent requests of a sequence each take their own captures.
-    const sequenceKey = this.config.match === 'sequence' ? `${params.kind}\0${promptKey(model, promptIds)}` : null;
+    const sequenceKey = this.config.match === 'sequence' ? `${endpoint}\0${promptKey(model, promptIds)}` : null;
     const first = sequenceKey === null ? this.pick(matches.length, params.seed) : (this.sequence.get(sequenceKey) ?? 0) % matches.length;
     const chosen: { exchange: StoredExchange; choice: number }[] = [];
     let taken = 0;
@@ -243,7 +251,7 @@ export class OutputResolver {
    * prefix of it, else those of the captured prompt sharing the longest prefix with it; either only when the
    * shared prefix holds at least `--min-prefix-ratio` of the request's prompt tokens.
    */
-  private prefixMatches(store: CaptureStore, kind: 'chat' | 'completion', model: string, promptIds: readonly number[]): StoredExchange[] {
+  private prefixMatches(store: CaptureStore, kind: 'chat' | 'completion' | 'generate', model: string, promptIds: readonly number[]): StoredExchange[] {
     const least = this.leastShared(promptIds.length);
     const prefix = store.findByLongestPrefix(model, kind, promptIds, least).filter((ex) => ex.endpoint === kind);
     if (prefix.length > 0) return prefix;

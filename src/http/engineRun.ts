@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http';
 import type { EngineStream } from '../engine/index.js';
 import type { ChoicePlan } from '../generation/plan.js';
 import type { RenderContext } from '../api/render.js';
@@ -20,3 +21,17 @@ export interface EngineRun {
 
 /** Runs a completions (or, for a chat runner, chat completions) body; throws ApiError for bad input. */
 export type RunEndpoint = (body: Json, arrivalMs: number, signal: AbortSignal) => Promise<EngineRun>;
+
+/** Whose captures answer a request run as a completion, and the request's own shape (generation/shape.ts). */
+export interface CapturedAs {
+  endpoint: 'generate';
+  shape: string;
+}
+
+/** A capture of the same request shape, served as captured under the response's own id. */
+export interface CapturedAnswer {
+  verbatim: (res: ServerResponse, id: string) => Promise<void>;
+}
+
+/** Runs a completions body looked up among `captured.endpoint`'s captures: its capture's bytes, else the engine's run. */
+export type ReplayableEndpoint = (body: Json, captured: CapturedAs, arrivalMs: number, signal: AbortSignal) => Promise<EngineRun | CapturedAnswer>;

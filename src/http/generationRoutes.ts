@@ -18,10 +18,11 @@ import { forwardMiss, readApiJson, requestIdFor } from './requestBody.js';
 import { on } from './routes.js';
 import type { Env, Json, ServeAppConfig } from './serveConfig.js';
 import type { EngineResponses } from './streaming.js';
-import type { RunEndpoint } from './engineRun.js';
 import { responsesRoutes } from './responsesApi.js';
 import { tgiEndpoints } from './tgi.js';
 import { anthropicEndpoints } from './anthropic.js';
+import type { CapturedAs, EngineRun, ReplayableEndpoint, RunEndpoint } from './engineRun.js';
+import { generateTokensEndpoint } from './generateTokens.js';
 
 /** What the generation routes share: the server's configuration, the request checks and the engine's answers. */
 export interface GenerationDeps {
@@ -129,34 +130,66 @@ async function generate(deps: GenerationDeps, kind: EndpointKind, c: Context<Env
   return RESPONSE_ALREADY_SENT;
 }
 
+/** A body prepared, resolved and ready to run (or serve from its capture), for the endpoints of runThrough and replayThrough. */
+async function resolveThrough(deps: GenerationDeps, kind: EndpointKind, body: Json, captured?: CapturedAs) {
+  const { config } = deps;
+  const p = await deps.prompts.prepare(kind, body, undefined);
+  const shape = captured?.shape ?? requestShape(kind, body);
+  const resolution = await config.resolver.resolve(p.params[0], p.model, p.prompts[0], shape, deps.prompts.outputBudget(), captured?.endpoint);
+  config.mockerMetrics?.captureLookup(resolution.lookup);
+  if (resolution.type === 'error') throw resolution.error;
+  if (resolution.type === 'forward')
+    throw new ApiError(501, 'This endpoint is answered from captures or random tokens only: it is not forwarded to the upstream.', 'NotImplementedError');
+  const ctx: RenderContext = {
+    kind,
+    // These endpoints render their own shapes from the events, not the chat or completions wire.
+    wire: config.wire,
+    // The body's request_id names it, as vLLM's _base_request_id (the Messages route puts the X-Request-Id header there).
+    id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${typeof body.request_id === 'string' && body.request_id ? body.request_id : randomUUID().replaceAll('-', '')}`,
+    created: Math.floor(Date.now() / 1000),
+    model: p.model,
+    returnTokenIds: false,
+    promptTokenIds: p.prompts[0],
+  };
+  return { p, resolution, ctx };
+}
+
+/** A resolved request submitted to the engine: its token events, for the endpoint to render. */
+function engineRun(
+  deps: GenerationDeps,
+  { p, resolution, ctx }: Awaited<ReturnType<typeof resolveThrough>>,
+  arrivalMs: number,
+  signal: AbortSignal,
+): EngineRun {
+  return {
+    model: p.model,
+    promptIds: p.prompts[0],
+    plan: resolution.plans[0],
+    ctx,
+    events: deps.responses.run(ctx, p, null, resolution.plans, arrivalMs, signal),
+  };
+}
+
 /** The completions (or chat) path for endpoints that render the engine's tokens in their own shape (TGI, multimodal). */
 function runThrough(deps: GenerationDeps, kind: EndpointKind): RunEndpoint {
-  const { config } = deps;
   return async (body, arrivalMs, signal) => {
-    const p = await deps.prompts.prepare(kind, body, undefined);
-    const resolution = await config.resolver.resolve(p.params[0], p.model, p.prompts[0], requestShape(kind, body), deps.prompts.outputBudget());
-    config.mockerMetrics?.captureLookup(resolution.lookup);
-    if (resolution.type === 'error') throw resolution.error;
-    if (resolution.type === 'forward')
-      throw new ApiError(501, 'This endpoint is answered from captures or random tokens only: it is not forwarded to the upstream.', 'NotImplementedError');
-    const ctx: RenderContext = {
-      kind,
-      // These endpoints render their own shapes from the events, not the chat or completions wire.
-      wire: config.wire,
-      // The body's request_id names it, as vLLM's _base_request_id (the Messages route puts the X-Request-Id header there).
-      id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${typeof body.request_id === 'string' && body.request_id ? body.request_id : randomUUID().replaceAll('-', '')}`,
-      created: Math.floor(Date.now() / 1000),
-      model: p.model,
-      returnTokenIds: false,
-      promptTokenIds: p.prompts[0],
-    };
-    return {
-      model: p.model,
-      promptIds: p.prompts[0],
-      plan: resolution.plans[0],
-      ctx,
-      events: deps.responses.run(ctx, p, null, resolution.plans, arrivalMs, signal),
-    };
+    return engineRun(deps, await resolveThrough(deps, kind, body), arrivalMs, signal);
+  };
+}
+
+/**
+ * The completions path for an endpoint whose own captures replay it (vLLM's generate): a capture of the same
+ * request shape is served byte for byte (its ids restamped, released as the engine emits its tokens), else the
+ * engine's tokens are the endpoint's to render.
+ */
+function replayThrough(deps: GenerationDeps, kind: EndpointKind): ReplayableEndpoint {
+  return async (body, captured, arrivalMs, signal) => {
+    const resolved = await resolveThrough(deps, kind, body, captured);
+    const { p, resolution, ctx } = resolved;
+    const capture = resolution.verbatim;
+    if (capture && !p.kvTransfer?.do_remote_decode)
+      return { verbatim: (res, id) => deps.responses.verbatim(res, { ...ctx, id }, p, capture, resolution.plans, arrivalMs, signal, false) };
+    return engineRun(deps, resolved, arrivalMs, signal);
   };
 }
 
@@ -183,6 +216,13 @@ export function generationRoutes(deps: GenerationDeps): Hono<Env> {
     tokenizer: config.tokenizer,
     maxModelLen: config.maxModelLen,
     storeEnabled: config.responsesStore,
+  });
+  const generateTokens = generateTokensEndpoint(replayThrough(deps, 'completion'), deps.config.maxModelLen);
+  on(app, '/inference/v1/generate', async (c) => {
+    const arrivalMs = arrivalOf(c.env.incoming) ?? performance.now();
+    const { body } = await readApiJson(c);
+    await generateTokens(c.env.outgoing, body, requestIdFor(c, body), arrivalMs);
+    return RESPONSE_ALREADY_SENT;
   });
   return app;
 }

@@ -34,6 +34,7 @@ export const SERVE_ROUTES: Record<string, { methods: string[]; class: RouteClass
   '/v2/rerank': { methods: ['POST'], class: 'key' },
   '/generate': { methods: ['POST'], class: 'key' },
   '/generate_stream': { methods: ['POST'], class: 'key' },
+  '/inference/v1/generate': { methods: ['POST'], class: 'key' },
   '/tokenize': { methods: ['POST'], class: 'key' },
   '/detokenize': { methods: ['POST'], class: 'key' },
   '/load': { methods: ['GET'], class: 'key' },

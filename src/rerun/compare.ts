@@ -235,7 +235,9 @@ async function comparePrompts(golden: Side, exA: StoredExchange, candidate: Side
 }
 
 function samplingOf(request: Json | null): { greedy: boolean; seeded: boolean } {
-  return { greedy: request?.temperature === 0 || request?.top_k === 1, seeded: typeof request?.seed === 'number' };
+  // vLLM's generate nests them in its `sampling_params`.
+  const params = request?.sampling_params !== null && typeof request?.sampling_params === 'object' ? (request.sampling_params as Json) : request;
+  return { greedy: params?.temperature === 0 || params?.top_k === 1, seeded: typeof params?.seed === 'number' };
 }
 
 async function comparePair(golden: Side, exA: StoredExchange, candidate: Side, exB: StoredExchange | undefined): Promise<ExchangeComparison> {
@@ -251,7 +253,9 @@ async function comparePair(golden: Side, exA: StoredExchange, candidate: Side, e
     greedy,
     seeded,
   };
-  const goldenOutputs = isGeneration(endpoint) ? exA.generations.map((g) => choiceOutput(exA, g)) : [];
+  const pooling = endpoint === 'embeddings' || endpoint === 'rerank' ? endpoint : null;
+  // The agents' APIs are stored as chat-shaped choices (text, reasoning, tool calls): compared as chat's are.
+  const goldenOutputs = !pooling ? exA.generations.map((g) => choiceOutput(exA, g)) : [];
   /** No answer, or an error where the golden had one: always a regression. */
   const failedAnswer = (note: string, rest: Pick<ExchangeComparison, 'candidate' | 'status' | 'prompt' | 'output' | 'timing'>): ExchangeComparison => ({
     ...base,
@@ -283,9 +287,9 @@ async function comparePair(golden: Side, exA: StoredExchange, candidate: Side, e
       timing: { golden: timingOf(exA), candidate: timingOf(exB) },
     });
   }
-  const candidateOutputs = isGeneration(endpoint) ? exB.generations.map((g) => choiceOutput(exB, g)) : [];
-  const differences = isGeneration(endpoint) ? outputDifferences(goldenOutputs, candidateOutputs) : poolingDifferences(endpoint, exA, exB);
-  const usage = isGeneration(endpoint) ? usageDifference(exA.usage, exB.usage) : null;
+  const candidateOutputs = !pooling ? exB.generations.map((g) => choiceOutput(exB, g)) : [];
+  const differences = !pooling ? outputDifferences(goldenOutputs, candidateOutputs) : poolingDifferences(pooling, exA, exB);
+  const usage = !pooling ? usageDifference(exA.usage, exB.usage) : null;
   if (usage) differences.push(usage);
   const prompt = isGeneration(endpoint) ? await comparePrompts(golden, exA, candidate, exB, request) : null;
   let verdict: Verdict = 'same';
@@ -294,7 +298,7 @@ async function comparePair(golden: Side, exA: StoredExchange, candidate: Side, e
     verdict = 'regression';
     note = 'the prompt was tokenized differently';
   } else if (differences.length > 0) {
-    const deterministic = !isGeneration(endpoint) || greedy || seeded;
+    const deterministic = pooling !== null || greedy || seeded;
     verdict = deterministic ? 'regression' : 'sampled';
     const fields = [...new Set(differences.map((d) => d.field))].join(', ');
     note = deterministic ? `the output differs (${fields})` : `the output of a sampled request (no seed) differs (${fields}): reported, not failed`;

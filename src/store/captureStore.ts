@@ -101,11 +101,26 @@ export interface RunInfo {
 
 /** Embeddings and reranking endpoints (see generation/poolingKey.ts): stored and replayed whole, no token ids. */
 export type PoolingKind = 'embeddings' | 'rerank';
-/** What a recorded exchange was: a generation (the resolver's) or a pooling exchange. */
-export type RecordedEndpoint = 'chat' | 'completion' | PoolingKind;
+/**
+ * The agents' APIs (issue #39): vLLM's token-in/token-out `/inference/v1/generate`, OpenAI Responses and
+ * Anthropic Messages. Recorded with their events, times and token ids; only `generate` is replayed so far.
+ */
+export type AgentApi = 'generate' | 'responses' | 'messages';
+/** What a recorded exchange was: a generation (the resolver's), an agent API's, or a pooling exchange. */
+export type RecordedEndpoint = 'chat' | 'completion' | AgentApi | PoolingKind;
 
+/** Chat and completions: the OpenAI-shaped generations every reader of captures understands field by field. */
 export function isGeneration(endpoint: RecordedEndpoint | null): endpoint is 'chat' | 'completion' {
   return endpoint === 'chat' || endpoint === 'completion';
+}
+
+export function isAgentApi(endpoint: RecordedEndpoint | null): endpoint is AgentApi {
+  return endpoint === 'generate' || endpoint === 'responses' || endpoint === 'messages';
+}
+
+/** Exchanges with prompt and output token ids, replayable by prompt: chat, completions and vLLM's generate. */
+export function hasTokens(endpoint: RecordedEndpoint | null): endpoint is 'chat' | 'completion' | 'generate' {
+  return isGeneration(endpoint) || endpoint === 'generate';
 }
 
 export interface Exchange {
@@ -1289,7 +1304,7 @@ export class CaptureStore {
    * none was. Each candidate length's prompt key comes from one running hash (promptKey's bytes), and the keys
    * are looked up in the prompt-key index, longest first, in batches.
    */
-  findByLongestPrefix(model: string, endpoint: 'chat' | 'completion', promptIds: readonly number[], minLength: number): StoredExchange[] {
+  findByLongestPrefix(model: string, endpoint: 'chat' | 'completion' | 'generate', promptIds: readonly number[], minLength: number): StoredExchange[] {
     this.holdReads();
     const first = Math.max(1, minLength);
     const packed = packU32(promptIds);

@@ -23,14 +23,19 @@ interface Recorded {
   response: { status: number; headers: [string, string][]; body: string; reads?: [number, string][] };
 }
 
-const FILES: Record<EngineName, string> = { 'llama.cpp': 'llamacpp-server.jsonl', transformers: 'transformers-serve.jsonl' };
+/** Each engine's recorded exchanges; `transformers serve`'s OpenAI Responses ones (5.18, no `event:` lines, always streamed) beside its chat. */
+const FILES: Record<EngineName, string[]> = {
+  'llama.cpp': ['llamacpp-server.jsonl'],
+  transformers: ['transformers-serve.jsonl', 'transformers-serve-responses.jsonl'],
+};
 
 export function recordedExchanges(engine: EngineName): Recorded[] {
-  const text = readFileSync(join(import.meta.dirname, '..', 'fixtures', 'engines', FILES[engine]), 'utf8');
-  return text
-    .split('\n')
-    .filter((line) => line.trim() !== '')
-    .map((line) => JSON.parse(line) as Recorded);
+  return FILES[engine].flatMap((file) =>
+    readFileSync(join(import.meta.dirname, '..', 'fixtures', 'engines', file), 'utf8')
+      .split('\n')
+      .filter((line) => line.trim() !== '')
+      .map((line) => JSON.parse(line) as Recorded),
+  );
 }
 
 export interface EngineDouble {

@@ -436,6 +436,87 @@ function withoutTokenIdFields(value: unknown): unknown {
   return out;
 }
 
+/**
+ * vLLM's token-in/token-out `POST /inference/v1/generate` (`scale_out/token_in_token_out`, api39-spec §3): the
+ * `token_ids` are the prompt, `sampling_params` vLLM's SamplingParams (no max_tokens: the context's room), the
+ * answer the engine's ids and no text; `GenerateResponse.model_dump()` whole, or `data:` chunks (no model, no
+ * created), the usage chunk with `include_usage` (exclude_none), then `[DONE]`. One choice (n = 1).
+ */
+async function generateTokens(
+  res: ServerResponse,
+  body: Json,
+  requestId: string,
+  script: Script,
+  options: UpstreamOptions,
+  entry: { startedMs: number; sentMs: number[] },
+): Promise<void> {
+  const ids = body.token_ids;
+  if (!Array.isArray(ids) || ids.length === 0) return validationError(res, 'token_ids: List should have at least 1 item after validation, not 0');
+  if (ids.some((t) => typeof t !== 'number' || t < 0)) return validationError(res, 'token_ids: Value error, token_ids must not contain negative values');
+  const sampling = body.sampling_params;
+  if (sampling === null || typeof sampling !== 'object') return validationError(res, 'sampling_params: Field required');
+  if (body.model !== undefined && body.model !== null && body.model !== MODEL) return error(res, 404, `The model \`${String(body.model)}\` does not exist.`);
+  const sp = sampling as Json;
+  const prompt = ids as number[];
+  const answer = script({ ...sp, prompt }, 0);
+  const g = await generation(
+    answer,
+    false,
+    {
+      maxTokens: Number(sp.max_tokens ?? 40960 - prompt.length),
+      minTokens: Number(sp.min_tokens ?? 0),
+      stop: [],
+      stopTokenIds: Array.isArray(sp.stop_token_ids) ? (sp.stop_token_ids as number[]) : [],
+      includeStopStr: false,
+    },
+    options,
+  );
+  const id = `generate-tokens-${requestId}`;
+  const output = g.steps.flatMap((s) => s.ids);
+  const usage = { prompt_tokens: prompt.length, total_tokens: prompt.length + output.length, completion_tokens: output.length };
+  const choice = (tokenIds: number[], finish: string | null) => ({
+    index: 0,
+    logprobs: null,
+    finish_reason: finish,
+    token_ids: tokenIds,
+    routed_experts: null,
+    sampling_mask: null,
+  });
+  const start = performance.now();
+  entry.startedMs = start;
+  let due = answer.ttftMs ?? 0;
+  const waitUntil = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, start + ms - performance.now())));
+  if (body.stream !== true) {
+    await waitUntil(due + g.steps.reduce((t, _, i) => t + (i > 0 ? (answer.gapMs?.(i) ?? 0) : 0), 0));
+    return json(res, 200, {
+      request_id: id,
+      model: MODEL,
+      created: Math.floor(Date.now() / 1000),
+      choices: [choice(output, g.finish ?? 'stop')],
+      usage: { ...usage, prompt_tokens_details: null },
+      prompt_logprobs: null,
+      kv_transfer_params: null,
+      ec_transfer_params: null,
+    });
+  }
+  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', server: 'uvicorn' });
+  res.flushHeaders();
+  const send = (obj: unknown) => {
+    const bytes = `data: ${JSON.stringify(obj)}\n\n`;
+    entry.sentMs.push(performance.now());
+    res.write(bytes);
+  };
+  for (const [round, step] of g.steps.entries()) {
+    if (round > 0) due += answer.gapMs?.(round) ?? 0;
+    await waitUntil(due);
+    // An output that added no ids is not sent, even a finishing one.
+    if (step.ids.length > 0) send({ request_id: id, choices: [choice(step.ids, round === g.steps.length - 1 ? g.finish : null)], usage: null });
+  }
+  const streamOptions = (body.stream_options ?? null) as Json | null;
+  if (streamOptions?.include_usage === true) send({ request_id: id, choices: [], usage });
+  res.end('data: [DONE]\n\n');
+}
+
 export async function startUpstream(script: Script, options: UpstreamOptions = {}): Promise<Upstream> {
   const received: Upstream['received'] = [];
   let abandoned = 0;
@@ -479,6 +560,8 @@ export async function startUpstream(script: Script, options: UpstreamOptions = {
     const header = req.headers['x-request-id'];
     const requestId = (typeof header === 'string' && header) || (typeof body?.request_id === 'string' && body.request_id) || randomUUID().replaceAll('-', '');
     if (req.method === 'POST' && POOLING.has(path)) return body ? pooling(res, path, body, requestId, build.encode) : error(res, 400, 'Invalid JSON');
+    if (req.method === 'POST' && path === '/inference/v1/generate')
+      return body ? generateTokens(res, body, requestId, script, options, entry) : validationError(res, 'body: JSON decode error');
     const chat = path === '/v1/chat/completions';
     if (!chat && path !== '/v1/completions') return json(res, 404, { detail: 'Not Found' });
     if (!body) return error(res, 400, 'Invalid JSON');

@@ -1,5 +1,8 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { poolingInputs, poolingKey } from '../generation/poolingKey.js';
+import { anthropicMessagesRequest, messagesChatBody } from '../api/anthropicRequest.js';
+import { translateResponsesRequest } from '../api/responsesRequest.js';
+import { parseBody } from '../api/schemas.js';
 import { requestShape } from '../generation/shape.js';
 import type { CaptureStore, Exchange, PoolingKind, TokenSource } from '../store/captureStore.js';
 import type { Generation } from '../store/generation.js';
@@ -277,6 +280,27 @@ export class Recorder {
     }
   }
 
+  /**
+   * A Responses or Messages exchange's prompt ids, as for the chat vLLM runs it as (its translation rendered by the
+   * upstream's /tokenize, else the local template), and its output ids from its text: looked up by them, a replay
+   * answers it with its own bytes. Without a translation (a `previous_response_id` names a turn the engine stored;
+   * a request vLLM refuses) it is kept with no ids, never replayed.
+   */
+  private async agentExchange(ex: Exchange, api: 'responses' | 'messages', raw: RawExchange): Promise<Exchange> {
+    const chat = raw.request && ex.outcome === 'complete' ? agentChatBody(api, raw.request) : null;
+    if (!chat) return ex;
+    const prompt = await this.promptIds('chat', chat, raw);
+    const outputs = await Promise.all(ex.generations.map((g) => this.outputIds(g, raw, ex.model === null ? {} : { model: ex.model })));
+    const sources = [prompt?.source ?? 'local', ...outputs.map((o) => o.source)];
+    return {
+      ...ex,
+      promptIds: prompt?.ids ?? null,
+      requestShape: requestShape(api, raw.request!),
+      generations: outputs.map((o) => o.generation),
+      tokenSource: sources.includes('local') ? 'local' : 'tokenize-endpoint',
+    };
+  }
+
   private async build(raw: RawExchange): Promise<Exchange> {
     const ex: Exchange = {
       runId: this.runId,
@@ -307,7 +331,7 @@ export class Recorder {
     };
     if (!raw.endpoint || !raw.request || raw.status === null || raw.status >= 400) return ex;
     if (raw.endpoint === 'embeddings' || raw.endpoint === 'rerank') return withPoolingAnswer(ex, raw.endpoint, raw.request);
-    if (raw.endpoint === 'responses' || raw.endpoint === 'messages') return withAgentAnswer(ex, raw.endpoint, raw);
+    if (raw.endpoint === 'responses' || raw.endpoint === 'messages') return this.agentExchange(withAgentAnswer(ex, raw.endpoint, raw), raw.endpoint, raw);
     // vLLM's generate answers as a completion would with return_token_ids, less the text: read as one.
     const kind = raw.endpoint === 'generate' ? 'completion' : raw.endpoint;
     const parsed = parseResponse(kind, raw.stream, raw.responseBody, raw.eventEnds, raw.eventTimes, raw.totalMs);
@@ -358,10 +382,25 @@ export class Recorder {
   }
 }
 
+/** The chat body vLLM runs for an agent API's request, or null when the request alone does not give it. */
+function agentChatBody(api: 'responses' | 'messages', request: Json): Json | null {
+  try {
+    if (api === 'messages') return messagesChatBody(parseBody(anthropicMessagesRequest, request));
+    return translateResponsesRequest(
+      request,
+      () => {
+        throw new Error('the previous turn is the engine’s');
+      },
+      false,
+    ).chat;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * A Responses or Messages exchange: its answer read into one chat-shaped choice (text, reasoning, tool calls), its
- * model and usage. No prompt ids yet: the engine returns none, and the request's translation into the chat whose
- * template would give them belongs to the serve side.
+ * model and usage (the engine returns no ids: `agentExchange` works them out).
  */
 function withAgentAnswer(ex: Exchange, api: 'responses' | 'messages', raw: RawExchange): Exchange {
   const parsed = parseAgentResponse(api, raw.stream, raw.responseBody, raw.eventEnds);

@@ -1,6 +1,6 @@
 import { ApiError, badRequest } from '../wire/errors.js';
 import { wireOfEngine, type WireShape } from '../wire/shapes.js';
-import { promptKey, type CaptureStore, type PoolingKind, type StoredExchange } from '../store/captureStore.js';
+import { promptKey, type AgentApi, type CaptureStore, type PoolingKind, type RecordedEndpoint, type StoredExchange } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { extendPlan, PartialHit, planFromCapture } from './captured.js';
 import type { ChoicePlan, OutputParams } from './plan.js';
@@ -129,6 +129,14 @@ function covering(matches: StoredExchange[], params: OutputParams): StoredExchan
   return long.length > 0 ? long : matches;
 }
 
+/** The endpoints whose captures a request is looked up among: its own, or (generate, the agents' APIs) its API's. */
+export type LookupEndpoint = 'chat' | 'completion' | AgentApi;
+
+/** Whether a capture recorded at `captured` answers a request looked up as `endpoint`. */
+function answers(captured: RecordedEndpoint | null, endpoint: LookupEndpoint): boolean {
+  return captured === endpoint || ((endpoint === 'responses' || endpoint === 'messages') && captured === 'chat');
+}
+
 /** Decides where each request's output comes from: a capture, random tokens, or the upstream. */
 export class OutputResolver {
   /** `--match sequence`: per endpoint and prompt, how many captures earlier requests took. */
@@ -137,18 +145,21 @@ export class OutputResolver {
 
   constructor(private readonly config: ResolverConfig) {}
 
-  /** `endpoint`: whose captures answer (vLLM's generate runs as a completion but replays its own captures). */
+  /**
+   * `endpoint`: whose captures answer (vLLM's generate runs as a completion, the agents' APIs as a chat, but each
+   * replays its own captures; an agent API's request is answered from chat captures of its prompt too).
+   */
   async resolve(
     params: OutputParams,
     model: string,
     promptIds: readonly number[],
     shape: string,
     budget?: OutputBudget,
-    endpoint: 'chat' | 'completion' | 'generate' = params.kind,
+    endpoint: LookupEndpoint = params.kind,
   ): Promise<Resolution> {
     const { store, outputs } = this.config;
     if (outputs === 'random' || !store) return { ...(await this.random(params, promptIds, budget)), lookup: null };
-    const exact = store.findByPrompt(model, promptIds).filter((ex) => ex.endpoint === endpoint);
+    const exact = store.findByPrompt(model, promptIds).filter((ex) => answers(ex.endpoint, endpoint));
     const byPrefix = exact.length === 0 && this.config.match === 'prefix';
     const found = byPrefix ? this.prefixMatches(store, endpoint, model, promptIds) : exact;
     if (found.length === 0) return { ...(await this.miss(params, model, promptIds, budget)), lookup: 'no_match' };
@@ -251,13 +262,13 @@ export class OutputResolver {
    * prefix of it, else those of the captured prompt sharing the longest prefix with it; either only when the
    * shared prefix holds at least `--min-prefix-ratio` of the request's prompt tokens.
    */
-  private prefixMatches(store: CaptureStore, kind: 'chat' | 'completion' | 'generate', model: string, promptIds: readonly number[]): StoredExchange[] {
+  private prefixMatches(store: CaptureStore, kind: LookupEndpoint, model: string, promptIds: readonly number[]): StoredExchange[] {
     const least = this.leastShared(promptIds.length);
     const prefix = store.findByLongestPrefix(model, kind, promptIds, least).filter((ex) => ex.endpoint === kind);
     if (prefix.length > 0) return prefix;
     const nearest = store.nearest(model, promptIds);
     if (!nearest || nearest.commonPrefix < least) return [];
-    return store.findByPrompt(model, nearest.promptIds).filter((ex) => ex.endpoint === kind);
+    return store.findByPrompt(model, nearest.promptIds).filter((ex) => answers(ex.endpoint, kind));
   }
 
   /**

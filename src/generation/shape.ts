@@ -1,7 +1,8 @@
+import type { AgentApi } from '../store/captureStore.js';
 import { ApiError } from '../wire/errors.js';
 
-/** Request fields that do not change the shape of the response bytes (the prompt is the lookup key). */
-const NOT_SHAPE = new Set(['messages', 'prompt', 'token_ids', 'model', 'request_id', 'user', 'return_token_ids']);
+/** Request fields that do not change the shape of the response bytes (the prompt, in each API's fields, is the lookup key). */
+const NOT_SHAPE = new Set(['messages', 'prompt', 'token_ids', 'input', 'instructions', 'system', 'model', 'request_id', 'user', 'return_token_ids']);
 
 /** `value` with object keys sorted and null members dropped (JSON.stringify of it is the canonical form). */
 export function canonical(value: unknown): unknown {
@@ -21,7 +22,7 @@ export function canonical(value: unknown): unknown {
  * Canonical JSON of everything in a request that shapes the answer's bytes. Two requests with the same
  * prompt tokens and the same shape get the captured bytes verbatim.
  */
-export function requestShape(kind: 'chat' | 'completion' | 'generate', request: Record<string, unknown>): string {
+export function requestShape(kind: 'chat' | 'completion' | AgentApi, request: Record<string, unknown>): string {
   const shaped: Record<string, unknown> = { endpoint: kind };
   for (const [k, v] of Object.entries(request)) if (!NOT_SHAPE.has(k)) shaped[k] = v;
   try {

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import { anthropicCountTokensRequest, anthropicMessagesRequest, countTokensChatBody, messagesChatBody } from '../api/anthropicRequest.js';
 import { PlanRenderer } from '../api/planRenderer.js';
@@ -6,7 +7,8 @@ import { chatRequest, parseBody, type ChatRequest } from '../api/schemas.js';
 import type { ChunkDelta } from '../store/generation.js';
 import { ApiError } from '../wire/errors.js';
 import { abortOnClose, sendJson } from '../wire/http.js';
-import type { EngineRun, RunEndpoint } from './engineRun.js';
+import type { EngineRun, ReplayableEndpoint } from './engineRun.js';
+import { requestShape } from '../generation/shape.js';
 import type { Prompts } from './prompts.js';
 import type { Json, ServeAppConfig } from './serveConfig.js';
 
@@ -16,7 +18,8 @@ import type { Json, ServeAppConfig } from './serveConfig.js';
  * in Anthropic's shape. The body's own validation failures answer in vLLM's OpenAI shape (its app-wide handler);
  * what fails past them answers `{"type":"error","error":{type,message}}` (vLLM's `translate_error_response`).
  */
-export function anthropicEndpoints(runChat: RunEndpoint, config: ServeAppConfig, prompts: Prompts) {
+/** `runChat` answers from the Messages API's own captures (their bytes) or chat's, else runs the engine. */
+export function anthropicEndpoints(runChat: ReplayableEndpoint, config: ServeAppConfig, prompts: Prompts) {
   /** The chat deltas of the run, as the engine completes their tokens (`onDeltas` called for each batch). */
   async function drive(run: EngineRun, signal: AbortSignal, onDeltas: (deltas: ChunkDelta[]) => void): Promise<void> {
     // Chat's default skip_special_tokens: a Messages request cannot set it.
@@ -35,9 +38,11 @@ export function anthropicEndpoints(runChat: RunEndpoint, config: ServeAppConfig,
     cachedTokens: config.promptTokensDetails ? run.events.cachedPromptTokens : null,
   });
 
-  async function answer(res: ServerResponse, chat: Json, stream: boolean, arrivalMs: number): Promise<void> {
+  async function answer(res: ServerResponse, body: Json, chat: Json, stream: boolean, arrivalMs: number): Promise<void> {
     const abort = abortOnClose(res);
-    const run = await runChat(chat, arrivalMs, abort.signal);
+    const run = await runChat(chat, { endpoint: 'messages', shape: requestShape('messages', body) }, arrivalMs, abort.signal);
+    // A capture of this very request: its bytes as the engine sent them, a whole answer under a new id (as chat's).
+    if ('verbatim' in run) return run.verbatim(res, `chatcmpl-${typeof chat.request_id === 'string' ? chat.request_id : randomUUID().replaceAll('-', '')}`);
     const { id } = run.ctx;
     if (!stream) {
       const deltas: ChunkDelta[] = [];
@@ -75,7 +80,7 @@ export function anthropicEndpoints(runChat: RunEndpoint, config: ServeAppConfig,
     // The chat completion's id is vLLM's Messages id: its X-Request-Id when the request has one.
     const requestId = res.req.headers['x-request-id'];
     const chat = { ...messagesChatBody(req), ...(typeof requestId === 'string' && requestId ? { request_id: requestId } : {}) };
-    await translatingErrors(res, () => answer(res, chat, req.stream === true, arrivalMs));
+    await translatingErrors(res, () => answer(res, body, chat, req.stream === true, arrivalMs));
   }
 
   /** `POST /v1/messages/count_tokens`: the tokens of the prompt `/v1/messages` would run. */

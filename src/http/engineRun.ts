@@ -1,3 +1,4 @@
+import type { AgentApi } from '../store/captureStore.js';
 import type { ServerResponse } from 'node:http';
 import type { EngineStream } from '../engine/index.js';
 import type { ChoicePlan } from '../generation/plan.js';
@@ -24,7 +25,7 @@ export type RunEndpoint = (body: Json, arrivalMs: number, signal: AbortSignal) =
 
 /** Whose captures answer a request run as a completion, and the request's own shape (generation/shape.ts). */
 export interface CapturedAs {
-  endpoint: 'generate';
+  endpoint: AgentApi;
   shape: string;
 }
 

@@ -207,12 +207,12 @@ export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   on(app, '/generate', tgiRoute(tgi.generate));
   on(app, '/generate_stream', tgiRoute(tgi.generateStream));
   on(app, '/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
-  const anthropic = anthropicEndpoints(runThrough(deps, 'chat'), deps.config, deps.prompts);
+  const anthropic = anthropicEndpoints(replayThrough(deps, 'chat'), deps.config, deps.prompts);
   on(app, '/v1/messages', tgiRoute(anthropic.messages));
   on(app, '/v1/messages/count_tokens', tgiRoute(anthropic.countTokens));
   const { config } = deps;
   responsesRoutes(app, {
-    runChat: runThrough(deps, 'chat'),
+    runChat: replayThrough(deps, 'chat'),
     tokenizer: config.tokenizer,
     maxModelLen: config.maxModelLen,
     storeEnabled: config.responsesStore,

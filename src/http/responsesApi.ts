@@ -9,7 +9,8 @@ import type { ModelTokenizer } from '../tokenizer/index.js';
 import { ApiError } from '../wire/errors.js';
 import { abortOnClose, sendJson } from '../wire/http.js';
 import { arrivalOf } from '../wire/drain.js';
-import type { EngineRun, RunEndpoint } from './engineRun.js';
+import type { CapturedAnswer, CapturedAs, EngineRun, ReplayableEndpoint } from './engineRun.js';
+import { requestShape } from '../generation/shape.js';
 import { readApiJson } from './requestBody.js';
 import { on } from './routes.js';
 import type { Env, Json } from './serveConfig.js';
@@ -65,7 +66,8 @@ function promptTooLong(err: ApiError, maxModelLen: number): ApiError | null {
 }
 
 export interface ResponsesDeps {
-  runChat: RunEndpoint;
+  /** Answers from the Responses API's own captures (their bytes) or chat's, else runs the engine. */
+  runChat: ReplayableEndpoint;
   tokenizer: ModelTokenizer;
   maxModelLen: number;
   storeEnabled: boolean;
@@ -75,14 +77,14 @@ export function responsesRoutes(app: Hono<Env>, deps: ResponsesDeps): void {
   const store = new ResponseStore();
 
   /** Runs the chat body; vLLM caps `max_output_tokens` by what the context leaves instead of refusing it. */
-  async function start(chat: Json, arrivalMs: number, signal: AbortSignal): Promise<EngineRun> {
+  async function start(chat: Json, captured: CapturedAs, arrivalMs: number, signal: AbortSignal): Promise<EngineRun | CapturedAnswer> {
     try {
-      return await deps.runChat(chat, arrivalMs, signal);
+      return await deps.runChat(chat, captured, arrivalMs, signal);
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
       if (err.param === 'max_tokens' && chat.max_tokens !== undefined) {
         const { max_tokens: _cap, ...uncapped } = chat;
-        return start(uncapped, arrivalMs, signal);
+        return start(uncapped, captured, arrivalMs, signal);
       }
       throw promptTooLong(err, deps.maxModelLen) ?? err;
     }
@@ -138,7 +140,13 @@ export function responsesRoutes(app: Hono<Env>, deps: ResponsesDeps): void {
       return { messages, outputTexts: outputTexts(response.output as Json[]) };
     };
     const { req, chat, messages, toolChoice } = translateResponsesRequest(body, previousTurn, deps.storeEnabled);
-    const run = await start(chat, arrivalMs, abort.signal);
+    const run = await start(chat, { endpoint: 'responses', shape: requestShape('responses', body) }, arrivalMs, abort.signal);
+    // A capture of this very request: its bytes as the engine sent them, a whole answer under a new id (as chat's);
+    // nothing stored.
+    if ('verbatim' in run) {
+      await run.verbatim(res, responseIdOf(req.request_id));
+      return RESPONSE_ALREADY_SENT;
+    }
     const echo: ResponseEcho = {
       id: responseIdOf(req.request_id),
       createdAt: Math.floor(Date.now() / 1000),

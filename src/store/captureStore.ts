@@ -1304,7 +1304,7 @@ export class CaptureStore {
    * none was. Each candidate length's prompt key comes from one running hash (promptKey's bytes), and the keys
    * are looked up in the prompt-key index, longest first, in batches.
    */
-  findByLongestPrefix(model: string, endpoint: 'chat' | 'completion' | 'generate', promptIds: readonly number[], minLength: number): StoredExchange[] {
+  findByLongestPrefix(model: string, endpoint: 'chat' | 'completion' | AgentApi, promptIds: readonly number[], minLength: number): StoredExchange[] {
     this.holdReads();
     const first = Math.max(1, minLength);
     const packed = packU32(promptIds);

@@ -1,0 +1,98 @@
+/**
+ * Capture → replay of the agents' APIs (issue 39 item 2): `mocker capture` in front of an engine answering
+ * `/v1/responses` and `/v1/messages` in vLLM's shapes (a `mocker serve --mode random` upstream, whose renderings are
+ * built from vLLM's entrypoints), then `mocker serve --mode replay` on the capture file. The capture works out each
+ * exchange's prompt ids as vLLM's chat of the request (the upstream's /tokenize of the translated messages), so
+ * the replay finds it by the same request and answers with the bytes the client got through the capture — ids,
+ * text, tool calls, every event — streamed or not.
+ */
+import { mkdtempSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CaptureStore } from '../../src/store/captureStore.js';
+import { mockerProcesses } from '../support/mockerProcess.js';
+import { testTmpdir } from '../support/tempRoot.js';
+import { MODEL } from '../support/vllmUpstream.js';
+
+const TOOLS = [
+  { type: 'function', name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } } } },
+];
+
+/** The requests of an agent's session: plain, streamed, with a tool call, with reasoning; each its own prompt. */
+const REQUESTS: { path: string; body: Record<string, unknown> }[] = [
+  { path: '/v1/responses', body: { model: MODEL, input: 'Plain answer, please.', max_output_tokens: 12 } },
+  { path: '/v1/responses', body: { model: MODEL, input: 'Stream it.', max_output_tokens: 12, stream: true } },
+  {
+    path: '/v1/responses',
+    body: { model: MODEL, instructions: 'Use tools.', input: 'Weather in Oslo?', tools: TOOLS, tool_choice: 'required', max_output_tokens: 40, stream: true },
+  },
+  { path: '/v1/messages', body: { model: MODEL, max_tokens: 12, messages: [{ role: 'user', content: 'Plain answer, please.' }] } },
+  { path: '/v1/messages', body: { model: MODEL, max_tokens: 12, system: 'Be brief.', messages: [{ role: 'user', content: 'Stream it.' }], stream: true } },
+  {
+    path: '/v1/messages',
+    body: {
+      model: MODEL,
+      max_tokens: 40,
+      messages: [{ role: 'user', content: 'Weather in Oslo?' }],
+      tools: [{ name: 'get_weather', description: 'The weather in a city', input_schema: { type: 'object', properties: { city: { type: 'string' } } } }],
+      tool_choice: { type: 'any' },
+    },
+  },
+];
+
+async function send(url: string, { path, body }: (typeof REQUESTS)[number]): Promise<{ status: number; type: string | null; text: string }> {
+  const res = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  return { status: res.status, type: res.headers.get('content-type'), text: await res.text() };
+}
+
+describe('capture → replay of /v1/responses and /v1/messages', () => {
+  const dir = mkdtempSync(join(testTmpdir(), 'mocker-agent-replay-'));
+  const db = join(dir, 'agents.db');
+  const mockers = mockerProcesses();
+  const captured: Awaited<ReturnType<typeof send>>[] = [];
+  afterAll(mockers.stopAll);
+
+  beforeAll(async () => {
+    const engine = await mockers.start(['serve', '--mode', 'random', '--reasoning', '{"thinking_ratio":0.25}']);
+    const capture = await mockers.start(['capture', '--upstream', engine.url, '--captures', db]);
+    for (const request of REQUESTS) captured.push(await send(capture.url, request));
+    await mockers.stopAll();
+  }, 60_000);
+
+  it('records each with its prompt ids (the translated chat, tokenized by the engine) and its output ids', () => {
+    expect(captured.map((c) => c.status)).toEqual(REQUESTS.map(() => 200));
+    const store = CaptureStore.open(db, { readonly: true });
+    try {
+      const exchanges = store.exchangeIds().map((id) => store.getExchange(id)!);
+      expect(exchanges.map((ex) => ex.endpoint)).toEqual(REQUESTS.map((r) => r.path.slice('/v1/'.length)));
+      for (const ex of exchanges) {
+        expect(ex.promptIds?.length, ex.path).toBeGreaterThan(0);
+        expect(ex.tokenSource).toBe('tokenize-endpoint');
+        expect(ex.generations[0].outputIds.length).toBeGreaterThan(0);
+      }
+    } finally {
+      store.close();
+    }
+  });
+
+  it('serve --mode replay answers every request with the bytes the client got through the capture', async () => {
+    const replay = await mockers.start(['serve', '--mode', 'replay', '--captures', db]);
+    // A whole answer gets a new id, as every vLLM answer does (resp_… or chatcmpl-…); a stream's events are as captured.
+    const ID = /^\{"id":"(resp_|chatcmpl-)[0-9a-f]{32}"/;
+    const withoutId = (text: string) => text.replace(ID, '{"id":"…"');
+    for (const [i, request] of REQUESTS.entries()) {
+      const answer = await send(replay.url, request);
+      expect(answer.status, request.path).toBe(200);
+      expect(answer.type).toBe(captured[i].type);
+      if (request.body.stream) expect(answer.text, request.path).toBe(captured[i].text);
+      else {
+        expect(answer.text).toMatch(ID);
+        expect(answer.text.slice(0, 60)).not.toBe(captured[i].text.slice(0, 60));
+        expect(withoutId(answer.text), request.path).toBe(withoutId(captured[i].text));
+      }
+    }
+    // A request never captured is vLLM's 404 in replay mode, not an answer from elsewhere.
+    const miss = await send(replay.url, { path: '/v1/responses', body: { model: MODEL, input: 'Never asked.' } });
+    expect(miss.status).toBe(404);
+  });
+});

@@ -10,6 +10,7 @@ import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore } from '../../src/store/captureStore.js';
+import { recordedExchanges, startEngineDouble } from '../support/engineDoubles.js';
 import { mockerProcesses } from '../support/mockerProcess.js';
 import { testTmpdir } from '../support/tempRoot.js';
 import { MODEL } from '../support/vllmUpstream.js';
@@ -94,5 +95,35 @@ describe('capture → replay of /v1/responses and /v1/messages', () => {
     // A request never captured is vLLM's 404 in replay mode, not an answer from elsewhere.
     const miss = await send(replay.url, { path: '/v1/responses', body: { model: MODEL, input: 'Never asked.' } });
     expect(miss.status).toBe(404);
+  });
+});
+
+describe('capture → replay of /v1/responses in front of `transformers serve` (its recorded bytes: no event: lines, a stream even when none is asked)', () => {
+  const dir = mkdtempSync(join(testTmpdir(), 'mocker-agent-replay-transformers-'));
+  const db = join(dir, 'transformers.db');
+  const mockers = mockerProcesses();
+  afterAll(mockers.stopAll);
+  /** The recorded requests transformers answered (not those it refused, in its status or in its stream: replay checks a request as vLLM does first). */
+  const requests = recordedExchanges('transformers')
+    .filter((e) => e.request.path === '/v1/responses' && e.response.status === 200 && !JSON.stringify(e.response.body).includes('response.failed'))
+    .map((e) => ({ path: '/v1/responses', body: e.request.body as Record<string, unknown> }));
+
+  it('serve --mode replay answers each with the bytes the client got through the capture', async () => {
+    expect(requests.length).toBeGreaterThanOrEqual(5);
+    const engine = await startEngineDouble('transformers');
+    const captured: Awaited<ReturnType<typeof send>>[] = [];
+    try {
+      const capture = await mockers.start(['capture', '--upstream', engine.url, '--captures', db]);
+      for (const request of requests) captured.push(await send(capture.url, request));
+      await mockers.stopAll();
+    } finally {
+      await engine.close();
+    }
+    const replay = await mockers.start(['serve', '--mode', 'replay', '--captures', db]);
+    for (const [i, request] of requests.entries()) {
+      const answer = await send(replay.url, request);
+      expect(answer.status, JSON.stringify(request.body)).toBe(200);
+      expect(answer.text, JSON.stringify(request.body)).toBe(captured[i].text);
+    }
   });
 });

@@ -1,7 +1,7 @@
 /**
  * Replay honours the time of every captured event, for each engine's dialect: `transformers serve`'s role-only
  * chunk that leads the first token, the finish/usage chunk and llama.cpp's `[DONE]` after the last one — not
- * only the events that carry tokens.
+ * only the events that carry tokens; and the events of an OpenAI Responses stream (`transformers serve`'s).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -18,13 +18,15 @@ const ROLE_LEAD_MS = 30;
 
 interface Case {
   engine: EngineName | 'vllm';
-  path: '/v1/chat/completions' | '/v1/completions';
+  path: '/v1/chat/completions' | '/v1/completions' | '/v1/responses';
   leadMs: number;
 }
 
 const CASES: Case[] = [
   { engine: 'transformers', path: '/v1/chat/completions', leadMs: ROLE_LEAD_MS },
   { engine: 'transformers', path: '/v1/completions', leadMs: 0 },
+  // OpenAI Responses: no token ids, no [DONE]; every event at its captured offset all the same.
+  { engine: 'transformers', path: '/v1/responses', leadMs: 0 },
   { engine: 'llama.cpp', path: '/v1/chat/completions', leadMs: 0 },
   { engine: 'llama.cpp', path: '/v1/completions', leadMs: 0 },
   { engine: 'vllm', path: '/v1/chat/completions', leadMs: 0 },

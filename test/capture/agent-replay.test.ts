@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore } from '../../src/store/captureStore.js';
 import { recordedExchanges, startEngineDouble } from '../support/engineDoubles.js';
-import { mockerProcesses } from '../support/mockerProcess.js';
+import { mockerProcesses, runMockerToExit } from '../support/mockerProcess.js';
 import { testTmpdir } from '../support/tempRoot.js';
 import { MODEL } from '../support/vllmUpstream.js';
 
@@ -92,6 +92,19 @@ describe('capture → replay of /v1/responses and /v1/messages', () => {
         expect(withoutId(answer.text), request.path).toBe(withoutId(captured[i].text));
       }
     }
+    // rerun of the capture against its own replay: every exchange the same.
+    const rerun = await runMockerToExit(['rerun', db, '--target', replay.url, '-o', join(dir, 'rerun.db'), '--json']);
+    expect(rerun.code, rerun.stdout + rerun.stderr).toBe(0);
+    const report = JSON.parse(rerun.stdout) as { exchanges: { endpoint: string; verdict: string }[] };
+    expect(report.exchanges.map((e) => e.endpoint)).toEqual(REQUESTS.map((r) => r.path.slice('/v1/'.length)));
+    expect(report.exchanges.map((e) => e.verdict)).toEqual(REQUESTS.map(() => 'same'));
+    // Against another build (random tokens of another seed) every output differs: sampled requests (no seed, not
+    // greedy), so reported as such without failing the run, as rerun does for chat.
+    const other = await mockers.start(['serve', '--mode', 'random', '--seed', '7', '--reasoning', '{"thinking_ratio":0.25}']);
+    const changed = await runMockerToExit(['rerun', db, '--target', other.url, '-o', join(dir, 'rerun-other.db'), '--json']);
+    expect(changed.code, changed.stderr).toBe(0);
+    const verdicts = (JSON.parse(changed.stdout) as { exchanges: { verdict: string }[] }).exchanges.map((e) => e.verdict);
+    expect(verdicts).toEqual(REQUESTS.map(() => 'sampled'));
     // A request never captured is vLLM's 404 in replay mode, not an answer from elsewhere.
     const miss = await send(replay.url, { path: '/v1/responses', body: { model: MODEL, input: 'Never asked.' } });
     expect(miss.status).toBe(404);

@@ -1,10 +1,10 @@
 /**
- * A capture file as a trace (`mocker trace --from-captures`): every complete exchange with prompt token ids
- * becomes a single-turn session that arrives at its captured start and asks for as many tokens as it got.
+ * A capture file as a trace (`mocker trace --from-captures`): every complete exchange with prompt token ids (chat,
+ * completions, vLLM's generate, the agents' APIs) becomes a single-turn session that arrives at its captured start and asks for as many tokens as it got.
  * A load, not a check: whether a target answers as captured is `mocker rerun`'s question.
  */
 import { isPromptBatch } from '../capture/recorder.js';
-import { CaptureStore, isGeneration, type StoredExchange } from '../store/captureStore.js';
+import { CaptureStore, isAgentApi, isGeneration, type StoredExchange } from '../store/captureStore.js';
 import type { Session, Workload } from './workload.js';
 
 /** Exchanges that cannot be sent again, by why. */
@@ -44,8 +44,9 @@ export function capturedWorkload(file: string): CapturedWorkload {
   try {
     for (const id of store.exchangeIds()) {
       const exchange = store.getExchange(id)!;
-      // Embeddings and rerank exchanges generate nothing: a generation trace has no turn for them.
-      if (exchange.endpoint !== null && !isGeneration(exchange.endpoint)) continue;
+      // Embeddings and rerank exchanges generate nothing: a generation trace has no turn for them. The agents' APIs
+      // and vLLM's generate are turns by their prompt ids like chat's.
+      if (exchange.endpoint !== null && !isGeneration(exchange.endpoint) && !isAgentApi(exchange.endpoint)) continue;
       // An answer without choices is a failure (the recorder stores it so).
       if (exchange.outcome !== 'complete' || exchange.generations.length === 0) {
         skipped[exchange.outcome === 'complete' ? 'failed' : exchange.outcome]++;

@@ -6,7 +6,7 @@
  * the replay finds it by the same request and answers with the bytes the client got through the capture — ids,
  * text, tool calls, every event — streamed or not.
  */
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore } from '../../src/store/captureStore.js';
@@ -74,6 +74,17 @@ describe('capture → replay of /v1/responses and /v1/messages', () => {
     } finally {
       store.close();
     }
+  });
+
+  it('trace --from-captures runs them as turns of their prompts: input tokens as the engine counted them', async () => {
+    const out = join(dir, 'trace.json');
+    const run = await runMockerToExit(['trace', '--from-captures', db, '--report-json', out, '--no-progress']);
+    expect(run.code, run.stderr).toBe(0);
+    const report = JSON.parse(readFileSync(out, 'utf8')) as Record<string, number>;
+    expect(report.completed_requests).toBe(REQUESTS.length);
+    // The engine's usage in each captured answer (its last input_tokens: a stream's final usage).
+    const counted = captured.map((c) => Number([...c.text.matchAll(/"input_tokens":(\d+)/g)].at(-1)![1]));
+    expect(report.total_input_tokens).toBe(counted.reduce((a, b) => a + b, 0));
   });
 
   it('serve --mode replay answers every request with the bytes the client got through the capture', async () => {

@@ -1,14 +1,15 @@
 /**
  * Replay honours the time of every captured event, for each engine's dialect: `transformers serve`'s role-only
  * chunk that leads the first token, the finish/usage chunk and llama.cpp's `[DONE]` after the last one — not
- * only the events that carry tokens; and the events of an OpenAI Responses stream (`transformers serve`'s).
+ * only the events that carry tokens; and the events of the agents' APIs (OpenAI Responses from `transformers serve`
+ * and as vLLM renders it, Anthropic Messages) and of vLLM's token-in/token-out generate.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CaptureStore } from '../../src/store/captureStore.js';
 import { type EngineName, recordedExchanges, startEngineDouble } from '../support/engineDoubles.js';
-import { mockerProcesses } from '../support/mockerProcess.js';
+import { mockerProcesses, startMockerProcess } from '../support/mockerProcess.js';
 import { measureInProcess, type MeasuredRoute } from '../support/sseTiming.js';
 import { testTmpdir } from '../support/tempRoot.js';
 import { MODEL, startUpstream } from '../support/vllmUpstream.js';
@@ -17,8 +18,9 @@ import { MODEL, startUpstream } from '../support/vllmUpstream.js';
 const ROLE_LEAD_MS = 30;
 
 interface Case {
-  engine: EngineName | 'vllm';
-  path: '/v1/chat/completions' | '/v1/completions' | '/v1/responses';
+  /** `vllm-shaped`: a `mocker serve --mode random` engine answering the agents' APIs as vLLM renders them. */
+  engine: EngineName | 'vllm' | 'vllm-shaped';
+  path: '/v1/chat/completions' | '/v1/completions' | '/v1/responses' | '/v1/messages' | '/inference/v1/generate';
   leadMs: number;
 }
 
@@ -30,7 +32,24 @@ const CASES: Case[] = [
   { engine: 'llama.cpp', path: '/v1/chat/completions', leadMs: 0 },
   { engine: 'llama.cpp', path: '/v1/completions', leadMs: 0 },
   { engine: 'vllm', path: '/v1/chat/completions', leadMs: 0 },
+  { engine: 'vllm', path: '/inference/v1/generate', leadMs: 0 },
+  { engine: 'vllm-shaped', path: '/v1/responses', leadMs: 0 },
+  { engine: 'vllm-shaped', path: '/v1/messages', leadMs: 0 },
 ];
+
+/** vLLM's token-in/token-out request: ten prompt ids, sixteen out, streamed with its usage chunk. */
+const GENERATE_BODY = {
+  token_ids: Array.from({ length: 10 }, (_, i) => 1000 + i),
+  sampling_params: { max_tokens: 16 },
+  stream: true,
+  stream_options: { include_usage: true },
+};
+
+/** The agents' APIs, streamed: the events of a vLLM-rendered answer (a step every 7 ms upstream). */
+const AGENT_BODIES = {
+  '/v1/responses': { model: MODEL, input: 'Count to ten.', max_output_tokens: 16, stream: true },
+  '/v1/messages': { model: MODEL, max_tokens: 16, messages: [{ role: 'user', content: 'Count to ten.' }], stream: true },
+};
 
 /** vLLM's double: an EOS stop (its own finish chunk), then the usage chunk and [DONE], with gaps of 5-17 ms. */
 const VLLM_BODY = {
@@ -50,7 +69,11 @@ async function upstreamOf({ engine, path, leadMs }: Case): Promise<{ url: string
       ttftMs: 40,
       gapMs: (i) => 5 + ((i * 7) % 13),
     }));
-    return { url: upstream.url, body: VLLM_BODY, close: () => upstream.close() };
+    return { url: upstream.url, body: path === '/inference/v1/generate' ? GENERATE_BODY : VLLM_BODY, close: () => upstream.close() };
+  }
+  if (engine === 'vllm-shaped') {
+    const upstream = await startMockerProcess(['serve', '--mode', 'random', '--forward-time-ms', '7']);
+    return { url: upstream.url, body: AGENT_BODIES[path as keyof typeof AGENT_BODIES], close: () => upstream.stop() };
   }
   const double = await startEngineDouble(engine, 0, { firstEventLeadMs: leadMs });
   return { url: double.url, body: recordedRequest(engine, path), close: () => double.close() };

@@ -151,9 +151,15 @@ function appendItem(messages: Json[], item: Json): void {
     const content = assistantText(item.content);
     if (lastAssistant && (lastAssistant.content === null || lastAssistant.content === undefined)) lastAssistant.content = content;
     else messages.push({ role: 'assistant', content });
-  } else {
+  } else if (typeof item.role === 'string') {
     const { type: _type, ...message } = item;
     messages.push(message);
+  } else {
+    // vLLM hands such an item to the chat template as a message without a role; it resolves no stored items.
+    throw badRequest(
+      `Input items of type ${JSON.stringify(item.type)} are not supported: send the items themselves (with the AI SDK, providerOptions.openai.store: false).`,
+      'input',
+    );
   }
 }
 

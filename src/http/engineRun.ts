@@ -23,7 +23,7 @@ export interface EngineRun {
 /** Runs a completions (or, for a chat runner, chat completions) body; throws ApiError for bad input. */
 export type RunEndpoint = (body: Json, arrivalMs: number, signal: AbortSignal) => Promise<EngineRun>;
 
-/** Whose captures answer a request run as a completion, and the request's own shape (generation/shape.ts). */
+/** Whose captures answer a request run as a completion (generate) or a chat (Responses, Messages), and the request's own shape (generation/shape.ts). */
 export interface CapturedAs {
   endpoint: AgentApi;
   shape: string;
@@ -34,5 +34,5 @@ export interface CapturedAnswer {
   verbatim: (res: ServerResponse, id: string) => Promise<void>;
 }
 
-/** Runs a completions body looked up among `captured.endpoint`'s captures: its capture's bytes, else the engine's run. */
+/** Runs a completions or chat body looked up among `captured.endpoint`'s captures: its capture's bytes, else the engine's run. */
 export type ReplayableEndpoint = (body: Json, captured: CapturedAs, arrivalMs: number, signal: AbortSignal) => Promise<EngineRun | CapturedAnswer>;

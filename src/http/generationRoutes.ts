@@ -199,17 +199,18 @@ export function generationRoutes(deps: GenerationDeps): Hono<Env> {
   on(app, '/v1/completions', (c) => generate(deps, 'completion', c));
   on(app, '/v1/chat/completions', (c) => generate(deps, 'chat', c));
   const tgi = tgiEndpoints(runThrough(deps, 'completion'), deps.config.tokenizer);
-  const tgiRoute = (serve: (res: ServerResponse, body: Json, arrivalMs: number) => Promise<void>) => async (c: Context<Env>) => {
+  // A route answered by a handler of the parsed JSON body (the endpoints that render their own shapes).
+  const bodyRoute = (serve: (res: ServerResponse, body: Json, arrivalMs: number) => Promise<void>) => async (c: Context<Env>) => {
     const arrivalMs = arrivalOf(c.env.incoming) ?? performance.now();
     await serve(c.env.outgoing, (await readApiJson(c)).body, arrivalMs);
     return RESPONSE_ALREADY_SENT;
   };
-  on(app, '/generate', tgiRoute(tgi.generate));
-  on(app, '/generate_stream', tgiRoute(tgi.generateStream));
-  on(app, '/v1/custom-multimodal', tgiRoute(tgi.customMultimodal));
+  on(app, '/generate', bodyRoute(tgi.generate));
+  on(app, '/generate_stream', bodyRoute(tgi.generateStream));
+  on(app, '/v1/custom-multimodal', bodyRoute(tgi.customMultimodal));
   const anthropic = anthropicEndpoints(replayThrough(deps, 'chat'), deps.config, deps.prompts);
-  on(app, '/v1/messages', tgiRoute(anthropic.messages));
-  on(app, '/v1/messages/count_tokens', tgiRoute(anthropic.countTokens));
+  on(app, '/v1/messages', bodyRoute(anthropic.messages));
+  on(app, '/v1/messages/count_tokens', bodyRoute(anthropic.countTokens));
   const { config } = deps;
   responsesRoutes(app, {
     runChat: replayThrough(deps, 'chat'),

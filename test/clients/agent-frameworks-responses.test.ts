@@ -64,6 +64,19 @@ describe('agent frameworks drive a two-turn tool loop over /v1/responses (simula
     expect(result.steps[1].usage.inputTokens).toBeGreaterThan(result.steps[0].usage.inputTokens!);
   });
 
+  it("ai 5's default (store true) sends the first turn's items as references: a 400 naming the item type and what to send", async () => {
+    const request = generateText({
+      model: createOpenAI({ baseURL, apiKey: 'unused' }).responses(MODEL),
+      prompt: PROMPT,
+      maxOutputTokens: 64,
+      maxRetries: 0,
+      tools: { get_weather: aiTool({ description: 'The weather in a city', inputSchema: CityArgs, execute: async (args) => forecast(args) }) },
+      prepareStep: ({ stepNumber }) => (stepNumber === 0 ? { toolChoice: 'required' } : { toolChoice: 'none' }),
+      stopWhen: stepCountIs(2),
+    });
+    await expect(request).rejects.toThrow(/Input items of type "item_reference" are not supported.*store: false/);
+  });
+
   it('@openai/agents 0.14 with OpenAIResponsesModel: the agent runs the tool, then answers', async () => {
     const calls: string[] = [];
     const agent = new Agent({

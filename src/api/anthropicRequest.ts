@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { pythonJsonDumps } from '../wire/errors.js';
+import { withoutNulls } from './schemas.js';
 
 /**
  * Anthropic's Messages API request, read as vLLM reads it (its AnthropicMessagesRequest: a plain pydantic model, so
@@ -185,7 +186,7 @@ function toolFields(req: AnthropicCountTokensRequest): Json {
   if (req.tools) {
     out.tools = req.tools.map((t) => ({
       type: 'function',
-      function: dropNulls({
+      function: withoutNulls({
         name: t.name,
         description: t.description,
         parameters: 'type' in t.input_schema ? t.input_schema : { ...t.input_schema, type: 'object' },
@@ -198,17 +199,15 @@ function toolFields(req: AnthropicCountTokensRequest): Json {
   return out;
 }
 
-const dropNulls = (o: Json): Json => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined && v !== null));
-
 /** The chat completions body whose prompt `/v1/messages/count_tokens` counts. */
 export function countTokensChatBody(req: AnthropicCountTokensRequest): Json {
-  return dropNulls({ model: req.model, messages: chatMessages(req), chat_template_kwargs: req.chat_template_kwargs, ...toolFields(req) });
+  return withoutNulls({ model: req.model, messages: chatMessages(req), chat_template_kwargs: req.chat_template_kwargs, ...toolFields(req) });
 }
 
 /** The chat completions body vLLM runs for a Messages request. */
 export function messagesChatBody(req: AnthropicMessagesRequest): Json {
   const format = req.output_config?.format;
-  return dropNulls({
+  return withoutNulls({
     model: req.model,
     messages: chatMessages(req),
     max_tokens: req.max_tokens,

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { badRequest } from '../wire/errors.js';
-import { parseBody } from './schemas.js';
+import { parseBody, withoutNulls } from './schemas.js';
 
 /**
  * OpenAI's Responses request (vLLM's `ResponsesRequest`) translated into the chat-completions body that the chat
@@ -199,9 +199,6 @@ function templateKwargs(req: ResponsesRequest): Json | null {
   return { reasoning_effort: effort, enable_thinking: effort !== 'none', ...req.chat_template_kwargs };
 }
 
-/** Keeps the entries whose value is set (chat's own defaults then apply). */
-const defined = (entries: Json): Json => Object.fromEntries(Object.entries(entries).filter(([, v]) => v !== undefined && v !== null));
-
 /**
  * Parses and checks a Responses body and builds the chat-completions body vLLM's Responses path runs;
  * `previousTurn` looks up `previous_response_id` (and throws when it is not known).
@@ -215,11 +212,11 @@ export function translateResponsesRequest(body: unknown, previousTurn: (id: stri
   const messages = inputMessages(req, req.previous_response_id ? previousTurn(req.previous_response_id) : given);
   const tools = (req.tools ?? []).map(({ type, name, description, parameters, strict }) => ({
     type,
-    function: defined({ name, description, parameters, strict }),
+    function: withoutNulls({ name, description, parameters, strict }),
   }));
   const continues = continuesFinal(req.input);
   const effort = req.reasoning?.effort;
-  const chat = defined({
+  const chat = withoutNulls({
     model: req.model,
     messages,
     ...(tools.length > 0

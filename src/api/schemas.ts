@@ -197,3 +197,8 @@ export const tokenizeRequest = z.looseObject({
 
 /** `POST /detokenize`. */
 export const detokenizeRequest = z.looseObject({ model: nullish(z.string()), tokens: tokenIds });
+
+/** An object's entries whose value is set (a translated request leaves the rest to the target's own defaults). */
+export function withoutNulls(entries: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(entries).filter(([, v]) => v !== undefined && v !== null));
+}

@@ -297,7 +297,7 @@ export class Recorder {
       promptIds: prompt?.ids ?? null,
       requestShape: requestShape(api, raw.request!),
       generations: outputs.map((o) => o.generation),
-      tokenSource: sources.includes('local') ? 'local' : 'tokenize-endpoint',
+      tokenSource: leastExact(sources),
     };
   }
 
@@ -373,13 +373,18 @@ export class Recorder {
     const request = raw.request;
     ex.generations = ex.generations.map((g) => ({ ...g, stopReason: vllmStopReason(g.stopReason, request) }));
     // The capture is only as exact as its least exact token ids.
-    ex.tokenSource = sources.includes('local') ? 'local' : sources.includes('tokenize-endpoint') ? 'tokenize-endpoint' : 'engine';
+    ex.tokenSource = leastExact(sources);
     if (ex.generations.length === 0 && ex.outcome === 'complete') {
       ex.outcome = 'failed';
       ex.error = 'the response held no choices';
     }
     return ex;
   }
+}
+
+/** A capture is only as exact as its least exact token ids. */
+function leastExact(sources: readonly TokenSource[]): TokenSource {
+  return sources.includes('local') ? 'local' : sources.includes('tokenize-endpoint') ? 'tokenize-endpoint' : 'engine';
 }
 
 /** The chat body vLLM runs for an agent API's request, or null when the request alone does not give it. */

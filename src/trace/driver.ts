@@ -1,10 +1,11 @@
 /**
  * The workload driver (engine-reference §8.4): which turns are ready when. Trace mode releases a session's
  * first turn at its start time; concurrency mode (closed loop) has every first turn ready at 0 and keeps at
- * most `limit` requests in flight. A later turn is ready `delay` after its predecessor completes.
+ * most `limit` requests in flight. A later turn is ready `delay` after its predecessor completes. A session that
+ * waits for others (an agentic DAG) is ready its dependency delay after the slowest of them completes.
  */
 import { BinaryHeap } from '../util/binaryHeap.js';
-import type { Session, Turn, Workload } from './workload.js';
+import { checkDependencies, type Session, type Turn, type Workload } from './workload.js';
 
 export type DriverMode = { kind: 'trace' } | { kind: 'concurrency'; limit: number };
 
@@ -22,6 +23,10 @@ interface SessionState {
   nextTurn: number;
   readyAtMs: number;
   inFlight: string | null;
+  /** Dependencies not yet complete, and when the slowest of those complete did. */
+  waitingOn: number;
+  readyAfterMs: number;
+  dependents: SessionState[];
 }
 
 export class WorkloadDriver {
@@ -38,18 +43,49 @@ export class WorkloadDriver {
   ) {
     if (mode.kind === 'concurrency' && !(Number.isInteger(mode.limit) && mode.limit >= 1))
       throw new Error(`--replay-concurrency must be an integer >= 1, got ${mode.limit}`);
+    const dependent = workload.sessions.some((s) => (s.waitFor?.length ?? 0) > 0);
+    if (dependent) {
+      // Dynamo's rule: a request DAG keeps its own schedule; a cap on requests in flight would reorder it.
+      if (mode.kind === 'concurrency')
+        throw new Error('a workload of dependent requests runs on its own schedule: it is not supported with --replay-concurrency');
+      checkDependencies(workload.sessions);
+    }
     this.sessions = workload.sessions.map((session) => {
-      if (mode.kind === 'trace' && !(session.startMs !== null && Number.isFinite(session.startMs) && session.startMs >= 0)) {
+      const waits = (session.waitFor?.length ?? 0) > 0;
+      if (mode.kind === 'trace' && !waits && !(session.startMs !== null && Number.isFinite(session.startMs) && session.startMs >= 0)) {
         throw new Error(`session ${session.id} has no arrival timestamp: give one, or run it closed-loop with --replay-concurrency`);
       }
       for (const turn of session.turns) {
         if (!(turn.inputLength > 0)) throw new Error(`session ${session.id}: a turn has an empty prompt (input_length 0)`);
       }
-      return { session, nextTurn: 0, readyAtMs: mode.kind === 'trace' ? (session.startMs as number) : 0, inFlight: null };
+      const readyAtMs = mode.kind === 'trace' && !waits ? (session.startMs as number) : 0;
+      return { session, nextTurn: 0, readyAtMs, inFlight: null, waitingOn: session.waitFor?.length ?? 0, readyAfterMs: 0, dependents: [] };
     });
     const position = new Map(this.sessions.map((s, i) => [s, i]));
+    if (dependent) {
+      const byId = new Map(this.sessions.map((s) => [s.session.id, s]));
+      for (const s of this.sessions) for (const id of s.session.waitFor ?? []) byId.get(id)!.dependents.push(s);
+    }
     this.heap = new BinaryHeap((a, b) => a.readyAtMs < b.readyAtMs || (a.readyAtMs === b.readyAtMs && position.get(a)! < position.get(b)!));
-    for (const s of this.sessions) if (s.session.turns.length > 0) this.heap.push(s);
+    for (const s of this.sessions) {
+      if (s.session.turns.length > 0 && s.waitingOn === 0) this.heap.push(s);
+      // An empty session has nothing to wait for: it is complete at once.
+      else if (s.session.turns.length === 0 && s.waitingOn === 0) this.release(s, 0);
+    }
+  }
+
+  /** Once a whole session completes, the sessions that wait for it: each is ready its delay after its slowest dependency. */
+  private release(state: SessionState, nowMs: number): void {
+    for (const dependent of state.dependents) {
+      dependent.readyAfterMs = Math.max(dependent.readyAfterMs, nowMs);
+      if (--dependent.waitingOn > 0) continue;
+      const readyAtMs = dependent.readyAfterMs + (dependent.session.dependencyDelayMs ?? 0);
+      if (dependent.session.turns.length === 0) this.release(dependent, readyAtMs);
+      else {
+        dependent.readyAtMs = readyAtMs;
+        this.heap.push(dependent);
+      }
+    }
   }
 
   get inFlight(): number {
@@ -91,7 +127,7 @@ export class WorkloadDriver {
     return out;
   }
 
-  /** A request finished at `nowMs`: its session's next turn is ready after that turn's delay. */
+  /** A request finished at `nowMs`: its session's next turn is ready after that turn's delay, or, if it was the last, the sessions waiting for it may be. */
   onComplete(uuid: string, nowMs: number): void {
     const state = this.byUuid.get(uuid);
     if (!state) throw new Error(`workload driver: ${uuid} is not in flight`);
@@ -101,6 +137,6 @@ export class WorkloadDriver {
     if (state.nextTurn < state.session.turns.length) {
       state.readyAtMs = nowMs + state.session.turns[state.nextTurn].delayMs;
       this.heap.push(state);
-    }
+    } else this.release(state, nowMs);
   }
 }

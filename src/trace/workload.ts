@@ -18,9 +18,18 @@ export interface Turn {
 
 export interface Session {
   id: string;
-  /** Arrival of the first turn (ms), or null when the source has none (only concurrency mode can run it). */
+  /**
+   * Arrival of the first turn (ms), or null when the source has none (only concurrency mode can run it). A session
+   * that waits for others is ready after them instead; its start only takes part in normalizeArrivals.
+   */
   startMs: number | null;
   turns: Turn[];
+  /**
+   * Agentic DAGs: the sessions (by id) whose last turn must complete before this session's first turn is ready, which
+   * is then `dependencyDelayMs` after the slowest of them completes.
+   */
+  waitFor?: readonly string[];
+  dependencyDelayMs?: number;
 }
 
 export interface Workload {
@@ -56,6 +65,52 @@ export function mooncakeFileWorkload(text: string, traceBlockSize: number): Work
 }
 
 /**
+ * Checks a workload's dependencies: every `waitFor` names another session of the workload, and none waits for itself
+ * through others (a cycle would never start). Errors name the sessions.
+ */
+export function checkDependencies(sessions: readonly Session[]): void {
+  const byId = new Map(sessions.map((s) => [s.id, s]));
+  if (byId.size !== sessions.length) {
+    const seen = new Set<string>();
+    for (const s of sessions) {
+      if (seen.has(s.id)) throw new Error(`two requests share the id ${s.id}`);
+      seen.add(s.id);
+    }
+  }
+  for (const s of sessions) {
+    for (const id of s.waitFor ?? []) {
+      if (id === s.id) throw new Error(`request ${s.id} cannot wait for itself`);
+      if (!byId.has(id)) throw new Error(`request ${s.id} waits for unknown request_id ${id}`);
+    }
+    const delay = s.dependencyDelayMs ?? 0;
+    if (!(Number.isFinite(delay) && delay >= 0)) throw new Error(`request ${s.id}: its delay after its dependencies must be a finite number >= 0`);
+  }
+  // Iterative depth-first search: a trace's chains can be longer than the call stack.
+  const state = new Map<string, 'open' | 'done'>();
+  for (const root of sessions) {
+    if (state.has(root.id)) continue;
+    const stack: { session: Session; next: number }[] = [{ session: root, next: 0 }];
+    state.set(root.id, 'open');
+    while (stack.length > 0) {
+      const top = stack[stack.length - 1];
+      const deps = top.session.waitFor ?? [];
+      if (top.next === deps.length) {
+        state.set(top.session.id, 'done');
+        stack.pop();
+        continue;
+      }
+      const dep = byId.get(deps[top.next++])!;
+      const seen = state.get(dep.id);
+      if (seen === 'open') throw new Error(`cycle detected at request ${dep.id}`);
+      if (seen === undefined) {
+        state.set(dep.id, 'open');
+        stack.push({ session: dep, next: 0 });
+      }
+    }
+  }
+}
+
+/**
  * Shifts session starts so the earliest is 0 and divides starts and inter-turn delays by `ratio`
  * (Dynamo's normalize_session_starts + speed_up_timing).
  */
@@ -68,6 +123,7 @@ export function normalizeArrivals(workload: Workload, ratio: number): Workload {
     workload.sessions.map((s) => ({
       ...s,
       startMs: s.startMs === null ? null : (s.startMs - first) / ratio,
+      ...(s.dependencyDelayMs !== undefined ? { dependencyDelayMs: s.dependencyDelayMs / ratio } : {}),
       turns: s.turns.map((t) => ({ ...t, delayMs: t.delayMs / ratio })),
     })),
   );

@@ -210,6 +210,42 @@ describe('workload driver (§8.4, §9.2 item 34)', () => {
     );
     expect(() => new WorkloadDriver(twoTurns(0), { kind: 'concurrency', limit: 0 })).toThrow(/--replay-concurrency/);
   });
+
+  // Dynamo's agentic readiness: a request with dependencies is ready at the slowest one's completion plus its delay;
+  // its own timestamp does not count (its driver tests: dependencies done at 10 and 30, delay 2 → ready at 32).
+  const request = (id: string, startMs: number | null, waitFor: string[] = [], dependencyDelayMs = 0) => ({
+    id,
+    startMs,
+    waitFor,
+    dependencyDelayMs,
+    turns: [{ inputLength: 4, outputLength: 1, delayMs: 0, prompt: () => [1, 2, 3, 4] }],
+  });
+
+  it('releases a request its delay after the slowest of the requests it waits for', () => {
+    const sessions = [request('a', 0), request('b', 5), request('join', 100, ['a', 'b'], 2)];
+    const driver = new WorkloadDriver({ requests: 3, sessions }, { kind: 'trace' });
+    const [a] = driver.popReady(0);
+    const [b] = driver.popReady(5);
+    driver.onComplete(b.uuid, 30);
+    driver.onComplete(a.uuid, 10);
+    expect(driver.nextReadyMs()).toBe(32);
+    expect(driver.popReady(31.9)).toEqual([]);
+    const [join] = driver.popReady(32);
+    expect([join.sessionId, join.arrivalMs]).toEqual(['join', 32]);
+    driver.onComplete(join.uuid, 40);
+    expect(driver.done).toBe(true);
+  });
+
+  it('refuses unknown dependencies, self-waits, cycles and a concurrency cap, naming the request', () => {
+    const run =
+      (sessions: ReturnType<typeof request>[], mode: DriverMode = { kind: 'trace' }) =>
+      () =>
+        new WorkloadDriver({ requests: sessions.length, sessions }, mode);
+    expect(run([request('a', 0, ['zz'])])).toThrow('request a waits for unknown request_id zz');
+    expect(run([request('a', 0, ['a'])])).toThrow('request a cannot wait for itself');
+    expect(run([request('r0', 0), request('a', null, ['b']), request('b', null, ['a'])])).toThrow(/cycle detected at request (a|b)/);
+    expect(run([request('a', 0), request('b', null, ['a'])], { kind: 'concurrency', limit: 2 })).toThrow(/not supported with --replay-concurrency/);
+  });
 });
 
 describe('offline replay (§8.5)', () => {

@@ -11,6 +11,7 @@ export type DriverMode = { kind: 'trace' } | { kind: 'concurrency'; limit: numbe
 
 export interface Dispatch {
   uuid: string;
+  /** The session's group when it has one (a DAG's trajectory), and the turn's index in it (in dispatch order). */
   sessionId: string;
   turnIndex: number;
   turn: Turn;
@@ -34,6 +35,8 @@ export class WorkloadDriver {
   /** Sessions by ready time, ties to the earlier session in the workload. */
   private readonly heap: BinaryHeap<SessionState>;
   private readonly byUuid = new Map<string, SessionState>();
+  /** Turns dispatched so far per group of sessions. */
+  private readonly groupTurns = new Map<string, number>();
   private inFlightCount = 0;
   private nextUuid = 0;
 
@@ -111,16 +114,19 @@ export class WorkloadDriver {
       const next = this.heap.peek();
       if (!next || next.readyAtMs > nowMs) break;
       this.heap.pop();
-      const turnIndex = next.nextTurn++;
+      const turnInSession = next.nextTurn++;
+      const group = next.session.group;
+      const turnIndex = group === undefined ? turnInSession : (this.groupTurns.get(group) ?? 0);
+      if (group !== undefined) this.groupTurns.set(group, turnIndex + 1);
       const uuid = `req-${this.nextUuid++}`;
       next.inFlight = uuid;
       this.byUuid.set(uuid, next);
       this.inFlightCount++;
       out.push({
         uuid,
-        sessionId: next.session.id,
+        sessionId: group ?? next.session.id,
         turnIndex,
-        turn: next.session.turns[turnIndex],
+        turn: next.session.turns[turnInSession],
         arrivalMs: this.mode.kind === 'trace' ? next.readyAtMs : nowMs,
       });
     }

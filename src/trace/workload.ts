@@ -30,6 +30,8 @@ export interface Session {
    */
   waitFor?: readonly string[];
   dependencyDelayMs?: number;
+  /** The trajectory a DAG's request belongs to, which reports call its session (agentic rows: their session_id). */
+  group?: string;
 }
 
 export interface Workload {

@@ -222,7 +222,7 @@ describe('workload driver (§8.4, §9.2 item 34)', () => {
   });
 
   it('releases a request its delay after the slowest of the requests it waits for', () => {
-    const sessions = [request('a', 0), request('b', 5), request('join', 100, ['a', 'b'], 2)];
+    const sessions = [{ ...request('a', 0), group: 'main' }, request('b', 5), { ...request('join', 100, ['a', 'b'], 2), group: 'main' }];
     const driver = new WorkloadDriver({ requests: 3, sessions }, { kind: 'trace' });
     const [a] = driver.popReady(0);
     const [b] = driver.popReady(5);
@@ -231,7 +231,9 @@ describe('workload driver (§8.4, §9.2 item 34)', () => {
     expect(driver.nextReadyMs()).toBe(32);
     expect(driver.popReady(31.9)).toEqual([]);
     const [join] = driver.popReady(32);
-    expect([join.sessionId, join.arrivalMs]).toEqual(['join', 32]);
+    // Reports see a DAG's trajectory as the session, its requests as turns in the order they started.
+    expect([a.sessionId, a.turnIndex, b.sessionId]).toEqual(['main', 0, 'b']);
+    expect([join.sessionId, join.turnIndex, join.arrivalMs]).toEqual(['main', 1, 32]);
     driver.onComplete(join.uuid, 40);
     expect(driver.done).toBe(true);
   });

@@ -49,6 +49,8 @@ export type { ServeOptions };
 import { runColumns, UpstreamEngine } from '../capture/upstreamEngine.js';
 import { RecordingSink, type StopReport } from './shutdown.js';
 import { UpstreamPool } from '../capture/upstreamHttp.js';
+import { staggerOffsetMs } from '../http/startup.js';
+import { configureLogs, log, logStart, logsAt } from '../util/log.js';
 import { terminalText } from '../util/terminalText.js';
 
 /** Where a server started in process listens unless told: loopback, any free port (the CLI's defaults are the table's). */
@@ -147,6 +149,8 @@ interface Shared {
   kvTrace: boolean;
   dcgmSeed: number;
   readyAtMs: number | undefined;
+  /** When the model was loaded (performance.now() ms): the workers' stagger counts from here. */
+  startedAtMs: number;
   faults: FaultSettings;
   closers: (() => unknown)[];
 }
@@ -154,13 +158,14 @@ interface Shared {
 /** startServe's work; what it opens is closed by `closers` (in order) if it fails. */
 async function startServing(options: ServeOptions, drain: Drain, closers: (() => unknown)[]): Promise<Running> {
   const opts = completeServeOptions(options, IN_PROCESS_ADDRESS);
+  configureLogs(opts.logs);
   const args = opts.engine;
   const workers = opts.numWorkers;
   const engineIndices = opts.share?.engines ?? Array.from({ length: workers }, (_, w) => w);
   // Under --threads, what the capture file holds is said once, by the first thread.
   const quiet = opts.share !== undefined && !opts.share.first;
   // What the capture file holds (its models) is text from the file.
-  const say = quiet ? () => undefined : (line: string) => console.log(terminalText(line));
+  const say = quiet ? () => undefined : (line: string) => log('info', terminalText(line));
   // Read (and checked) before anything listens.
   const tls = serverTls(opts.tls);
   // One server per worker, on consecutive ports.
@@ -189,7 +194,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   // As Dynamo: a config without the KV geometry means no transfer delay (said when it matters).
   const bytesPerToken = opts.kvBytesPerToken ?? kvBytesPerToken(model.tokenizer.modelConfig, opts.kvCacheDtype);
   if (bytesPerToken === null && opts.role !== 'agg' && !quiet)
-    console.warn(`mocker serve: ${model.tokenizer.name}'s config.json gives no KV geometry: KV transfers take no time (give --kv-bytes-per-token)`);
+    log('warning', `mocker serve: ${model.tokenizer.name}'s config.json gives no KV geometry: KV transfers take no time (give --kv-bytes-per-token)`);
   const kvPeers = new Set(
     opts.kvTransferAllowedHosts.map((entry) => {
       try {
@@ -200,7 +205,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     }),
   );
   if (opts.role === 'decode' && kvPeers.size === 0 && !quiet)
-    console.warn('mocker serve: a decode engine without --kv-transfer-allowed-hosts pulls no KV: every prompt is recomputed here');
+    log('warning', 'mocker serve: a decode engine without --kv-transfer-allowed-hosts pulls no KV: every prompt is recomputed here');
   const settings = settingsView(opts, {
     perf_model: timing.perfModel,
     reasoning:
@@ -234,6 +239,7 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
     dcgmSeed: opts.dcgm?.seed ?? Math.floor(Math.random() * 2 ** 32),
     // --startup-time counts from here: the model (tokenizer, captures) is loaded.
     readyAtMs: opts.startupTimeS ? performance.now() + 1000 * opts.startupTimeS : undefined,
+    startedAtMs: performance.now(),
     faults: opts.faults,
     closers,
   };
@@ -246,10 +252,10 @@ async function startServing(options: ServeOptions, drain: Drain, closers: (() =>
   }
   const controlPaths = [...new Set(routes!.filter((r) => r.class === 'control').map((r) => r.path))];
   const exposed = exposedControlWarning('serve', opts.host, shared.access, controlPaths);
-  if (exposed && !quiet) console.warn(exposed);
+  if (exposed && !quiet) log('warning', exposed);
   const ports = servers.map((s) => (s.address() as AddressInfo).port);
   const startupLine = startupLineOf(opts, timing.description, model, tls !== undefined);
-  if (!opts.share) console.log(startupLineText(startupLine, ports));
+  if (!opts.share) logStart(startupLineText(startupLine, ports));
   return {
     port: ports[0],
     ports,
@@ -383,7 +389,7 @@ async function startWorker(s: Shared, w: number, server: Server, timers: NodeJS.
   const metrics = workerMetrics(s);
   const statsLog = new StatsLog(args.dataParallelSize, performance.now());
   const logTimer = setInterval(() => {
-    for (const line of statsLog.lines(performance.now())) console.log(s.workers > 1 ? `worker ${w}: ${line}` : line);
+    for (const line of statsLog.lines(performance.now())) log('info', s.workers > 1 ? `worker ${w}: ${line}` : line);
   }, STATS_LOG_INTERVAL_MS);
   logTimer.unref();
   timers.push(logTimer);
@@ -399,6 +405,7 @@ async function startWorker(s: Shared, w: number, server: Server, timers: NodeJS.
     dcgm: { ...DEFAULT_DCGM, ...opts.dcgm, seed: s.dcgmSeed + 2 * w },
   });
   const observers: EngineObserver[] = [metrics.engine, statsLog, ...backends.observers];
+  if (logsAt('debug')) observers.push(schedulerStepLog(s.workers > 1 ? `worker ${w} ` : ''));
   const kvEvents = opts.kvEvents ?? [];
   const eventsConfig = kvEvents.length > 1 ? kvEvents[w] : kvEvents[0];
   if (eventsConfig) {
@@ -532,8 +539,28 @@ function appConfig(
       timing: opts.timing,
       keys: CONTROL_KEYS,
     },
-    readyAtMs: s.readyAtMs,
+    readyAtMs: workerReadyAtMs(s, w),
+    accessLogs: opts.logs.accessLogs,
   };
+}
+
+/** --log-level debug: one line per scheduler step of the engine (each DP rank's), as vLLM's scheduler debug logs. */
+function schedulerStepLog(prefix: string): EngineObserver {
+  return {
+    onPass: (rank, stats) =>
+      log(
+        'debug',
+        `${prefix}rank ${rank} scheduler step: ${stats.running} running, ${stats.waiting} waiting, ${stats.promptTokens} prompt and ${stats.generationTokens} generation tokens, KV blocks ${stats.activeBlocks}/${stats.totalBlocks}`,
+        { rank, ...stats, timesToFirstTokenS: undefined, interTokenLatenciesS: undefined },
+      ),
+  };
+}
+
+/** When worker `w` answers: after --startup-time, and its turn of --stagger-delay. */
+function workerReadyAtMs(s: Shared, w: number): number | undefined {
+  const staggerMs = staggerOffsetMs(w, s.workers, s.opts.staggerDelayS);
+  if (staggerMs === 0) return s.readyAtMs;
+  return (s.readyAtMs ?? s.startedAtMs) + staggerMs;
 }
 
 /** The startup line's settings: only what applies (a miss policy where captures are looked up, a speedup where there are durations to divide). */

@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { log } from '../util/log.js';
 import { constants } from 'node:os';
 import type { ExchangeSink } from '../capture/forward.js';
 import type { DrainResult } from '../wire/drain.js';
@@ -101,21 +102,21 @@ export async function stopOnSignal(command: string, starting: Promise<{ close(gr
   let orphaned: NodeJS.Timeout | undefined;
   const onSignal = (signal: NodeJS.Signals, why: string = signal) => {
     if (stopping) {
-      console.error(`mocker ${command}: ${signal} again: exiting at once`);
+      log('warning', `mocker ${command}: ${signal} again: exiting at once`);
       process.exit(128 + constants.signals[signal]);
     }
     stopping = true;
     clearInterval(orphaned);
-    console.log(`mocker ${command}: ${why}: draining the requests in flight (up to ${timeoutS} s; ${signal} again exits at once)`);
+    log('info', `mocker ${command}: ${why}: draining the requests in flight (up to ${timeoutS} s; ${signal} again exits at once)`);
     starting.then(
       (running) =>
         running.close(timeoutS * 1000).then(
           (report) => {
-            console.log(`mocker ${command}: ${stopSummary(report)}`);
+            log('info', `mocker ${command}: ${stopSummary(report)}`);
             process.exit(0);
           },
           (err: unknown) => {
-            console.error(`mocker ${command}: stopping failed: ${err instanceof Error ? err.message : String(err)}`);
+            log('error', `mocker ${command}: stopping failed: ${err instanceof Error ? err.message : String(err)}`);
             process.exit(1);
           },
         ),

@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { configureLogs, log, logStart } from '../util/log.js';
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { CaptureStore } from '../store/captureStore.js';
@@ -63,13 +64,13 @@ function startThread(options: ServeOptions, engines: number[], first: boolean): 
     });
     worker.on('error', (err) => {
       if (!listened) return reject(err);
-      console.error(`mocker serve: the ${name} failed: ${err.stack ?? err.message}`);
+      log('error', `mocker serve: the ${name} failed: ${err.stack ?? err.message}`);
       process.exit(1);
     });
     void exited.then((code) => {
       if (!listened) return reject(new Error(last?.type === 'failed' ? last.message : `the ${name} exited with code ${code} before listening`));
       if (stopping) return;
-      console.error(`mocker serve: the ${name} exited (code ${code}) while serving`);
+      log('error', `mocker serve: the ${name} exited (code ${code}) while serving`);
       process.exit(1);
     });
   });
@@ -87,6 +88,7 @@ function startThread(options: ServeOptions, engines: number[], first: boolean): 
 
 /** `startServe` over `threads` worker threads (2 or more): the same ports, startup line and stop report. */
 export async function startServeThreads(options: ServeOptions, threads: number): Promise<Running> {
+  configureLogs({ level: options.logs?.level ?? 'info', format: options.logs?.format ?? 'text' });
   const numWorkers = options.numWorkers ?? 1;
   // Drawn once here, as startServe would: each engine's DCGM exporters keep seeds following the previous engine's.
   const shared: ServeOptions = { ...options, dcgm: { ...options.dcgm, seed: options.dcgm?.seed ?? Math.floor(Math.random() * 2 ** 32) } };
@@ -104,7 +106,7 @@ export async function startServeThreads(options: ServeOptions, threads: number):
   }
   const listening = outcomes.map((o) => (o as PromiseFulfilledResult<{ ports: number[]; startupLine: StartupLine }>).value);
   const ports = Array.from({ length: numWorkers }, (_, e) => listening[e % threads].ports[Math.floor(e / threads)]);
-  console.log(startupLineText(listening[0].startupLine, ports));
+  logStart(startupLineText(listening[0].startupLine, ports));
   return {
     port: ports[0],
     ports,

@@ -28,6 +28,7 @@ export const GROUPS = {
   fit: 'Fit:',
   pairing: 'Pairing:',
   output: 'Output:',
+  compatibility: "Compatibility (Dynamo mocker's and AIPerf mock server's flags):",
 } as const;
 
 export type GroupKey = keyof typeof GROUPS;

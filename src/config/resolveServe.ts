@@ -2,6 +2,7 @@ import type { TimingMode } from '../engine/index.js';
 import { dynamoKvEventsConfigs, type KvEventsConfig, type KvEventsFormat, parseKvEventsConfig } from '../events/index.js';
 import type { MissPolicy, OutputsMode } from '../generation/resolver.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, type EngineArgs, resolveEngineArgs } from './engineArgs.js';
+import type { LogConfig } from '../util/log.js';
 import type { ServeOptions } from './serveOptions.js';
 import { SERVE_SETTINGS } from './serveSettings.js';
 import { attributeName, defaultsOf, getPath, longFlag, optionsFrom } from './settings.js';
@@ -31,8 +32,10 @@ export type ResolvedServeOptions = ServeOptions &
       | 'enablePromptTokensDetails'
       | 'wire'
       | 'role'
+      | 'staggerDelayS'
     >
   > & {
+    logs: LogConfig & { accessLogs: boolean };
     engine: EngineArgs;
     lora: NonNullable<ServeOptions['lora']>;
     matching: Required<NonNullable<ServeOptions['matching']>>;
@@ -77,6 +80,8 @@ export function completeServeOptions(given: ServeOptions, base: Partial<ServeOpt
   // The table's defaults give the rest of `lora`; no adapter is loaded at start unless named.
   options.lora = { modules: [], ...options.lora } as ResolvedServeOptions['lora'];
   options.role ??= 'agg';
+  // AIPerf's rule: debug logs include the access log.
+  options.logs = { ...options.logs, accessLogs: options.logs?.accessLogs === true || options.logs?.level === 'debug' };
   const resolved = options as ResolvedServeOptions;
   checkServeOptions(resolved);
   resolved.matching.ignoreFields = [...new Set(resolved.matching.ignoreFields)];

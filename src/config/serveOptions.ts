@@ -6,6 +6,7 @@ import type { LoraModule } from '../http/loraAdapters.js';
 import type { PdConfig } from '../http/serveConfig.js';
 import type { DcgmConfig } from '../metrics/dcgm.js';
 import type { ApiKeyScope } from '../wire/access.js';
+import type { LogConfig } from '../util/log.js';
 import type { WireShape } from '../wire/shapes.js';
 import type { TlsFiles } from '../wire/tls.js';
 import type { EngineArgs } from './engineArgs.js';
@@ -122,6 +123,10 @@ export interface ServeOptions {
   faultSeed?: number;
   /** --startup-time: seconds during which `/health` and the API answer 503. Default 0. */
   startupTimeS?: number;
+  /** --stagger-delay: seconds between two workers' starts, Dynamo's rule (-1: auto by the number of workers, 0: off). Default -1. */
+  staggerDelayS?: number;
+  /** --log-level, --log-format, --access-logs. Defaults: info, text, off (on at debug). */
+  logs?: Partial<LogConfig & { accessLogs: boolean }>;
   /** --match, --min-prefix-ratio, --ignore-field: which captures answer a request. Defaults: exact, DEFAULT_MIN_PREFIX_RATIO, none. */
   matching?: { match?: MatchMode; minPrefixRatio?: number; ignoreFields?: string[] };
 }

@@ -23,6 +23,7 @@ import {
   upstreamTimeout,
   url,
 } from './commonSettings.js';
+import { COMPATIBILITY_SETTINGS, LOG_SETTINGS } from './compatibilitySettings.js';
 import { choice, int, longFlag, num, parsed, parseNumber, type Setting } from './settings.js';
 
 /** One engine step under `--timing fixed`. */
@@ -739,6 +740,8 @@ export const SERVE_SETTINGS: Setting[] = [
   { flags: '--api-key <key>', help: 'require Authorization: Bearer <key> on /v1/*', group: 'security', later: '$VLLM_API_KEY', to: 'apiKey' },
   apiKeyScope('apiKeyScope'),
   ...tls,
+  ...LOG_SETTINGS,
+  ...COMPATIBILITY_SETTINGS,
 ];
 
 /** `/mocker/config`'s keys: the settings marked `control`, by flag name (`--error-rate` → `error_rate`), with the field each sets. */

@@ -33,6 +33,13 @@ export interface Setting {
   /** The key of the settings view (`/mocker/engine`'s `config`); shown only for `--engine-type sglang` when `sglangOnly`. */
   view?: string;
   sglangOnly?: boolean;
+  /**
+   * Another tool's flag for a setting here (Dynamo's `--model-path` for `--model`): its value, parsed as that
+   * setting's (or `value` when it takes none, `--verbose` for `--log-level debug`), goes to the setting named `of`.
+   */
+  alias?: { of: string; value?: unknown };
+  /** Another tool's flag with no meaning here: using it stops the command with this line (what to use instead). */
+  refused?: string;
 }
 
 /** A Dynamo key: its JSON values may also be null where `nullable` (`'unset'`: null leaves the setting unset). */
@@ -66,8 +73,8 @@ export const num = (bounds: Omit<NumberBounds, 'integer'> = {}): ValueSpec => ({
 export const choice = (choices: readonly string[]): ValueSpec => ({ type: 'choice', choices });
 export const parsed = (parse: (text: string, flag: string) => unknown): ValueSpec => ({ type: 'parsed', parse });
 
-/** The long flag of a setting: `--watermark <fraction>` → `--watermark`. */
-export const longFlag = (setting: Setting): string => setting.flags.split(/[ ,]/)[0];
+/** The long flag of a setting: `--watermark <fraction>` → `--watermark`, `-v, --verbose` → `--verbose`. */
+export const longFlag = (setting: Setting): string => setting.flags.split(/[ ,]+/).find((f) => f.startsWith('--'))!;
 
 /** commander's attribute name of a flag: `--max-num-seqs` → `maxNumSeqs`. */
 export const attributeName = (flag: string): string => flag.replace(/^--/, '').replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());

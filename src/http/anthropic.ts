@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { log } from '../util/log.js';
 import type { ServerResponse } from 'node:http';
 import { anthropicCountTokensRequest, anthropicMessagesRequest, countTokensChatBody, messagesChatBody } from '../api/anthropicRequest.js';
 import { PlanRenderer } from '../api/planRenderer.js';
@@ -69,7 +70,8 @@ export function anthropicEndpoints(runChat: ReplayableEndpoint, config: ServeApp
     } catch (err) {
       if (res.headersSent) throw err;
       const apiError = err instanceof ApiError ? err : new ApiError(500, (err as Error).message, 'InternalServerError');
-      if (!(err instanceof ApiError)) console.error('mocker serve: unexpected error in /v1/messages', err);
+      if (!(err instanceof ApiError))
+        log('error', `mocker serve: unexpected error in /v1/messages: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
       sendJson(res, apiError.status, anthropicError(apiError));
     }
   }

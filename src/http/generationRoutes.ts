@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { log } from '../util/log.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono, type Context } from 'hono';
@@ -40,7 +41,7 @@ async function pullKv(config: ServeAppConfig, params: KvTransferParams): Promise
     config.access.key === undefined ? undefined : `Bearer ${config.access.key}`,
   );
   config.mockerMetrics?.kvPull(outcome);
-  if (!outcome.ok) console.warn(`mocker: KV pull failed (${outcome.reason}): ${outcome.detail}; recomputing the prompt locally`);
+  if (!outcome.ok) log('warning', `mocker: KV pull failed (${outcome.reason}): ${outcome.detail}; recomputing the prompt locally`);
   return outcome.ok;
 }
 

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { log } from '../util/log.js';
 import type { LoraAdapter } from '../engine/index.js';
 import { ApiError } from '../wire/errors.js';
 
@@ -90,7 +91,7 @@ export class LoraAdapters {
     // vLLM keeps base_model_name only when it names a served model; the card's parent falls back to the first.
     const parent = baseModelName !== undefined && this.baseModels.includes(baseModelName) ? baseModelName : this.baseModels[0];
     this.loaded.set(name, { adapter: { name, id: existing?.adapter.id ?? ++this.lastId }, path, parent });
-    console.log(`mocker serve: Loaded new LoRA adapter: name '${name}', path '${path}'`);
+    log('info', `mocker serve: Loaded new LoRA adapter: name '${name}', path '${path}'`);
     return `Success: LoRA adapter '${name}' added successfully.`;
   }
 
@@ -98,7 +99,7 @@ export class LoraAdapters {
   unload(name: string): string {
     if (!name) throw new ApiError(400, "'lora_name' needs to be provided to unload a LoRA adapter.", 'InvalidUserInput');
     if (!this.loaded.delete(name)) throw new ApiError(404, `The lora adapter '${name}' cannot be found.`, 'NotFoundError');
-    console.log(`mocker serve: Removed LoRA adapter: name '${name}'`);
+    log('info', `mocker serve: Removed LoRA adapter: name '${name}'`);
     return `Success: LoRA adapter '${name}' removed successfully.`;
   }
 

@@ -3,6 +3,7 @@ import type { Hono } from 'hono';
 import { generationEndpoint } from '../capture/forward.js';
 import { admitted, UNAUTHORIZED_BODY } from '../wire/access.js';
 import { errorJson } from '../wire/errors.js';
+import { accessLog } from './accessLog.js';
 import { declaredBodyLimit } from './bodyLimit.js';
 import { NOT_FOUND_BODY, SERVE_ROUTES } from './routes.js';
 import type { Env, ServeAppConfig } from './serveConfig.js';
@@ -18,6 +19,8 @@ export interface ServerLoad {
  * 404s), `X-Request-Id`, the load count, and the body limit.
  */
 export function useServeMiddleware(app: Hono<Env>, config: ServeAppConfig, load: ServerLoad): void {
+  // First, so that every answer is logged: the start-up gate's 503s and the access check's 401s too.
+  if (config.accessLogs) app.use('*', accessLog());
   if (config.readyAtMs !== undefined) app.use('*', startupGate(config.readyAtMs));
   /** The paths registered (read once routes are: at the first request). */
   let registered: Set<string> | undefined;

@@ -1,4 +1,5 @@
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
+import { log } from '../util/log.js';
 import { Hono, type ErrorHandler } from 'hono';
 import { DONE_EVENT } from '../api/render.js';
 import { ApiError } from '../wire/errors.js';
@@ -19,7 +20,7 @@ const answerError: ErrorHandler<Env> = (err, c) => {
   // A client that left mid-upload is ordinary: nobody to answer, nothing to report.
   if (c.env.incoming.destroyed && (err as NodeJS.ErrnoException).code === 'ECONNRESET') return RESPONSE_ALREADY_SENT;
   const apiError = err instanceof ApiError ? err : new ApiError(500, `Internal error: ${err.message}`, 'InternalServerError');
-  if (!(err instanceof ApiError)) console.error('mocker serve: unexpected error', err);
+  if (!(err instanceof ApiError)) log('error', `mocker serve: unexpected error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
   if (res.headersSent) {
     // Mid-stream: vLLM's in-stream error event, then [DONE].
     if (!res.writableEnded) res.end(apiError.streamEvent() + DONE_EVENT);

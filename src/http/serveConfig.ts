@@ -70,6 +70,8 @@ export interface ServeAppConfig {
   runtime?: RuntimeSettings;
   /** --startup-time: until this performance.now() time, `/health` and the API answer 503. */
   readyAtMs?: number;
+  /** --access-logs: a line per request (http/accessLog.ts). */
+  accessLogs?: boolean;
 }
 
 /**

@@ -12,9 +12,10 @@ import { renderHtmlReport } from '../trace/htmlReport.js';
 import { decodeRouterConfig, KvRouter, parseRouterConfig, prefillRouterConfig, type KvRouterConfig } from '../trace/kvRouter.js';
 import { OfflineReplay, type Fleet } from '../trace/offline.js';
 import { LocalWorker, runOnline, type OnlineWorker } from '../trace/online.js';
-import { FailureTally, formatReportTable, reportJsonPath, writeReportJson } from '../trace/report.js';
+import { FailureTally, formatReportTable, reportJsonPath, writeReportJson, writeRequestRecords } from '../trace/report.js';
 import { RoundRobinRouter, type Router } from '../trace/router.js';
-import { foldIntoVocabulary, mooncakeFileWorkload, normalizeArrivals, syntheticWorkload, type Workload } from '../trace/workload.js';
+import { checkTraceFormatMode, traceFileWorkload, type TraceFormat } from '../trace/traceFormats.js';
+import { foldIntoVocabulary, normalizeArrivals, syntheticWorkload, type Workload } from '../trace/workload.js';
 import { namingCapture } from '../store/captureStore.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { checkOutput, writeOutputFile, type OutputRules } from '../util/outputFile.js';
@@ -24,6 +25,8 @@ import { applyEngineArgsObject, DEFAULT_ENGINE_ARGS, schedulerConfig, type Engin
 
 export interface TraceOptions {
   trace?: string;
+  /** The trace file's format (default mooncake). */
+  traceFormat?: TraceFormat;
   fromCaptures?: string;
   replayMode?: 'offline' | 'online';
   routerMode: 'round_robin' | 'kv_router';
@@ -40,6 +43,8 @@ export interface TraceOptions {
   speedupRatio?: number;
   reportJson?: string;
   reportHtml?: string;
+  /** Also write the per-request records (JSON Lines) there. */
+  reportRequests?: string;
   /** Replace existing report files (see util/outputFile.ts). */
   force?: boolean;
   inputTokens?: number;
@@ -136,6 +141,9 @@ function checkSources(o: TraceOptions): WorkloadSource {
         : `give one workload, not ${sources.join(' and ')}`,
     );
   }
+  const format = o.traceFormat ?? 'mooncake';
+  if (format !== 'mooncake' && o.trace === undefined)
+    throw new Error(`--trace-format ${format} is the format of a trace file: ${synthetic ? 'a synthetic workload' : '--from-captures'} has none`);
   if (synthetic) {
     const missing = SYNTHETIC_FLAGS.filter((k) => o[k] === undefined).map((k) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`);
     if (missing.length > 0) throw new Error(`a synthetic workload needs --input-tokens, --output-tokens and --request-count (missing ${missing.join(', ')})`);
@@ -183,6 +191,10 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     const page = renderHtmlReport({ title: `mocker trace — ${settings.workload}`, report, charts: collector.charts(), settings });
     await writeOutputFile(o.reportHtml, outputs.rules, (write) => write(page));
     console.log(`Saved HTML report to: ${o.reportHtml}`);
+  }
+  if (o.reportRequests !== undefined) {
+    await writeRequestRecords(collector.perRequest(), o.reportRequests, outputs.rules);
+    console.log(`Saved per-request records to: ${o.reportRequests}`);
   }
   // Sent as token-id completions, a capture's requests skip the target's preprocessing: answers are rerun's to check.
   const targets = topology.targets;
@@ -232,6 +244,7 @@ function topologyOf(o: TraceOptions): Topology {
     throw new Error(`--num-workers ${o.numWorkers} but ${targets.length} --target servers: each target is one worker`);
   if (!online && !disaggregated && o.routerMode === 'kv_router' && numWorkers < 2)
     throw new Error('offline --router-mode kv_router needs --num-workers > 1 (one worker has nothing to route)');
+  if (o.trace !== undefined) checkTraceFormatMode(o.traceFormat ?? 'mooncake', { online, disaggregated, concurrency: o.replayConcurrency !== undefined });
   return { targets, online, disaggregated, numWorkers };
 }
 
@@ -282,8 +295,17 @@ function reportOutputs(o: TraceOptions, roles: RoleArgs[]): { jsonPath: string; 
     force: o.force,
   };
   const jsonPath = reportJsonPath(o.reportJson);
-  if (o.reportHtml !== undefined && resolve(o.reportHtml) === resolve(jsonPath)) throw new Error(`--report-json and --report-html both name ${o.reportHtml}`);
-  for (const path of [jsonPath, o.reportHtml]) if (path !== undefined) checkOutput(path, rules);
+  const named: [flag: string, path: string | undefined][] = [
+    ['--report-json', jsonPath],
+    ['--report-html', o.reportHtml],
+    ['--report-requests', o.reportRequests],
+  ];
+  for (const [i, [flag, path]] of named.entries()) {
+    if (path === undefined) continue;
+    const same = named.slice(0, i).find(([, other]) => other !== undefined && resolve(other) === resolve(path));
+    if (same) throw new Error(`${same[0]} and ${flag} both name ${path}`);
+    checkOutput(path, rules);
+  }
   return { jsonPath, rules };
 }
 
@@ -292,7 +314,7 @@ async function loadWorkload(o: TraceOptions, source: WorkloadSource, blockSize: 
     const text = await readFile(o.trace!, 'utf8').catch((err: Error) => {
       throw new Error(`cannot read the trace ${o.trace}: ${err.message}`);
     });
-    return mooncakeFileWorkload(text, o.traceBlockSize);
+    return traceFileWorkload(text, o.traceFormat ?? 'mooncake', o.traceBlockSize);
   }
   if (source === 'synthetic') {
     return syntheticWorkload({

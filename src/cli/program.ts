@@ -69,7 +69,7 @@ export function buildProgram(): Command {
     .description(
       "Replay a Mooncake trace, a synthetic workload or a capture's traffic through simulated workers (offline or online) or against live servers; report like AIPerf (Dynamo's python -m dynamo.replay).",
     )
-    .argument('[trace]', 'Mooncake JSONL trace (hash_ids, input_length, output_length, timestamp, session_id, delay)');
+    .argument('[trace]', 'JSONL trace (Mooncake: hash_ids, input_length, output_length, timestamp, session_id, delay; other formats: --trace-format)');
   addSettings(trace, TRACE_SETTINGS).action(async (file: string | undefined, o) => {
     process.exitCode = await runTrace({ ...o, trace: file });
   });

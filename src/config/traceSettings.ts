@@ -1,4 +1,5 @@
 import { DEFAULT_REPORTS_DIR } from '../trace/report.js';
+import { parseTraceFormat } from '../trace/traceFormats.js';
 import { checkedUrl, FORCE } from './commonSettings.js';
 import { choice, int, num, parsed, type Setting } from './settings.js';
 
@@ -8,6 +9,13 @@ export const TRACE_SETTINGS: Setting[] = [
     flags: '--from-captures <file>',
     help: "replay a capture file's own requests (prompt ids, output lengths, arrival times) as load; answers are checked by mocker rerun",
     group: 'input',
+  },
+  {
+    flags: '--trace-format <format>',
+    help: "the trace file's format (Dynamo's): mooncake | mooncake-delta (each row adds to its session's prompt, after the previous turn's output) | agentic_mooncake (a request DAG: wait_for, delay, tool_wait_ms) | applied_compute_agentic (a tool loop per row; needs --replay-concurrency)",
+    group: 'input',
+    value: parsed(parseTraceFormat),
+    default: 'mooncake',
   },
   { flags: '--trace-block-size <n>', help: 'tokens per hash id of the trace', group: 'input', value: int({ min: 1 }), default: 512 },
   { flags: '--input-tokens <n>', help: 'synthetic workload: prompt tokens per request', group: 'input', value: int({ min: 1 }) },
@@ -98,6 +106,11 @@ export const TRACE_SETTINGS: Setting[] = [
   {
     flags: '--report-html <file>',
     help: 'also write a self-contained HTML report with latency CDFs, throughput, KV usage and prefix hits over time',
+    group: 'output',
+  },
+  {
+    flags: '--report-requests <file>',
+    help: 'also write one JSON line per request: its session and turn, arrival, admission and token times, lengths and prefix reuse',
     group: 'output',
   },
   { ...FORCE, group: 'output' },

@@ -160,8 +160,25 @@ export interface PerRequestRecord {
   first_admission_reused_input_tokens: number;
 }
 
-/** The JSON report: Dynamo's keys (`python -m dynamo.replay --report-json`). */
+/** The JSON report: Dynamo's keys (`python -m dynamo.replay --report-json`), and per-session figures of multi-turn workloads. */
 export type ReplayReport = Record<string, number>;
+
+/** Turn indices whose prefix reuse is reported one by one; later turns are pooled. */
+const TURNS_REPORTED = 8;
+const TURN_REUSE_KEY = 'first_admission_prefix_cache_reused_ratio_turn_';
+const POOLED_TURNS = `${TURNS_REPORTED}_plus`;
+
+/** A report's first-admission prefix reuse by turn index, in turn order (`8+`: the later turns pooled). */
+export function reuseByTurn(report: ReplayReport): { turn: string; ratio: number }[] {
+  const out: { turn: string; ratio: number }[] = [];
+  for (let turn = 0; turn < TURNS_REPORTED; turn++) {
+    const ratio = report[`${TURN_REUSE_KEY}${turn}`];
+    if (ratio !== undefined) out.push({ turn: String(turn), ratio });
+  }
+  const pooled = report[`${TURN_REUSE_KEY}${POOLED_TURNS}`];
+  if (pooled !== undefined) out.push({ turn: `${TURNS_REPORTED}+`, ratio: pooled });
+  return out;
+}
 
 /** One worker's cache over time, sampled at its passes. */
 export interface WorkerSeries {
@@ -395,7 +412,53 @@ export class ReplayCollector {
     put('itl', summarize(gaps));
     put('e2e_latency', distribution(e2e));
     put('output_token_throughput_per_user', summarize(new SortedCounts(rateValues, rateCounts)), '');
-    return report;
+    return Object.assign(report, this.sessionFigures());
+  }
+
+  /**
+   * Sessions (a DAG's trajectories), only when one has more than one request: their number, turns per session,
+   * session latency (first arrival to last token, of sessions whose requests all completed) and the first-admission
+   * prefix reuse of the completed requests by turn index.
+   */
+  private sessionFigures(): ReplayReport {
+    const sessions = new Map<string, RequestRecord[]>();
+    for (const r of this.requests.values()) {
+      if (r.sessionId === null) continue;
+      const requests = sessions.get(r.sessionId);
+      if (requests) requests.push(r);
+      else sessions.set(r.sessionId, [r]);
+    }
+    let maxTurns = 0;
+    for (const requests of sessions.values()) maxTurns = Math.max(maxTurns, requests.length);
+    if (maxTurns <= 1) return {};
+    const completed = (r: RequestRecord) => r.admittedMs !== null && r.tokens > 0;
+    const latencies: number[] = [];
+    const slots = TURNS_REPORTED + 1;
+    const input = new Array<number>(slots).fill(0);
+    const reused = new Array<number>(slots).fill(0);
+    for (const requests of sessions.values()) {
+      let first = Infinity;
+      let last = -Infinity;
+      for (const r of requests) {
+        first = Math.min(first, r.arrivalMs);
+        last = Math.max(last, r.lastMs);
+        if (!completed(r) || r.turnIndex === null) continue;
+        const slot = Math.min(r.turnIndex, TURNS_REPORTED);
+        input[slot] += r.inputLength;
+        reused[slot] += r.firstAdmissionReusedTokens;
+      }
+      if (requests.every(completed)) latencies.push(last - first);
+    }
+    const figures: ReplayReport = {
+      num_sessions: sessions.size,
+      mean_turns_per_session: [...sessions.values()].reduce((n, requests) => n + requests.length, 0) / sessions.size,
+      max_turns_per_session: maxTurns,
+    };
+    for (const [stat, value] of Object.entries(distribution(latencies))) figures[`${stat}_session_latency_ms`] = value;
+    for (let slot = 0; slot < slots; slot++) {
+      if (input[slot] > 0) figures[`${TURN_REUSE_KEY}${slot === TURNS_REPORTED ? POOLED_TURNS : slot}`] = reused[slot] / input[slot];
+    }
+    return figures;
   }
 
   charts(): ReplayCharts {

@@ -4,7 +4,7 @@
  * the report's headline numbers, the run's settings, and charts of ReplayCharts.
  */
 import { CHART_HELPERS, escapeHtml, reportPage } from '../util/htmlPage.js';
-import type { ReplayCharts, ReplayReport } from './collector.js';
+import { reuseByTurn, type ReplayCharts, type ReplayReport } from './collector.js';
 
 export interface HtmlReportInput {
   title: string;
@@ -94,6 +94,21 @@ function reuseTable(workers: ReplayCharts['workers']): string {
   return `<table class="reuse">${head}${rows.join('')}</table>`;
 }
 
+/** Multi-turn and agentic workloads: sessions, their turns and latency, and the prefix reuse of each turn index. */
+function sessionTables(report: ReplayReport): string {
+  const row = (label: string, cells: string) => `<tr><th scope="row">${escapeHtml(label)}</th>${cells}</tr>`;
+  const summary = [
+    row('Sessions', valueCell(report, 'num_sessions', 'count')),
+    row('Turns per session (mean)', `<td data-key="mean_turns_per_session">${escapeHtml(report.mean_turns_per_session.toFixed(2))}</td>`),
+    row('Turns per session (max)', valueCell(report, 'max_turns_per_session', 'count')),
+    ...(['mean', 'median', 'p90', 'p99'] as const).map((stat) => row(`Session latency (${stat})`, valueCell(report, `${stat}_session_latency_ms`, 'ms'))),
+  ];
+  const byTurn = reuseByTurn(report);
+  const head = `<tr><th scope="col">turn</th>${byTurn.map(({ turn }) => `<th scope="col">${escapeHtml(turn)}</th>`).join('')}</tr>`;
+  const ratios = `<tr><th scope="row">reused at first admission</th>${byTurn.map(({ ratio }) => `<td>${escapeHtml(format(ratio, 'ratio'))}</td>`).join('')}</tr>`;
+  return `<table class="sessions">${summary.join('')}</table>${byTurn.length > 0 ? `<table class="reuse-by-turn">${head}${ratios}</table>` : ''}`;
+}
+
 function settingsTable(settings: HtmlReportInput['settings']): string {
   const rows = Object.entries(settings).map(([key, value]) => `<tr><th scope="row">${escapeHtml(key)}</th><td>${escapeHtml(String(value))}</td></tr>`);
   return rows.length > 0 ? `<table class="settings">${rows.join('')}</table>` : '<p>none</p>';
@@ -175,7 +190,7 @@ export function renderHtmlReport(input: HtmlReportInput): string {
 <section><h2>Summary</h2>${summaryTable(input.report)}</section>
 <section><h2>Latency</h2>${latencyTable(input.report)}</section>
 <section><h2>Prefix reuse per worker</h2>${reuseTable(input.charts.workers)}</section>
-<section><h2>Settings</h2>${settingsTable(input.settings)}</section>
+${'num_sessions' in input.report ? `<section><h2>Sessions</h2>${sessionTables(input.report)}</section>\n` : ''}<section><h2>Settings</h2>${settingsTable(input.settings)}</section>
 </div>
 <h2>Charts</h2>
 <div class="charts">

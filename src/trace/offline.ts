@@ -35,6 +35,8 @@ export type OfflineProgress = (completed: number, nowMs: number) => void;
 interface InFlight {
   dispatch: Dispatch;
   prompt: TokenIds;
+  /** Its planned output, when the workload plans one (a later turn's prompt repeats it). */
+  outputTokenIds: readonly number[] | undefined;
 }
 
 type Stage = 'aggregated' | 'prefill' | 'decode';
@@ -206,7 +208,7 @@ export class OfflineReplay {
     const ready = this.driver.popReady(this.now);
     for (const dispatch of ready) {
       const prompt = dispatch.turn.prompt();
-      this.requests.set(dispatch.uuid, { dispatch, prompt });
+      this.requests.set(dispatch.uuid, { dispatch, prompt, outputTokenIds: dispatch.turn.outputTokenIds?.() });
       this.collector.onArrival(dispatch.uuid, dispatch.arrivalMs, dispatch.turn.inputLength, dispatch.turn.outputLength, dispatch);
       const stage = this.fleet.kind === 'aggregated' ? 'aggregated' : 'prefill';
       this.route(this.fleet.kind === 'aggregated' ? this.fleet.router : this.fleet.prefillRouter, dispatch.uuid, stage);
@@ -226,7 +228,7 @@ export class OfflineReplay {
   }
 
   private enqueue(stage: Stage, routerIndex: number, uuid: string): void {
-    const { dispatch, prompt } = this.requests.get(uuid)!;
+    const { dispatch, prompt, outputTokenIds } = this.requests.get(uuid)!;
     const worker = this.pools[stage][routerIndex];
     this.collector.onRouted(uuid, worker.index, stage === 'decode' ? 'decode' : 'prefill');
     const maxOutputTokens = stage === 'prefill' ? 1 : Math.max(1, dispatch.turn.outputLength);
@@ -243,6 +245,7 @@ export class OfflineReplay {
       id: uuid,
       promptTokenIds: prompt,
       maxOutputTokens,
+      ...(outputTokenIds !== undefined ? { outputTokenIds } : {}),
       // The decode worker receives the prefilled KV: it allocates the prompt's blocks but computes none of it.
       remotePrefill: stage === 'decode',
     });

@@ -5,7 +5,7 @@
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeOutputFile, type OutputRules } from '../util/outputFile.js';
-import type { ReplayReport } from './collector.js';
+import { reuseByTurn, type PerRequestRecord, type ReplayReport } from './collector.js';
 
 export const TABLE_TITLE = 'NVIDIA AIPerf | LLM Metrics';
 const STAT_COLUMNS = ['avg', 'min', 'max', 'p99', 'p90', 'p75', 'std'] as const;
@@ -17,6 +17,8 @@ const INTEGER_KEYS = new Set([
   'total_output_tokens',
   'total_reused_input_tokens',
   'total_first_admission_reused_input_tokens',
+  'num_sessions',
+  'max_turns_per_session',
 ]);
 
 /** Python's `f"{v:,.2f}"`; missing → N/A. */
@@ -39,6 +41,7 @@ export function formatReportTable(report: ReplayReport): string {
   statRow('Time to Second Token (ms)', 'ttst_ms');
   statRow('Request Latency (ms)', 'e2e_latency_ms');
   statRow('Inter Token Latency (ms)', 'itl_ms');
+  statRow('Session Latency (ms)', 'session_latency_ms');
   statRow('Output Token Throughput Per User (tokens/sec/user)', 'output_token_throughput_per_user');
   singleRow('Output Token Throughput (tokens/sec)', report.output_throughput_tok_s);
   singleRow('Request Throughput (requests/sec)', report.request_throughput_rps);
@@ -53,6 +56,11 @@ export function formatReportTable(report: ReplayReport): string {
   if (report.prefix_cache_reused_ratio !== undefined) lines.push(`Prefix Cache Reused Ratio: ${formatValue(report.prefix_cache_reused_ratio)}`);
   if (report.first_admission_prefix_cache_reused_ratio !== undefined)
     lines.push(`First Admission Prefix Cache Reused Ratio: ${formatValue(report.first_admission_prefix_cache_reused_ratio)}`);
+  if (report.num_sessions !== undefined) {
+    lines.push(`Sessions: ${report.num_sessions} (turns per session: mean ${formatValue(report.mean_turns_per_session)}, max ${report.max_turns_per_session})`);
+    const byTurn = reuseByTurn(report).map(({ turn, ratio }) => `${turn}: ${formatValue(ratio)}`);
+    if (byTurn.length > 0) lines.push(`First Admission Prefix Cache Reused Ratio by Turn: ${byTurn.join(', ')}`);
+  }
   return lines.join('\n');
 }
 
@@ -99,6 +107,13 @@ export function reportJsonPath(path: string | undefined, now = new Date()): stri
 /** Writes the JSON report to `target` under the output rules. */
 export async function writeReportJson(report: ReplayReport, target: string, rules: OutputRules): Promise<void> {
   await writeOutputFile(target, rules, (write) => write(reportJson(report)));
+}
+
+/** Writes one JSON line per request (its session, turn, times, lengths and prefix reuse) to `target` under the output rules. */
+export async function writeRequestRecords(records: readonly PerRequestRecord[], target: string, rules: OutputRules): Promise<void> {
+  await writeOutputFile(target, rules, (write) => {
+    for (const record of records) write(`${JSON.stringify(record)}\n`);
+  });
 }
 
 /** Failed requests by message: one line per distinct reason on stderr, the most frequent first. */

@@ -14,6 +14,8 @@ export interface Turn {
   delayMs: number;
   /** The prompt's token ids, built on demand (packed by the generated workloads). */
   prompt(): TokenIds;
+  /** The output it is to generate, when planned (a mooncake-delta turn: the next turn's prompt repeats it); else random. */
+  outputTokenIds?: () => readonly number[];
 }
 
 export interface Session {
@@ -40,7 +42,7 @@ export interface Workload {
   requests: number;
 }
 
-const workloadOf = (sessions: Session[]): Workload => ({ sessions, requests: sessions.reduce((n, s) => n + s.turns.length, 0) });
+export const workloadOf = (sessions: Session[]): Workload => ({ sessions, requests: sessions.reduce((n, s) => n + s.turns.length, 0) });
 
 /** Mooncake rows grouped into sessions in file order (§8.1). */
 export function mooncakeWorkload(rows: readonly TraceRequest[], traceBlockSize: number): Workload {
@@ -64,6 +66,75 @@ export function mooncakeWorkload(rows: readonly TraceRequest[], traceBlockSize: 
 
 export function mooncakeFileWorkload(text: string, traceBlockSize: number): Workload {
   return mooncakeWorkload(parseMooncake(text, traceBlockSize), traceBlockSize);
+}
+
+/** Planned output ids are Dynamo's synthetic tokens of their own request indices, apart from a synthetic workload's. */
+const PLANNED_OUTPUT_REQUESTS = 0xd37a0000;
+
+/** The output ids planned for the `ordinal`-th row of a trace: deterministic, so a run repeats exactly. */
+export function plannedOutputTokenIds(ordinal: number, count: number): number[] {
+  return Array.from({ length: count }, (_, i) => syntheticTokenId(PLANNED_OUTPUT_REQUESTS + ordinal, i));
+}
+
+/**
+ * Dynamo's `mooncake-delta` (trace-formats.md, its newest driver): each row holds only what its turn adds, so turn k's
+ * prompt is turn k−1's, the output turn k−1 generated (planned, and fed to the engine), then row k's blocks. Each row
+ * needs exactly ceil(input_length / trace block size) hash ids.
+ */
+export function mooncakeDeltaWorkload(rows: readonly TraceRequest[], traceBlockSize: number): Workload {
+  const sessions = new Map<string, { session: Session; deltas: TraceRequest[]; build: (index: number) => Uint32Array }>();
+  rows.forEach((row, ordinal) => {
+    const needed = Math.ceil(row.inputLength / traceBlockSize);
+    if (row.inputLength === 0) throw new Error(`line ${row.line}: a mooncake-delta row needs a positive input_length`);
+    if (row.hashIds.length !== needed)
+      throw new Error(
+        `line ${row.line}: input_length ${row.inputLength} requires exactly ${needed} hash IDs at trace_block_size ${traceBlockSize}, got ${row.hashIds.length}`,
+      );
+    let entry = sessions.get(row.sessionId);
+    if (!entry) {
+      const session: Session = { id: row.sessionId, startMs: row.timestampMs, turns: [] };
+      const deltas: TraceRequest[] = [];
+      entry = { session, deltas, build: deltaPrompts(session.turns, deltas, traceBlockSize) };
+      sessions.set(row.sessionId, entry);
+    }
+    const { turns } = entry.session;
+    const { build } = entry;
+    const previous = turns.at(-1);
+    const index = turns.length;
+    entry.deltas.push(row);
+    turns.push({
+      inputLength: (previous ? previous.inputLength + previous.outputLength : 0) + row.inputLength,
+      outputLength: row.outputLength,
+      delayMs: row.delayMs,
+      prompt: () => build(index),
+      outputTokenIds: () => plannedOutputTokenIds(ordinal, row.outputLength),
+    });
+  });
+  return workloadOf([...sessions.values()].map((e) => e.session));
+}
+
+/**
+ * A delta session's prompts, turn by turn. The last one built is kept for the next turn to extend (a session's turns
+ * are dispatched in order), and let go with the session's last turn.
+ */
+function deltaPrompts(turns: readonly Turn[], deltas: readonly TraceRequest[], traceBlockSize: number): (index: number) => Uint32Array {
+  let last: { index: number; tokens: Uint32Array } | null = null;
+  const build = (index: number): Uint32Array => {
+    if (last?.index === index) return last.tokens;
+    const delta = synthesizeTokens(deltas[index].hashIds, deltas[index].inputLength, traceBlockSize);
+    let tokens = delta;
+    if (index > 0) {
+      const before = build(index - 1);
+      const output = turns[index - 1].outputTokenIds!();
+      tokens = new Uint32Array(before.length + output.length + delta.length);
+      tokens.set(before);
+      tokens.set(output, before.length);
+      tokens.set(delta, before.length + output.length);
+    }
+    last = index === turns.length - 1 ? null : { index, tokens };
+    return tokens;
+  };
+  return build;
 }
 
 /**

@@ -62,6 +62,33 @@ describe('collector statistics (§8.8, §9.2 item 31)', () => {
       1, 0, 0, 0, 0, 0,
     ]);
   });
+
+  it('reports sessions: turns, latency from first arrival to last token, and first-admission reuse by turn (8 and later pooled)', () => {
+    const c = new ReplayCollector(['w']);
+    // Session a: 10 turns of 10 tokens, turn t arriving at 100·t, finding t tokens cached, done 50 ms later.
+    for (let t = 0; t < 10; t++) {
+      c.onArrival(`a${t}`, 100 * t, 10, 1, { sessionId: 'a', turnIndex: t });
+      c.onAdmit(`a${t}`, 100 * t, t);
+      c.onTokens(`a${t}`, 100 * t + 50);
+    }
+    // Session b: one turn 0 at 5 (20 tokens, none cached, done at 25) and a turn 1 that never completes.
+    c.onArrival('b0', 5, 20, 1, { sessionId: 'b', turnIndex: 0 });
+    c.onAdmit('b0', 5, 0);
+    c.onTokens('b0', 25);
+    c.onArrival('b1', 30, 10, 1, { sessionId: 'b', turnIndex: 1 });
+    const r = c.report(0);
+    expect([r.num_sessions, r.mean_turns_per_session, r.max_turns_per_session]).toEqual([2, 6, 10]);
+    // Only a completed all its requests: 950 − 0.
+    expect([r.mean_session_latency_ms, r.max_session_latency_ms]).toEqual([950, 950]);
+    expect(r.first_admission_prefix_cache_reused_ratio_turn_0).toBe(0 / 30);
+    expect(r.first_admission_prefix_cache_reused_ratio_turn_1).toBe(1 / 10);
+    expect(r.first_admission_prefix_cache_reused_ratio_turn_7).toBe(7 / 10);
+    expect(r.first_admission_prefix_cache_reused_ratio_turn_8_plus).toBe((8 + 9) / 20);
+    expect(formatReportTable(r)).toContain(
+      'First Admission Prefix Cache Reused Ratio by Turn: 0: 0.00, 1: 0.10, 2: 0.20, 3: 0.30, 4: 0.40, 5: 0.50, 6: 0.60, 7: 0.70, 8+: 0.85',
+    );
+    expect(reportJson(r)).toContain('"num_sessions": 2,');
+  });
 });
 
 describe('the AIPerf table and the JSON file (§8.8, §9.2 item 37)', () => {

@@ -4,7 +4,7 @@ import { parseMooncake, synthesizeTokens } from '../../src/trace/mooncake.js';
 describe('Mooncake traces (§9.2 item 33)', () => {
   it('keeps a single row as written', () => {
     expect(parseMooncake('{"timestamp": 123, "input_length": 8, "output_length": 4, "hash_ids": [7, 8]}', 4)).toEqual([
-      { sessionId: 'request_0', timestampMs: 123, delayMs: 0, inputLength: 8, outputLength: 4, hashIds: [7, 8] },
+      { line: 1, sessionId: 'request_0', timestampMs: 123, delayMs: 0, inputLength: 8, outputLength: 4, hashIds: [7, 8] },
     ]);
   });
 

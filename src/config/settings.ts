@@ -66,8 +66,8 @@ export const num = (bounds: Omit<NumberBounds, 'integer'> = {}): ValueSpec => ({
 export const choice = (choices: readonly string[]): ValueSpec => ({ type: 'choice', choices });
 export const parsed = (parse: (text: string, flag: string) => unknown): ValueSpec => ({ type: 'parsed', parse });
 
-/** The long flag of a setting: `--watermark <fraction>` → `--watermark`. */
-export const longFlag = (setting: Setting): string => setting.flags.split(/[ ,]/)[0];
+/** The long flag of a setting: `--watermark <fraction>` → `--watermark`, `-o, --output <file>` → `--output`. */
+export const longFlag = (setting: Setting): string => setting.flags.split(/[ ,]+/).find((flag) => flag.startsWith('--')) ?? setting.flags.split(/[ ,]/)[0];
 
 /** commander's attribute name of a flag: `--max-num-seqs` → `maxNumSeqs`. */
 export const attributeName = (flag: string): string => flag.replace(/^--/, '').replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());

@@ -86,7 +86,9 @@ describe('a capture of two five-turn tool loops', () => {
         const completion = await client.chat.completions.create({ model: MODEL, messages, tools: TOOLS, tool_choice: last ? 'none' : 'auto', max_tokens: 96 });
         answered = performance.now();
         if (last) break;
-        const calls = completion.choices[0].message.tool_calls!;
+        const calls = completion.choices[0].message.tool_calls;
+        // --tool-call-rate 1: every answer of a turn that may call a tool calls one.
+        if (!calls?.length) throw new Error(`conversation ${k} turn ${turn}: no tool call (finish_reason ${completion.choices[0].finish_reason})`);
         messages.push({ role: 'assistant', content: null, tool_calls: calls });
         messages.push({ role: 'tool', tool_call_id: calls[0].id, content: JSON.stringify({ temperature_c: 10 + turn, sky: 'clear' }) });
         await sleep(TOOL_WAITS[k][turn]);

@@ -5,7 +5,7 @@ import { stopOnSignal } from '../app/shutdown.js';
 import { CAPTURE_SETTINGS, PD_PROXY_SETTINGS } from '../config/commonSettings.js';
 import { resolveServeFlags } from '../config/resolveServe.js';
 import { SERVE_SETTINGS } from '../config/serveSettings.js';
-import { TRACE_SETTINGS } from '../config/traceSettings.js';
+import { TRACE_CONVERT_SETTINGS, TRACE_SETTINGS } from '../config/traceSettings.js';
 import { optionsFrom } from '../config/settings.js';
 import { startPdProxy, type PdProxyOptions } from '../pd/proxy.js';
 import { startCapture, type CaptureOptions } from '../app/capture.js';
@@ -17,6 +17,7 @@ import { everyCommand, useOptionStyle } from './help.js';
 import { addSettings } from './options.js';
 import { rerunCommand } from './rerun.js';
 import { runTrace } from '../app/trace.js';
+import { runTraceConvert } from '../app/traceConvert.js';
 
 /** `mocker capture` from its flags (also `serve` under vLLM's NPU mock model's CAPTURE_MODE=1, which has them all but --label). */
 // The table's paths are CaptureOptions' fields.
@@ -44,6 +45,8 @@ export function buildProgram(): Command {
     .description('Capture/replay proxy and engine simulator for LLM inference (vLLM-compatible).')
     .version(version, '-V, --version', 'print the mocker version')
     .showHelpAfterError()
+    // A command's flags stop at its subcommand's name: `trace convert` has --trace-block-size and --force as `trace` does.
+    .enablePositionalOptions()
     .hook('preAction', (_, action) => {
       // Servers and runners take their flags from the environment; the file tools of `mocker captures` (prune!) do not.
       if (action.parent !== program) return;
@@ -72,6 +75,15 @@ export function buildProgram(): Command {
     .argument('[trace]', 'JSONL trace (Mooncake: hash_ids, input_length, output_length, timestamp, session_id, delay; other formats: --trace-format)');
   addSettings(trace, TRACE_SETTINGS).action(async (file: string | undefined, o) => {
     process.exitCode = await runTrace({ ...o, trace: file });
+  });
+  const convert = trace
+    .command('convert')
+    .description(
+      "Write a capture file's conversations, or Claude Code session logs (~/.claude/projects/*/*.jsonl, or their directory), as a text-free trace: Mooncake or Dynamo's agentic_mooncake rows with rolling hash ids per block.",
+    )
+    .argument('<inputs...>', 'a capture file, or session logs (JSONL files or directories of them)');
+  addSettings(convert, TRACE_CONVERT_SETTINGS).action(async (inputs: string[], o) => {
+    await runTraceConvert(inputs, { to: o.to, traceBlockSize: o.traceBlockSize, output: o.output, force: o.force });
   });
 
   const pdProxy = program

@@ -1,13 +1,23 @@
+import { TRACE_OUTPUT_FORMATS } from '../trace/convert.js';
 import { DEFAULT_REPORTS_DIR } from '../trace/report.js';
 import { parseTraceFormat } from '../trace/traceFormats.js';
 import { checkedUrl, FORCE } from './commonSettings.js';
 import { choice, int, num, parsed, type Setting } from './settings.js';
 
+/** Tokens per hash id: of the trace `mocker trace` reads, and of the one `mocker trace convert` writes. */
+const TRACE_BLOCK_SIZE: Setting = {
+  flags: '--trace-block-size <n>',
+  help: 'tokens per hash id of the trace',
+  group: 'input',
+  value: int({ min: 1 }),
+  default: 512,
+};
+
 /** `mocker trace`'s settings (its runner reads them by name), in the order `--help` lists them. */
 export const TRACE_SETTINGS: Setting[] = [
   {
     flags: '--from-captures <file>',
-    help: "replay a capture file's own requests (prompt ids, output lengths, arrival times) as load; answers are checked by mocker rerun",
+    help: "replay a capture file's own requests (prompt ids, output lengths, arrival times) as load, an agent's turns as conversations (each its captured tool time after the turn it extends); answers are checked by mocker rerun",
     group: 'input',
   },
   {
@@ -17,7 +27,7 @@ export const TRACE_SETTINGS: Setting[] = [
     value: parsed(parseTraceFormat),
     default: 'mooncake',
   },
-  { flags: '--trace-block-size <n>', help: 'tokens per hash id of the trace', group: 'input', value: int({ min: 1 }), default: 512 },
+  TRACE_BLOCK_SIZE,
   { flags: '--input-tokens <n>', help: 'synthetic workload: prompt tokens per request', group: 'input', value: int({ min: 1 }) },
   { flags: '--output-tokens <n>', help: 'synthetic workload: output tokens per request', group: 'input', value: int({ min: 1 }) },
   { flags: '--request-count <n>', help: 'synthetic workload: requests (sessions when multi-turn)', group: 'input', value: int({ min: 1 }) },
@@ -115,4 +125,18 @@ export const TRACE_SETTINGS: Setting[] = [
   },
   { ...FORCE, group: 'output' },
   { flags: '--no-progress', help: 'no progress bar or progress lines on stderr', group: 'output' },
+];
+
+/** `mocker trace convert`'s settings. */
+export const TRACE_CONVERT_SETTINGS: Setting[] = [
+  TRACE_BLOCK_SIZE,
+  {
+    flags: '--to <format>',
+    help: "the trace's format: Mooncake sessions of turns, or Dynamo's agentic_mooncake requests that wait for others (wait_for)",
+    group: 'output',
+    value: choice(TRACE_OUTPUT_FORMATS),
+    default: 'mooncake',
+  },
+  { flags: '-o, --output <file>', help: 'write the trace to this file (never one of the inputs)', group: 'output', later: 'standard output' },
+  { ...FORCE, group: 'output' },
 ];

@@ -1,11 +1,14 @@
 /**
  * A capture file as a trace (`mocker trace --from-captures`): every complete exchange with prompt token ids (chat,
- * completions, vLLM's generate, the agents' APIs) becomes a single-turn session that arrives at its captured start and asks for as many tokens as it got.
+ * completions, vLLM's generate, the agents' APIs) is a turn that asks for as many tokens as it got. Turns are
+ * linked into agent conversations (conversations.ts): a conversation's first turn arrives at its captured start,
+ * each later one its captured tool or think time after the turn it continues completes.
  * A load, not a check: whether a target answers as captured is `mocker rerun`'s question.
  */
 import { isPromptBatch } from '../capture/recorder.js';
 import { CaptureStore, isAgentApi, isGeneration, type StoredExchange } from '../store/captureStore.js';
-import type { Session, Workload } from './workload.js';
+import { type CapturedTurn, linkTurns } from './conversations.js';
+import type { Session, Turn, Workload } from './workload.js';
 
 /** Exchanges that cannot be sent again, by why. */
 export interface SkippedExchanges {
@@ -16,12 +19,31 @@ export interface SkippedExchanges {
   withoutPromptIds: number;
 }
 
+/** A captured exchange as a turn of a conversation. */
+export interface ExchangeTurn extends CapturedTurn {
+  exchangeId: number;
+}
+
+/** A capture's turns in start order, each with the turn it continues. */
+export interface CapturedConversations {
+  turns: ExchangeTurn[];
+  /** Per turn: the index of the turn it continues, or -1 (the first turn of a conversation). */
+  parent: Int32Array;
+  /** Per turn: the index of its conversation's first turn. */
+  root: Int32Array;
+  /** The models of the turns, first seen first. */
+  models: string[];
+  skipped: SkippedExchanges;
+  /** What to tell the user about the file (skipped exchanges, conversations found). */
+  notes: string[];
+}
+
 export interface CapturedWorkload {
   workload: Workload;
   /** The models of the sessions, first seen first. */
   models: string[];
   skipped: SkippedExchanges;
-  /** What to tell the user about the file (skipped exchanges). */
+  /** What to tell the user about the file (skipped exchanges, conversations found). */
   notes: string[];
 }
 
@@ -36,9 +58,10 @@ function isBatch(exchange: StoredExchange): boolean {
   }
 }
 
-export function capturedWorkload(file: string): CapturedWorkload {
+/** The exchanges of a capture that can be sent again, as turns in start order. */
+function readTurns(file: string): { turns: ExchangeTurn[]; models: string[]; skipped: SkippedExchanges } {
   const store = CaptureStore.open(file, { readonly: true });
-  const sessions: Session[] = [];
+  const turns: ExchangeTurn[] = [];
   const models = new Set<string>();
   const skipped: SkippedExchanges = { failed: 0, aborted: 0, batched: 0, withoutPromptIds: 0 };
   try {
@@ -60,34 +83,114 @@ export function capturedWorkload(file: string): CapturedWorkload {
         skipped.withoutPromptIds++;
         continue;
       }
-      const [generation] = exchange.generations;
       // Packed: a capture of long prompts stays small until each turn is sent.
-      const prompt = Uint32Array.from(exchange.promptIds);
-      sessions.push({
-        id: `exchange-${id}`,
+      turns.push({
+        exchangeId: id,
         startMs: exchange.startedAt,
-        turns: [{ inputLength: prompt.length, outputLength: Math.max(1, generation.outputIds.length), delayMs: 0, prompt: () => Array.from(prompt) }],
+        endMs: exchange.startedAt + exchange.totalMs,
+        prompt: Uint32Array.from(exchange.promptIds),
+        output: Uint32Array.from(exchange.generations[0].outputIds),
       });
       if (exchange.model !== null) models.add(exchange.model);
     }
   } finally {
     store.close();
   }
-  const notes: string[] = [];
+  turns.sort((a, b) => a.startMs - b.startMs || a.exchangeId - b.exchangeId);
+  return { turns, models: [...models], skipped };
+}
+
+function skippedNote(skipped: SkippedExchanges): string | null {
   const total = skipped.failed + skipped.aborted + skipped.batched + skipped.withoutPromptIds;
-  if (total > 0) {
-    const reasons = [
-      [skipped.failed, 'failed'],
-      [skipped.aborted, 'aborted'],
-      [skipped.batched, 'with several choices (a batch of prompts or n > 1)'],
-      [skipped.withoutPromptIds, 'without prompt token ids'],
-    ] as const;
+  if (total === 0) return null;
+  const reasons = [
+    [skipped.failed, 'failed'],
+    [skipped.aborted, 'aborted'],
+    [skipped.batched, 'with several choices (a batch of prompts or n > 1)'],
+    [skipped.withoutPromptIds, 'without prompt token ids'],
+  ] as const;
+  return `${total} exchange(s) skipped: ${reasons
+    .filter(([n]) => n > 0)
+    .map(([n, why]) => `${n} ${why}`)
+    .join(', ')}`;
+}
+
+/** The capture's turns linked into conversations (conversations.ts). */
+export function capturedConversations(file: string): CapturedConversations {
+  const { turns, models, skipped } = readTurns(file);
+  const parent = linkTurns(turns);
+  // A parent started before its children: it comes first.
+  const root = new Int32Array(turns.length);
+  const children = new Uint32Array(turns.length);
+  for (let i = 0; i < turns.length; i++) {
+    root[i] = parent[i] < 0 ? i : root[parent[i]];
+    if (parent[i] >= 0) children[parent[i]]++;
+  }
+  const notes: string[] = [];
+  const skippedLine = skippedNote(skipped);
+  if (skippedLine !== null) notes.push(skippedLine);
+  if (turns.length > 0) {
+    const conversations = parent.filter((p) => p < 0).length;
+    const branchPoints = children.filter((n) => n > 1).length;
     notes.push(
-      `${total} exchange(s) skipped: ${reasons
-        .filter(([n]) => n > 0)
-        .map(([n, why]) => `${n} ${why}`)
-        .join(', ')}`,
+      `${turns.length} turn(s) in ${conversations} conversation(s): ${turns.length - conversations} continue an earlier exchange after its tool or think time` +
+        (branchPoints > 0 ? `, ${branchPoints} exchange(s) continued by several branches` : ''),
     );
   }
-  return { workload: { sessions, requests: sessions.length }, models: [...models], skipped, notes };
+  return { turns, parent, root, models, skipped, notes };
+}
+
+/** A turn's time from the end of the turn it continues to its own start (0 for a conversation's first turn). */
+export function gapMs(c: Pick<CapturedConversations, 'turns' | 'parent'>, turn: number): number {
+  const parent = c.parent[turn];
+  return parent < 0 ? 0 : c.turns[turn].startMs - c.turns[parent].endMs;
+}
+
+/** The tokens a turn asks for: as many as it got, and at least one (an answer of no token still takes a step). */
+export const requestedOutput = (turn: CapturedTurn): number => Math.max(1, turn.output.length);
+
+const sessionId = (turn: ExchangeTurn) => `exchange-${turn.exchangeId}`;
+
+/**
+ * The conversations as sessions: a chain of turns is one session (each turn its gap after the previous completes,
+ * so it runs closed-loop too); a turn continued by several branches ends its session, and each branch starts one
+ * that waits for it (a request DAG, Dynamo's agentic readiness). A conversation's sessions share its first turn's
+ * id as their group, which reports show as the session (turns in start order).
+ */
+export function conversationSessions(c: CapturedConversations): Session[] {
+  const { turns, parent, root } = c;
+  const children: number[][] = turns.map(() => []);
+  for (let i = 0; i < turns.length; i++) if (parent[i] >= 0) children[parent[i]].push(i);
+  /** The session each turn ended up in. */
+  const sessionOf: Session[] = new Array<Session>(turns.length);
+  const sessions: Session[] = [];
+  const turnOf = (i: number): Turn => {
+    const prompt = turns[i].prompt;
+    return { inputLength: prompt.length, outputLength: requestedOutput(turns[i]), delayMs: gapMs(c, i), prompt: () => Array.from(prompt) };
+  };
+  for (let first = 0; first < turns.length; first++) {
+    const p = parent[first];
+    // A single continuation is its parent's session's next turn.
+    if (p >= 0 && children[p].length === 1) continue;
+    const session: Session = { id: sessionId(turns[first]), startMs: turns[first].startMs, turns: [], group: sessionId(turns[root[first]]) };
+    if (p >= 0) {
+      session.waitFor = [sessionOf[p].id];
+      session.dependencyDelayMs = gapMs(c, first);
+    }
+    for (let i = first; ; i = children[i][0]) {
+      const turn = turnOf(i);
+      session.turns.push(i === first ? { ...turn, delayMs: 0 } : turn);
+      sessionOf[i] = session;
+      if (children[i].length !== 1) break;
+    }
+    sessions.push(session);
+  }
+  return sessions;
+}
+
+export function capturedWorkload(file: string): CapturedWorkload {
+  const conversations = capturedConversations(file);
+  const sessions = conversationSessions(conversations);
+  const { models, skipped, notes } = conversations;
+  return { workload: { sessions, requests: conversations.turns.length }, models, skipped, notes };
 }

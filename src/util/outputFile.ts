@@ -23,7 +23,8 @@ export interface OutputRules {
 /** The first 16 bytes of every SQLite database (a capture file is one). */
 const SQLITE_HEADER = Buffer.from('SQLite format 3\0', 'latin1');
 
-function isSqlite(path: string): boolean {
+/** Whether the file at `path` is a SQLite database (a capture file): false when it cannot be read. */
+export function isSqlite(path: string): boolean {
   let fd: number;
   try {
     fd = openSync(path, 'r');

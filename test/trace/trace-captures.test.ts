@@ -116,7 +116,11 @@ describe('capturedWorkload on a file written by mocker capture', () => {
     });
     expect(captured.models).toEqual([MODEL]);
     expect(captured.skipped).toEqual({ failed: 1, aborted: 1, batched: 1, withoutPromptIds: 0 });
-    expect(captured.notes).toEqual(['3 exchange(s) skipped: 1 failed, 1 aborted, 1 with several choices (a batch of prompts or n > 1)']);
+    // Distinct prompts, none extending another: four conversations of one turn.
+    expect(captured.notes).toEqual([
+      '3 exchange(s) skipped: 1 failed, 1 aborted, 1 with several choices (a batch of prompts or n > 1)',
+      '4 turn(s) in 4 conversation(s): 0 continue an earlier exchange after its tool or think time',
+    ]);
   });
 });
 

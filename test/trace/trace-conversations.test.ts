@@ -12,15 +12,9 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_ENGINE_ARGS, schedulerConfig } from '../../src/config/engineArgs.js';
-import { modelTiming, polynomialPerfModel } from '../../src/engine/index.js';
 import { CaptureStore } from '../../src/store/captureStore.js';
 import { capturedWorkload } from '../../src/trace/capturedWorkload.js';
-import { ReplayCollector } from '../../src/trace/collector.js';
-import { WorkloadDriver } from '../../src/trace/driver.js';
 import { parseMooncake } from '../../src/trace/mooncake.js';
-import { OfflineReplay } from '../../src/trace/offline.js';
-import { RoundRobinRouter } from '../../src/trace/router.js';
 import { mooncakeFileWorkload, normalizeArrivals, type Workload } from '../../src/trace/workload.js';
 import { mockerProcesses, runMockerToExit } from '../support/mockerProcess.js';
 import { testTmpdir } from '../support/tempRoot.js';
@@ -143,26 +137,16 @@ describe('a capture of two five-turn tool loops', () => {
     }
   });
 
-  it('mocker trace --from-captures (spawned) reports the conversations it found and replays all ten turns', async () => {
-    const report = join(dir, 'report.json');
-    const run = await runMockerToExit(['trace', '--from-captures', cap, '--report-json', report, '--no-progress']);
-    expect(run.code, run.stderr).toBe(0);
-    expect(run.stderr).toContain('mocker trace: 10 turn(s) in 2 conversation(s): 8 continue an earlier exchange after its tool or think time\n');
-    const json = JSON.parse(readFileSync(report, 'utf8')) as Record<string, number>;
-    expect([json.num_requests, json.completed_requests]).toEqual([10, 10]);
-  });
+  /** `--report-requests` records (one JSON line per request) of a spawned `mocker trace` run. */
+  type RequestRecord = { session_id: string; turn_index: number; arrival_time_ms: number; last_token_ms: number | null; input_length: number };
+  const readRecords = (file: string) =>
+    readFileSync(file, 'utf8')
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as RequestRecord);
 
-  it('replays each conversation in turn order, each turn arriving its captured tool wait after the previous completed', () => {
-    // The offline replay `mocker trace` runs (its default engine, one worker), with its per-request records.
-    const workload: Workload = normalizeArrivals(capturedWorkload(cap).workload, 1);
-    const collector = new ReplayCollector(['worker-0']);
-    const config = schedulerConfig(DEFAULT_ENGINE_ARGS, modelTiming(polynomialPerfModel, 1, 1), 42);
-    new OfflineReplay(
-      { kind: 'aggregated', workers: [config], router: new RoundRobinRouter(1) },
-      new WorkloadDriver(workload, { kind: 'trace' }),
-      collector,
-    ).run();
-    const records = collector.perRequest();
+  /** Each conversation in turn order, each turn arriving its captured tool wait after the previous one completed. */
+  function expectConversationsReplayed(records: RequestRecord[]) {
     expect(records).toHaveLength(10);
     for (const k of [0, 1]) {
       const root = `exchange-${conversations[k][0].id}`;
@@ -175,7 +159,41 @@ describe('a capture of two five-turn tool loops', () => {
     // The conversations start as captured, relative to the first.
     const first = Math.min(conversations[0][0].startMs, conversations[1][0].startMs);
     for (const k of [0, 1])
-      expect(records.find((r) => r.session_id === `exchange-${conversations[k][0].id}`)!.arrival_time_ms).toBe(conversations[k][0].startMs - first);
+      expect(records.find((r) => r.session_id === `exchange-${conversations[k][0].id}` && r.turn_index === 0)!.arrival_time_ms).toBe(
+        conversations[k][0].startMs - first,
+      );
+  }
+
+  it('mocker trace --from-captures replays each conversation in turn order, each turn its captured tool wait after the previous', async () => {
+    const report = join(dir, 'report.json');
+    const requests = join(dir, 'requests.jsonl');
+    const run = await runMockerToExit(['trace', '--from-captures', cap, '--report-json', report, '--report-requests', requests, '--no-progress']);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stderr).toContain('mocker trace: 10 turn(s) in 2 conversation(s): 8 continue an earlier exchange after its tool or think time\n');
+    const json = JSON.parse(readFileSync(report, 'utf8')) as Record<string, number>;
+    expect([json.num_requests, json.completed_requests]).toEqual([10, 10]);
+    expectConversationsReplayed(readRecords(requests));
+  });
+
+  it('round trip: trace convert → agentic_mooncake, replayed with --trace-format agentic_mooncake, keeps the order and the waits', async () => {
+    const trace = join(dir, 'round-trip.agentic.jsonl');
+    const converted = await runMockerToExit(['trace', 'convert', cap, '--to', 'agentic_mooncake', '-o', trace]);
+    expect(converted.code, converted.stderr).toBe(0);
+    const requests = join(dir, 'round-trip.requests.jsonl');
+    const report = join(dir, 'round-trip.json');
+    const run = await runMockerToExit([
+      'trace',
+      trace,
+      '--trace-format',
+      'agentic_mooncake',
+      '--report-json',
+      report,
+      '--report-requests',
+      requests,
+      '--no-progress',
+    ]);
+    expect(run.code, run.stderr).toBe(0);
+    expectConversationsReplayed(readRecords(requests));
   });
 
   it('trace convert → mooncake: two sessions of five turns with the captured waits, read back as the same sessions', async () => {

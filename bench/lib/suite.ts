@@ -344,6 +344,29 @@ const WORKERS: Benchmark = {
   ],
 };
 
+/** Issue 40: 100,000 agentic requests (8 lanes, trace block 512) offline within 30 s and 1 GB, beside the same rows without dependencies. */
+const AGENTIC: Benchmark = {
+  name: 'agentic',
+  group: 'agentic',
+  script: 'bench/agentic-trace.ts',
+  args: ['--requests', '100000', '--lanes', '8', '--block-size', '512', '--rounds', '2'],
+  figures: (json) => [
+    {
+      figure: 'mocker trace --trace-format agentic_mooncake, 100,000 requests, 8 lanes, wall',
+      value: numberAt(json, 'agentic.wallS'),
+      unit: 's',
+      baseline: 'the same rows as a plain mooncake trace',
+      baselineValue: numberAt(json, 'plain.wallS'),
+      ratio: median(arrayAt(json, 'ratios')),
+      judged: 'value',
+      min: numberAt(json, 'agentic.wallSMin'),
+      max: numberAt(json, 'agentic.wallSMax'),
+      target: le(30),
+    },
+    absolute('mocker trace --trace-format agentic_mooncake, 100,000 requests, peak RSS', numberAt(json, 'agentic.peakRssMiB'), 'MiB', le(1024)),
+  ],
+};
+
 export const BENCHMARKS: Benchmark[] = [
   replay(16),
   replay(256),
@@ -357,6 +380,7 @@ export const BENCHMARKS: Benchmark[] = [
   FIDELITY,
   FUZZ,
   WORKERS,
+  AGENTIC,
 ];
 
 /** The invocations `names` select (by name or group), in suite order; all of them when `names` is empty. */

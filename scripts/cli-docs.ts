@@ -93,7 +93,11 @@ const INTRO = `# CLI reference
 
 Every command of \`mocker\`, as \`npx mocker <command> --help\` prints it. The flags of \`serve\`, \`capture\`,
 \`pd-proxy\`, \`trace\` and \`rerun\` can also be set through the environment, \`--max-num-seqs\` as
-\`MOCKER_MAX_NUM_SEQS\` (a flag on the command line wins). The part below the first marker is generated from the
+\`MOCKER_MAX_NUM_SEQS\` (a flag on the command line wins); \`serve\` also reads the variables of vLLM's mock model for
+NPUs — \`CAPTURE_MODE\`, \`REPLAY_MODE\`, \`RANDOM_MODE\`, \`FORWARD_TIME\`, \`SIMULATE_ELAPSED_TIME\`, \`MOCK_CAPTURE_DIR\`,
+\`MOCK_CAPTURE_FILE\`, \`KV_CACHE_MODE\`, \`PREFILL_PROCESS\` (what each means: [configuration.md](configuration.md)). Flags of
+Dynamo's mocker and AIPerf's mock server are listed under "Compatibility": an alias, a setting of their own, or a
+refusal naming what to use instead. The part below the first marker is generated from the
 program by \`scripts/cli-docs.ts\`: after changing a flag, run \`npm run docs:cli\`.
 
 `;

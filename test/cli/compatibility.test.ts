@@ -113,4 +113,14 @@ describe('the command lines of the tools mocker replaces work as typed', () => {
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(outcome.exitsWith);
   });
+
+  it('an alias sets its setting (--model-name is --served-model-name), and refuses to disagree with it', async () => {
+    const mocker = await mockers.start(['serve', '--model-path', 'Qwen/Qwen3-0.6B', '--model-name', 'my-mocker'], { cwd });
+    const client = new OpenAI({ baseURL: `${mocker.url}/v1`, apiKey: 'none', maxRetries: 0 });
+    expect((await client.models.list()).data.map((m) => m.id)).toEqual(['my-mocker']);
+    await mocker.stop();
+    const both = await runMockerToExit(['serve', '--model-path', 'Qwen/Qwen3-0.6B', '--model', 'other/model', '--port', '0'], { cwd });
+    expect(both.code).not.toBe(0);
+    expect(both.stderr.trim()).toBe('mocker: --model-path and --model ask for different values: give one');
+  });
 });

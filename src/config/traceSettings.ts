@@ -1,3 +1,4 @@
+import { parseSlo } from '../trace/goodput.js';
 import { DEFAULT_REPORTS_DIR } from '../trace/report.js';
 import { checkedUrl, FORCE } from './commonSettings.js';
 import { choice, int, num, parsed, type Setting } from './settings.js';
@@ -47,6 +48,12 @@ export const TRACE_SETTINGS: Setting[] = [
   { flags: '--arrival-speedup-ratio <x>', help: 'divide arrival times and inter-turn delays by this', group: 'replay', value: num({ above: 0 }), default: 1 },
   { flags: '--replay-concurrency <n>', help: 'closed loop: keep n requests in flight, ignoring arrival times', group: 'replay', value: int({ min: 1 }) },
   { flags: '--seed <n>', help: 'seed of the synthetic workload, the engines and the router', group: 'replay', value: int(), default: 42 },
+  {
+    flags: '--sweep <key=values>',
+    help: 'replay the workload offline over the cross product of these values (repeatable), key=v1,v2,…; keys: num-workers, router-mode, replay-concurrency, arrival-speedup-ratio, num-prefill-workers, num-decode-workers, engine-args keys (num_gpu_blocks, block_size, …) and router-config keys (overlap_score_weight, …)',
+    group: 'replay',
+    repeatable: true,
+  },
   {
     flags: '--router-mode <mode>',
     help: 'how requests are spread over workers',
@@ -99,6 +106,12 @@ export const TRACE_SETTINGS: Setting[] = [
     flags: '--report-html <file>',
     help: 'also write a self-contained HTML report with latency CDFs, throughput, KV usage and prefix hits over time',
     group: 'output',
+  },
+  {
+    flags: '--slo <targets>',
+    help: "add goodput to the report (AIPerf's: completed requests per second within every bound) under this SLO in ms: ttft=<ms>,itl=<ms>,e2e=<ms>, any of them (itl bounds each request's mean gap between tokens)",
+    group: 'output',
+    value: parsed(parseSlo),
   },
   { ...FORCE, group: 'output' },
   { flags: '--no-progress', help: 'no progress bar or progress lines on stderr', group: 'output' },

@@ -367,6 +367,26 @@ const AGENTIC: Benchmark = {
   ],
 };
 
+const TRACE_SWEEP: Benchmark = {
+  name: 'trace-sweep',
+  group: 'sweep',
+  script: 'bench/trace-sweep.ts',
+  args: ['--rounds', '3'],
+  figures: (json) => [
+    {
+      figure: 'mocker trace --sweep, 2 router modes × 3 KV sizes, wall',
+      value: numberAt(json, 'sweepMsMedian'),
+      unit: 'ms',
+      baseline: 'the slowest combination alone',
+      baselineValue: numberAt(json, 'singleMsMedian'),
+      ratio: numberAt(json, 'ratio'),
+      judged: 'ratio',
+      ...range(arrayAt(json, 'ratios')),
+      target: le(2),
+    },
+  ],
+};
+
 export const BENCHMARKS: Benchmark[] = [
   replay(16),
   replay(256),
@@ -381,6 +401,7 @@ export const BENCHMARKS: Benchmark[] = [
   FUZZ,
   WORKERS,
   AGENTIC,
+  TRACE_SWEEP,
 ];
 
 /** The invocations `names` select (by name or group), in suite order; all of them when `names` is empty. */

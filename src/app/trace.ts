@@ -6,7 +6,8 @@
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { loadPerfModel, modelTiming, polynomialPerfModel, type AnySchedulerConfig } from '../engine/index.js';
-import { ReplayCollector } from '../trace/collector.js';
+import { ReplayCollector, type ReplayReport } from '../trace/collector.js';
+import { goodputFields, sloText, type Slo } from '../trace/goodput.js';
 import { WorkloadDriver, type DriverMode } from '../trace/driver.js';
 import { renderHtmlReport } from '../trace/htmlReport.js';
 import { decodeRouterConfig, KvRouter, parseRouterConfig, prefillRouterConfig, type KvRouterConfig } from '../trace/kvRouter.js';
@@ -63,6 +64,10 @@ export interface TraceOptions {
   requestTimeout: number;
   /** Progress on stderr: a bar on a terminal, lines otherwise. */
   progress: boolean;
+  /** `key=v1,v2,…` each: run the cross product (app/traceSweep.ts). */
+  sweep?: string[];
+  /** Adds goodput under this service level objective to the report. */
+  slo?: Slo;
 }
 
 /** Dynamo engine-args keys that describe the replay role and the KV handoff rather than the scheduler. */
@@ -152,36 +157,26 @@ function checkSources(o: TraceOptions): WorkloadSource {
   return o.trace !== undefined ? 'trace' : 'captures';
 }
 
-/** Runs `mocker trace`; resolves with the exit code (1: no request completed). */
-export async function runTrace(o: TraceOptions): Promise<number> {
+/** A run's flags checked against each other: its workload source, where its requests go, its engine args. */
+export interface TracePlan {
+  source: WorkloadSource;
+  topology: Topology;
+  roles: Roles;
+}
+
+/** The checks made before anything is read; errors name the flags. */
+export function planTrace(o: TraceOptions): TracePlan {
   const source = checkSources(o);
   const topology = topologyOf(o);
-  const roles = rolesOf(o, topology.disaggregated);
-  // The reports are checked now (a long run must not end in a refusal), and written whole at the end.
-  const outputs = reportOutputs(o, topology.disaggregated ? [roles.prefill, roles.decode] : [roles.aggregated]);
-  let workload = await loadWorkload(o, source, roles.engine.blockSize);
-  // A capture's ids are the target's own; generated ones are brought into its vocabulary.
-  if (topology.targets.length > 0 && source !== 'captures') workload = foldIntoVocabulary(workload);
-  const concurrency = o.replayConcurrency;
-  // Closed loop ignores arrival times, so nothing to speed up (Dynamo applies the ratio only in trace mode).
-  if (concurrency === undefined) workload = normalizeArrivals(workload, o.arrivalSpeedupRatio);
-  const mode: DriverMode = concurrency === undefined ? { kind: 'trace' } : { kind: 'concurrency', limit: concurrency };
-  const driver = new WorkloadDriver(workload, mode);
-  const settings: Settings = {
-    workload: workloadName(o, source),
-    requests: workload.requests,
-    replay_mode: topology.online ? 'online' : 'offline',
-    router_mode: o.routerMode,
-    block_size: roles.engine.blockSize,
-    ...(concurrency !== undefined ? { replay_concurrency: concurrency } : { arrival_speedup_ratio: o.arrivalSpeedupRatio }),
-  };
-  const failures = new FailureTally();
-  const progress = progressReporter('trace', o.progress, workload.requests, topology.online ? 'elapsed' : 'simulated');
-  const run = { o, topology, roles, driver, settings, progress };
-  const { wallMs, collector } = topology.online ? await replayOnline(run, failures) : await replayOffline(run);
-  progress.stop();
+  return { source, topology, roles: rolesOf(o, topology.disaggregated) };
+}
 
-  const report = collector.report(wallMs);
+/** Runs `mocker trace`; resolves with the exit code (1: no request completed). */
+export async function runTrace(o: TraceOptions): Promise<number> {
+  const plan = planTrace(o);
+  // The reports are checked now (a long run must not end in a refusal), and written whole at the end.
+  const outputs = reportOutputs(o, plan);
+  const { report, collector, settings, failures } = await replayTrace(o, plan);
   console.log(formatReportTable(report));
   // A server's error text goes to the terminal: escaped.
   for (const line of failures.lines()) console.error(terminalText(line));
@@ -197,8 +192,8 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     console.log(`Saved per-request records to: ${o.reportRequests}`);
   }
   // Sent as token-id completions, a capture's requests skip the target's preprocessing: answers are rerun's to check.
-  const targets = topology.targets;
-  if (source === 'captures' && targets.length > 0)
+  const targets = plan.topology.targets;
+  if (plan.source === 'captures' && targets.length > 0)
     console.log(
       `Answers are not compared here: mocker rerun ${o.fromCaptures!} --target ${targets.length === 1 ? targets[0] : 'URL'} checks them against the capture`,
     );
@@ -207,6 +202,44 @@ export async function runTrace(o: TraceOptions): Promise<number> {
     return 1;
   }
   return 0;
+}
+
+/** What one replay measured, and the settings its reports show. */
+export interface TraceResult {
+  report: ReplayReport;
+  collector: ReplayCollector;
+  settings: Settings;
+  failures: FailureTally;
+}
+
+/** Replays the workload of `o` once and measures it: nothing is printed but progress and notes on stderr. */
+export async function replayTrace(o: TraceOptions, plan: TracePlan = planTrace(o)): Promise<TraceResult> {
+  const { source, topology, roles } = plan;
+  let workload = await loadWorkload(o, source, roles.engine.blockSize);
+  // A capture's ids are the target's own; generated ones are brought into its vocabulary.
+  if (topology.targets.length > 0 && source !== 'captures') workload = foldIntoVocabulary(workload);
+  const concurrency = o.replayConcurrency;
+  // Closed loop ignores arrival times, so nothing to speed up (Dynamo applies the ratio only in trace mode).
+  if (concurrency === undefined) workload = normalizeArrivals(workload, o.arrivalSpeedupRatio);
+  const mode: DriverMode = concurrency === undefined ? { kind: 'trace' } : { kind: 'concurrency', limit: concurrency };
+  const driver = new WorkloadDriver(workload, mode);
+  const settings: Settings = {
+    workload: workloadName(o, source),
+    requests: workload.requests,
+    replay_mode: topology.online ? 'online' : 'offline',
+    router_mode: o.routerMode,
+    block_size: roles.engine.blockSize,
+    ...(concurrency !== undefined ? { replay_concurrency: concurrency } : { arrival_speedup_ratio: o.arrivalSpeedupRatio }),
+    ...(o.slo !== undefined ? { slo: sloText(o.slo) } : {}),
+  };
+  const failures = new FailureTally();
+  const progress = progressReporter('trace', o.progress, workload.requests, topology.online ? 'elapsed' : 'simulated');
+  const run = { o, topology, roles, driver, settings, progress };
+  const { wallMs, collector } = topology.online ? await replayOnline(run, failures) : await replayOffline(run);
+  progress.stop();
+  const report = collector.report(wallMs);
+  if (o.slo !== undefined) Object.assign(report, goodputFields(collector.perRequest(), report.duration_ms, o.slo));
+  return { report, collector, settings, failures };
 }
 
 /** Where the requests go and how many workers take them. */
@@ -281,7 +314,9 @@ function rolesOf(o: TraceOptions, disaggregated: boolean): Roles {
 }
 
 /** The report files, checked before the run; `rules` keeps them from overwriting an input. */
-function reportOutputs(o: TraceOptions, roles: RoleArgs[]): { jsonPath: string; rules: OutputRules } {
+export function reportOutputs(o: TraceOptions, plan: TracePlan): { jsonPath: string; rules: OutputRules } {
+  const { prefill, decode, aggregated } = plan.roles;
+  const roles = plan.topology.disaggregated ? [prefill, decode] : [aggregated];
   const rules: OutputRules = {
     inputs: [
       o.trace,
@@ -344,7 +379,7 @@ function workloadName(o: TraceOptions, source: WorkloadSource): string {
 }
 
 /** The settings the reports show. */
-type Settings = Record<string, string | number | boolean>;
+export type Settings = Record<string, string | number | boolean>;
 
 /** What a replay runs with; it adds its workers to `settings`. */
 interface ReplayRun {

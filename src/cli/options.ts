@@ -14,7 +14,7 @@ function parserOf(setting: Setting): ((value: string, previous: unknown) => unkn
     }
   };
   const variadic = setting.flags.includes('...>');
-  if (setting.repeatable) return (value, previous) => [...(previous as unknown[]), parse(value)];
+  if (setting.repeatable) return (value, previous) => [...((previous as unknown[] | undefined) ?? []), parse(value)];
   if (variadic) return setting.value ? (value, previous) => [...((previous as unknown[] | undefined) ?? []), parse(value)] : undefined;
   return setting.value?.type === 'number' || setting.value?.type === 'parsed' ? (value) => parse(value) : undefined;
 }

@@ -18,6 +18,7 @@ import { addSettings } from './options.js';
 import { rerunCommand } from './rerun.js';
 import { runTrace } from '../app/trace.js';
 import { runTraceConvert } from '../app/traceConvert.js';
+import { runTraceSweep } from '../app/traceSweep.js';
 
 /** `mocker capture` from its flags (also `serve` under vLLM's NPU mock model's CAPTURE_MODE=1, which has them all but --label). */
 // The table's paths are CaptureOptions' fields.
@@ -74,7 +75,7 @@ export function buildProgram(): Command {
     )
     .argument('[trace]', 'JSONL trace (Mooncake: hash_ids, input_length, output_length, timestamp, session_id, delay; other formats: --trace-format)');
   addSettings(trace, TRACE_SETTINGS).action(async (file: string | undefined, o) => {
-    process.exitCode = await runTrace({ ...o, trace: file });
+    process.exitCode = await (o.sweep === undefined ? runTrace : runTraceSweep)({ ...o, trace: file });
   });
   const convert = trace
     .command('convert')

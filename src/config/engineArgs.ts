@@ -49,6 +49,8 @@ const UNSUPPORTED = new Set([
 ]);
 /** Dynamo ignores it too. */
 const IGNORED = new Set(['has_perf_model']);
+/** The Dynamo keys engine args may set (`sglang.page_size` for nested ones). */
+export const ENGINE_ARGS_KEYS: readonly string[] = [...BY_DYNAMO_KEY].filter(([key, s]) => !UNSUPPORTED.has(key) && !s.dynamo!.asFlag).map(([key]) => key);
 
 /**
  * Applies `--extra-engine-args` (a JSON file or inline JSON object with Dynamo's MockEngineArgs keys) over

@@ -101,6 +101,8 @@ export function parseText(setting: Setting, value: string): unknown {
   const flag = longFlag(setting);
   if (spec?.type === 'number') return parseNumber(flag, value, spec);
   if (spec?.type === 'parsed') return spec.parse(value, flag);
+  // commander checks a flag's choices itself; other callers (trace --sweep's values) rely on this.
+  if (spec?.type === 'choice' && !spec.choices.includes(value)) throw new Error(`${flag} must be one of ${spec.choices.join(', ')}, got "${value}"`);
   return value;
 }
 

@@ -1,4 +1,5 @@
 import { TRACE_OUTPUT_FORMATS } from '../trace/convert.js';
+import { parseSlo } from '../trace/goodput.js';
 import { DEFAULT_REPORTS_DIR } from '../trace/report.js';
 import { parseTraceFormat } from '../trace/traceFormats.js';
 import { checkedUrl, FORCE } from './commonSettings.js';
@@ -66,6 +67,12 @@ export const TRACE_SETTINGS: Setting[] = [
   { flags: '--replay-concurrency <n>', help: 'closed loop: keep n requests in flight, ignoring arrival times', group: 'replay', value: int({ min: 1 }) },
   { flags: '--seed <n>', help: 'seed of the synthetic workload, the engines and the router', group: 'replay', value: int(), default: 42 },
   {
+    flags: '--sweep <key=values>',
+    help: 'replay the workload offline over the cross product of these values (repeatable), key=v1,v2,…; keys: num-workers, router-mode, replay-concurrency, arrival-speedup-ratio, num-prefill-workers, num-decode-workers, engine-args keys (num_gpu_blocks, block_size, …) and router-config keys (overlap_score_weight, …)',
+    group: 'replay',
+    repeatable: true,
+  },
+  {
     flags: '--router-mode <mode>',
     help: 'how requests are spread over workers',
     group: 'replayWorkers',
@@ -122,6 +129,12 @@ export const TRACE_SETTINGS: Setting[] = [
     flags: '--report-requests <file>',
     help: 'also write one JSON line per request: its session and turn, arrival, admission and token times, lengths and prefix reuse',
     group: 'output',
+  },
+  {
+    flags: '--slo <targets>',
+    help: "add goodput to the report (AIPerf's: completed requests per second within every bound) under this SLO in ms: ttft=<ms>,itl=<ms>,e2e=<ms>, any of them (itl bounds each request's mean gap between tokens)",
+    group: 'output',
+    value: parsed(parseSlo),
   },
   { ...FORCE, group: 'output' },
   { flags: '--no-progress', help: 'no progress bar or progress lines on stderr', group: 'output' },

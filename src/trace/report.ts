@@ -19,6 +19,7 @@ const INTEGER_KEYS = new Set([
   'total_first_admission_reused_input_tokens',
   'num_sessions',
   'max_turns_per_session',
+  'goodput_completed_requests',
 ]);
 
 /** Python's `f"{v:,.2f}"`; missing → N/A. */
@@ -47,11 +48,7 @@ export function formatReportTable(report: ReplayReport): string {
   singleRow('Request Throughput (requests/sec)', report.request_throughput_rps);
   singleRow('Request Count (requests)', report.completed_requests ?? report.num_requests);
 
-  const headers = ['Metric', ...STAT_COLUMNS];
-  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const separator = (left: string, mid: string, right: string) => left + widths.map((w) => '━'.repeat(w + 2)).join(mid) + right;
-  const line = (row: string[]) => `┃${row.map((v, i) => ` ${i === 0 ? v.padEnd(widths[i]) : v.padStart(widths[i])} `).join('┃')}┃`;
-  const lines = [TABLE_TITLE, separator('┏', '┳', '┓'), line(headers), separator('┡', '╇', '┩'), ...rows.map(line), separator('└', '┴', '┘')];
+  const lines = [TABLE_TITLE, ...boxTable(['Metric', ...STAT_COLUMNS], rows)];
   if (report.wall_time_ms !== undefined) lines.push(`Wall Time (ms): ${formatValue(report.wall_time_ms)}`);
   if (report.prefix_cache_reused_ratio !== undefined) lines.push(`Prefix Cache Reused Ratio: ${formatValue(report.prefix_cache_reused_ratio)}`);
   if (report.first_admission_prefix_cache_reused_ratio !== undefined)
@@ -61,7 +58,19 @@ export function formatReportTable(report: ReplayReport): string {
     const byTurn = reuseByTurn(report).map(({ turn, ratio }) => `${turn}: ${formatValue(ratio)}`);
     if (byTurn.length > 0) lines.push(`First Admission Prefix Cache Reused Ratio by Turn: ${byTurn.join(', ')}`);
   }
+  if (report.goodput_request_throughput_rps !== undefined)
+    lines.push(
+      `Goodput (requests/sec): ${formatValue(report.goodput_request_throughput_rps)} (${report.goodput_completed_requests} of ${report.completed_requests} requests within the SLO)`,
+    );
   return lines.join('\n');
+}
+
+/** AIPerf's box-drawn table: the first `leftColumns` columns aligned left, the others right. */
+export function boxTable(headers: string[], rows: string[][], leftColumns = 1): string[] {
+  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const separator = (left: string, mid: string, right: string) => left + widths.map((w) => '━'.repeat(w + 2)).join(mid) + right;
+  const line = (row: string[]) => `┃${row.map((v, i) => ` ${i < leftColumns ? v.padEnd(widths[i]) : v.padStart(widths[i])} `).join('┃')}┃`;
+  return [separator('┏', '┳', '┓'), line(headers), separator('┡', '╇', '┩'), ...rows.map(line), separator('└', '┴', '┘')];
 }
 
 /** Python's repr of a float (`json.dumps`): `2.0`, `1e-05`, `1e+16`, else the shortest round trip. */

@@ -98,6 +98,13 @@ describe('bench runner', () => {
     expect(figures[0].ratio).toBeCloseTo(1.1, 12);
   });
 
+  it('maps trace-sweep to the sweep against the slowest combination alone, judged on the ratio (issue 40: ≤ 2)', () => {
+    const stdout = `warm-up\n${JSON.stringify({ sweepMsMedian: 4000, singleMsMedian: 1600, ratio: 2.5, ratios: [2.5, 2.2, 2.9] })}\n`;
+    const [f] = figuresOf('trace-sweep', stdout);
+    expect(f).toMatchObject({ value: 4000, baselineValue: 1600, ratio: 2.5, judged: 'ratio', min: 2.2, max: 2.9, target: { op: '<=', bound: 2 } });
+    expect(met(f)).toBe(false);
+  });
+
   it('says which number a benchmark failed to report', () => {
     expect(() => figuresOf('replay-16', '{"bench":"replay-throughput"}')).toThrow(/replay\.tokensPerS/);
   });

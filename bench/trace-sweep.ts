@@ -29,7 +29,19 @@ const MODES = ['round_robin', 'kv_router'];
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'bench-trace-sweep-'));
 const trace = join(dir, 'agent.jsonl');
-const BASE = [trace, '--trace-block-size', '64', '--num-workers', '4', '--no-progress', '--force', '--report-json', join(dir, 'report.json')];
+const BASE = [
+  trace,
+  '--trace-format',
+  'agentic_mooncake',
+  '--trace-block-size',
+  '64',
+  '--num-workers',
+  '4',
+  '--no-progress',
+  '--force',
+  '--report-json',
+  join(dir, 'report.json'),
+];
 
 /** Runs the CLI's trace command; its wall time in ms. */
 function timed(args: string[]): number {
@@ -43,7 +55,17 @@ const single = (mode: string, blocks: number) => ['--router-mode', mode, '--extr
 const SWEEP = ['--sweep', `router-mode=${MODES.join(',')}`, '--sweep', `num_gpu_blocks=${KV_SIZES.join(',')}`];
 
 try {
-  writeAgentTrace(trace, { sessions: SESSIONS, turns: TURNS, blocksPerTurn: 4, blockTokens: 64, outputTokens: 64, gapMs: 20, delayMs: 1000, seed: 40 });
+  writeAgentTrace(trace, {
+    sessions: SESSIONS,
+    turns: TURNS,
+    blocksPerTurn: 4,
+    blockTokens: 64,
+    outputTokens: 64,
+    gapMs: 20,
+    delayMs: 1000,
+    seed: 40,
+    agentic: true,
+  });
   const warmUp = MODES.flatMap((mode) => KV_SIZES.map((blocks) => ({ mode, blocks, ms: timed(single(mode, blocks)) })));
   const slowest = warmUp.reduce((a, b) => (b.ms > a.ms ? b : a));
   console.log(`warm-up, each combination alone (ms): ${warmUp.map((w) => `${w.mode}/${w.blocks} ${round(w.ms, 0)}`).join(', ')}`);

@@ -19,6 +19,11 @@ export interface AgentTraceShape {
   gapMs: number;
   delayMs: number;
   seed: number;
+  /**
+   * Dynamo's agentic_mooncake instead of Mooncake sessions: each turn a request (`request_id`) that waits for the
+   * previous one of its session (`wait_for`) and then its delay; the first at its timestamp.
+   */
+  agentic?: boolean;
 }
 
 export function writeAgentTrace(path: string, shape: AgentTraceShape): void {
@@ -32,10 +37,13 @@ export function writeAgentTrace(path: string, shape: AgentTraceShape): void {
     for (let t = 0; t < shape.turns; t++) {
       // Session s owns hash ids s·1,000,000 onwards.
       for (let b = 0; b < shape.blocksPerTurn; b++) history.push(s * 1_000_000 + history.length);
+      const after = t === 0 ? { timestamp: startMs } : { delay: around(shape.delayMs) };
+      const dag = shape.agentic ? { request_id: `s${s}-t${t}`, ...(t > 0 ? { wait_for: [`s${s}-t${t - 1}`] } : {}) } : {};
       rows.push(
         JSON.stringify({
+          ...dag,
           session_id: `s${s}`,
-          ...(t === 0 ? { timestamp: startMs } : { delay: around(shape.delayMs) }),
+          ...after,
           input_length: history.length * shape.blockTokens,
           output_length: shape.outputTokens,
           hash_ids: history,

@@ -1,8 +1,9 @@
 /**
  * `mocker trace --sweep` and `--slo` as users run them: the built CLI. A sweep's runs are checked against the
  * same settings run alone without --sweep (the plain path is the oracle), KV-aware routing against round robin on
- * a multi-turn workload whose every turn extends its session's history (issue 40's bound: ≥ 1.5× the prefix
- * reuse at the smallest KV cache), and goodput against a count worked out from a serial schedule.
+ * an agentic trace (Dynamo's agentic_mooncake: each request waits for the previous turn of its agent, whose
+ * history it extends; issue 40's bound: ≥ 1.5× the prefix reuse at the smallest KV cache), and goodput against a
+ * count worked out from a serial schedule.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -29,13 +30,13 @@ interface SweepFile {
 const trace = (args: string[]) => runMockerToExit(['trace', ...args], { cwd: dir });
 
 /** 32 sessions of 6 turns, each turn adding 4 blocks of 64 tokens to its session's history. */
-const AGENT = { sessions: 32, turns: 6, blocksPerTurn: 4, blockTokens: 64, outputTokens: 16, gapMs: 200, delayMs: 2000, seed: 40 };
+const AGENT = { sessions: 32, turns: 6, blocksPerTurn: 4, blockTokens: 64, outputTokens: 16, gapMs: 200, delayMs: 2000, seed: 40, agentic: true };
 const KV_SIZES = [256, 1024, 4096];
-const BASE = ['--trace-block-size', '64', '--num-workers', '4'];
+const BASE = ['--trace-format', 'agentic_mooncake', '--trace-block-size', '64', '--num-workers', '4'];
 
 describe('mocker trace --sweep', () => {
   it('runs 2 router modes × 3 KV sizes: each run as the same settings alone, kv_router reusing ≥ 1.5× round robin at the smallest KV', async () => {
-    const file = join(dir, 'agent.jsonl');
+    const file = join(dir, 'agent.agentic.jsonl');
     writeAgentTrace(file, AGENT);
     const json = join(dir, 'sweep.json');
     const sweep = await trace([

@@ -21,6 +21,8 @@ export interface Dispatch {
 
 interface SessionState {
   session: Session;
+  /** Its index in the workload: ready-time ties go to the earlier session. */
+  position: number;
   nextTurn: number;
   readyAtMs: number;
   inFlight: string | null;
@@ -53,7 +55,7 @@ export class WorkloadDriver {
         throw new Error('a workload of dependent requests runs on its own schedule: it is not supported with --replay-concurrency');
       checkDependencies(workload.sessions);
     }
-    this.sessions = workload.sessions.map((session) => {
+    this.sessions = workload.sessions.map((session, position) => {
       const waits = (session.waitFor?.length ?? 0) > 0;
       if (mode.kind === 'trace' && !waits && !(session.startMs !== null && Number.isFinite(session.startMs) && session.startMs >= 0)) {
         throw new Error(`session ${session.id} has no arrival timestamp: give one, or run it closed-loop with --replay-concurrency`);
@@ -62,14 +64,13 @@ export class WorkloadDriver {
         if (!(turn.inputLength > 0)) throw new Error(`session ${session.id}: a turn has an empty prompt (input_length 0)`);
       }
       const readyAtMs = mode.kind === 'trace' && !waits ? (session.startMs as number) : 0;
-      return { session, nextTurn: 0, readyAtMs, inFlight: null, waitingOn: session.waitFor?.length ?? 0, readyAfterMs: 0, dependents: [] };
+      return { session, position, nextTurn: 0, readyAtMs, inFlight: null, waitingOn: session.waitFor?.length ?? 0, readyAfterMs: 0, dependents: [] };
     });
-    const position = new Map(this.sessions.map((s, i) => [s, i]));
     if (dependent) {
       const byId = new Map(this.sessions.map((s) => [s.session.id, s]));
       for (const s of this.sessions) for (const id of s.session.waitFor ?? []) byId.get(id)!.dependents.push(s);
     }
-    this.heap = new BinaryHeap((a, b) => a.readyAtMs < b.readyAtMs || (a.readyAtMs === b.readyAtMs && position.get(a)! < position.get(b)!));
+    this.heap = new BinaryHeap((a, b) => a.readyAtMs < b.readyAtMs || (a.readyAtMs === b.readyAtMs && a.position < b.position));
     for (const s of this.sessions) {
       if (s.session.turns.length > 0 && s.waitingOn === 0) this.heap.push(s);
       // An empty session has nothing to wait for: it is complete at once.

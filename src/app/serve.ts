@@ -39,7 +39,7 @@ import { StatsLog } from '../metrics/statsLog.js';
 import { SglangMetrics } from '../metrics/sglangMetrics.js';
 import { VllmMetrics, type MetricsConfig } from '../metrics/vllmMetrics.js';
 import { CaptureStore, type CaptureContents } from '../store/captureStore.js';
-import { loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
+import { ChunkVocabulary, loadModelFiles, loadTokenizer, ModelTokenizer } from '../tokenizer/index.js';
 import { schedulerConfig, type EngineArgs } from '../config/engineArgs.js';
 import { completeServeOptions, settingsView, type ResolvedServeOptions } from '../config/resolveServe.js';
 import type { ServeOptions } from '../config/serveOptions.js';
@@ -344,7 +344,11 @@ async function loadModel(opts: ResolvedServeOptions, closers: (() => unknown)[],
   if (store) closers.push(() => store.close());
   const run = store?.latestRun();
   let tokenizer: ModelTokenizer;
-  if (opts.model !== undefined || !run || !store) tokenizer = loadTokenizer(opts.model);
+  if (opts.noTokenizer) {
+    // The model's files still give its name, chat template and context length; its tokens are character chunks.
+    const { name, files } = loadModelFiles(opts.model);
+    tokenizer = new ModelTokenizer(name, files, { backend: new ChunkVocabulary() });
+  } else if (opts.model !== undefined || !run || !store) tokenizer = loadTokenizer(opts.model);
   else {
     const files = store.tokenizerFiles(run);
     // A capture may come from anyone: its chat template renders sandboxed, as a request's does, and its tokenizer is checked.

@@ -80,7 +80,12 @@ export const COMPATIBILITY_SETTINGS: Setting[] = [
     help: "AIPerf's mock server: accepted; tokenizers are data here (tokenizer.json), never code",
     group: 'compatibility',
   },
-  refused('--no-tokenizer', "not yet: every count here is the model's tokenizer's (bundled Qwen/Qwen3-0.6B by default, loaded offline in well under a second)"),
+  {
+    flags: '--no-tokenizer',
+    help: "AIPerf's mock server: tokens are character chunks as it counts prompts (4 characters, 6 with a word's end and its space), not a model's vocabulary",
+    group: 'compatibility',
+    to: 'noTokenizer',
+  },
   refused('--tokenizer-revision <rev>', 'tokenizers load from local files: give --model (or --tokenizer) a directory holding that revision'),
   refused('--endpoint <endpoint>', DYNAMO_RUNTIME),
   refused('--discovery-backend <backend>', DYNAMO_RUNTIME),

@@ -118,6 +118,8 @@ function checkServeOptions(o: ResolvedServeOptions): void {
   const kvEvents = o.kvEvents ?? [];
   if (kvEvents.length > 1 && kvEvents.length !== o.numWorkers) throw new Error(`${kvEvents.length} KV event configs for ${o.numWorkers} worker(s)`);
   if (!(o.kvTransferBandwidthGBps >= 0)) throw new Error(`--kv-transfer-bandwidth must be >= 0, got ${o.kvTransferBandwidthGBps}`);
+  if (o.noTokenizer && o.mode === 'replay')
+    throw new Error("--no-tokenizer counts character chunks: a capture's token ids never match them; replay with the capture's tokenizer");
 }
 
 /** `/mocker/engine`'s settings view: each setting with a view key, as resolved (`atStart`: the values only known once the model is loaded). */

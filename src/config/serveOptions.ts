@@ -125,6 +125,8 @@ export interface ServeOptions {
   startupTimeS?: number;
   /** --stagger-delay: seconds between two workers' starts, Dynamo's rule (-1: auto by the number of workers, 0: off). Default -1. */
   staggerDelayS?: number;
+  /** --no-tokenizer: character chunks (AIPerf's) instead of the model's tokenizer; not with replay. Default false. */
+  noTokenizer?: boolean;
   /** --log-level, --log-format, --access-logs. Defaults: info, text, off (on at debug). */
   logs?: Partial<LogConfig & { accessLogs: boolean }>;
   /** --match, --min-prefix-ratio, --ignore-field: which captures answer a request. Defaults: exact, DEFAULT_MIN_PREFIX_RATIO, none. */

@@ -146,7 +146,9 @@ export function setPath(object: Record<string, unknown>, path: string, value: un
 export function optionsFrom(settings: readonly Setting[], values: Record<string, unknown>): Record<string, unknown> {
   const options: Record<string, unknown> = {};
   for (const setting of settings) {
-    const value = values[attributeName(longFlag(setting))];
+    const flag = longFlag(setting);
+    // A `--no-x` flag of its own (not a setting's negation): commander stores it as x = false.
+    const value = flag.startsWith('--no-') ? (values[attributeName(`--${flag.slice(5)}`)] === false ? true : undefined) : values[attributeName(flag)];
     if (setting.to !== undefined && value !== undefined) setPath(options, setting.to, value);
   }
   return options;

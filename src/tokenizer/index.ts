@@ -1,4 +1,5 @@
 export { ChatMessageError } from './chatMessages.js';
+export { ChunkVocabulary } from './chunkTokenizer.js';
 export { DecodeStream } from './decodeStream.js';
 export {
   BUNDLED_MODEL,

@@ -173,6 +173,16 @@ function packedSmallIntegers(ids: readonly number[]): number[] {
  * A model's tokenizer (Hugging Face `tokenizers`, exact) and chat template (@huggingface/jinja),
  * built from the model's files so the same files can travel inside a capture.
  */
+/** What ModelTokenizer asks of its tokenizer: Hugging Face's, or `--no-tokenizer`'s character chunks (chunkTokenizer.ts). */
+export interface TokenizerBackend {
+  encode(text: string, pair: null, options: { addSpecialTokens: boolean }): Promise<{ getIds(): number[]; getLength(): number }>;
+  decode(ids: number[], skipSpecialTokens: boolean): Promise<string>;
+  idToToken(id: number): string | null;
+  tokenToId(token: string): number | null | undefined;
+  getVocab(withAddedTokens: boolean): Record<string, number>;
+  getVocabSize(withAddedTokens: boolean): number;
+}
+
 export class ModelTokenizer {
   readonly name: string;
   readonly files: Map<string, Buffer>;
@@ -181,7 +191,7 @@ export class ModelTokenizer {
   readonly modelConfig: Record<string, unknown>;
   /** Token ids that end a generation (generation_config's eos_token_id plus the tokenizer's EOS). */
   readonly eosTokenIds: number[];
-  private readonly tokenizer: tokenizers.Tokenizer;
+  private readonly tokenizer: TokenizerBackend;
   private readonly specialTokens: Record<string, string>;
   private readonly defaultTemplate: string | undefined;
   private readonly toolTemplate: string | undefined;
@@ -200,7 +210,7 @@ export class ModelTokenizer {
    * `fromCapture`: the files came with a capture, from whoever made it: their chat template renders only in a
    * renderer process, and a tokenizer.json known to take the server down is refused (untrustedTokenizer.ts).
    */
-  constructor(name: string, files: Map<string, Buffer>, options: { fromCapture?: boolean } = {}) {
+  constructor(name: string, files: Map<string, Buffer>, options: { fromCapture?: boolean; backend?: TokenizerBackend } = {}) {
     this.sandboxTemplates = options.fromCapture === true;
     const json = files.get('tokenizer.json');
     if (!json) throw new ModelNotFoundError(`${name}: tokenizer.json is missing`);
@@ -215,7 +225,7 @@ export class ModelTokenizer {
     }
     this.name = name;
     this.files = files;
-    this.tokenizer = tokenizers.Tokenizer.fromString(json.toString('utf8'));
+    this.tokenizer = options.backend ?? tokenizers.Tokenizer.fromString(json.toString('utf8'));
     const config = parseJsonFile(files, 'tokenizer_config.json') ?? {};
     const modelConfig = parseJsonFile(files, 'config.json');
     this.modelConfig = modelConfig ?? {};
@@ -252,7 +262,7 @@ export class ModelTokenizer {
     if (eosId !== null && eosId !== undefined) eos.add(eosId);
     // Ids the vocabulary has: a config's odd values ("abc", -5) would be drawn as output tokens.
     const vocabSize = this.tokenizer.getVocabSize(true);
-    this.eosTokenIds = [...eos].filter((id) => Number.isInteger(id) && id >= 0 && id < vocabSize);
+    this.eosTokenIds = [...eos].filter((id) => Number.isInteger(id) && id >= 0 && id < vocabSize && this.tokenizer.idToToken(id) !== null);
 
     this.maxModelLen = maxModelLenOf(files);
   }

@@ -59,13 +59,7 @@ export function agenticMooncakeWorkload(text: string, traceBlockSize: number): W
     });
   }
   if (sessions.length === 0) throw new Error('the agentic trace holds no requests');
-  for (const s of sessions) {
-    for (const dependency of s.waitFor ?? []) {
-      if (dependency === s.id) throw new Error(`line ${lineOf.get(s.id)}: request ${s.id} cannot wait for itself`);
-      if (!lineOf.has(dependency)) throw new Error(`line ${lineOf.get(s.id)}: request ${s.id} waits for unknown request_id ${dependency}`);
-    }
-  }
-  checkDependencies(sessions);
+  checkDependencies(sessions, (id) => `line ${lineOf.get(id)}: `);
   return workloadOf(sessions);
 }
 

@@ -139,9 +139,9 @@ function deltaPrompts(turns: readonly Turn[], deltas: readonly TraceRequest[], t
 
 /**
  * Checks a workload's dependencies: every `waitFor` names another session of the workload, and none waits for itself
- * through others (a cycle would never start). Errors name the sessions.
+ * through others (a cycle would never start). Errors name the sessions, after `where(id)` (a trace's line).
  */
-export function checkDependencies(sessions: readonly Session[]): void {
+export function checkDependencies(sessions: readonly Session[], where: (id: string) => string = () => ''): void {
   const byId = new Map(sessions.map((s) => [s.id, s]));
   if (byId.size !== sessions.length) {
     const seen = new Set<string>();
@@ -152,11 +152,12 @@ export function checkDependencies(sessions: readonly Session[]): void {
   }
   for (const s of sessions) {
     for (const id of s.waitFor ?? []) {
-      if (id === s.id) throw new Error(`request ${s.id} cannot wait for itself`);
-      if (!byId.has(id)) throw new Error(`request ${s.id} waits for unknown request_id ${id}`);
+      if (id === s.id) throw new Error(`${where(s.id)}request ${s.id} cannot wait for itself`);
+      if (!byId.has(id)) throw new Error(`${where(s.id)}request ${s.id} waits for unknown request_id ${id}`);
     }
     const delay = s.dependencyDelayMs ?? 0;
-    if (!(Number.isFinite(delay) && delay >= 0)) throw new Error(`request ${s.id}: its delay after its dependencies must be a finite number >= 0`);
+    if (!(Number.isFinite(delay) && delay >= 0))
+      throw new Error(`${where(s.id)}request ${s.id}: its delay after its dependencies must be a finite number >= 0`);
   }
   // Iterative depth-first search: a trace's chains can be longer than the call stack.
   const state = new Map<string, 'open' | 'done'>();

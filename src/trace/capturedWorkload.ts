@@ -8,7 +8,7 @@
 import { isPromptBatch } from '../capture/recorder.js';
 import { CaptureStore, isAgentApi, isGeneration, type StoredExchange } from '../store/captureStore.js';
 import { type CapturedTurn, linkTurns } from './conversations.js';
-import type { Session, Turn, Workload } from './workload.js';
+import { type Session, type Turn, type Workload, workloadOf } from './workload.js';
 
 /** Exchanges that cannot be sent again, by why. */
 export interface SkippedExchanges {
@@ -192,5 +192,5 @@ export function capturedWorkload(file: string): CapturedWorkload {
   const conversations = capturedConversations(file);
   const sessions = conversationSessions(conversations);
   const { models, skipped, notes } = conversations;
-  return { workload: { sessions, requests: conversations.turns.length }, models, skipped, notes };
+  return { workload: workloadOf(sessions), models, skipped, notes };
 }

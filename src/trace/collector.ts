@@ -141,6 +141,9 @@ interface RequestRecord {
   streamed: boolean;
 }
 
+/** A request the report counts as completed: admitted, with at least one token. */
+const isCompleted = (r: RequestRecord): boolean => r.admittedMs !== null && r.tokens > 0;
+
 export interface PerRequestRecord {
   uuid: string;
   session_id: string | null;
@@ -345,9 +348,9 @@ export class ReplayCollector {
     }));
   }
 
-  /** Completed (admitted, ≥ 1 token) requests, in arrival order. */
+  /** Completed requests, in arrival order. */
   private completed(): RequestRecord[] {
-    return [...this.requests.values()].filter((r) => r.admittedMs !== null && r.tokens > 0);
+    return [...this.requests.values()].filter(isCompleted);
   }
 
   report(wallTimeMs: number): ReplayReport {
@@ -431,7 +434,6 @@ export class ReplayCollector {
     let maxTurns = 0;
     for (const requests of sessions.values()) maxTurns = Math.max(maxTurns, requests.length);
     if (maxTurns <= 1) return {};
-    const completed = (r: RequestRecord) => r.admittedMs !== null && r.tokens > 0;
     const latencies: number[] = [];
     const slots = TURNS_REPORTED + 1;
     const input = new Array<number>(slots).fill(0);
@@ -442,12 +444,12 @@ export class ReplayCollector {
       for (const r of requests) {
         first = Math.min(first, r.arrivalMs);
         last = Math.max(last, r.lastMs);
-        if (!completed(r) || r.turnIndex === null) continue;
+        if (!isCompleted(r) || r.turnIndex === null) continue;
         const slot = Math.min(r.turnIndex, TURNS_REPORTED);
         input[slot] += r.inputLength;
         reused[slot] += r.firstAdmissionReusedTokens;
       }
-      if (requests.every(completed)) latencies.push(last - first);
+      if (requests.every(isCompleted)) latencies.push(last - first);
     }
     const figures: ReplayReport = {
       num_sessions: sessions.size,

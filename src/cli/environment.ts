@@ -57,8 +57,8 @@ function setFromText(command: Command, option: Option, text: string, variable: s
   command.setOptionValueWithSource(attribute, value, 'env');
 }
 
-/** Whether the command line (or an earlier, stronger variable) already set this option. */
-const setAlready = (command: Command, option: Option) => !['default', undefined].includes(command.getOptionValueSource(option.attributeName()));
+/** Whether the command line or the environment set the option of this attribute (not its default, nor nothing). */
+export const isGiven = (command: Command, attribute: string): boolean => !['default', undefined].includes(command.getOptionValueSource(attribute));
 
 /**
  * Applies `MOCKER_<FLAG>` variables, then (for `serve`) vLLM's NPU mock model's, to the options the command line left
@@ -75,14 +75,14 @@ export function applyEnvironment(command: Command, env: NodeJS.ProcessEnv, allCo
     if (partner && env[envName(partner)] !== undefined && option.negate) {
       throw new InvalidArgumentError(`${envName(partner)} and ${variable} both set ${partner.long}: give one`);
     }
-    if (setAlready(command, option)) continue;
+    if (isGiven(command, option.attributeName())) continue;
     setFromText(command, option, text, variable);
     applied.push(variable);
   }
   if (command.name() === 'serve') {
     for (const [flag, { value, from }] of Object.entries(npuMockFlags(env))) {
       const option = options.find((o) => o.long === flag)!;
-      if (setAlready(command, option)) continue;
+      if (isGiven(command, option.attributeName())) continue;
       setFromText(command, option, value, from.join(' + '));
       applied.push(...from.filter((v) => !applied.includes(v)));
     }

@@ -2,6 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { GROUPS } from '../config/groups.js';
 import { attributeName, longFlag, parseText, type Setting } from '../config/settings.js';
+import { isGiven } from './environment.js';
 import { laterDefault } from './help.js';
 
 /** A setting's text parser for commander: its errors become commander's "argument is invalid" messages. */
@@ -41,8 +42,6 @@ function asAlias(setting: Setting, settings: readonly Setting[]): Setting {
   return { ...setting, value: target.value };
 }
 
-const givenOn = (command: Command, attribute: string) => !['default', undefined].includes(command.getOptionValueSource(attribute));
-
 /**
  * Before the command runs (after the environment is applied): a refused flag stops it with its line; an alias's
  * value goes to its setting, unless that setting is given too, which must then agree. A `--no-x` flag shares x's
@@ -53,7 +52,7 @@ function applyCompatibility(command: Command, settings: readonly Setting[]): voi
     const option = new Option(setting.flags);
     const attribute = option.attributeName();
     const value = command.getOptionValue(attribute);
-    return givenOn(command, attribute) && (option.negate ? value === false : value !== false) ? { attribute, value } : null;
+    return isGiven(command, attribute) && (option.negate ? value === false : value !== false) ? { attribute, value } : null;
   };
   for (const setting of settings) {
     if (setting.refused !== undefined && used(setting)) throw new InvalidArgumentError(`${longFlag(setting)} is not supported: ${setting.refused}`);
@@ -64,7 +63,7 @@ function applyCompatibility(command: Command, settings: readonly Setting[]): voi
     if (!alias || !given) continue;
     const value = alias.value ?? given.value;
     const target = attributeName(alias.of);
-    if (!givenOn(command, target)) command.setOptionValueWithSource(target, value, command.getOptionValueSource(given.attribute)!);
+    if (!isGiven(command, target)) command.setOptionValueWithSource(target, value, command.getOptionValueSource(given.attribute)!);
     else if (!isDeepStrictEqual(command.getOptionValue(target), value))
       throw new InvalidArgumentError(`${longFlag(setting)} and ${alias.of} ask for different values: give one`);
   }

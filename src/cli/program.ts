@@ -12,7 +12,7 @@ import { startCapture, type CaptureOptions } from '../app/capture.js';
 import { capturesExport, capturesImport, capturesList, capturesMerge, capturesPrune, capturesShow, capturesStats } from './captures.js';
 import { fitCommand } from './capturesFit.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
-import { applyEnvironment, npuMockCapture } from './environment.js';
+import { applyEnvironment, isGiven, npuMockCapture } from './environment.js';
 import { everyCommand, useOptionStyle } from './help.js';
 import { addSettings } from './options.js';
 import { rerunCommand } from './rerun.js';
@@ -65,7 +65,7 @@ export function buildProgram(): Command {
       await stopOnSignal('capture', startCaptureWith(o), o.shutdownTimeout);
       return;
     }
-    await runServeCommand(resolveServeFlags(o, (attribute) => !['default', undefined].includes(command.getOptionValueSource(attribute))));
+    await runServeCommand(resolveServeFlags(o, (attribute) => isGiven(command, attribute)));
   });
 
   const trace = program

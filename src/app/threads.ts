@@ -88,7 +88,7 @@ function startThread(options: ServeOptions, engines: number[], first: boolean): 
 
 /** `startServe` over `threads` worker threads (2 or more): the same ports, startup line and stop report. */
 export async function startServeThreads(options: ServeOptions, threads: number): Promise<Running> {
-  configureLogs({ level: options.logs?.level ?? 'info', format: options.logs?.format ?? 'text' });
+  configureLogs(options.logs);
   const numWorkers = options.numWorkers ?? 1;
   // Drawn once here, as startServe would: each engine's DCGM exporters keep seeds following the previous engine's.
   const shared: ServeOptions = { ...options, dcgm: { ...options.dcgm, seed: options.dcgm?.seed ?? Math.floor(Math.random() * 2 ** 32) } };

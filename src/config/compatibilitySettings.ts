@@ -4,7 +4,7 @@
  * setting itself where it means something here (logs, worker stagger), and a refusal naming what to use instead
  * where it belongs to Dynamo's runtime or a tool that does not exist here.
  */
-import { LOG_FORMATS, LOG_LEVELS } from '../util/log.js';
+import { DEFAULT_LOG_CONFIG, LOG_FORMATS, LOG_LEVELS } from '../util/log.js';
 import { choice, parsed, type Setting } from './settings.js';
 
 /** AIPerf's level names are upper case, uvicorn's lower; `critical` and `trace` are theirs too. */
@@ -29,7 +29,7 @@ export const LOG_SETTINGS: Setting[] = [
     help: 'least severe log lines shown (debug shows scheduler steps)',
     group: 'server',
     value: logLevel,
-    default: 'info',
+    default: DEFAULT_LOG_CONFIG.level,
     to: 'logs.level',
   },
   {
@@ -37,7 +37,7 @@ export const LOG_SETTINGS: Setting[] = [
     help: 'log lines as text or as JSON lines',
     group: 'server',
     value: choice(LOG_FORMATS),
-    default: 'text',
+    default: DEFAULT_LOG_CONFIG.format,
     to: 'logs.format',
   },
   {

@@ -12,10 +12,14 @@ export interface LogConfig {
   format: LogFormat;
 }
 
-let config: LogConfig = { level: 'info', format: 'text' };
+/** `--log-level` and `--log-format` left out. */
+export const DEFAULT_LOG_CONFIG: LogConfig = { level: 'info', format: 'text' };
 
-export function configureLogs(next: LogConfig): void {
-  config = { ...next };
+let config: LogConfig = DEFAULT_LOG_CONFIG;
+
+/** The given settings over the defaults. */
+export function configureLogs(next: Partial<LogConfig> = {}): void {
+  config = { level: next.level ?? DEFAULT_LOG_CONFIG.level, format: next.format ?? DEFAULT_LOG_CONFIG.format };
 }
 
 export const logsAt = (level: LogLevel): boolean => LOG_LEVELS.indexOf(level) >= LOG_LEVELS.indexOf(config.level);

@@ -13,6 +13,7 @@
  * - it starts at the user row (a message, or the tool results) that preceded it, else at its first row; its delay
  *   is from the end of the previous request (its last row) to that start.
  */
+import { canonicalJson } from '../captures/pairing.js';
 import { TooManyTokens } from '../tokenizer/index.js';
 import type { ConvertedRequest } from './convert.js';
 import { RollingHashIds } from './rollingHash.js';
@@ -47,18 +48,6 @@ function contentBlocks(content: unknown): Json[] {
   return Array.isArray(content) ? content.filter(isObject) : [];
 }
 
-/** JSON with object keys sorted: the same arguments render the same text. */
-function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (isObject(value))
-    return `{${Object.keys(value)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson(value[k])}`)
-      .join(',')}}`;
-  return JSON.stringify(value ?? null);
-}
-
-/** A tool result's content as text: its text blocks, other blocks as JSON. */
 function flattenText(content: unknown): string {
   if (content === undefined || content === null) return '';
   if (typeof content === 'string') return content;

@@ -117,8 +117,9 @@ describe.each(CASES)('replay of $engine on $path', (testCase) => {
       .find((ex) => ex.path === path)!;
     const captured = oldest.eventTimes;
     store.close();
-    // The double's own schedule is the oracle of what was captured: its first event leads the rest by the lead.
-    if (leadMs > 0) expect(captured[1] - captured[0]).toBeGreaterThanOrEqual(leadMs);
+    // The double's schedule is the oracle of what was captured: its first event leads the rest by the lead. The proxy
+    // stamps arrivals, so a late first event on a loaded machine shortens the gap; a coalesced one would leave ~0.
+    if (leadMs > 0) expect(captured[1] - captured[0]).toBeGreaterThan(leadMs / 2);
 
     const replay = await mockers.start(['serve', '--mode', 'replay', '--captures', file]);
     const { rttMs, arrivalsMs } = await measureInProcess(replay.url, body, route);

@@ -341,7 +341,10 @@ class ForwardedExchange {
   private readonly target: URL;
   private readonly raw: RawExchange;
   private sentBody: Buffer;
+  /** When the exchange started, on the clock its event times are read from. */
   private t0 = performance.now();
+  /** The same instant on the wall clock: start + total is when the exchange ended. */
+  private readonly startedAt = Date.now();
   private body = new ByteSink();
   private splitter = new EventSplitter();
   private settled = false;
@@ -372,7 +375,7 @@ class ForwardedExchange {
     const base = this.engine.url;
     this.target = new URL(base.pathname.replace(/\/$/, '') + path, base);
     this.raw = {
-      startedAt: Date.now(),
+      startedAt: this.startedAt,
       method,
       path,
       endpoint,
@@ -526,7 +529,9 @@ class ForwardedExchange {
     raw.eventEnds = this.splitter.ends;
     raw.eventTimes = this.splitter.times;
     // The engine's own timing starts with the request it answers.
-    this.t0 = performance.now();
+    const resent = performance.now();
+    raw.startedAt += Math.round(resent - this.t0);
+    this.t0 = resent;
     this.send();
   }
 

@@ -2,13 +2,13 @@
  * Benchmark (issue 40, sweeps): `mocker trace --sweep router-mode=round_robin,kv_router --sweep
  * num_gpu_blocks=A,B,C` (six offline replays over worker threads, one per core) against the slowest of those six
  * combinations run alone, both through the built CLI as users run them (process start included), on an
- * agent-like trace whose every turn extends its session's history (test/support/agentTrace.ts). The slowest
- * combination is found in an unmeasured warm-up round that runs each alone once; then --rounds rounds alternate
- * the sweep and that combination (order rotating each round). Reported: the ratio sweep ÷ slowest single run per
- * round, its median and min–max (issue 40's target: ≤ 2 on 2 cores). The lower bound of that ratio is the
- * combinations' total over the cores ÷ the slowest: six runs of about equal cost on two cores tend to 3 as the
- * simulation outweighs process start (about 0.6 s of a single run), so the workload is sized for a simulation of
- * about 0.5–1 s a combination.
+ * agent-like trace whose every turn extends its session's history (test/support/agentTrace.ts). The sweep runs in
+ * lanes, one per core: the command's own thread and worker threads. Each round runs the sweep and each
+ * combination alone (which first alternates); reported: per round the ratio sweep ÷ that round's slowest single
+ * run, their median and spread (issue 40's target: ≤ 2 on 2 cores). The floor of that ratio is (process start +
+ * a worker's start ÷ lanes + the six simulations ÷ lanes) ÷ (process start + the slowest simulation): six of about
+ * equal cost on two lanes tend to 3 as the simulation outweighs process start (about 0.45 s), and come nearer 1
+ * as it shrinks; --sessions sizes it.
  *
  *   npm run build && npx tsx bench/trace-sweep.ts [--rounds 3] [--sessions 512] [--turns 12]
  */
@@ -66,29 +66,38 @@ try {
     seed: 40,
     agentic: true,
   });
-  const warmUp = MODES.flatMap((mode) => KV_SIZES.map((blocks) => ({ mode, blocks, ms: timed(single(mode, blocks)) })));
-  const slowest = warmUp.reduce((a, b) => (b.ms > a.ms ? b : a));
-  console.log(`warm-up, each combination alone (ms): ${warmUp.map((w) => `${w.mode}/${w.blocks} ${round(w.ms, 0)}`).join(', ')}`);
+  const combinations = MODES.flatMap((mode) => KV_SIZES.map((blocks) => ({ mode, blocks })));
+  timed(single(combinations[0].mode, combinations[0].blocks)); // unmeasured: the file system's caches warm
   const sweepMs: number[] = [];
-  const singleMs: number[] = [];
+  const slowestMs: number[] = [];
+  const slowestOf: string[] = [];
   for (let r = 0; r < ROUNDS; r++) {
-    const order = r % 2 === 0 ? ['sweep', 'single'] : ['single', 'sweep'];
-    for (const which of order) {
-      if (which === 'sweep') sweepMs.push(timed(SWEEP));
-      else singleMs.push(timed(single(slowest.mode, slowest.blocks)));
-    }
+    // Each round: the sweep, then every combination alone (the slowest is this round's baseline), or the reverse.
+    const singles = () => combinations.map((c) => ({ label: `${c.mode}/${c.blocks}`, ms: timed(single(c.mode, c.blocks)) }));
+    const sweepFirst = r % 2 === 0;
+    if (sweepFirst) sweepMs.push(timed(SWEEP));
+    const alone = singles();
+    if (!sweepFirst) sweepMs.push(timed(SWEEP));
+    const slowest = alone.reduce((a, b) => (b.ms > a.ms ? b : a));
+    slowestMs.push(slowest.ms);
+    slowestOf.push(slowest.label);
+    console.log(
+      `round ${r + 1}: alone (ms) ${alone.map((a) => `${a.label} ${round(a.ms, 0)}`).join(', ')}; sum ${round(
+        alone.reduce((t, a) => t + a.ms, 0),
+        0,
+      )}`,
+    );
   }
-  const ratios = sweepMs.map((ms, i) => ms / singleMs[i]);
+  const ratios = sweepMs.map((ms, i) => ms / slowestMs[i]);
   printTable(
-    ['round', 'sweep of 6 (ms)', `slowest alone: ${slowest.mode}/${slowest.blocks} (ms)`, 'ratio'],
-    ratios.map((ratio, i) => [i + 1, round(sweepMs[i], 0), round(singleMs[i], 0), round(ratio, 2)]),
+    ['round', 'sweep of 6 (ms)', 'slowest alone (ms)', 'slowest', 'ratio'],
+    ratios.map((ratio, i) => [i + 1, round(sweepMs[i], 0), round(slowestMs[i], 0), slowestOf[i], round(ratio, 2)]),
   );
   console.log(
     JSON.stringify({
-      config: { sessions: SESSIONS, turns: TURNS, requests: SESSIONS * TURNS, kvSizes: KV_SIZES, threads: Math.min(availableParallelism(), 6), rounds: ROUNDS },
-      slowest: { mode: slowest.mode, numGpuBlocks: slowest.blocks },
+      config: { sessions: SESSIONS, turns: TURNS, requests: SESSIONS * TURNS, kvSizes: KV_SIZES, lanes: Math.min(availableParallelism(), 6), rounds: ROUNDS },
       sweepMsMedian: round(median(sweepMs), 1),
-      singleMsMedian: round(median(singleMs), 1),
+      slowestMsMedian: round(median(slowestMs), 1),
       ratio: round(median(ratios), 3),
       ratios: ratios.map((x) => round(x, 3)),
     }),

@@ -14,7 +14,7 @@ import { formatSweepTable, renderSweepHtml, sweepJson, type SweepAxis, type Swee
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { writeOutputFile } from '../util/outputFile.js';
 import { planTrace, reportOutputs, type TraceOptions } from './trace.js';
-import type { SweepAnswer, SweepDone, SweepJob } from './traceSweepWorker.js';
+import { runLane, type SweepAnswer, type SweepDone, type SweepLane } from './traceSweepWorker.js';
 
 /** The trace flags a sweep may vary (named without their dashes; snake_case too). */
 const FLAG_KEYS = ['num-workers', 'router-mode', 'replay-concurrency', 'arrival-speedup-ratio', 'num-prefill-workers', 'num-decode-workers'];
@@ -127,44 +127,40 @@ function planSweep(o: TraceOptions): { axes: Axis[]; combos: { values: SweepValu
 }
 
 /**
- * Runs the combinations on worker threads, each taking the next combination when it has reported the last;
- * `onDone` hears of each as it ends. A failed combination stops them all.
+ * Runs the combinations in lanes, one per core: this thread and worker threads, spawned first so that they load
+ * while this thread replays. Each lane claims the next combination from a shared counter when it has finished
+ * its last, so no lane waits for a message this thread cannot read while it simulates. `onDone` hears of each
+ * combination as it ends; a failed one stops the claiming, and the sweep fails naming it.
  */
-function runCombinations(jobs: { options: TraceOptions; label: string }[], onDone: (index: number, done: SweepDone) => void): Promise<SweepDone[]> {
+async function runCombinations(jobs: { options: TraceOptions; label: string }[], onDone: (index: number, done: SweepDone) => void): Promise<SweepDone[]> {
+  const lane: SweepLane = { next: new Int32Array(new SharedArrayBuffer(4)), combinations: jobs.map((job) => job.options) };
   const results: SweepDone[] = new Array(jobs.length);
-  let next = 0;
-  let finished = 0;
-  return new Promise((resolve, reject) => {
-    const workers: Worker[] = [];
-    let settled = false;
-    const fail = (message: string) => {
-      if (settled) return;
-      settled = true;
-      for (const w of workers) void w.terminate();
-      reject(new Error(message));
-    };
-    // No job left: the thread is told to end (null), and ends with code 0.
-    const give = (worker: Worker) => worker.postMessage((next < jobs.length ? { index: next, options: jobs[next++].options } : null) satisfies SweepJob | null);
-    for (let t = 0; t < Math.min(availableParallelism(), jobs.length); t++) {
-      const worker = new Worker(new URL('./traceSweepWorker.js', import.meta.url));
-      workers.push(worker);
-      worker.on('message', (answer: SweepAnswer) => {
-        if ('error' in answer) return fail(`--sweep ${jobs[answer.index].label}: ${answer.error}`);
-        results[answer.index] = answer;
-        onDone(answer.index, answer);
-        if (++finished === jobs.length) {
-          settled = true;
-          resolve(results);
-        }
-        give(worker);
-      });
-      worker.on('error', (err) => fail(`--sweep: a worker thread failed: ${err.message}`));
-      worker.on('exit', (code) => {
-        if (code !== 0) fail(`--sweep: a worker thread stopped (exit code ${code})`);
-      });
-      give(worker);
+  let failure: string | null = null;
+  const hear = (answer: SweepAnswer) => {
+    if ('error' in answer) failure ??= `--sweep ${jobs[answer.index].label}: ${answer.error}`;
+    else {
+      results[answer.index] = answer;
+      onDone(answer.index, answer);
     }
+  };
+  const workers = Array.from({ length: Math.min(availableParallelism(), jobs.length) - 1 }, () => {
+    const worker = new Worker(new URL('./traceSweepWorker.js', import.meta.url), { workerData: { sweepLane: lane } });
+    worker.on('message', hear);
+    return new Promise<void>((resolve) => {
+      worker.on('error', (err) => {
+        Atomics.store(lane.next, 0, jobs.length);
+        failure ??= `--sweep: a worker thread failed: ${err.message}`;
+      });
+      worker.on('exit', (code) => {
+        if (code !== 0) failure ??= `--sweep: a worker thread stopped (exit code ${code})`;
+        resolve();
+      });
+    });
   });
+  await runLane(lane, hear);
+  await Promise.all(workers);
+  if (failure !== null) throw new Error(failure);
+  return results;
 }
 
 /** Runs `mocker trace --sweep`; resolves with the exit code (1: a combination completed no request). */

@@ -1,14 +1,16 @@
 /**
- * A worker thread of `mocker trace --sweep` (app/traceSweep.ts): replays each combination it is given, in
- * process, loading the workload from the combination's options, and posts back its report; null ends it.
+ * A worker thread of `mocker trace --sweep` (app/traceSweep.ts): one lane of the sweep. It claims the next
+ * combination from the counter the lanes share, replays it in process (loading the workload from its options),
+ * posts its report, and ends when none is left or a lane has failed.
  */
-import { parentPort } from 'node:worker_threads';
+import { parentPort, workerData } from 'node:worker_threads';
 import type { ReplayReport } from '../trace/collector.js';
 import { replayTrace, type Settings, type TraceOptions } from './trace.js';
 
-export interface SweepJob {
-  index: number;
-  options: TraceOptions;
+export interface SweepLane {
+  /** The index of the next combination to claim (Atomics.add), shared by every lane. */
+  next: Int32Array;
+  combinations: TraceOptions[];
 }
 
 export interface SweepDone {
@@ -19,16 +21,22 @@ export interface SweepDone {
 
 export type SweepAnswer = SweepDone | { index: number; error: string };
 
-const port = parentPort;
-if (port === null) throw new Error('traceSweepWorker.js runs as a worker thread of mocker trace --sweep');
-port.on('message', async (job: SweepJob | null) => {
-  if (job === null) return port.close();
-  let answer: SweepAnswer;
-  try {
-    const { report, settings } = await replayTrace(job.options);
-    answer = { index: job.index, report, settings };
-  } catch (err) {
-    answer = { index: job.index, error: (err as Error).message };
+/** Replays combinations claimed from `lane` until none is left; `answer` hears each. A failure ends the claiming for every lane. */
+export async function runLane(lane: SweepLane, answer: (a: SweepAnswer) => void): Promise<void> {
+  const { next, combinations } = lane;
+  for (let index = Atomics.add(next, 0, 1); index < combinations.length; index = Atomics.add(next, 0, 1)) {
+    try {
+      const { report, settings } = await replayTrace(combinations[index]);
+      answer({ index, report, settings });
+    } catch (err) {
+      Atomics.store(next, 0, combinations.length);
+      answer({ index, error: (err as Error).message });
+      return;
+    }
   }
-  port.postMessage(answer);
-});
+}
+
+if (parentPort !== null && (workerData as { sweepLane?: SweepLane } | undefined)?.sweepLane) {
+  const port = parentPort;
+  await runLane((workerData as { sweepLane: SweepLane }).sweepLane, (a) => port.postMessage(a));
+}

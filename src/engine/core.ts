@@ -1,7 +1,7 @@
 import { KvBlockManager, type BlockId, type KvCacheEvent, type MoveBlock } from './kv/blockManager.js';
 import { VllmKvEventLog, type VllmKvEvent, type VllmKvEventOptions } from './kv/vllmKvEvents.js';
 import { ActiveSequence } from './sequence.js';
-import type { PassTiming } from './timingModels.js';
+import { PrefillBatch, type PassTiming } from './timingModels.js';
 import { mulberry32 } from '../util/mulberry32.js';
 import type {
   Admission,
@@ -373,8 +373,7 @@ export class EngineCore implements SchedulerCore {
     for (let s = skipped.length - 1; s >= 0; s--) this.waiting.pushFront(skipped[s]);
 
     const timing = this.config.timing;
-    const batch = pass.batchCount;
-    const prefillMs = batch === 0 ? 0 : timing.prefillMs(batch, Math.floor(pass.islSum / batch), Math.floor(pass.prefixSum / batch));
+    const prefillMs = pass.prefill.prefillMs(timing);
     const decodeStart = now + prefillMs;
     this.stats.prefillMs += prefillMs;
     const { decodeMs, tokens, wakeAtMs: tokenWake } = this.emitReadyTokens(decodeStart, prefillMs, pass);
@@ -740,9 +739,7 @@ class PassBuilder {
   readonly admitted: Admission[] = [];
   readonly preempted: string[] = [];
   preemptedAny = false;
-  batchCount = 0;
-  islSum = 0;
-  prefixSum = 0;
+  readonly prefill = new PrefillBatch();
   scheduledTokens = 0;
   promptTokens = 0;
 
@@ -759,11 +756,7 @@ class PassBuilder {
     this.budget -= total;
     this.scheduledTokens += total;
     this.promptTokens += promptTokens;
-    if (promptTokens > 0 && !state.remoteKv) {
-      this.batchCount++;
-      this.islSum += prefix + promptTokens;
-      this.prefixSum += prefix;
-    }
+    if (promptTokens > 0 && !state.remoteKv) this.prefill.add(prefix, prefix + promptTokens);
   }
 
   /** A preempted request gives back what it was scheduled this pass. */
@@ -773,10 +766,6 @@ class PassBuilder {
     this.budget += state.scheduledTotal;
     this.scheduledTokens -= state.scheduledTotal;
     this.promptTokens -= state.scheduledPromptTokens;
-    if (state.scheduledPromptTokens > 0 && !state.remoteKv) {
-      this.batchCount--;
-      this.islSum -= state.scheduledPrefix + state.scheduledPromptTokens;
-      this.prefixSum -= state.scheduledPrefix;
-    }
+    if (state.scheduledPromptTokens > 0 && !state.remoteKv) this.prefill.add(state.scheduledPrefix, state.scheduledPrefix + state.scheduledPromptTokens, -1);
   }
 }

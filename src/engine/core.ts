@@ -373,7 +373,7 @@ export class EngineCore implements SchedulerCore {
     for (let s = skipped.length - 1; s >= 0; s--) this.waiting.pushFront(skipped[s]);
 
     const timing = this.config.timing;
-    const prefillMs = pass.prefill.prefillMs(timing);
+    const prefillMs = pass.prefillMs(timing);
     const decodeStart = now + prefillMs;
     this.stats.prefillMs += prefillMs;
     const { decodeMs, tokens, wakeAtMs: tokenWake } = this.emitReadyTokens(decodeStart, prefillMs, pass);
@@ -734,19 +734,20 @@ function adapterNames(requests: Iterable<RequestState>): string[] {
   return [...names];
 }
 
-/** The bookkeeping of one pass: budget, what was scheduled, and the prefill batch sums. */
-class PassBuilder {
+/** The bookkeeping of one pass: budget, what was scheduled, and (as a PrefillBatch) its prefilling requests. */
+class PassBuilder extends PrefillBatch {
   readonly admitted: Admission[] = [];
   readonly preempted: string[] = [];
   preemptedAny = false;
-  readonly prefill = new PrefillBatch();
   scheduledTokens = 0;
   promptTokens = 0;
 
   constructor(
     private readonly id: number,
     public budget: number,
-  ) {}
+  ) {
+    super();
+  }
 
   schedule(state: RequestState, total: number, promptTokens: number, prefix: number): void {
     state.scheduledPass = this.id;
@@ -756,7 +757,7 @@ class PassBuilder {
     this.budget -= total;
     this.scheduledTokens += total;
     this.promptTokens += promptTokens;
-    if (promptTokens > 0 && !state.remoteKv) this.prefill.add(prefix, prefix + promptTokens);
+    if (promptTokens > 0 && !state.remoteKv) this.add(prefix, prefix + promptTokens);
   }
 
   /** A preempted request gives back what it was scheduled this pass. */
@@ -766,6 +767,6 @@ class PassBuilder {
     this.budget += state.scheduledTotal;
     this.scheduledTokens -= state.scheduledTotal;
     this.promptTokens -= state.scheduledPromptTokens;
-    if (state.scheduledPromptTokens > 0 && !state.remoteKv) this.prefill.add(state.scheduledPrefix, state.scheduledPrefix + state.scheduledPromptTokens, -1);
+    if (state.scheduledPromptTokens > 0 && !state.remoteKv) this.add(state.scheduledPrefix, state.scheduledPrefix + state.scheduledPromptTokens, -1);
   }
 }

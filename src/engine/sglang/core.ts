@@ -48,19 +48,18 @@ export interface SglangSchedulerConfig extends SglangSchedulerSettings {
   cacheEvents?: boolean;
 }
 
-/** What one pass did, kept on the side while it runs. */
-class PassTally {
+/** What one pass did, kept on the side while it runs (as a PrefillBatch: its prefilling requests). */
+class PassTally extends PrefillBatch {
   readonly admitted: Admission[] = [];
   readonly preempted: string[] = [];
   readonly tokens: TokenOut[] = [];
-  readonly prefill = new PrefillBatch();
   scheduledTokens = 0;
   promptTokens = 0;
 
   /** A prefill of `request`'s tokens [start, end) (KV pulled from a prefill engine costs no compute). */
   prefilled(request: SglangRequest, start: number, end: number): void {
     if (request.remoteKv) return;
-    this.prefill.add(start, end);
+    this.add(start, end);
     this.scheduledTokens += end - start;
     const prompt = request.promptLength;
     this.promptTokens += Math.max(0, Math.min(end, prompt) - Math.min(start, prompt));
@@ -328,7 +327,7 @@ export class SglangCore implements SchedulerCore {
     const pass = new PassTally();
     if (this.schedulePolicy === 'lpm') this.applyLpm();
     if (this.prefill(pass)) this.ratio = this.initNewTokenRatio;
-    const prefillMs = pass.prefill.prefillMs(this.config.timing);
+    const prefillMs = pass.prefillMs(this.config.timing);
     this.stats.prefillMs += prefillMs;
     const decodeStart = now + prefillMs;
     const { decodeMs, wakeAtMs } = this.decode(decodeStart, prefillMs, pass);

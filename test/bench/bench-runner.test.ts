@@ -98,11 +98,15 @@ describe('bench runner', () => {
     expect(figures[0].ratio).toBeCloseTo(1.1, 12);
   });
 
-  it('maps trace-sweep to the sweep against the slowest combination alone, judged on the ratio (issue 40: ≤ 2)', () => {
-    const stdout = `warm-up\n${JSON.stringify({ sweepMsMedian: 4000, singleMsMedian: 1600, ratio: 2.5, ratios: [2.5, 2.2, 2.9] })}\n`;
+  it('maps trace-sweep (and trace-sweep-64) to the sweep against the slowest combination alone, judged on the ratio (issue 40: ≤ 2)', () => {
+    const stdout = `round 1: alone (ms) …\n${JSON.stringify({ sweepMsMedian: 4000, slowestMsMedian: 1600, ratio: 2.5, ratios: [2.5, 2.2, 2.9] })}\n`;
     const [f] = figuresOf('trace-sweep', stdout);
     expect(f).toMatchObject({ value: 4000, baselineValue: 1600, ratio: 2.5, judged: 'ratio', min: 2.2, max: 2.9, target: { op: '<=', bound: 2 } });
+    expect(f.figure).toContain('6144 agentic requests');
     expect(met(f)).toBe(false);
+    const [small] = figuresOf('trace-sweep-64', stdout.replace('"ratio":2.5', '"ratio":1.8').replace('[2.5,', '[1.8,').replace('2.9]', '1.9]'));
+    expect(small.figure).toContain('768 agentic requests');
+    expect(met(small)).toBe(true);
   });
 
   it('says which number a benchmark failed to report', () => {

@@ -268,14 +268,13 @@ describe('serve (vLLM, the default) for contrast', () => {
 describe('serve --engine-type sglang with two data-parallel ranks, under load', () => {
   it('labels scheduler series with dp_rank, their gauges equal each rank of /mocker/engine mid-run, aborts count', async () => {
     // Slow passes and a small pool (4 pages of 64 per rank): rank 0 runs one of its two requests and queues the other.
-    // 100 tokens at 200 ms a pass keep them running for 20 s: the snapshot below comes well within that on a loaded machine.
     const { url, pid } = await serve([
       '--engine-type',
       'sglang',
       '--timing',
       'fixed',
       '--forward-time-ms',
-      '200',
+      '50',
       '--data-parallel-size',
       '2',
       '--num-gpu-blocks-override',

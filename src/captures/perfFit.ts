@@ -4,15 +4,14 @@
  * - decode step (ms) = base + per_sequence × batch + per_kv_token × active KV tokens, from the gaps between
  *   output tokens, with the batch of each step reconstructed from every captured request's token times;
  * - prefill (ms) = base + per_token × t + per_token_context × t × c + per_token_squared × t², t the new prompt
- *   tokens of a pass and c the context they attend over (each prefilled request's prompt length, cached prefix
- *   included, weighted by its new tokens, so that t × c sums each request's new × context: Vidur's attention term; t² tells apart an engine whose cost grows with the whole pass), from the steps under load that prefilled and the first tokens of requests that met an idle
+ *   tokens of a pass and c the context they attend over (the prefilled requests' mean prompt length, cached
+ *   prefix included: Vidur's attention term; t² tells apart an engine whose cost grows with the whole pass), from the steps under load that prefilled and the first tokens of requests that met an idle
  *   engine together (an idle request's first token also carries the HTTP and request handling outside the engine:
  *   a term of its own, fitted beside and left out of the profile), less the one decode step such a pass also holds.
  * Both are fitted by least squares with Huber weights (a stray late token must not bend the line), and
  * sampled onto the grid `--planner-profile-data` interpolates (§4.2), in the coordinates the engine queries it
  * with: active KV counted in whole blocks, batch = active KV / mean context length.
  */
-import { attendedContext } from '../engine/index.js';
 import type { PerfTables } from '../engine/perf/perfModel.js';
 
 /** One choice of a streamed, complete generation, on the capture's one time line (ms). */
@@ -212,7 +211,7 @@ class IntervalSet {
 /** A step that prefilled: its new prompt tokens, their context, the batch it then decoded, and how long it took. */
 interface PrefillStep {
   newTokens: number;
-  /** The context the step's new tokens attend over: each request's prompt length (cached prefix included), weighted by its new tokens, as the engine queries it (timingModels.ts attendedContext). */
+  /** The prefilled requests' mean prompt length (cached prefix included), in whole tokens as the engine computes it. */
   promptContext: number;
   /** How many requests it prefilled. */
   requests: number;
@@ -266,7 +265,7 @@ function stepObservations(timeline: CaptureTimeline, blockSize: number) {
     // Sent before the previous step ended: waiting, so this step began right after it.
     if (fresh.some((s) => s.sentMs > arrivalMs[step - 1] + CLOCK_RESOLUTION_MS)) return;
     const newTokens = fresh.reduce((sum, s) => sum + Math.max(0, s.promptTokens - s.cachedTokens), 0);
-    const promptContext = attendedContext(fresh.map((s) => ({ prefix: Math.min(s.cachedTokens, s.promptTokens), isl: s.promptTokens })));
+    const promptContext = Math.floor(fresh.reduce((sum, s) => sum + s.promptTokens, 0) / fresh.length);
     prefill.push({
       newTokens,
       promptContext,

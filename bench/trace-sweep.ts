@@ -4,7 +4,7 @@
  * combinations run alone, both through the built CLI as users run them (process start included), on an
  * agent-like trace whose every turn extends its session's history (test/support/agentTrace.ts). The sweep runs in
  * lanes, one per core: the command's own thread and worker threads. Each round runs the sweep and each
- * combination alone (which first alternates); reported: per round the ratio sweep ÷ that round's slowest single
+ * combination alone (which goes first alternates between rounds); reported: per round the ratio sweep ÷ that round's slowest single
  * run, their median and spread (issue 40's target: ≤ 2 on 2 cores). The floor of that ratio is (process start +
  * a worker's start ÷ lanes + the six simulations ÷ lanes) ÷ (process start + the slowest simulation): six of about
  * equal cost on two lanes tend to 3 as the simulation outweighs process start (about 0.45 s), and come nearer 1
@@ -73,10 +73,9 @@ try {
   const slowestOf: string[] = [];
   for (let r = 0; r < ROUNDS; r++) {
     // Each round: the sweep, then every combination alone (the slowest is this round's baseline), or the reverse.
-    const singles = () => combinations.map((c) => ({ label: `${c.mode}/${c.blocks}`, ms: timed(single(c.mode, c.blocks)) }));
     const sweepFirst = r % 2 === 0;
     if (sweepFirst) sweepMs.push(timed(SWEEP));
-    const alone = singles();
+    const alone = combinations.map((c) => ({ label: `${c.mode}/${c.blocks}`, ms: timed(single(c.mode, c.blocks)) }));
     if (!sweepFirst) sweepMs.push(timed(SWEEP));
     const slowest = alone.reduce((a, b) => (b.ms > a.ms ? b : a));
     slowestMs.push(slowest.ms);

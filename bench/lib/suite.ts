@@ -367,15 +367,18 @@ const AGENTIC: Benchmark = {
   ],
 };
 
+/** Turns of each agent session in the sweep benchmark's trace. */
+const SWEEP_TURNS = 12;
+
 /** Issue 40: a sweep of six against its slowest combination alone; sessions size the simulation against process start. */
 const traceSweep = (sessions: number): Benchmark => ({
   name: sessions === 512 ? 'trace-sweep' : `trace-sweep-${sessions}`,
   group: 'sweep',
   script: 'bench/trace-sweep.ts',
-  args: ['--rounds', '3', '--sessions', String(sessions)],
+  args: ['--rounds', '3', '--sessions', String(sessions), '--turns', String(SWEEP_TURNS)],
   figures: (json) => [
     {
-      figure: `mocker trace --sweep, 2 router modes × 3 KV sizes, ${sessions * 12} agentic requests, wall`,
+      figure: `mocker trace --sweep, 2 router modes × 3 KV sizes, ${sessions * SWEEP_TURNS} agentic requests, wall`,
       value: numberAt(json, 'sweepMsMedian'),
       unit: 'ms',
       baseline: 'the slowest combination alone',

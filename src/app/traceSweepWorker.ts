@@ -36,7 +36,7 @@ export async function runLane(lane: SweepLane, answer: (a: SweepAnswer) => void)
   }
 }
 
-if (parentPort !== null && (workerData as { sweepLane?: SweepLane } | undefined)?.sweepLane) {
-  const port = parentPort;
-  await runLane((workerData as { sweepLane: SweepLane }).sweepLane, (a) => port.postMessage(a));
-}
+const port = parentPort;
+const lane = (workerData as { sweepLane?: SweepLane } | null)?.sweepLane;
+// Imported by the sweep itself too (runLane): only a lane's worker thread runs one here.
+if (port !== null && lane !== undefined) await runLane(lane, (a) => port.postMessage(a));

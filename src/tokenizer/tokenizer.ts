@@ -169,10 +169,6 @@ function packedSmallIntegers(ids: readonly number[]): number[] {
   return out;
 }
 
-/**
- * A model's tokenizer (Hugging Face `tokenizers`, exact) and chat template (@huggingface/jinja),
- * built from the model's files so the same files can travel inside a capture.
- */
 /** What ModelTokenizer asks of its tokenizer: Hugging Face's, or `--no-tokenizer`'s character chunks (chunkTokenizer.ts). */
 export interface TokenizerBackend {
   encode(text: string, pair: null, options: { addSpecialTokens: boolean }): Promise<{ getIds(): number[]; getLength(): number }>;
@@ -183,6 +179,10 @@ export interface TokenizerBackend {
   getVocabSize(withAddedTokens: boolean): number;
 }
 
+/**
+ * A model's tokenizer (Hugging Face `tokenizers`, exact) and chat template (@huggingface/jinja),
+ * built from the model's files so the same files can travel inside a capture.
+ */
 export class ModelTokenizer {
   readonly name: string;
   readonly files: Map<string, Buffer>;

@@ -48,6 +48,7 @@ function contentBlocks(content: unknown): Json[] {
   return Array.isArray(content) ? content.filter(isObject) : [];
 }
 
+/** A tool result's content as text: its text blocks, other blocks as JSON. */
 function flattenText(content: unknown): string {
   if (content === undefined || content === null) return '';
   if (typeof content === 'string') return content;

@@ -4,14 +4,15 @@
  * - decode step (ms) = base + per_sequence × batch + per_kv_token × active KV tokens, from the gaps between
  *   output tokens, with the batch of each step reconstructed from every captured request's token times;
  * - prefill (ms) = base + per_token × t + per_token_context × t × c + per_token_squared × t², t the new prompt
- *   tokens of a pass and c the context they attend over (the prefilled requests' mean prompt length, cached
- *   prefix included: Vidur's attention term; t² tells apart an engine whose cost grows with the whole pass), from the steps under load that prefilled and the first tokens of requests that met an idle
+ *   tokens of a pass and c the context they attend over (each prefilled request's prompt length, cached prefix
+ *   included, weighted by its new tokens, so that t × c sums each request's new × context: Vidur's attention term; t² tells apart an engine whose cost grows with the whole pass), from the steps under load that prefilled and the first tokens of requests that met an idle
  *   engine together (an idle request's first token also carries the HTTP and request handling outside the engine:
  *   a term of its own, fitted beside and left out of the profile), less the one decode step such a pass also holds.
  * Both are fitted by least squares with Huber weights (a stray late token must not bend the line), and
  * sampled onto the grid `--planner-profile-data` interpolates (§4.2), in the coordinates the engine queries it
  * with: active KV counted in whole blocks, batch = active KV / mean context length.
  */
+import { attendedContext } from '../engine/index.js';
 import type { PerfTables } from '../engine/perf/perfModel.js';
 
 /** One choice of a streamed, complete generation, on the capture's one time line (ms). */
@@ -211,7 +212,7 @@ class IntervalSet {
 /** A step that prefilled: its new prompt tokens, their context, the batch it then decoded, and how long it took. */
 interface PrefillStep {
   newTokens: number;
-  /** The prefilled requests' mean prompt length (cached prefix included), in whole tokens as the engine computes it. */
+  /** The context the step's new tokens attend over: each request's prompt length (cached prefix included), weighted by its new tokens, as the engine queries it (timingModels.ts attendedContext). */
   promptContext: number;
   /** How many requests it prefilled. */
   requests: number;
@@ -265,7 +266,7 @@ function stepObservations(timeline: CaptureTimeline, blockSize: number) {
     // Sent before the previous step ended: waiting, so this step began right after it.
     if (fresh.some((s) => s.sentMs > arrivalMs[step - 1] + CLOCK_RESOLUTION_MS)) return;
     const newTokens = fresh.reduce((sum, s) => sum + Math.max(0, s.promptTokens - s.cachedTokens), 0);
-    const promptContext = Math.floor(fresh.reduce((sum, s) => sum + s.promptTokens, 0) / fresh.length);
+    const promptContext = attendedContext(fresh.map((s) => ({ prefix: Math.min(s.cachedTokens, s.promptTokens), isl: s.promptTokens })));
     prefill.push({
       newTokens,
       promptContext,
@@ -355,9 +356,6 @@ interface PrefillPoint {
   ms: number;
 }
 
-/** How much higher the squared form's R² must be than the context form's for it to be chosen (a tie keeps the context's). */
-const SQUARED_FORM_R2_MARGIN = 0.02;
-
 /** Grid points of the prefill table's context axis (the form is linear in the context: any grid is exact). */
 const PREFILL_CONTEXT_POINTS = 32;
 
@@ -395,37 +393,28 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
   const overheadTerm: Term<PrefillPoint>[] = withOverhead
     ? [{ name: 'overhead', unit: 'request that met an idle engine', value: (p) => (p.idle ? 1 : 0) }]
     : [];
-  // The growth beyond linear: new tokens attending over their context (Vidur), or the whole pass's tokens squared (an
-  // engine whose cost grows with the pass). One request's context is its own tokens, so only passes that prefilled
-  // several requests tell them apart: the squared form is kept only if it fits those twice as closely.
-  const quadratic: Term<PrefillPoint>[] =
-    distinct > 2
-      ? [
-          { name: 'per_token_context', unit: 'prompt token × context token', value: (p) => p.tokens * p.context },
-          { name: 'per_token_squared', unit: 'prompt token²', value: (p) => p.tokens * p.tokens },
-        ]
-      : [];
+  // The growth beyond linear: new tokens attending over their context (Vidur), and the whole pass's tokens squared
+  // (an engine whose cost grows with the pass). One request's context is its own tokens, so the requests prefilled
+  // alone fix only the two terms' sum; the passes that prefilled several apportion it. Fitted together, not chosen
+  // between: on those few passes (5-9 in a 100-request capture) a choice by closeness flipped under noise, while a
+  // joint fit errs only where they differ. A term the data give a negative cost is left out and the rest refitted.
+  const contextTerm: Term<PrefillPoint> = { name: 'per_token_context', unit: 'prompt token × context token', value: (p) => p.tokens * p.context };
+  const squaredTerm: Term<PrefillPoint> = { name: 'per_token_squared', unit: 'prompt token²', value: (p) => p.tokens * p.tokens };
+  const several = points.some((p) => p.requests > 1);
   const source = !underLoad ? 'idle first tokens' : idle.length > 0 ? 'prefill steps and idle first tokens' : 'prefill steps';
   const more = underLoad
     ? 'capture more streamed requests under load, with several prompt lengths'
     : `capture more streamed requests one at a time, with several prompt lengths (or a load with at least ${MIN_PREFILL_STEPS} prefill steps)`;
   const what = `prefill (${underLoad ? 'steps under load' : 'requests that met an idle engine'})`;
-  const candidates = (quadratic.length > 0 ? quadratic.map((q) => [...linear, q, ...overheadTerm]) : [[...linear, ...overheadTerm]]).map((terms) => {
-    const learnt = learnableTerms(what, terms, points.length, more);
+  const fitWith = (quadratic: Term<PrefillPoint>[]) => {
+    const learnt = learnableTerms(what, [...linear, ...quadratic, ...overheadTerm], points.length, more);
     return { learnt, fit: robustFit(points, learnt.terms, (p) => p.ms, { relative: true }) };
-  });
-  // The forms differ only on passes that prefilled several requests (one request's context is its own tokens), but
-  // each fitted over every point places its coefficients differently: judged by the R² of the whole fit. Judged on
-  // those few passes alone (5-9 in a 100-request capture) by their mean relative residual with a 2x margin, the
-  // choice flipped under noise: the pass-squared engine of captures-fit.test.ts gave residual ratios 2.8-3.2 and, in
-  // one of five runs, under 2; its R² are 0.72-0.74 (context) against 0.996 (squared), the context engine's 0.95-0.96
-  // against 0.82-0.90 (six captures of captures-fit-validate.test.ts).
-  const several = points.filter((p) => p.requests > 1);
-  // The context form (attention's cost) unless the squared one plainly fits better: without such passes they tie.
-  const squaredCloser = candidates.length > 1 && several.length > 0 && candidates[1].fit.r2 > candidates[0].fit.r2 + SQUARED_FORM_R2_MARGIN;
-  const { learnt, fit } = candidates[squaredCloser ? 1 : 0];
-  if ('per_token_squared' in fit.coefficients)
-    notes.push("the prefill grows with the pass's tokens squared rather than with each request's tokens × context (it fits closer)");
+  };
+  let { learnt, fit } = fitWith(distinct > 2 ? (several ? [contextTerm, squaredTerm] : [contextTerm]) : []);
+  const negative = [contextTerm, squaredTerm].find((t) => (fit.coefficients[t.name] ?? 0) < 0);
+  if (several && distinct > 2 && negative) ({ learnt, fit } = fitWith([negative === contextTerm ? squaredTerm : contextTerm]));
+  if ((fit.coefficients.per_token_squared ?? 0) > (fit.coefficients.per_token_context ?? 0))
+    notes.push("the prefill grows more with the pass's tokens squared than with each request's tokens × context");
   const warnings = [
     ...learnt.warnings,
     ...negativeCosts(

@@ -1,7 +1,7 @@
 import { KvBlockManager, type BlockId, type KvCacheEvent, type MoveBlock } from './kv/blockManager.js';
 import { VllmKvEventLog, type VllmKvEvent, type VllmKvEventOptions } from './kv/vllmKvEvents.js';
 import { ActiveSequence } from './sequence.js';
-import type { PassTiming } from './timingModels.js';
+import { PrefillBatch, type PassTiming } from './timingModels.js';
 import { mulberry32 } from '../util/mulberry32.js';
 import type {
   Admission,
@@ -373,8 +373,7 @@ export class EngineCore implements SchedulerCore {
     for (let s = skipped.length - 1; s >= 0; s--) this.waiting.pushFront(skipped[s]);
 
     const timing = this.config.timing;
-    const batch = pass.batchCount;
-    const prefillMs = batch === 0 ? 0 : timing.prefillMs(batch, Math.floor(pass.islSum / batch), Math.floor(pass.prefixSum / batch));
+    const prefillMs = pass.prefillMs(timing);
     const decodeStart = now + prefillMs;
     this.stats.prefillMs += prefillMs;
     const { decodeMs, tokens, wakeAtMs: tokenWake } = this.emitReadyTokens(decodeStart, prefillMs, pass);
@@ -735,21 +734,20 @@ function adapterNames(requests: Iterable<RequestState>): string[] {
   return [...names];
 }
 
-/** The bookkeeping of one pass: budget, what was scheduled, and the prefill batch sums. */
-class PassBuilder {
+/** The bookkeeping of one pass: budget, what was scheduled, and (as a PrefillBatch) its prefilling requests. */
+class PassBuilder extends PrefillBatch {
   readonly admitted: Admission[] = [];
   readonly preempted: string[] = [];
   preemptedAny = false;
-  batchCount = 0;
-  islSum = 0;
-  prefixSum = 0;
   scheduledTokens = 0;
   promptTokens = 0;
 
   constructor(
     private readonly id: number,
     public budget: number,
-  ) {}
+  ) {
+    super();
+  }
 
   schedule(state: RequestState, total: number, promptTokens: number, prefix: number): void {
     state.scheduledPass = this.id;
@@ -759,11 +757,7 @@ class PassBuilder {
     this.budget -= total;
     this.scheduledTokens += total;
     this.promptTokens += promptTokens;
-    if (promptTokens > 0 && !state.remoteKv) {
-      this.batchCount++;
-      this.islSum += prefix + promptTokens;
-      this.prefixSum += prefix;
-    }
+    if (promptTokens > 0 && !state.remoteKv) this.add(prefix, prefix + promptTokens);
   }
 
   /** A preempted request gives back what it was scheduled this pass. */
@@ -773,10 +767,6 @@ class PassBuilder {
     this.budget += state.scheduledTotal;
     this.scheduledTokens -= state.scheduledTotal;
     this.promptTokens -= state.scheduledPromptTokens;
-    if (state.scheduledPromptTokens > 0 && !state.remoteKv) {
-      this.batchCount--;
-      this.islSum -= state.scheduledPrefix + state.scheduledPromptTokens;
-      this.prefixSum -= state.scheduledPrefix;
-    }
+    if (state.scheduledPromptTokens > 0 && !state.remoteKv) this.add(state.scheduledPrefix, state.scheduledPrefix + state.scheduledPromptTokens, -1);
   }
 }

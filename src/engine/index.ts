@@ -7,7 +7,7 @@ export { LiveDriver } from './liveDriver.js';
 export { runOffline, type OfflineResult, type TimedRequest } from './offlineDriver.js';
 export { loadPerfModel, polynomialPerfModel, type PerfModel } from './perf/perfModel.js';
 export { SimulatedEngine, type SimulatedEngineOptions } from './simulatedEngine.js';
-export { fixedTiming, modelTiming, zeroTiming, type PassTiming } from './timingModels.js';
+export { attendedContext, fixedTiming, modelTiming, zeroTiming, type PassTiming } from './timingModels.js';
 export { badLatencyKnob, DEFAULT_LATENCY_KNOBS, latencyTiming, type LatencyKnobs } from './latencyTiming.js';
 export {
   EngineRejection,

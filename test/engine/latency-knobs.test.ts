@@ -58,11 +58,11 @@ describe('the latency timing on the virtual clock', () => {
   });
 
   it('--speedup-ratio divides both; jitter is Gaussian (mean and std as given), seeded, and clipped at 0; knobs changed later apply to the next pass', () => {
-    expect(latencyTiming(knobs(50, 10), 1, 2).prefillMs(1, 100, 0)).toBe(25);
+    expect(latencyTiming(knobs(50, 10), 1, 2).prefillMs(1, 100, 0, 100)).toBe(25);
     expect(latencyTiming(knobs(50, 10), 1, 2).decodeMs(1, 0, 0, 0)).toBe(5);
     const draws = (seed: number, mean: number, std: number) => {
       const timing = latencyTiming(knobs(mean, 0, std), seed, 1);
-      return Array.from({ length: 20_000 }, () => timing.prefillMs(1, 100, 0));
+      return Array.from({ length: 20_000 }, () => timing.prefillMs(1, 100, 0, 100));
     };
     const sample = draws(42, 50, 10);
     const mean = sample.reduce((a, b) => a + b, 0) / sample.length;
@@ -80,7 +80,7 @@ describe('the latency timing on the virtual clock', () => {
     const live = knobs(50, 10);
     const timing = latencyTiming(live, 1, 1);
     live.ttftMs = 80;
-    expect(timing.prefillMs(1, 100, 0)).toBe(80);
+    expect(timing.prefillMs(1, 100, 0, 100)).toBe(80);
   });
 });
 

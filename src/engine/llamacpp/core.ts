@@ -1,6 +1,6 @@
 import type { Admission, CacheEvent, CoreRequest, EngineStats, KvTraceEntry, PassResult, RequestView, SchedulerCore, TokenOut } from '../contract.js';
 import type { VllmKvEvent } from '../kv/vllmKvEvents.js';
-import type { PassTiming } from '../timingModels.js';
+import { PrefillBatch, type PassTiming } from '../timingModels.js';
 import { WaitQueue } from '../waitQueue.js';
 import { mulberry32 } from '../../util/mulberry32.js';
 import { chooseSlot, commonPrefix, type Slot } from './slots.js';
@@ -218,20 +218,17 @@ export class LlamaCppCore implements SchedulerCore {
     if (!this.makeRoom(decodes.length, chunks)) return this.failProcessing(now, admitted);
 
     const timing = this.config.timing;
-    let islSum = 0;
-    let prefixSum = 0;
+    const prefill = new PrefillBatch();
     let promptTokens = 0;
     for (const { request, start, take } of chunks) {
       const cache = request.slot!.cache;
       const prompt = request.request.promptTokenIds;
       for (let i = start; i < start + take; i++) cache.push(prompt[i]);
-      islSum += start + take;
-      prefixSum += start;
+      prefill.add(start, start + take);
       promptTokens += take;
     }
     for (const r of decodes) r.slot!.cache.push(r.outputs[r.outputs.length - 1]);
-    const batch = chunks.length;
-    const prefillMs = batch === 0 ? 0 : timing.prefillMs(batch, Math.floor(islSum / batch), Math.floor(prefixSum / batch));
+    const prefillMs = prefill.prefillMs(timing);
     this.stats.prefillMs += prefillMs;
     const { decodeMs, tokens, wakeAtMs } = this.sample(now + prefillMs, prefillMs);
     return {

@@ -7,8 +7,12 @@ import { join } from 'node:path';
 import { readNpz, type NpyArray } from './npy.js';
 
 export interface PerfModel {
-  /** Prefill time in ms (unscaled), for `batchSize` prefilling requests with integer-mean input length `meanIsl` and mean cached/previously computed prefix `meanPrefix` (tokens = batchSize × (meanIsl − meanPrefix)). */
-  prefillMs(batchSize: number, meanIsl: number, meanPrefix: number): number;
+  /**
+   * Prefill time in ms (unscaled), for `batchSize` prefilling requests with integer-mean input length `meanIsl` and mean
+   * cached/previously computed prefix `meanPrefix` (tokens = batchSize × (meanIsl − meanPrefix)); a table by context
+   * reads `attendedContext`, the context the new tokens attend over (their requests' lengths weighted by new tokens).
+   */
+  prefillMs(batchSize: number, meanIsl: number, meanPrefix: number, attendedContext?: number): number;
   /** One decode step in ms (unscaled); 0 when batchSize is 0. */
   decodeMs(batchSize: number, activeKvTokens: number, contextLength: number, totalKvTokens: number): number;
   /** For logs and /mocker/engine: e.g. "polynomial" or "interpolated (path)". */
@@ -51,8 +55,8 @@ export interface PerfTables {
   /** ITL in ms: `decode_itl[i][j]` at (`decode_active_kv_tokens[i]`, `decode_context_length[j]`). */
   decode_itl: ArrayLike<ArrayLike<number>>;
   /**
-   * Optional (a mocker extension, both or neither): prefill time by new tokens and the context they attend over,
-   * the prefilling requests' mean prompt length (cached prefix included). `prefill_ttft_ms_by_context[i][j]` at
+   * Optional (a mocker extension, both or neither): prefill time by new tokens and the context they attend over
+   * (the prefilling requests' lengths, cached prefix included, weighted by their new tokens). `prefill_ttft_ms_by_context[i][j]` at
    * (`prefill_isl[i]`, `prefill_context_length[j]`); when present it answers instead of `prefill_ttft_ms`.
    */
   prefill_context_length?: ArrayLike<number>;
@@ -133,10 +137,10 @@ export class InterpolatedPerfModel implements PerfModel {
         : null;
   }
 
-  prefillMs(batchSize: number, meanIsl: number, meanPrefix: number): number {
+  prefillMs(batchSize: number, meanIsl: number, meanPrefix: number, attendedContext = meanIsl): number {
     const tokens = prefillTokens(batchSize, meanIsl, meanPrefix);
     let ms: number;
-    if (this.prefillByContext) ms = this.prefillByContext.at(tokens, meanIsl);
+    if (this.prefillByContext) ms = this.prefillByContext.at(tokens, attendedContext);
     else {
       const axis = this.prefillIsl;
       const i = segmentIndex(axis, tokens);

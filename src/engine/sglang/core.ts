@@ -1,7 +1,7 @@
 import type { Admission, CacheEvent, CoreRequest, EngineStats, KvTraceEntry, PassResult, RequestView, TokenOut } from '../contract.js';
 import type { KvCacheEvent } from '../kv/blockManager.js';
 import { VllmKvEventLog, type VllmKvEvent, type VllmKvEventOptions } from '../kv/vllmKvEvents.js';
-import type { PassTiming } from '../timingModels.js';
+import { PrefillBatch, type PassTiming } from '../timingModels.js';
 import type { SchedulerCore } from '../contract.js';
 import { WaitQueue } from '../waitQueue.js';
 import { mulberry32 } from '../../util/mulberry32.js';
@@ -48,23 +48,18 @@ export interface SglangSchedulerConfig extends SglangSchedulerSettings {
   cacheEvents?: boolean;
 }
 
-/** What one pass did, kept on the side while it runs. */
-class PassTally {
+/** What one pass did, kept on the side while it runs (as a PrefillBatch: its prefilling requests). */
+class PassTally extends PrefillBatch {
   readonly admitted: Admission[] = [];
   readonly preempted: string[] = [];
   readonly tokens: TokenOut[] = [];
-  batchCount = 0;
-  islSum = 0;
-  prefixSum = 0;
   scheduledTokens = 0;
   promptTokens = 0;
 
   /** A prefill of `request`'s tokens [start, end) (KV pulled from a prefill engine costs no compute). */
   prefilled(request: SglangRequest, start: number, end: number): void {
     if (request.remoteKv) return;
-    this.batchCount++;
-    this.islSum += end;
-    this.prefixSum += start;
+    this.add(start, end);
     this.scheduledTokens += end - start;
     const prompt = request.promptLength;
     this.promptTokens += Math.max(0, Math.min(end, prompt) - Math.min(start, prompt));
@@ -332,8 +327,7 @@ export class SglangCore implements SchedulerCore {
     const pass = new PassTally();
     if (this.schedulePolicy === 'lpm') this.applyLpm();
     if (this.prefill(pass)) this.ratio = this.initNewTokenRatio;
-    const batch = pass.batchCount;
-    const prefillMs = batch === 0 ? 0 : this.config.timing.prefillMs(batch, Math.floor(pass.islSum / batch), Math.floor(pass.prefixSum / batch));
+    const prefillMs = pass.prefillMs(this.config.timing);
     this.stats.prefillMs += prefillMs;
     const decodeStart = now + prefillMs;
     const { decodeMs, wakeAtMs } = this.decode(decodeStart, prefillMs, pass);

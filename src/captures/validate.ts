@@ -60,12 +60,23 @@ export interface Validation {
 /** Seeds of the jittered re-simulations the noise estimate averages. */
 const NOISE_SEEDS = [1, 2, 3];
 
+/**
+ * A request sent this soon after another's answer ended, while others were in flight, came from a client that
+ * reacted to that end (a closed loop, as benchmark clients and agents run): it reached a busy engine just after a
+ * step began, not at a random point of one.
+ */
+const FOLLOW_WINDOW_MS = 10;
+
 /** A request the simulator runs: one choice of an exchange that reached the engine. */
 interface ReplayedRequest {
   label: string;
   sentMs: number;
   promptIds: number[];
   outputTokens: number;
+  /** When the client had the whole answer (ms, the send time's clock). */
+  endMs: number;
+  /** Sent this long after another request's answer ended (the latest within FOLLOW_WINDOW_MS) while others were in flight, else null. */
+  reactionMs: number | null;
   /** Token times (ms since sent) when streamed and complete, so it can be scored. */
   tokenMs: number[] | null;
 }
@@ -87,7 +98,7 @@ function replayedRequests(file: string, options: Pick<ValidateOptions, 'run' | '
         }
         for (const g of ex.generations) requests.push(replayed(ex, g, options.model));
       }
-      return { requests: requests.sort((a, b) => a.sentMs - b.sentMs), unsimulated };
+      return { requests: withReactions(requests.sort((a, b) => a.sentMs - b.sentMs)), unsimulated };
     } finally {
       store.close();
     }
@@ -107,8 +118,23 @@ function replayed(ex: StoredExchange, g: StoredExchange['generations'][number], 
     sentMs: ex.startedAt,
     promptIds: ex.promptIds!,
     outputTokens: Math.max(1, g.outputIds.length, g.tokenTimes.length),
+    endMs: ex.startedAt + (g.tokenTimes.length > 0 ? g.tokenTimes[g.tokenTimes.length - 1] : ex.totalMs),
+    reactionMs: null,
     tokenMs: scored ? g.tokenTimes : null,
   };
+}
+
+/** Each request's reaction time (see FOLLOW_WINDOW_MS); `requests` in send order. */
+function withReactions(requests: ReplayedRequest[]): ReplayedRequest[] {
+  const ends = requests.map((r) => r.endMs).sort((a, b) => a - b);
+  let ended = 0;
+  requests.forEach((r, sent) => {
+    while (ended < ends.length && ends[ended] <= r.sentMs) ended++;
+    // Sent before it and not ended by its send: `sent` requests went out before it, `ended` of all had ended.
+    const inFlight = sent - ended;
+    if (ended > 0 && inFlight > 0 && r.sentMs - ends[ended - 1] <= FOLLOW_WINDOW_MS) r.reactionMs = r.sentMs - ends[ended - 1];
+  });
+  return requests;
 }
 
 function latencies(tokenMs: readonly number[]): Record<Metric, number | null> {
@@ -128,14 +154,24 @@ function jittered(model: PerfModel, jitter: number, seed: number): PerfModel {
   };
 }
 
-/** Each request's token times (ms since sent) when the simulator runs all of `requests`; the time outside the engine added to each. */
+/**
+ * Each request's token times (ms since it reached the engine) when the simulator runs all of `requests`; the time
+ * outside the engine added to each. A request that reacted to an answer's end reacts to the simulated passes'.
+ */
 function simulate(config: AnySchedulerConfig, requests: ReplayedRequest[], outsideMs: number): Map<string, number[]> {
   const timed: TimedRequest[] = requests.map((r) => ({
     request: { id: r.label, promptTokenIds: r.promptIds, maxOutputTokens: r.outputTokens },
     arrivalMs: r.sentMs,
+    // The client saw its predecessor's end after the time outside the engine; its request takes as long to arrive.
+    ...(r.reactionMs !== null ? { reactionMs: Math.max(0, r.reactionMs + outsideMs) } : {}),
   }));
   const { records } = runOffline(createSchedulerCore(config), timed);
-  return new Map(requests.map((r) => [r.label, records.get(r.label)!.tokenTimesMs.map((t) => t - r.sentMs + outsideMs)]));
+  return new Map(
+    requests.map((r) => {
+      const record = records.get(r.label)!;
+      return [r.label, record.tokenTimesMs.map((t) => t - record.arrivalMs + outsideMs)];
+    }),
+  );
 }
 
 type Pair = [value: Record<Metric, number | null>, reference: Record<Metric, number | null>];

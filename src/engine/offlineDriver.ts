@@ -5,6 +5,13 @@ export interface TimedRequest {
   request: CoreRequest;
   /** Arrival on the virtual clock (ms). */
   arrivalMs: number;
+  /**
+   * A client's reaction to a step's end: the request was sent this long after a pass ended (its client answered an
+   * answer's end, as a closed loop does). It then arrives that long after the first pass end at or after
+   * `arrivalMs − reactionMs` (at `arrivalMs` when the engine is idle then): where it meets the simulated passes
+   * follows from them, as it did in the run replayed, instead of falling anywhere within one.
+   */
+  reactionMs?: number;
 }
 
 export interface OfflineRecord {
@@ -26,21 +33,38 @@ export interface OfflineResult {
 /**
  * Runs requests through the engine core on a virtual clock (engine-reference §8.5, single worker):
  * passes back to back, arrivals released when the clock reaches them (those during a pass are seen at
- * its end). Deterministic, and as fast as the core itself.
+ * its end; a reacting request's, see TimedRequest.reactionMs, is placed after it). Deterministic, and as fast as
+ * the core itself.
  */
 export function runOffline(core: SchedulerCore, requests: readonly TimedRequest[], afterPass?: (pass: PassResult) => void): OfflineResult {
-  const arrivals = [...requests].sort((a, b) => a.arrivalMs - b.arrivalMs);
+  const armedAt = (r: TimedRequest) => r.arrivalMs - (r.reactionMs ?? 0);
+  const pending = [...requests].sort((a, b) => armedAt(a) - armedAt(b));
   const records = new Map<string, OfflineRecord>();
-  for (const { request, arrivalMs } of arrivals) records.set(request.id, { arrivalMs, admittedMs: null, cachedTokens: 0, tokenTimesMs: [] });
+  for (const { request, arrivalMs } of pending) records.set(request.id, { arrivalMs, admittedMs: null, cachedTokens: 0, tokenTimesMs: [] });
+  /** Requests whose arrival time is settled, by arrival. */
+  const due: TimedRequest[] = [];
   let next = 0;
-  let now = arrivals.length > 0 ? arrivals[0].arrivalMs : 0;
+  /** Settles the arrivals of the requests armed by `armedBy`: a reacting one's after `passEndMs` when a pass was running then. */
+  const arm = (armedBy: number, passEndMs: number | null) => {
+    for (; next < pending.length && armedAt(pending[next]) <= armedBy; next++) {
+      const r = pending[next];
+      const arrivalMs = passEndMs !== null && r.reactionMs !== undefined ? passEndMs + r.reactionMs : r.arrivalMs;
+      records.get(r.request.id)!.arrivalMs = arrivalMs;
+      const at = due.findLastIndex((d) => d.arrivalMs <= arrivalMs) + 1;
+      due.splice(at, 0, { request: r.request, arrivalMs });
+    }
+  };
+  const nextEventMs = () => Math.min(due.length > 0 ? due[0].arrivalMs : Infinity, next < pending.length ? armedAt(pending[next]) : Infinity);
+  let now = pending.length > 0 ? armedAt(pending[0]) : 0;
   let passes = 0;
   let durationMs = 0;
   for (;;) {
-    while (next < arrivals.length && arrivals[next].arrivalMs <= now) core.add(arrivals[next++].request);
+    arm(now, null);
+    while (due.length > 0 && due[0].arrivalMs <= now) core.add(due.shift()!.request);
     if (core.isIdle) {
-      if (next >= arrivals.length) break;
-      now = arrivals[next].arrivalMs;
+      const wake = nextEventMs();
+      if (wake === Infinity) break;
+      now = Math.max(now, wake);
       continue;
     }
     const pass = core.executePass(now);
@@ -57,12 +81,12 @@ export function runOffline(core: SchedulerCore, requests: readonly TimedRequest[
     if (pass.tokens.length > 0) durationMs = pass.endMs;
     const progressed = pass.tokens.length > 0 || pass.scheduledTokens > 0 || pass.preempted.length > 0 || pass.endMs > now;
     if (progressed) {
+      if (pass.endMs > now) arm(pass.endMs, pass.endMs);
       now = pass.endMs;
       continue;
     }
     // Nothing can happen before the next captured token time or arrival; without either the engine is stuck.
-    const nextArrival = next < arrivals.length ? arrivals[next].arrivalMs : Infinity;
-    const wake = Math.min(pass.wakeAtMs ?? Infinity, nextArrival);
+    const wake = Math.min(pass.wakeAtMs ?? Infinity, nextEventMs());
     if (wake === Infinity)
       throw new Error(`the engine made no progress at ${now} ms with ${core.engineStats().running + core.engineStats().waiting} requests in it`);
     now = Math.max(now, wake);

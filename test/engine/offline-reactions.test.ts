@@ -1,0 +1,60 @@
+/**
+ * The offline driver's reacting arrivals (TimedRequest.reactionMs): a request its client sent a reaction time after
+ * an answer's end arrives that long after the first simulated pass end at or after `arrivalMs − reactionMs`, or at
+ * `arrivalMs` when the engine is idle then. Oracle: passes of a fixed 10 ms (every pass decodes), counted by hand.
+ */
+import { describe, expect, it } from 'vitest';
+import { EngineCore } from '../../src/engine/core.js';
+import { runOffline, type TimedRequest } from '../../src/engine/offlineDriver.js';
+import { fixedTiming } from '../../src/engine/timingModels.js';
+import { VLLM_SCHEDULER_DEFAULTS } from '../support/schedulerDefaults.js';
+
+const tokens = (n: number, from: number) => Array.from({ length: n }, (_, i) => from + i);
+const request = (id: string, from: number, maxOutputTokens: number) => ({ id, promptTokenIds: tokens(32, from), maxOutputTokens });
+
+function run(requests: TimedRequest[]) {
+  const core = new EngineCore({
+    numGpuBlocks: 1024,
+    blockSize: 16,
+    ...VLLM_SCHEDULER_DEFAULTS,
+    maxNumSeqs: 8,
+    enablePrefixCaching: false,
+    timing: fixedTiming(10, 1),
+    seed: 1,
+  });
+  return runOffline(core, requests).records;
+}
+
+describe('runOffline: requests that react to a pass end', () => {
+  // `a` keeps the engine busy with passes 0–10, 10–20, … 50–60 (six tokens).
+  const busy: TimedRequest = { request: request('a', 1, 6), arrivalMs: 0 };
+
+  it('armed inside a pass: arrives the reaction after that pass ends, not at its own send time', () => {
+    const records = run([
+      busy,
+      // Sent at 22 ms, 3 ms after an answer: armed at 19, inside the pass 10–20, so it arrives at 23; seen at the end
+      // of the pass 20–30, its first token at 40.
+      { request: request('reacting', 1000, 2), arrivalMs: 22, reactionMs: 3 },
+      // The same send time without a reaction: arrives at 22, also first seen at 30.
+      { request: request('plain', 2000, 2), arrivalMs: 22 },
+      // Sent at 44, 8 ms after an answer: armed at 36, inside the pass 30–40: arrives at 48, in the pass 40–50, and
+      // has its first token at 60 (as plain at 44 would too), but its latency counts from 48, not 44.
+      { request: request('late', 3000, 1), arrivalMs: 44, reactionMs: 8 },
+    ]);
+    expect(records.get('reacting')).toMatchObject({ arrivalMs: 23, tokenTimesMs: [40, 50] });
+    expect(records.get('plain')).toMatchObject({ arrivalMs: 22, tokenTimesMs: [40, 50] });
+    expect(records.get('late')).toMatchObject({ arrivalMs: 48, tokenTimesMs: [60] });
+  });
+
+  it('armed where a pass ends exactly: that end is the first at or after it', () => {
+    // Armed at 30 (sent at 32, reaction 2): the pass 20–30 ends at 30, so it arrives at 32, in the pass 30–40.
+    const records = run([busy, { request: request('edge', 1000, 1), arrivalMs: 32, reactionMs: 2 }]);
+    expect(records.get('edge')).toMatchObject({ arrivalMs: 32, tokenTimesMs: [50] });
+  });
+
+  it('armed while the engine is idle: arrives at its own send time', () => {
+    // `a` is done at 60; armed at 95 (sent at 100, reaction 5) with nothing running: arrives at 100, first token at 110.
+    const records = run([busy, { request: request('idle', 1000, 2), arrivalMs: 100, reactionMs: 5 }]);
+    expect(records.get('idle')).toMatchObject({ arrivalMs: 100, tokenTimesMs: [110, 120] });
+  });
+});

@@ -15,13 +15,10 @@ import { goldenRequests, type RerunRequest } from '../rerun/requests.js';
 import { sendRequests, type Pacing } from '../rerun/send.js';
 import { CaptureStore, namingCapture } from '../store/captureStore.js';
 import { startCapture } from './capture.js';
-import { ExitError } from '../util/exitError.js';
+import { COULD_NOT_RUN, ExitError } from '../util/exitError.js';
 import { checkOutput, writeOutputFile } from '../util/outputFile.js';
 import { progressReporter } from '../util/progress.js';
 import { terminalJson, terminalText } from '../util/terminalText.js';
-
-/** diff(1)'s exit code for trouble: the rerun could not run. */
-export const COULD_NOT_RUN = 2;
 
 export interface RerunOptions {
   target: string;

@@ -10,7 +10,8 @@ import { namingCapture } from '../store/captureStore.js';
 import { loadTokenizer } from '../tokenizer/index.js';
 import { capturedConversations } from '../trace/capturedWorkload.js';
 import { claudeLogRequests } from '../trace/claudeLog.js';
-import { type ConvertedRequest, capturedRequests, traceLines, type TraceOutputFormat } from '../trace/convert.js';
+import { type ConvertedRequest, capturedRequests, traceLines } from '../trace/convert.js';
+import type { TraceOutputFormat } from '../trace/traceFormats.js';
 import { isSqlite, writeOutputFile } from '../util/outputFile.js';
 
 export interface TraceConvertOptions {

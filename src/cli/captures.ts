@@ -4,13 +4,8 @@
  */
 import { once } from 'node:events';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { importCaptures, mergeCaptures, pruneCaptures } from '../captures/edit.js';
-import { formatListing, formatMerge, formatPrune, formatShown, formatStats } from '../captures/format.js';
-import { captureStats, exportCaptures, listCaptures, showExchange } from '../captures/inspect.js';
-import { jsonlInput } from '../captures/jsonl.js';
 import { parseAge, parseTimePoint, TimeArgumentError } from '../captures/time.js';
-import { namingCapture, type ExchangeFilter } from '../store/captureStore.js';
-import { writeOutputFile } from '../util/outputFile.js';
+import type { ExchangeFilter } from '../store/captureStore.js';
 import { terminalJson, terminalText } from '../util/terminalText.js';
 import { forceOption } from './flags.js';
 import { GROUPS } from './help.js';
@@ -40,6 +35,12 @@ function olderThan(value: string): number {
     throw new InvalidArgumentError(`--older-than: "${value}" is neither an age (30m, 12h, 7d) nor a date (2026-11-01)`);
   return timePoint('--older-than')(value);
 }
+
+// The implementations are imported when a command runs (see program.ts).
+const edit = () => import('../captures/edit.js');
+const format = () => import('../captures/format.js');
+const inspect = () => import('../captures/inspect.js');
+const outputFile = () => import('../util/outputFile.js');
 
 const modelOption = () => new Option('--model <name>', 'only exchanges of this model');
 const outcomeOption = () => new Option('--outcome <outcome>', 'only exchanges that ended so').choices(['complete', 'failed', 'aborted']);
@@ -72,6 +73,7 @@ const list = new Command('list')
   .addOption(jsonOption())
   .action(async (file: string, o) => {
     const filter: ExchangeFilter = { model: o.model, endpoint: o.endpoint, outcome: o.outcome, since: o.since, until: o.until };
+    const [{ listCaptures }, { formatListing }] = await Promise.all([inspect(), format()]);
     const listing = await listCaptures(file, filter, o.exchanges === true);
     if (o.json) printJson({ file, ...listing });
     else print(formatListing(file, listing));
@@ -83,6 +85,7 @@ const show = new Command('show')
   .argument('<id>', 'exchange id (see list --exchanges)', positiveInteger('the exchange id'))
   .addOption(jsonOption())
   .action(async (file: string, id: number, o) => {
+    const [{ showExchange }, { formatShown }] = await Promise.all([inspect(), format()]);
     const shown = await showExchange(file, id);
     if (o.json) printJson(shown);
     else print(formatShown(shown));
@@ -95,6 +98,7 @@ const exportCommand = new Command('export')
   .addOption(forceOption())
   .action(async (file: string, o: { output?: string; force?: boolean }) => {
     const { output } = o;
+    const [{ exportCaptures }, { writeOutputFile }] = await Promise.all([inspect(), outputFile()]);
     if (output === undefined) await exportCaptures(file, writeStdout);
     else await writeOutputFile(output, { inputs: [file], force: o.force }, (write) => exportCaptures(file, async (text) => write(text)));
   });
@@ -106,6 +110,7 @@ const importCommand = new Command('import')
   .addOption(forceOption())
   .addOption(jsonOption())
   .action(async (input: string, o) => {
+    const [{ importCaptures }, { jsonlInput }] = await Promise.all([edit(), import('../captures/jsonl.js')]);
     const result = await importCaptures(jsonlInput(input), input === '-' ? 'stdin' : input, o.output, { inputs: input === '-' ? [] : [input], force: o.force });
     if (o.json) printJson({ file: o.output, ...result });
     else print(`${o.output}: imported ${result.exchanges} exchanges as run${result.runs.length === 1 ? '' : 's'} ${result.runs.join(', ')}`);
@@ -118,6 +123,7 @@ const merge = new Command('merge')
   .addOption(forceOption())
   .addOption(jsonOption())
   .action(async (files: string[], o) => {
+    const [{ mergeCaptures }, { formatMerge }] = await Promise.all([edit(), format()]);
     const result = await mergeCaptures(files, o.output, { force: o.force });
     if (o.json) return printJson({ file: o.output, ...result });
     print(formatMerge(o.output, files.length, result));
@@ -134,9 +140,10 @@ const prune = new Command('prune')
   .optionsGroup(GROUPS.output)
   .option('--dry-run', 'only print what would be removed')
   .addOption(jsonOption())
-  .action((file: string, o) => {
+  .action(async (file: string, o) => {
     const filter: ExchangeFilter = { until: o.olderThan, model: o.model, outcome: o.outcome, runId: o.run };
     if (Object.values(filter).every((v) => v === undefined)) throw new Error('captures prune: name what to remove (--older-than, --model, --outcome or --run)');
+    const [{ pruneCaptures }, { formatPrune }, { namingCapture }] = await Promise.all([edit(), format(), import('../store/captureStore.js')]);
     const result = namingCapture(file, () => pruneCaptures(file, filter, o.dryRun === true));
     if (o.json) printJson({ file, ...result });
     else print(formatPrune(file, result));
@@ -150,6 +157,7 @@ const stats = new Command('stats')
   .optionsGroup(GROUPS.output)
   .addOption(jsonOption())
   .action(async (file: string, o) => {
+    const [{ captureStats }, { formatStats }] = await Promise.all([inspect(), format()]);
     const runs = await captureStats(file, o.run);
     if (o.json) return printJson({ file, runs });
     print(formatStats(runs));

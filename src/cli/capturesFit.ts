@@ -1,11 +1,7 @@
 /** `mocker captures fit FILE -o profile.npz [--validate]`: flags in, the fit (captures/fit.ts) and its validation (captures/validate.ts), the reports out. */
 import { Command, Option } from 'commander';
-import { fitCaptureFile, formatFitReport, type FitCommandOptions } from '../captures/fit.js';
-import { formatValidation, validateFit } from '../captures/validate.js';
-import { validationHtml } from '../captures/validationReport.js';
+import type { FitCommandOptions } from '../captures/fit.js';
 import { applyExtraEngineArgs, DEFAULT_ENGINE_ARGS, schedulerConfig } from '../config/engineArgs.js';
-import { modelTiming } from '../engine/index.js';
-import { writeOutputFile } from '../util/outputFile.js';
 import { terminalJson, terminalText } from '../util/terminalText.js';
 import { forceOption, number as numericFlag } from './flags.js';
 import { GROUPS, laterDefault } from './help.js';
@@ -58,6 +54,8 @@ export function fitCommand(): Command {
         if (given !== undefined && !o.validate) throw new Error(`${flag} needs --validate`);
       const report: Record<string, unknown> = {};
       if (o.output !== undefined) {
+        // Imported when it runs (see program.ts).
+        const { fitCaptureFile, formatFitReport } = await import('../captures/fit.js');
         const fit = await fitCaptureFile(file, { ...o, output: o.output });
         // Written all the same (the user asked for this capture's profile), but the reader is told it is weak.
         for (const warning of fit.warnings) console.error(`mocker captures fit: warning: ${warning}`);
@@ -84,6 +82,12 @@ const withoutTables = <T extends { tables: unknown }>({ tables: _tables, ...rest
 async function validate(file: string, o: FitFlags, report: Record<string, unknown>): Promise<void> {
   const base = { ...DEFAULT_ENGINE_ARGS, blockSize: o.blockSize };
   const engine = o.extraEngineArgs === undefined ? base : applyExtraEngineArgs(base, o.extraEngineArgs);
+  const [{ formatValidation, validateFit }, { validationHtml }, { modelTiming }, { writeOutputFile }] = await Promise.all([
+    import('../captures/validate.js'),
+    import('../captures/validationReport.js'),
+    import('../engine/index.js'),
+    import('../util/outputFile.js'),
+  ]);
   const validation = validateFit(file, {
     ...o,
     against: o.validateAgainst,

@@ -1,18 +1,13 @@
 /** `mocker captures verify FILE` and `mocker captures diff A B`: flags in, a library call, the report out. */
 import { Command } from 'commander';
-import { diffCaptures, formatDiffReport } from '../captures/diff.js';
-import { formatVerifyReport, verifyCaptures } from '../captures/verify.js';
 import { terminalJson, terminalText } from '../util/terminalText.js';
-import { ExitError } from '../util/exitError.js';
+import { COULD_NOT_RUN, ExitError } from '../util/exitError.js';
 import { number } from './flags.js';
 import { GROUPS } from './help.js';
 
 const limit = number('--limit', { integer: true, min: 1 });
 
 const DEFAULT_LIMIT = 20;
-
-/** diff(1)'s exit code for trouble: a side could not be read. */
-const DIFF_TROUBLE = 2;
 
 const printReport = (json: boolean, report: object, format: () => string) =>
   console.log(json ? terminalJson(report) : terminalText(format(), { keepNewlines: true }));
@@ -26,6 +21,8 @@ export function capturesVerifyCommand(): Command {
     .option('--json', 'print the report as JSON')
     .option('--limit <n>', `describe at most n mismatching exchanges (all are counted)`, limit, DEFAULT_LIMIT)
     .action(async (file: string, o: { json?: boolean; limit: number }) => {
+      // Imported when it runs (see program.ts).
+      const { formatVerifyReport, verifyCaptures } = await import('../captures/verify.js');
       const report = await verifyCaptures(file, { limit: o.limit });
       printReport(o.json === true, report, () => formatVerifyReport(report));
       process.exitCode = report.mismatched > 0 ? 1 : 0;
@@ -45,8 +42,9 @@ export function capturesDiffCommand(): Command {
     .option('--json', 'print the report as JSON')
     .option('--limit <n>', `describe at most n of each kind of difference (all are counted)`, limit, DEFAULT_LIMIT)
     .action(async (a: string, b: string, o: { byPrompt?: boolean; json?: boolean; limit: number }) => {
+      const { diffCaptures, formatDiffReport } = await import('../captures/diff.js');
       const report = await diffCaptures(a, b, { byPrompt: o.byPrompt === true, limit: o.limit }).catch((err: Error) => {
-        throw new ExitError(err.message, DIFF_TROUBLE);
+        throw new ExitError(err.message, COULD_NOT_RUN);
       });
       printReport(o.json === true, report, () => formatDiffReport(report));
       process.exitCode = report.differs ? 1 : 0;

@@ -1,14 +1,11 @@
 import { createRequire } from 'node:module';
 import { Command, type OptionValues } from 'commander';
-import { runServeCommand } from '../app/serveCommand.js';
-import { stopOnSignal } from '../app/shutdown.js';
+import type { CaptureOptions } from '../app/capture.js';
 import { CAPTURE_SETTINGS, PD_PROXY_SETTINGS } from '../config/commonSettings.js';
-import { resolveServeFlags } from '../config/resolveServe.js';
 import { SERVE_SETTINGS } from '../config/serveSettings.js';
 import { TRACE_CONVERT_SETTINGS, TRACE_SETTINGS } from '../config/traceSettings.js';
 import { optionsFrom } from '../config/settings.js';
-import { startPdProxy, type PdProxyOptions } from '../pd/proxy.js';
-import { startCapture, type CaptureOptions } from '../app/capture.js';
+import type { PdProxyOptions } from '../pd/proxy.js';
 import { capturesExport, capturesImport, capturesList, capturesMerge, capturesPrune, capturesShow, capturesStats } from './captures.js';
 import { fitCommand } from './capturesFit.js';
 import { capturesDiffCommand, capturesVerifyCommand } from './capturesVerifyDiff.js';
@@ -16,13 +13,16 @@ import { applyEnvironment, isGiven, npuMockCapture } from './environment.js';
 import { everyCommand, useOptionStyle } from './help.js';
 import { addSettings } from './options.js';
 import { rerunCommand } from './rerun.js';
-import { runTrace } from '../app/trace.js';
-import { runTraceConvert } from '../app/traceConvert.js';
-import { runTraceSweep } from '../app/traceSweep.js';
 
-/** `mocker capture` from its flags (also `serve` under vLLM's NPU mock model's CAPTURE_MODE=1, which has them all but --label). */
-// The table's paths are CaptureOptions' fields.
-const startCaptureWith = (o: OptionValues) => startCapture(optionsFrom(CAPTURE_SETTINGS, o) as unknown as CaptureOptions);
+// Each command's implementation is imported when it runs: `mocker --help` or `mocker captures ls` need not load the
+// servers, the engine and the tokenizers (half a second of module loading for every command otherwise).
+
+/** `mocker capture` from its flags (also `serve` under vLLM's NPU mock model's CAPTURE_MODE=1, which has them all but --label), until a signal. */
+async function runCapture(o: OptionValues): Promise<void> {
+  const [{ startCapture }, { stopOnSignal }] = await Promise.all([import('../app/capture.js'), import('../app/shutdown.js')]);
+  // The table's paths are CaptureOptions' fields.
+  await stopOnSignal('capture', startCapture(optionsFrom(CAPTURE_SETTINGS, o) as unknown as CaptureOptions), o.shutdownTimeout);
+}
 
 /** The top-level help's examples: each runs in a clone after `npm ci`. */
 export const EXAMPLES = `
@@ -62,9 +62,10 @@ export function buildProgram(): Command {
     if (npuMockCapture(process.env) && command.getOptionValueSource('mode') === 'default') {
       if (!o.upstream) throw new Error('CAPTURE_MODE=1 records a real engine: give its URL with --upstream (or MOCKER_UPSTREAM)');
       console.log('mocker serve: CAPTURE_MODE=1: running as mocker capture');
-      await stopOnSignal('capture', startCaptureWith(o), o.shutdownTimeout);
+      await runCapture(o);
       return;
     }
+    const [{ runServeCommand }, { resolveServeFlags }] = await Promise.all([import('../app/serveCommand.js'), import('../config/resolveServe.js')]);
     await runServeCommand(resolveServeFlags(o, (attribute) => isGiven(command, attribute)));
   });
 
@@ -75,7 +76,8 @@ export function buildProgram(): Command {
     )
     .argument('[trace]', 'JSONL trace (Mooncake: hash_ids, input_length, output_length, timestamp, session_id, delay; other formats: --trace-format)');
   addSettings(trace, TRACE_SETTINGS).action(async (file: string | undefined, o) => {
-    process.exitCode = await (o.sweep === undefined ? runTrace : runTraceSweep)({ ...o, trace: file });
+    const run = o.sweep === undefined ? (await import('../app/trace.js')).runTrace : (await import('../app/traceSweep.js')).runTraceSweep;
+    process.exitCode = await run({ ...o, trace: file });
   });
   const convert = trace
     .command('convert')
@@ -84,6 +86,7 @@ export function buildProgram(): Command {
     )
     .argument('<inputs...>', 'a capture file, or session logs (JSONL files or directories of them)');
   addSettings(convert, TRACE_CONVERT_SETTINGS).action(async (inputs: string[], o) => {
+    const { runTraceConvert } = await import('../app/traceConvert.js');
     await runTraceConvert(inputs, { to: o.to, traceBlockSize: o.traceBlockSize, output: o.output, force: o.force });
   });
 
@@ -91,11 +94,12 @@ export function buildProgram(): Command {
     .command('pd-proxy')
     .description("vLLM's disaggregated prefill/decode proxy (NIXL kv_transfer_params protocol) in front of prefill and decode engines");
   addSettings(pdProxy, PD_PROXY_SETTINGS).action(async (o) => {
+    const [{ startPdProxy }, { stopOnSignal }] = await Promise.all([import('../pd/proxy.js'), import('../app/shutdown.js')]);
     await stopOnSignal('pd-proxy', startPdProxy(optionsFrom(PD_PROXY_SETTINGS, o) as unknown as PdProxyOptions), o.shutdownTimeout);
   });
 
   const capture = program.command('capture').description('Proxy a real engine transparently and record every generation into a capture file.');
-  addSettings(capture, CAPTURE_SETTINGS).action(async (o) => stopOnSignal('capture', startCaptureWith(o), o.shutdownTimeout));
+  addSettings(capture, CAPTURE_SETTINGS).action(runCapture);
 
   program.addCommand(rerunCommand());
 

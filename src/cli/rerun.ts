@@ -3,8 +3,8 @@
  * regression; 1: regressions; 2: it could not run.
  */
 import { Command, Option } from 'commander';
-import { COULD_NOT_RUN, runRerun, type RerunOptions } from '../app/rerun.js';
-import { ExitError } from '../util/exitError.js';
+import type { RerunOptions } from '../app/rerun.js';
+import { COULD_NOT_RUN, ExitError } from '../util/exitError.js';
 import { forceOption, number } from './flags.js';
 import { GROUPS, laterDefault } from './help.js';
 import { DEFAULT_UPSTREAM_TIMEOUT_MS } from '../config/commonSettings.js';
@@ -48,6 +48,8 @@ export function rerunCommand(): Command {
     .option('--limit <n>', 'describe at most n differing exchanges (all are counted)', number('--limit', { integer: true, min: 1 }), DEFAULT_LIMIT)
     .addOption(forceOption())
     .action(async (file: string, o: RerunOptions) => {
+      // Imported when it runs (see program.ts).
+      const { runRerun } = await import('../app/rerun.js');
       process.exitCode = await runRerun(file, o);
     });
   // A usage error is one more way of not running: 2, as every other.

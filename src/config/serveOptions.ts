@@ -1,6 +1,7 @@
 import type { BlockHashAlgo, LatencyKnobs, TimingMode } from '../engine/index.js';
 import type { KvEventsConfig } from '../events/index.js';
-import type { MatchMode, MissPolicy, OutputsMode } from '../generation/resolver.js';
+import type { MatchMode } from '../generation/matching.js';
+import type { MissPolicy, OutputsMode } from '../generation/resolver.js';
 import type { FaultSettings } from '../http/faults.js';
 import type { LoraModule } from '../http/loraAdapters.js';
 import type { PdConfig } from '../http/serveConfig.js';

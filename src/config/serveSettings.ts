@@ -1,10 +1,10 @@
 import { DEFAULT_LATENCY_KNOBS } from '../engine/index.js';
-import { DEFAULT_MIN_PREFIX_RATIO } from '../generation/resolver.js';
+import { DEFAULT_MIN_PREFIX_RATIO } from '../generation/matching.js';
 import { parseReasoningConfig, reasoningConfigSchema } from '../generation/reasoning.js';
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';
 import { DEFAULT_FAULT_TYPES, DEFAULT_MIDSTREAM_AFTER_TOKENS, parseFaultTypes } from '../http/faults.js';
 import { parseLoraModule } from '../http/loraAdapters.js';
-import { RESPONSES_STORE_LIMIT } from '../http/responsesApi.js';
+import { RESPONSES_STORE_LIMIT } from '../http/responsesStore.js';
 import type { ControlKeys } from '../http/mockerConfig.js';
 import { DCGM_GPU_NAMES, DEFAULT_DCGM } from '../metrics/dcgm.js';
 import { parsePeer } from '../pd/kvTransfer.js';

@@ -1,7 +1,6 @@
-import { TRACE_OUTPUT_FORMATS } from '../trace/convert.js';
 import { parseSlo } from '../trace/goodput.js';
 import { DEFAULT_REPORTS_DIR } from '../trace/report.js';
-import { parseTraceFormat } from '../trace/traceFormats.js';
+import { parseTraceFormat, TRACE_OUTPUT_FORMATS } from '../trace/traceFormats.js';
 import { checkedUrl, FORCE } from './commonSettings.js';
 import { choice, int, num, parsed, type Setting } from './settings.js';
 

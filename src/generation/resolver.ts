@@ -3,6 +3,7 @@ import { wireOfEngine, type WireShape } from '../wire/shapes.js';
 import { promptKey, type AgentApi, type CaptureStore, type PoolingKind, type RecordedEndpoint, type StoredExchange } from '../store/captureStore.js';
 import type { ModelTokenizer } from '../tokenizer/index.js';
 import { extendPlan, PartialHit, planFromCapture } from './captured.js';
+import { DEFAULT_MIN_PREFIX_RATIO, type MatchMode } from './matching.js';
 import type { ChoicePlan, OutputParams } from './plan.js';
 import { poolingInputs, poolingKey, routePath } from './poolingKey.js';
 import { planRandom } from './random.js';
@@ -11,10 +12,6 @@ import type { SyntheticConfig } from './synthetic.js';
 
 export type OutputsMode = 'captured' | 'random';
 export type MissPolicy = 'error' | 'random' | 'passthrough' | 'record';
-/** `serve --match`: which captures answer a prompt (docs/serve.md, "Matching modes"). */
-export type MatchMode = 'exact' | 'prefix' | 'sequence';
-/** `--min-prefix-ratio`'s default: a prefix hit shares at least 80 % of the request's prompt. */
-export const DEFAULT_MIN_PREFIX_RATIO = 0.8;
 
 /** The engine's part in a prefill/decode deployment (`--disaggregation-mode`). */
 export type PdRole = 'agg' | 'prefill' | 'decode';

@@ -12,6 +12,7 @@ import { arrivalOf } from '../wire/drain.js';
 import type { CapturedAnswer, CapturedAs, EngineRun, ReplayableEndpoint } from './engineRun.js';
 import { requestShape } from '../generation/shape.js';
 import { readApiJson } from './requestBody.js';
+import { ResponseStore } from './responsesStore.js';
 import { on } from './routes.js';
 import type { Env, Json } from './serveConfig.js';
 
@@ -23,35 +24,7 @@ import type { Env, Json } from './serveConfig.js';
  * VLLM_ENABLE_RESPONSES_API_STORE), in memory.
  */
 
-/**
- * vLLM keeps every stored response forever; a mock that runs for days under a benchmark must not grow without
- * limit, so the oldest are dropped past this many (a client chaining `previous_response_id` uses recent ones).
- */
-export const RESPONSES_STORE_LIMIT = 10_000;
-
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8' };
-
-interface Stored {
-  response: Json;
-  messages: Json[];
-}
-
-/** Insertion-ordered map used as a first-in, first-out store of at most RESPONSES_STORE_LIMIT responses. */
-class ResponseStore {
-  private readonly entries = new Map<string, Stored>();
-
-  get(id: string): Stored {
-    const hit = this.entries.get(id);
-    if (!hit) throw new ApiError(404, `Response with id '${id}' not found.`, 'invalid_request_error', 'response_id');
-    return hit;
-  }
-
-  set(id: string, stored: Stored): void {
-    this.entries.delete(id);
-    this.entries.set(id, stored);
-    if (this.entries.size > RESPONSES_STORE_LIMIT) this.entries.delete(this.entries.keys().next().value as string);
-  }
-}
 
 /** vLLM's Responses refusal of a prompt the context cannot hold (its own words, param `input`), from the chat path's. */
 function promptTooLong(err: ApiError, maxModelLen: number): ApiError | null {

@@ -5,9 +5,7 @@
  */
 import { type CapturedConversations, gapMs, requestedOutput } from './capturedWorkload.js';
 import { RollingHashIds } from './rollingHash.js';
-
-export const TRACE_OUTPUT_FORMATS = ['mooncake', 'agentic_mooncake'] as const;
-export type TraceOutputFormat = (typeof TRACE_OUTPUT_FORMATS)[number];
+import type { TraceOutputFormat } from './traceFormats.js';
 
 /** One request of a converted trace. */
 export interface ConvertedRequest {

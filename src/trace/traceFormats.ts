@@ -9,6 +9,10 @@ import { mooncakeDeltaWorkload, mooncakeFileWorkload, type Workload } from './wo
 export const TRACE_FORMATS = ['mooncake', 'mooncake-delta', 'agentic_mooncake', 'applied_compute_agentic'] as const;
 export type TraceFormat = (typeof TRACE_FORMATS)[number];
 
+/** What `mocker trace convert --to` writes. */
+export const TRACE_OUTPUT_FORMATS = ['mooncake', 'agentic_mooncake'] as const;
+export type TraceOutputFormat = (typeof TRACE_OUTPUT_FORMATS)[number];
+
 /** Dynamo's Python binding accepts these too. */
 const OTHER_SPELLINGS: Record<string, TraceFormat> = { mooncake_delta: 'mooncake-delta', 'agentic-mooncake': 'agentic_mooncake' };
 

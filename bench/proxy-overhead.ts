@@ -198,8 +198,11 @@ async function main(): Promise<void> {
   );
   const loop = (mode: Mode) => {
     const rs = runs(mode);
+    const cpuUs = rs.map((s) => ((s.proxy?.cpuMs ?? 0) * 1000) / s.tokens);
     return {
-      cpuUsPerToken: round(median(rs.map((s) => ((s.proxy?.cpuMs ?? 0) * 1000) / s.tokens)), 1),
+      cpuUsPerToken: round(median(cpuUs), 1),
+      cpuUsPerTokenMin: round(Math.min(...cpuUs), 1),
+      cpuUsPerTokenMax: round(Math.max(...cpuUs), 1),
       elu: round(median(rs.map((s) => s.proxy?.elu ?? 0)), 2),
       delayP99Ms: round(median(rs.map((s) => s.proxy?.delayP99Ms ?? 0)), 1),
       delayMaxMs: round(median(rs.map((s) => s.proxy?.delayMaxMs ?? 0)), 1),

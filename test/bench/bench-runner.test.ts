@@ -55,6 +55,7 @@ const proxyMetric = (direct: number, added: number, min: number, max: number) =>
 const PROXY_STDOUT = `proxy overhead\n${JSON.stringify({
   bench: 'proxy-overhead',
   ms: { ttftP50: proxyMetric(4, 0.4, 0.3, 0.6), ttftP99: proxyMetric(10, 2.5, 1.5, 4), perTokenP99: proxyMetric(8, 1, 0.5, 3) },
+  loops: { relay: { cpuUsPerToken: 8 }, capture: { cpuUsPerToken: 12, cpuUsPerTokenMin: 11, cpuUsPerTokenMax: 14 } },
 })}\n`;
 
 const RUN: RunLine = {
@@ -93,9 +94,15 @@ describe('bench runner', () => {
       [0.05, 4, 0.02, 0.08, null, null],
       [0.05, 10, 0.02, 0.08, null, null],
       [0.05, 8, 0.02, 0.08, null, null],
+      // CPU per forwarded token against the raw relay's; issue 41's 6 µs is set at 256 streams.
+      [12, 8, 11, 14, null, null],
     ]);
     // capture ÷ direct: (4 + 0.4) / 4
     expect(figures[0].ratio).toBeCloseTo(1.1, 12);
+    expect(figures[7]).toMatchObject({ unit: 'µs', baseline: 'raw TCP relay', ratio: 1.5, judged: 'value' });
+    const [cpu256] = figuresOf('proxy-256', PROXY_STDOUT).slice(-1);
+    expect(cpu256).toMatchObject({ target: { op: '<=', bound: 6 } });
+    expect(met(cpu256)).toBe(false);
   });
 
   it('maps trace-sweep (and trace-sweep-64) to the sweep against the slowest combination alone, judged on the ratio (issue 40: ≤ 2)', () => {
@@ -140,9 +147,9 @@ describe('bench runner', () => {
       .trimEnd()
       .split('\n')
       .map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(lines.map((l) => l.kind)).toEqual(['run', ...Array(7).fill('figure'), 'run', 'raw', 'figure']);
-    expect(lines[9]).toMatchObject({ run: RUN.run, bench: 'replay-16', json: { ratio: 0.6 } });
-    expect(lines[10]).toMatchObject({ run: RUN.run, bench: 'replay-16', value: 240000, ratio: 0.6, met: false });
+    expect(lines.map((l) => l.kind)).toEqual(['run', ...Array(8).fill('figure'), 'run', 'raw', 'figure']);
+    expect(lines[10]).toMatchObject({ run: RUN.run, bench: 'replay-16', json: { ratio: 0.6 } });
+    expect(lines[11]).toMatchObject({ run: RUN.run, bench: 'replay-16', value: 240000, ratio: 0.6, met: false });
     const back = lastRun(text);
     expect(back.run.run).toBe(RUN.run);
     expect(back.figures.map((f) => f.figure)).toEqual(['replay --timing none tokens/s, 16 streams']);

@@ -4,11 +4,11 @@
  * bounds; the engine's own times are checked on the virtual clock, exactly, against hand-computed numbers.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { EngineCore } from '../../src/engine/core.js';
+import type { EngineCore } from '../../src/engine/core.js';
 import { latencyTiming } from '../../src/engine/latencyTiming.js';
 import { runOffline } from '../../src/engine/offlineDriver.js';
 import { SglangCore } from '../../src/engine/sglang/core.js';
-import { SGLANG_SERVER_DEFAULTS, VLLM_SCHEDULER_DEFAULTS } from '../support/schedulerDefaults.js';
+import { SGLANG_SERVER_DEFAULTS, smallVllmCore } from '../support/schedulerDefaults.js';
 import { mockerProcesses } from '../support/mockerProcess.js';
 import { measureInProcess, median } from '../support/sseTiming.js';
 
@@ -26,16 +26,7 @@ const within = (value: number, target: number, fraction: number) =>
 
 describe('the latency timing on the virtual clock', () => {
   it('vLLM flavour: a lone request has its first token at TTFT, then one every ITL; a pass that prefills takes TTFT for everyone in it', () => {
-    const core = new EngineCore({
-      numGpuBlocks: 1024,
-      blockSize: 16,
-      ...VLLM_SCHEDULER_DEFAULTS,
-      maxNumSeqs: 8,
-      enablePrefixCaching: false,
-      timing: latencyTiming(knobs(50, 10), 1, 1),
-      seed: 1,
-    });
-    const result = runOffline(core, [
+    const result = runOffline(smallVllmCore(latencyTiming(knobs(50, 10), 1, 1)), [
       { request: { id: 'a', promptTokenIds: tokens(100), maxOutputTokens: 4 }, arrivalMs: 0 },
       // Arrives while a's third token is computed: admitted in the pass after, which prefills and so takes 50 ms.
       { request: { id: 'b', promptTokenIds: tokens(100, 500), maxOutputTokens: 2 }, arrivalMs: 65 },

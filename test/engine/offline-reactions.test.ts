@@ -4,26 +4,14 @@
  * `arrivalMs` when the engine is idle then. Oracle: passes of a fixed 10 ms (every pass decodes), counted by hand.
  */
 import { describe, expect, it } from 'vitest';
-import { EngineCore } from '../../src/engine/core.js';
 import { runOffline, type TimedRequest } from '../../src/engine/offlineDriver.js';
 import { fixedTiming } from '../../src/engine/timingModels.js';
-import { VLLM_SCHEDULER_DEFAULTS } from '../support/schedulerDefaults.js';
+import { smallVllmCore } from '../support/schedulerDefaults.js';
 
 const tokens = (n: number, from: number) => Array.from({ length: n }, (_, i) => from + i);
 const request = (id: string, from: number, maxOutputTokens: number) => ({ id, promptTokenIds: tokens(32, from), maxOutputTokens });
 
-function run(requests: TimedRequest[]) {
-  const core = new EngineCore({
-    numGpuBlocks: 1024,
-    blockSize: 16,
-    ...VLLM_SCHEDULER_DEFAULTS,
-    maxNumSeqs: 8,
-    enablePrefixCaching: false,
-    timing: fixedTiming(10, 1),
-    seed: 1,
-  });
-  return runOffline(core, requests).records;
-}
+const run = (requests: TimedRequest[]) => runOffline(smallVllmCore(fixedTiming(10, 1)), requests).records;
 
 describe('runOffline: requests that react to a pass end', () => {
   // `a` keeps the engine busy with passes 0–10, 10–20, … 50–60 (six tokens).

@@ -1,3 +1,6 @@
+import { EngineCore } from '../../src/engine/core.js';
+import type { PassTiming } from '../../src/engine/timingModels.js';
+
 /** SGLang's own server defaults (engine-reference §2.1; Dynamo's `sglang/config.rs`): the core takes complete settings. */
 export const SGLANG_SERVER_DEFAULTS = {
   pageSize: 1,
@@ -22,3 +25,16 @@ export const VLLM_SCHEDULER_DEFAULTS = {
   watermark: 0,
   longPrefillTokenThreshold: 0,
 } as const;
+
+/** A small vLLM-flavour core for tests on the virtual clock: 1,024 blocks of 16, 8 sequences, no prefix caching, seed 1. */
+export function smallVllmCore(timing: PassTiming): EngineCore {
+  return new EngineCore({
+    numGpuBlocks: 1024,
+    blockSize: 16,
+    ...VLLM_SCHEDULER_DEFAULTS,
+    maxNumSeqs: 8,
+    enablePrefixCaching: false,
+    timing,
+    seed: 1,
+  });
+}

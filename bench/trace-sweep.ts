@@ -7,7 +7,7 @@
  * combination alone (which goes first alternates between rounds); reported: per round the ratio sweep ÷ that round's slowest single
  * run, their median and spread (issue 40's target: ≤ 2 on 2 cores). The floor of that ratio is (process start +
  * a worker's start ÷ lanes + the six simulations ÷ lanes) ÷ (process start + the slowest simulation): six of about
- * equal cost on two lanes tend to 3 as the simulation outweighs process start (about 0.45 s), and come nearer 1
+ * equal cost on two lanes tend to 3 as the simulation outweighs process start (about 0.25 s), and come nearer 1
  * as it shrinks; --sessions sizes it.
  *
  *   npm run build && npx tsx bench/trace-sweep.ts [--rounds 3] [--sessions 512] [--turns 12]

@@ -397,7 +397,8 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
   // (an engine whose cost grows with the pass). One request's context is its own tokens, so the requests prefilled
   // alone fix only the two terms' sum; the passes that prefilled several apportion it. Fitted together, not chosen
   // between: on those few passes (5-9 in a 100-request capture) a choice by closeness flipped under noise, while a
-  // joint fit errs only where they differ. A term the data give a negative cost is left out and the rest refitted.
+  // joint fit errs only where they differ. A growth term the data give a negative cost is left out and the rest
+  // refitted (no attention cost shrinks with more tokens), until none is negative.
   const contextTerm: Term<PrefillPoint> = { name: 'per_token_context', unit: 'prompt token × context token', value: (p) => p.tokens * p.context };
   const squaredTerm: Term<PrefillPoint> = { name: 'per_token_squared', unit: 'prompt token²', value: (p) => p.tokens * p.tokens };
   const several = points.some((p) => p.requests > 1);
@@ -410,10 +411,17 @@ function fitPrefill(timeline: CaptureTimeline, steps: PrefillStep[], blockSize: 
     const learnt = learnableTerms(what, [...linear, ...quadratic, ...overheadTerm], points.length, more);
     return { learnt, fit: robustFit(points, learnt.terms, (p) => p.ms, { relative: true }) };
   };
-  let { learnt, fit } = fitWith(distinct > 2 ? (several ? [contextTerm, squaredTerm] : [contextTerm]) : []);
-  const negative = [contextTerm, squaredTerm].find((t) => (fit.coefficients[t.name] ?? 0) < 0);
-  if (several && distinct > 2 && negative) ({ learnt, fit } = fitWith([negative === contextTerm ? squaredTerm : contextTerm]));
-  if ((fit.coefficients.per_token_squared ?? 0) > (fit.coefficients.per_token_context ?? 0))
+  let growth = distinct > 2 ? (several ? [contextTerm, squaredTerm] : [contextTerm]) : [];
+  let { learnt, fit } = fitWith(growth);
+  for (;;) {
+    const kept = growth.filter((t) => !((fit.coefficients[t.name] ?? 0) < 0));
+    if (kept.length === growth.length) break;
+    // One negative: the other alone, itself checked again; both: neither.
+    growth = kept;
+    ({ learnt, fit } = fitWith(growth));
+  }
+  const squared = fit.coefficients.per_token_squared;
+  if (squared !== undefined && squared > (fit.coefficients.per_token_context ?? 0))
     notes.push("the prefill grows more with the pass's tokens squared than with each request's tokens × context");
   const warnings = [
     ...learnt.warnings,

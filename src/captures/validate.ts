@@ -124,14 +124,19 @@ function replayed(ex: StoredExchange, g: StoredExchange['generations'][number], 
   };
 }
 
-/** Each request's reaction time (see FOLLOW_WINDOW_MS); `requests` in send order. */
+/**
+ * Each request's reaction time (see FOLLOW_WINDOW_MS); `requests` in send order. In flight: sent before its send
+ * time and not ended by it. Requests sent in the same millisecond (the choices of one exchange, a burst) do not count
+ * each other, whatever their order in the file.
+ */
 function withReactions(requests: ReplayedRequest[]): ReplayedRequest[] {
   const ends = requests.map((r) => r.endMs).sort((a, b) => a - b);
   let ended = 0;
-  requests.forEach((r, sent) => {
+  let sentBefore = 0;
+  requests.forEach((r, i) => {
+    if (i > 0 && requests[i - 1].sentMs < r.sentMs) sentBefore = i;
     while (ended < ends.length && ends[ended] <= r.sentMs) ended++;
-    // Sent before it and not ended by its send: `sent` requests went out before it, `ended` of all had ended.
-    const inFlight = sent - ended;
+    const inFlight = sentBefore - ended;
     if (ended > 0 && inFlight > 0 && r.sentMs - ends[ended - 1] <= FOLLOW_WINDOW_MS) r.reactionMs = r.sentMs - ends[ended - 1];
   });
   return requests;

@@ -1,4 +1,4 @@
-import { DEFAULT_LATENCY_KNOBS } from '../engine/index.js';
+import { DEFAULT_LATENCY_KNOBS } from '../engine/latencyTiming.js';
 import { DEFAULT_MIN_PREFIX_RATIO } from '../generation/matching.js';
 import { parseReasoningConfig, reasoningConfigSchema } from '../generation/reasoning.js';
 import { DEFAULT_TOOL_CALL_RATE } from '../generation/toolCalls.js';

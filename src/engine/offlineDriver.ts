@@ -8,7 +8,7 @@ export interface TimedRequest {
   /**
    * A client's reaction to a step's end: the request was sent this long after a pass ended (its client answered an
    * answer's end, as a closed loop does). It then arrives that long after the first pass end at or after
-   * `arrivalMs − reactionMs` (at `arrivalMs` when the engine is idle then): where it meets the simulated passes
+   * `arrivalMs − reactionMs` (at `arrivalMs` when no pass is running then): where it meets the simulated passes
    * follows from them, as it did in the run replayed, instead of falling anywhere within one.
    */
   reactionMs?: number;
@@ -38,6 +38,10 @@ export interface OfflineResult {
  */
 export function runOffline(core: SchedulerCore, requests: readonly TimedRequest[], afterPass?: (pass: PassResult) => void): OfflineResult {
   const armedAt = (r: TimedRequest) => r.arrivalMs - (r.reactionMs ?? 0);
+  // A time that is not a number would never be reached (and hold back every request after it).
+  for (const r of requests)
+    if (!Number.isFinite(r.arrivalMs) || !(r.reactionMs === undefined || (Number.isFinite(r.reactionMs) && r.reactionMs >= 0)))
+      throw new Error(`request ${r.request.id}: arrival ${r.arrivalMs} ms, reaction ${r.reactionMs} ms: finite times (a reaction >= 0) only`);
   const pending = [...requests].sort((a, b) => armedAt(a) - armedAt(b));
   const records = new Map<string, OfflineRecord>();
   for (const { request, arrivalMs } of pending) records.set(request.id, { arrivalMs, admittedMs: null, cachedTokens: 0, tokenTimesMs: [] });

@@ -45,4 +45,13 @@ describe('runOffline: requests that react to a pass end', () => {
     const records = run([busy, { request: request('idle', 1000, 2), arrivalMs: 100, reactionMs: 5 }]);
     expect(records.get('idle')).toMatchObject({ arrivalMs: 100, tokenTimesMs: [110, 120] });
   });
+
+  it('refuses a time that is not a finite number, or a negative reaction, naming the request (it would never arrive)', () => {
+    for (const bad of [
+      { request: request('nan', 1000, 1), arrivalMs: 10, reactionMs: Number.NaN },
+      { request: request('negative', 1000, 1), arrivalMs: 10, reactionMs: -1 },
+      { request: request('never', 1000, 1), arrivalMs: Number.POSITIVE_INFINITY },
+    ])
+      expect(() => run([busy, bad]), bad.request.id).toThrow(new RegExp(`request ${bad.request.id}: .*finite times`));
+  });
 });

@@ -9,7 +9,7 @@
  * `spawnServer` is the parent's side.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { Session } from 'node:inspector';
 import net, { type AddressInfo } from 'node:net';
@@ -131,8 +131,30 @@ function startRelay(opts: PipeOptions): Promise<Running> {
   );
 }
 
+/** CPU time (ms) of each process this one started (`capture --threads`' forwarding processes), by pid, from /proc. */
+function childrenCpuMs(): Map<number, number> {
+  const cpu = new Map<number, number>();
+  if (!existsSync('/proc/self/stat')) return cpu;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      // proc(5): after "(comm) ", field 4 is the parent, 14 and 15 the user and system time in clock ticks (100 a second).
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(fields[1]) === process.pid) cpu.set(Number(entry), ((Number(fields[11]) + Number(fields[12])) * 1000) / 100);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return cpu;
+}
+
+/** The CPU the processes of `now` spent since `before` (those started since: all of theirs). */
+const sumChanges = (before: Map<number, number>, now: Map<number, number>) => [...now].reduce((sum, [pid, ms]) => sum + ms - (before.get(pid) ?? 0), 0);
+
 /** What a server process did between two `stats()` calls. */
 export interface ProcessStats {
+  /** CPU time of the process and of the processes it started. */
   cpuMs: number;
   /** Event-loop utilization, 0..1. */
   elu: number;
@@ -243,6 +265,7 @@ async function main(role: Role, options: string): Promise<void> {
   const delay = monitorEventLoopDelay({ resolution: 1 });
   delay.enable();
   let cpu = process.cpuUsage();
+  let childrenCpu = childrenCpuMs();
   let elu = performance.eventLoopUtilization();
   const session = new Session();
   const post = (method: string) => new Promise<unknown>((resolve, reject) => session.post(method, (err, result) => (err ? reject(err) : resolve(result))));
@@ -250,14 +273,16 @@ async function main(role: Role, options: string): Promise<void> {
   const handle = async (line: string): Promise<unknown> => {
     if (line === 'STATS') {
       const dCpu = process.cpuUsage(cpu);
+      const children = childrenCpuMs();
       const stats: ProcessStats = {
-        cpuMs: (dCpu.user + dCpu.system) / 1000,
+        cpuMs: (dCpu.user + dCpu.system) / 1000 + sumChanges(childrenCpu, children),
         elu: performance.eventLoopUtilization(elu).utilization,
         delayP50Ms: delay.percentile(50) / 1e6,
         delayP99Ms: delay.percentile(99) / 1e6,
         delayMaxMs: delay.max / 1e6,
       };
       cpu = process.cpuUsage();
+      childrenCpu = children;
       elu = performance.eventLoopUtilization();
       delay.reset();
       return stats;

@@ -358,6 +358,33 @@ const WORKERS: Benchmark = {
   ],
 };
 
+/** Issue 41: `capture --threads 2` at 256 streams, tokens/s against `--threads 1` in the same rounds (≥ 1.4× on 2 cores). */
+const CAPTURE_THREADS: Benchmark = {
+  name: 'capture-threads',
+  group: 'proxy',
+  script: 'bench/capture-threads.ts',
+  args: ['--concurrency', '256', '--rounds', '3', '--window-ms', '2000'],
+  figures: (json) => [
+    {
+      figure: 'capture --threads 2 tokens/s, 256 streams, upstream as fast as the machine forwards',
+      value: numberAt(json, 'modes.threads-2.tokensPerS'),
+      unit: 'tokens/s',
+      baseline: '--threads 1',
+      baselineValue: numberAt(json, 'modes.threads-1.tokensPerS'),
+      ratio: numberAt(json, 'ratio.median'),
+      judged: 'ratio',
+      min: numberAt(json, 'ratio.min'),
+      max: numberAt(json, 'ratio.max'),
+      target: ge(1.4),
+    },
+    absolute(
+      'capture --threads 2 CPU per forwarded token (its forwarding process included), 256 streams',
+      numberAt(json, 'modes.threads-2.cpuUsPerToken'),
+      'µs',
+    ),
+  ],
+};
+
 /** Issue 40: 100,000 agentic requests (8 lanes, trace block 512) offline within 30 s and 1 GB, beside the same rows without dependencies. */
 const AGENTIC: Benchmark = {
   name: 'agentic',
@@ -412,6 +439,7 @@ export const BENCHMARKS: Benchmark[] = [
   proxy(256, 3),
   // Past what two cores carry (102,400 tokens/s): the raw relay itself adds tens of ms; the figures say how capture degrades.
   proxy(512, 2),
+  CAPTURE_THREADS,
   ENGINE_PASS,
   OFFLINE,
   STORE,

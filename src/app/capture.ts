@@ -1,19 +1,16 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { forwardExchange } from '../capture/forward.js';
+import net, { type AddressInfo } from 'node:net';
 import { UpstreamPool } from '../capture/upstreamHttp.js';
 import { RecorderThread } from '../capture/recorderThread.js';
-import { listeningServer, OWN_HEALTH_PATH } from '../wire/drain.js';
-import { errorJson } from '../wire/errors.js';
-import { answerHealthy, readBody, sendJson, sendTooLarge } from '../wire/http.js';
-import { admitted, classOf, decodedPath, DEFAULT_API_KEY_SCOPE, UNAUTHORIZED_BODY, type ApiKeyPolicy, type ClassifiedRoute } from '../wire/access.js';
-import { SERVE_ROUTES } from '../http/routes.js';
+import { Drain, listen } from '../wire/drain.js';
+import type { ApiKeyPolicy } from '../wire/access.js';
 import { serverTls, upstreamTls, type TlsFiles } from '../wire/tls.js';
 import { CaptureStore } from '../store/captureStore.js';
 import { loadModelFiles, maxModelLenOf, ModelNotFoundError } from '../tokenizer/index.js';
-import { describeEngine, runColumns, UpstreamEngine } from '../capture/upstreamEngine.js';
+import { describeEngine, runColumns, UpstreamEngine, type EngineIdentity } from '../capture/upstreamEngine.js';
 import type { Running } from './serve.js';
-import { RecordingSink } from './shutdown.js';
+import { RecordingSink, totalRecorded } from './shutdown.js';
+import { captureHandler, ExchangesInFlight } from './captureHandler.js';
+import { CaptureForwarders } from './captureForwarders.js';
 
 export interface CaptureOptions {
   upstream: string;
@@ -37,26 +34,9 @@ export interface CaptureOptions {
   tokenizer?: { name: string; files: Map<string, Buffer> };
   /** No startup line nor periodic counts (`rerun` prints its own progress). */
   quiet?: boolean;
+  /** --threads: event loops forwarding the clients' streams, this process's and forwarding processes' (default 1). */
+  threads?: number;
 }
-
-/**
- * Every route of the capture proxy, with its access class (access.ts), by path (any method): what `serve` keeps
- * public stays public through it; mocker's own routes (`/mocker/*`: runtime control, KV pulls) are never
- * forwarded, whatever the upstream (a 404 from the proxy itself, but for its own health check, which it
- * answers); everything else is forwarded as the API's.
- */
-export const CAPTURE_ROUTES: readonly ClassifiedRoute[] = [
-  ...[
-    ...new Set(
-      Object.entries(SERVE_ROUTES)
-        .filter(([path, r]) => r.class === 'public' && !path.startsWith('/mocker/'))
-        .map(([path]) => path),
-    ),
-  ].map((path) => ({ method: '*', path, class: 'public' as const })),
-  { method: 'GET', path: OWN_HEALTH_PATH, class: 'public' },
-  { method: '*', path: '/mocker/*', class: 'control' },
-  { method: '*', path: '/*', class: 'key' },
-];
 
 const STATS_INTERVAL_MS = 10_000;
 
@@ -112,8 +92,15 @@ function startRun(opts: CaptureOptions, upstream: UpstreamEngine, model: Capture
 }
 
 /** Once the upstream answers and names itself: its identity stored, and its own tokenizer where the bundled one stood in. */
-function followIdentity(opts: CaptureOptions, upstream: UpstreamEngine, thread: RecorderThread, standIn: boolean): void {
+function followIdentity(
+  opts: CaptureOptions,
+  upstream: UpstreamEngine,
+  thread: RecorderThread,
+  standIn: boolean,
+  tell: (identity: EngineIdentity) => void,
+): void {
   upstream.onIdentified((later) => {
+    tell(later);
     if (!opts.quiet) console.log(`mocker capture: ${upstream.url.origin} answers now: ${describeEngine(later)}`);
     const failed = (what: string) => (err: unknown) => console.error(`mocker capture: could not store ${what} in ${opts.captures}: ${(err as Error).message}`);
     thread.updateRun(runColumns(later)).catch(failed("the engine's identity"));
@@ -129,39 +116,11 @@ function followIdentity(opts: CaptureOptions, upstream: UpstreamEngine, thread: 
   });
 }
 
-/** The proxy's request handler: its own health, the access check, the body limit, then the exchange forwarded and recorded. */
-function captureHandler(opts: CaptureOptions, upstream: UpstreamEngine, connections: UpstreamPool, sink: RecordingSink['sink']) {
-  const access = opts.access ?? { scope: DEFAULT_API_KEY_SCOPE };
-  return (req: IncomingMessage, res: ServerResponse) => {
-    const path = decodedPath(req.url ?? '/');
-    if (path === null)
-      return void sendJson(res, 400, errorJson(400, `Invalid request path ${JSON.stringify((req.url ?? '').slice(0, 200))}: it does not percent-decode.`));
-    // The proxy's own health, not its upstream's (whose /health is forwarded): it takes requests. Never forwarded.
-    if (path === OWN_HEALTH_PATH) return void (req.method === 'GET' ? answerHealthy(res) : sendJson(res, 405, '{"detail":"Method Not Allowed"}'));
-    // Every path matches the catch-all.
-    const routeClass = classOf(CAPTURE_ROUTES, path)!;
-    // The capture has no control routes to enable: the upstream's are not this proxy's to expose.
-    if (routeClass === 'control') return void sendJson(res, 404, '{"detail":"Not Found"}');
-    if (!admitted(access, routeClass, req.method ?? 'GET', path, req.headers.authorization)) return void sendJson(res, 401, UNAUTHORIZED_BODY);
-    readBody(req, opts.maxBodyBytes).then(
-      (body) => {
-        if (body === null) return sendTooLarge(res, opts.maxBodyBytes);
-        if (res.destroyed) return;
-        forwardExchange({ upstream, connections }, req, body, res, sink).catch((err: unknown) => {
-          console.error(`mocker capture: ${req.method} ${req.url}: ${(err as Error).message}`);
-          res.destroy();
-        });
-      },
-      () => res.destroy(),
-    );
-  };
-}
-
 /** Every STATS_INTERVAL_MS with new exchanges: what this run recorded and what the file holds. */
-function logCounts(opts: CaptureOptions, thread: RecorderThread, recording: RecordingSink): NodeJS.Timeout {
+function logCounts(opts: CaptureOptions, thread: RecorderThread, recorded: () => number): NodeJS.Timeout {
   let lastLogged = 0;
   const timer = setInterval(() => {
-    const n = recording.recorded.exchanges;
+    const n = recorded();
     if (n === lastLogged) return;
     lastLogged = n;
     thread.counts().then(
@@ -175,12 +134,24 @@ function logCounts(opts: CaptureOptions, thread: RecorderThread, recording: Reco
 
 /**
  * `mocker capture`: a transparent proxy that records every generation into the capture file. It listens before
- * it touches the file (a taken port leaves nothing behind); requests that come meanwhile wait for it.
+ * it touches the file (a taken port leaves nothing behind); requests that come meanwhile wait for it. With
+ * `threads` > 1, forwarding processes share its connections (captureForwarders.ts).
  */
 export async function startCapture(opts: CaptureOptions): Promise<Running> {
   const tls = serverTls(opts.tls);
-  const { drain, server } = await listeningServer(opts.host, opts.port, tls);
-  const port = (server.address() as AddressInfo).port;
+  const drain = new Drain();
+  const server = drain.handedServer(tls);
+  let forwarders: CaptureForwarders | null = null;
+  // The one listening socket: each connection is dealt (to this process or a forwarding one) before a byte is read.
+  const front = net.createServer({ pauseOnConnect: true, noDelay: true }, (socket) => {
+    if (forwarders?.deal(socket)) return;
+    server.emit('connection', socket);
+    socket.resume();
+  });
+  // Not waited for: its callback waits for the connections handed to forwarding processes, which are their drains'.
+  const stopListening = () => front.listening && front.close();
+  await listen(front, opts.host, opts.port);
+  const port = (front.address() as AddressInfo).port;
   let recorder: RecorderThread | undefined;
   try {
     const upstream = await UpstreamEngine.identify(new URL(opts.upstream), upstreamTls(opts.upstreamCaCerts));
@@ -198,29 +169,59 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       tokenizerFromCapture: opts.tokenizer !== undefined,
     });
     recorder = thread;
-    followIdentity(opts, upstream, thread, standIn);
     const recording = new RecordingSink(thread.sink, opts.captures);
+    // What the forwarding processes forwarded, counted as this process counts its own.
+    const forwarded = new RecordingSink(thread.store, opts.captures);
+    if ((opts.threads ?? 1) > 1)
+      forwarders = await CaptureForwarders.start(
+        opts.threads! - 1,
+        {
+          upstream: upstream.url.href,
+          identity,
+          upstreamTls: upstream.tls,
+          upstreamTimeoutMs: opts.upstreamTimeoutMs,
+          tls: opts.tls,
+          captures: opts.captures,
+          maxBodyBytes: opts.maxBodyBytes,
+          access: opts.access,
+        },
+        forwarded.sink,
+        (found) => upstream.learn(found),
+      );
+    followIdentity(opts, upstream, thread, standIn, (found) => forwarders?.tellIdentity(found));
     const connections = new UpstreamPool(upstream.url, opts.upstreamTimeoutMs, upstream.tls);
-    drain.handle(server, captureHandler(opts, upstream, connections, recording.sink));
+    const inFlight = new ExchangesInFlight();
+    drain.handle(server, captureHandler(opts, upstream, connections, recording.sink, inFlight));
     if (!opts.quiet)
       console.log(
-        `mocker capture: proxying ${tls ? 'https' : 'http'}://${opts.host}:${port} -> ${upstream.url.href} (${describeEngine(identity)}), recording into ${opts.captures} (run ${runId}, tokenizer ${model.name})`,
+        `mocker capture: proxying ${tls ? 'https' : 'http'}://${opts.host}:${port} -> ${upstream.url.href} (${describeEngine(identity)}), recording into ${opts.captures} (run ${runId}, tokenizer ${model.name}${forwarders ? `, forwarding on ${opts.threads} event loops: this process and ${opts.threads! - 1} more` : ''})`,
       );
-    const stats = opts.quiet ? undefined : logCounts(opts, thread, recording);
+    const stats = opts.quiet ? undefined : logCounts(opts, thread, () => recording.recorded.exchanges + forwarded.recorded.exchanges);
     return {
       port,
       close: async (graceMs = 0) => {
         clearInterval(stats);
-        const drained = await drain.drain(graceMs);
+        const [own, theirs] = await Promise.all([drain.drain(graceMs), forwarders?.drain(graceMs) ?? { finished: 0, aborted: 0 }]);
+        stopListening();
         // The exchanges cut off end (as aborted) once stored; then the recorder checkpoints and closes the file.
-        await recording.settled();
+        await inFlight.settled();
+        await Promise.all([recording.settled(), forwarded.settled()]);
         connections.close();
         await thread.close();
-        return { ...drained, recorded: recording.recorded };
+        return {
+          finished: own.finished + theirs.finished,
+          aborted: own.aborted + theirs.aborted,
+          recorded: totalRecorded([
+            { ...own, recorded: recording.recorded },
+            { ...theirs, recorded: forwarded.recorded },
+          ]),
+        };
       },
     };
   } catch (err) {
+    await forwarders?.drain(0);
     await drain.drain(0);
+    stopListening();
     await recorder?.close();
     throw err;
   }

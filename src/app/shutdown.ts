@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { log } from '../util/log.js';
 import { constants } from 'node:os';
-import type { ExchangeSink } from '../capture/forward.js';
+import type { RawExchange } from '../capture/forward.js';
 import type { DrainResult } from '../wire/drain.js';
 import { CaptureFileError } from '../store/captureStore.js';
 
@@ -22,19 +22,19 @@ export interface RecordedTally {
  * Counts the exchanges a sink stores, and keeps the ones being stored so a shutdown can wait for
  * them before closing the file (the exchanges a drain cuts off reach the sink as it closes their connections).
  */
-export class RecordingSink {
+export class RecordingSink<Exchange extends Pick<RawExchange, 'endpoint' | 'outcome'> = RawExchange> {
   private readonly storing = new Set<Promise<void>>();
   private readonly tally: RecordedTally;
 
   /** `store`'s failures are reported naming `file`. */
   constructor(
-    private readonly store: ExchangeSink,
+    private readonly store: (exchange: Exchange) => Promise<void>,
     file: string,
   ) {
     this.tally = { exchanges: 0, aborted: 0, file };
   }
 
-  readonly sink: ExchangeSink = (raw) => {
+  readonly sink = (raw: Exchange): Promise<void> => {
     const stored = this.store(raw).then(
       () => {
         if (!raw.endpoint) return;

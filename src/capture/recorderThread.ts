@@ -76,6 +76,20 @@ function transferable(buf: Buffer, take: boolean): Uint8Array {
   return copy;
 }
 
+/** A generation exchange as the recorder is posted it: bodies and event tables in typed arrays of their own. */
+export function toWire(raw: RawExchange): WireExchange {
+  const { request, requestBody, responseBody, eventEnds, eventTimes, ...rest } = raw;
+  return {
+    ...rest,
+    hasRequest: request !== null,
+    // The request body stays the caller's (a socket write may still hold it): always a copy.
+    requestBody: transferable(requestBody, false),
+    responseBody: transferable(responseBody, true),
+    eventEnds: Uint32Array.from(eventEnds),
+    eventTimes: Float64Array.from(eventTimes),
+  };
+}
+
 /**
  * Records exchanges in a worker thread: response parsing, token-id derivation (the upstream's `/tokenize`
  * and the local tokenizer, for engines that send no ids) and the SQLite transaction all run there, on the
@@ -100,17 +114,11 @@ export class RecorderThread {
 
   /** Hands an exchange to the worker; resolves once it is committed. Non-generation traffic is not recorded. */
   readonly sink: ExchangeSink = async (raw) => {
-    if (!raw.endpoint) return;
-    const { request, requestBody, responseBody, eventEnds, eventTimes, ...rest } = raw;
-    const exchange: WireExchange = {
-      ...rest,
-      hasRequest: request !== null,
-      // The request body stays the caller's (a socket write may still hold it): always a copy.
-      requestBody: transferable(requestBody, false),
-      responseBody: transferable(responseBody, true),
-      eventEnds: Uint32Array.from(eventEnds),
-      eventTimes: Float64Array.from(eventTimes),
-    };
+    if (raw.endpoint) await this.store(toWire(raw));
+  };
+
+  /** Hands over an exchange already in its posted form, its arrays its own (moved, not copied); resolves once it is committed. */
+  readonly store = async (exchange: WireExchange): Promise<void> => {
     const transfer = [exchange.requestBody.buffer, exchange.responseBody.buffer, exchange.eventEnds.buffer, exchange.eventTimes.buffer] as ArrayBuffer[];
     await this.call((id) => ({ type: 'exchange', id, exchange }), transfer);
   };

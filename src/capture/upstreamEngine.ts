@@ -165,6 +165,11 @@ export class UpstreamEngine {
     return new UpstreamEngine(url, await identifyEngine(url, tls), tls);
   }
 
+  /** An engine another process of the same proxy has identified (or not yet: it is then asked when it first answers). */
+  static known(url: URL, identity: EngineIdentity, tls: UpstreamTls): UpstreamEngine {
+    return new UpstreamEngine(url, identity, tls);
+  }
+
   /** `listener` is told once when an engine unknown at the start has been identified. */
   onIdentified(listener: (identity: EngineIdentity) => void): void {
     this.listener = listener;
@@ -183,12 +188,17 @@ export class UpstreamEngine {
     if (this.identityNow.kind !== 'unknown' || this.asking) return;
     this.asking = identifyEngine(this.url, this.tls).then((identity) => {
       this.asking = null;
-      if (identity.kind === 'unknown' || this.identityNow.kind !== 'unknown') return;
-      this.identityNow = identity;
-      // A refusal already seen stays remembered.
-      this.dialectNow = { ...dialectOf(identity.kind), injectTokenIds: this.dialectNow.injectTokenIds && dialectOf(identity.kind).injectTokenIds };
-      this.listener(identity);
+      this.learn(identity);
     });
+  }
+
+  /** What the engine is, found here or by another process of the proxy: taken (and told) when it was unknown. */
+  learn(identity: EngineIdentity): void {
+    if (identity.kind === 'unknown' || this.identityNow.kind !== 'unknown') return;
+    this.identityNow = identity;
+    // A refusal already seen stays remembered.
+    this.dialectNow = { ...dialectOf(identity.kind), injectTokenIds: this.dialectNow.injectTokenIds && dialectOf(identity.kind).injectTokenIds };
+    this.listener(identity);
   }
 
   /** The engine refused a field the proxy added: never add it again. */

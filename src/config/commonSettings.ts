@@ -134,6 +134,14 @@ export const CAPTURE_SETTINGS: Setting[] = [
   },
   host,
   listenPort(8001),
+  {
+    flags: '--threads <n>',
+    help: "event loops forwarding the clients' streams: this process's and n - 1 forwarding processes', each dealt connections in turn (one port, one recorder)",
+    group: 'server',
+    value: int({ min: 1, max: 64 }),
+    default: 1,
+    to: 'threads',
+  },
   maxBodyBytes,
   shutdownTimeout,
   {

@@ -1,5 +1,6 @@
 import http, { type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import https from 'node:https';
+import type net from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { ServerTls } from './tls.js';
 import { errorJson } from './errors.js';
@@ -56,6 +57,17 @@ export class Drain {
     return server;
   }
 
+  /**
+   * A server another listener hands its connections to (`server.emit('connection', socket)`, `capture`'s
+   * round-robin): it tracks them as a listening one does (request timeouts, closing them at the drain's end).
+   */
+  handedServer(tls?: ServerTls): Server {
+    const server = this.server(tls);
+    // Node starts tracking an http.Server's connections when it is told it listens.
+    server.emit('listening');
+    return server;
+  }
+
   /** Routes `server`'s requests to `handler` from now on (those that came before it waited for it). */
   handle(server: Server, handler: RequestListener): void {
     this.handlers.set(server, handler);
@@ -98,7 +110,7 @@ export class Drain {
       this.servers.map(
         (server) =>
           new Promise<void>((resolve) => {
-            if (!server.listening) return resolve();
+            // A handed server (`handedServer`) does not listen: its close only stops tracking connections.
             server.close(() => resolve());
             server.closeAllConnections();
           }),
@@ -136,7 +148,7 @@ export async function listeningServer(host: string, port: number, tls?: ServerTl
 }
 
 /** Listens on `host:port`; a port that cannot be had is an error naming it. */
-export async function listen(server: Server, host: string, port: number): Promise<void> {
+export async function listen(server: net.Server, host: string, port: number): Promise<void> {
   await new Promise<void>((resolve, reject) => {
     const failed = (err: NodeJS.ErrnoException) => {
       const reason = err.code === 'EADDRINUSE' ? 'is already in use' : err.code === 'EACCES' ? 'needs privileges' : `cannot be listened on (${err.message})`;

@@ -10,7 +10,7 @@ import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { Hono } from 'hono';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CAPTURE_ROUTES } from '../../src/app/capture.js';
+import { CAPTURE_ROUTES } from '../../src/app/captureHandler.js';
 import type { ClassifiedRoute } from '../../src/wire/access.js';
 import { SERVE_ROUTES, serveRoutes } from '../../src/http/routes.js';
 import { PD_PROXY_ROUTES } from '../../src/pd/proxy.js';

@@ -1,9 +1,10 @@
 /**
  * Nothing recorded is lost or reordered at production concurrency: 256 streamed completions at once through the
  * spawned `mocker capture` in front of the vLLM double, each stored exchange compared with what its client
- * received (text, events, the engine's own usage) and with what the double was asked to generate.
+ * received (text, events, the engine's own usage) and with what the double was asked to generate; with one event
+ * loop, and with `--threads 2` (a forwarding process, its exchanges recorded by the proxy's one recorder).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore, type StoredExchange } from '../../src/store/captureStore.js';
@@ -44,21 +45,48 @@ async function streamCompletion(url: string, i: number): Promise<Received> {
   };
 }
 
-describe(`mocker capture with ${STREAMS} streams at once`, () => {
+/** Processes whose parent is `pid` (Linux /proc). */
+function childrenOf(pid: number): number[] {
+  return readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .flatMap((entry) => {
+      try {
+        return procStat(Number(entry))[1] === String(pid) ? [Number(entry)] : [];
+      } catch {
+        return []; // gone meanwhile
+      }
+    });
+}
+
+/** /proc/PID/stat's fields after the command name (state, ppid, …; proc(5) numbers them from 3). */
+function procStat(pid: number): string[] {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+}
+
+/** User and system CPU time of a process, in clock ticks (proc(5): fields 14 and 15). */
+const cpuTicks = (pid: number) => Number(procStat(pid)[11]) + Number(procStat(pid)[12]);
+
+describe.each([1, 2])(`mocker capture with ${STREAMS} streams at once, --threads %i`, (threads) => {
   const dir = mkdtempSync(join(testTmpdir(), 'mocker-capture-256-'));
   const file = join(dir, 'capture.db');
   let upstream: Upstream;
   let capture: MockerProcess;
   let received: Received[];
   let stored: Map<string, StoredExchange>;
+  /** CPU ticks each forwarding process spent on the load (none with one thread). */
+  let forwarderTicks: number[];
 
   beforeAll(async () => {
     upstream = await startUpstream((body) => {
       const i = Number(String(body.prompt).replace(promptOf(0).slice(0, -1), ''));
       return { content: answerOf(i), finish: 'stop', ttftMs: 5, gapMs: () => 3 };
     });
-    capture = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', file]);
+    capture = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', file, '--threads', String(threads)]);
+    const forwarders = childrenOf(capture.child.pid!);
+    const before = forwarders.map(cpuTicks);
     received = await Promise.all(Array.from({ length: STREAMS }, (_, i) => streamCompletion(`http://127.0.0.1:${capture.port}`, i)));
+    forwarderTicks = forwarders.map((pid, k) => cpuTicks(pid) - before[k]);
     await capture.stop();
     const store = CaptureStore.open(file, { readonly: true });
     try {
@@ -77,6 +105,12 @@ describe(`mocker capture with ${STREAMS} streams at once`, () => {
     await capture?.stop();
     await upstream?.close();
     rmSync(dir, { recursive: true, force: true });
+  });
+
+  it(`forwards on ${threads} event loop(s): each forwarding process did part of the work, and the proxy counted every exchange`, () => {
+    expect(forwarderTicks).toHaveLength(threads - 1);
+    for (const ticks of forwarderTicks) expect(ticks).toBeGreaterThan(0);
+    expect(capture.stdout()).toContain(`${STREAMS} exchange(s) recorded (0 aborted)`);
   });
 
   it('every client got its own answer', () => {

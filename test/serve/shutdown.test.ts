@@ -135,10 +135,11 @@ describe('SIGTERM with streams in flight', () => {
   /** 20 tokens, 100 ms apart: in flight for about 2 s. */
   const slow: Script = (body) => ({ content: answerTo(body.prompt), gapMs: () => 100 });
 
-  it('capture: the 8 streams complete, /health answers 503 meanwhile, all 8 are stored complete', async () => {
+  // --threads 2: the connections are dealt between the proxy and a forwarding process, which drains on the proxy's word.
+  it.each([1, 2])('capture --threads %i: the 8 streams complete, /health answers 503 meanwhile, all 8 are stored complete', async (threads) => {
     const up = await upstream((body) => ({ ...slow(body, 0), content: `${answerTo(body.prompt)} ${'More words follow here. '.repeat(4)}` }));
     const db = join(tempDir(), 'drain.db');
-    const capture = await mocker(['capture', '--upstream', up.url, '--captures', db]);
+    const capture = await mocker(['capture', '--upstream', up.url, '--captures', db, '--threads', String(threads)]);
     expect((await fetch(`http://127.0.0.1:${capture.port}/health`)).status).toBe(200);
     const streams = prompts.slice(0, 8).map((p) => stream(capture.port, p));
     await Promise.all(streams.map((s) => s.started));
@@ -153,11 +154,11 @@ describe('SIGTERM with streams in flight', () => {
     expect(outcomes(db)).toEqual({ complete: 8 });
   });
 
-  it('capture --shutdown-timeout 1: longer streams are cut off and stored as aborted; exit 0', async () => {
+  it.each([1, 2])('capture --threads %i --shutdown-timeout 1: longer streams are cut off and stored as aborted; exit 0', async (threads) => {
     // 200 tokens, 200 ms apart: 40 s, far beyond the shutdown timeout.
     const up = await upstream(() => ({ content: 'word '.repeat(200), gapMs: () => 200 }));
     const db = join(tempDir(), 'cut.db');
-    const capture = await mocker(['capture', '--upstream', up.url, '--captures', db, '--shutdown-timeout', '1']);
+    const capture = await mocker(['capture', '--upstream', up.url, '--captures', db, '--shutdown-timeout', '1', '--threads', String(threads)]);
     const streams = prompts.slice(0, 8).map((p) => stream(capture.port, p));
     await Promise.all(streams.map((s) => s.started));
     capture.child.kill('SIGTERM');

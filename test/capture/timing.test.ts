@@ -3,13 +3,11 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore } from '../../src/store/captureStore.js';
 import { startMockerProcess, type MockerProcess } from '../support/mockerProcess.js';
-import { gapsOf, measureInProcess, median, medianSeries } from '../support/sseTiming.js';
+import { gapsOf, measureInProcess, median, medianSeries, variedGapMs } from '../support/sseTiming.js';
 import { encode, MODEL, startUpstream, type Upstream } from '../support/vllmUpstream.js';
 import { testTmpdir } from '../support/tempRoot.js';
 
-const TTFT_MS = 200;
-/** Gaps between 20 and 80 ms, varied. */
-const gap = (i: number) => 20 + ((i * 37) % 61);
+const TTFT_MS = 100;
 const BODY = { model: MODEL, prompt: 'Tell me a long story', max_tokens: 24, stream: true };
 
 describe('captured timing', () => {
@@ -31,7 +29,7 @@ describe('captured timing', () => {
 
   beforeAll(async () => {
     dbPath = join(mkdtempSync(join(testTmpdir(), 'mocker-timing-')), 'timing.db');
-    upstream = await startUpstream(() => ({ content: 'word '.repeat(40), ttftMs: TTFT_MS, gapMs: gap }));
+    upstream = await startUpstream(() => ({ content: 'word '.repeat(40), ttftMs: TTFT_MS, gapMs: variedGapMs }));
     // The capture and its client each run as their own process, as deployed: the proxy's work at the end of an
     // exchange (handing it to the recorder) cannot hold the client's read of the last event, nor can the test
     // runner's. Only the upstream double shares the runner, and `sentMs` says when it really wrote.

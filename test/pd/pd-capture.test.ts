@@ -11,14 +11,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CaptureStore } from '../../src/store/captureStore.js';
 import { captureInProcess, pdProxyInProcess, type RunningProxy } from '../support/inProcess.js';
 import { mockerProcesses } from '../support/mockerProcess.js';
-import { gapsOf, measureInProcess, measurePdHopsInProcess } from '../support/sseTiming.js';
+import { gapsOf, measureInProcess, measurePdHopsInProcess, variedGapMs } from '../support/sseTiming.js';
 import { encode, MODEL, startUpstream, type Upstream } from '../support/vllmUpstream.js';
 import { testTmpdir } from '../support/tempRoot.js';
 
 const PREFILL_MS = 150;
 const DECODE_TTFT_MS = 60;
-/** Gaps between 20 and 80 ms, varied. */
-const gap = (i: number) => 20 + ((i * 37) % 61);
 const BODY = { model: MODEL, prompt: 'Tell me a long story about disaggregated serving', max_tokens: 24, stream: true };
 const UPSTREAM_PREFILL_PARAMS = {
   do_remote_prefill: true,
@@ -56,7 +54,7 @@ describe('PD-split capture, then replay', () => {
       const transfer = body.kv_transfer_params as Record<string, unknown> | undefined;
       return transfer?.do_remote_decode ? { content: 'word '.repeat(40), ttftMs: PREFILL_MS, kvTransferParams: UPSTREAM_PREFILL_PARAMS } : { errorStatus: 400 };
     });
-    const decode: Upstream = await startUpstream(() => ({ content: 'story '.repeat(40), ttftMs: DECODE_TTFT_MS, gapMs: gap }));
+    const decode: Upstream = await startUpstream(() => ({ content: 'story '.repeat(40), ttftMs: DECODE_TTFT_MS, gapMs: variedGapMs }));
     const capture = (upstream: Upstream) =>
       captureInProcess({
         upstream: upstream.url,

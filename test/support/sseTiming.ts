@@ -115,6 +115,8 @@ const PD_WARM_UPS = 16;
 export const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 /** Element-wise median of equally long series (event i of every run). */
 export const medianSeries = (runs: number[][]) => runs[0].map((_, i) => median(runs.map((r) => r[i])));
+/** A scripted upstream's gap before token i: between 10 and 40 ms, varied (no two neighbours alike). */
+export const variedGapMs = (i: number) => 10 + ((i * 37) % 31);
 /** The gaps between consecutive times. */
 export const gapsOf = (times: number[]) => times.slice(1).map((t, i) => t - times[i]);
 

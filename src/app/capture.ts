@@ -201,8 +201,8 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
       port,
       close: async (graceMs = 0) => {
         clearInterval(stats);
-        const [own, theirs] = await Promise.all([drain.drain(graceMs), forwarders?.drain(graceMs) ?? { finished: 0, aborted: 0 }]);
-        stopListening();
+        // The listener closes with this process's drain, not once the forwarding processes have exited.
+        const [own, theirs] = await Promise.all([drain.drain(graceMs).finally(stopListening), forwarders?.drain(graceMs) ?? { finished: 0, aborted: 0 }]);
         // The exchanges cut off end (as aborted) once stored; then the recorder checkpoints and closes the file.
         await inFlight.settled();
         await Promise.all([recording.settled(), forwarded.settled()]);

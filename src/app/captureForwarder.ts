@@ -37,12 +37,15 @@ function serve(init: ForwarderInit) {
   const pool = new UpstreamPool(upstream.url, init.upstreamTimeoutMs, upstream.tls);
   const inFlight = new ExchangesInFlight();
   drain.handle(server, captureHandler(init, upstream, pool, recording.sink, inFlight));
+  let drained = false;
   process.on('message', (message: ToForwarder, socket: Socket | undefined) => {
     if (message.type !== 'connection' || !socket) return;
+    // Past the drain's cut-off nothing would ever close it.
+    if (drained) return void socket.destroy();
     server.emit('connection', socket);
     socket.resume();
   });
-  return { drain, stored, upstream, pool, recording, inFlight };
+  return { drain, stored, upstream, pool, recording, inFlight, markDrained: () => (drained = true) };
 }
 
 if (process.send) {
@@ -58,15 +61,18 @@ if (process.send) {
       running?.stored.delete(message.id);
     } else if (message.type === 'identity') running?.upstream.learn(message.identity);
     else if (message.type === 'drain' && running) {
-      const { drain, recording, pool, inFlight } = running;
+      const { drain, recording, pool, inFlight, markDrained } = running;
       void (async () => {
         const result = await drain.drain(message.graceMs);
+        markDrained();
         await inFlight.settled();
         await recording.settled();
         pool.close();
         send({ type: 'drained', result });
         process.removeAllListeners('disconnect');
         process.disconnect();
+        // A connection the drain could not close (none should be left) does not keep this process alive for long.
+        setTimeout(() => process.exit(0), 5_000).unref();
       })();
     }
   });

@@ -96,7 +96,7 @@ export class CaptureForwarders {
     try {
       await Promise.all(forwarders.map((f, i) => group.ready(f, i + 1, init, store, identified)));
     } catch (err) {
-      for (const f of forwarders) f.child.kill();
+      for (const f of forwarders) f.child.kill('SIGKILL');
       throw err;
     }
     return group;
@@ -113,6 +113,8 @@ export class CaptureForwarders {
     const reply = (message: ToForwarder) => {
       if (child.connected) child.send(message);
     };
+    // A send to a process that has just died fails with EPIPE before its exit is seen: said, never fatal here.
+    child.on('error', (err) => console.error(`mocker capture: forwarding process ${index}: ${err.message}`));
     child.on('message', (message: FromForwarder) => {
       if (message.type === 'exchange')
         store(ownArrays(message.exchange)).then(
@@ -151,7 +153,8 @@ export class CaptureForwarders {
   deal(socket: Socket): boolean {
     const slot = this.turn++ % (this.forwarders.length + 1);
     const f = slot === 0 ? undefined : this.forwarders[slot - 1];
-    if (!f?.serving || !f.child.connected) return false;
+    // Not to one that is draining: its drain's cut-off may have passed, and this process answers 503 as well.
+    if (!f?.serving || f.drained !== null || !f.child.connected) return false;
     f.child.send({ type: 'connection' } satisfies ToForwarder, socket);
     return true;
   }
@@ -173,11 +176,11 @@ export class CaptureForwarders {
           let result: DrainResult = { finished: 0, aborted: 0 };
           if (child.exitCode !== null || child.signalCode !== null) return resolve(result);
           child.once('exit', () => resolve(result));
-          if (!child.connected) return void child.kill();
+          if (!child.connected) return void child.kill('SIGKILL');
           child.on('message', (message: FromForwarder) => {
             if (message.type !== 'drained') return;
             result = message.result;
-            setTimeout(() => child.kill(), EXIT_TIMEOUT_MS).unref();
+            setTimeout(() => child.kill('SIGKILL'), EXIT_TIMEOUT_MS).unref();
           });
           child.send({ type: 'drain', graceMs } satisfies ToForwarder);
         });

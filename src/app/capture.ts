@@ -181,7 +181,6 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
           upstreamTls: upstream.tls,
           upstreamTimeoutMs: opts.upstreamTimeoutMs,
           tls: opts.tls,
-          captures: opts.captures,
           maxBodyBytes: opts.maxBodyBytes,
           access: opts.access,
         },
@@ -203,9 +202,10 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
         clearInterval(stats);
         // The listener closes with this process's drain, not once the forwarding processes have exited.
         const [own, theirs] = await Promise.all([drain.drain(graceMs).finally(stopListening), forwarders?.drain(graceMs) ?? { finished: 0, aborted: 0 }]);
-        // The exchanges cut off end (as aborted) once stored; then the recorder checkpoints and closes the file.
+        // The exchanges cut off end (as aborted) once stored, this process's and the forwarding processes';
+        // then the recorder checkpoints and closes the file.
         await inFlight.settled();
-        await Promise.all([recording.settled(), forwarded.settled()]);
+        await forwarded.settled();
         connections.close();
         await thread.close();
         return {

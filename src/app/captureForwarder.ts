@@ -1,5 +1,5 @@
 import type { Socket } from 'node:net';
-import type { WireExchange } from '../capture/recorderThread.js';
+import type { ExchangeSink } from '../capture/forward.js';
 import { toWire } from '../capture/recorderThread.js';
 import { UpstreamEngine } from '../capture/upstreamEngine.js';
 import { UpstreamPool } from '../capture/upstreamHttp.js';
@@ -7,7 +7,6 @@ import { Drain } from '../wire/drain.js';
 import { serverTls } from '../wire/tls.js';
 import { captureHandler, ExchangesInFlight } from './captureHandler.js';
 import type { ForwarderInit, FromForwarder, ToForwarder } from './captureForwarders.js';
-import { RecordingSink } from './shutdown.js';
 
 /**
  * A forwarding process of `mocker capture --threads N` (captureForwarders.ts): it serves the connections the proxy
@@ -23,20 +22,20 @@ function serve(init: ForwarderInit) {
   upstream.onIdentified((identity) => send({ type: 'identified', identity }));
   const stored = new Map<number, (error: string | null) => void>();
   let nextId = 1;
-  const record = (exchange: WireExchange) =>
-    new Promise<void>((resolve, reject) => {
-      const id = nextId++;
-      stored.set(id, (error) => (error === null ? resolve() : reject(new Error(error))));
-      send({ type: 'exchange', id, exchange });
-    });
-  const recording = new RecordingSink(async (raw) => {
-    if (raw.endpoint) await record(toWire(raw));
-  }, init.captures);
+  // Counted, and its failures named with the file, where it is stored (the proxy's RecordingSink).
+  const record: ExchangeSink = (raw) =>
+    raw.endpoint === null
+      ? Promise.resolve()
+      : new Promise<void>((resolve, reject) => {
+          const id = nextId++;
+          stored.set(id, (error) => (error === null ? resolve() : reject(new Error(error))));
+          send({ type: 'exchange', id, exchange: toWire(raw) });
+        });
   const drain = new Drain();
   const server = drain.handedServer(serverTls(init.tls));
   const pool = new UpstreamPool(upstream.url, init.upstreamTimeoutMs, upstream.tls);
   const inFlight = new ExchangesInFlight();
-  drain.handle(server, captureHandler(init, upstream, pool, recording.sink, inFlight));
+  drain.handle(server, captureHandler(init, upstream, pool, record, inFlight));
   let drained = false;
   process.on('message', (message: ToForwarder, socket: Socket | undefined) => {
     if (message.type !== 'connection' || !socket) return;
@@ -45,7 +44,7 @@ function serve(init: ForwarderInit) {
     server.emit('connection', socket);
     socket.resume();
   });
-  return { drain, stored, upstream, pool, recording, inFlight, markDrained: () => (drained = true) };
+  return { drain, stored, upstream, pool, inFlight, markDrained: () => (drained = true) };
 }
 
 if (process.send) {
@@ -61,12 +60,12 @@ if (process.send) {
       running?.stored.delete(message.id);
     } else if (message.type === 'identity') running?.upstream.learn(message.identity);
     else if (message.type === 'drain' && running) {
-      const { drain, recording, pool, inFlight, markDrained } = running;
+      const { drain, pool, inFlight, markDrained } = running;
       void (async () => {
         const result = await drain.drain(message.graceMs);
         markDrained();
+        // Each exchange, the ones the drain cut off too, ends once the proxy has stored it.
         await inFlight.settled();
-        await recording.settled();
         pool.close();
         send({ type: 'drained', result });
         process.removeAllListeners('disconnect');

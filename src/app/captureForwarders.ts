@@ -22,8 +22,6 @@ export interface ForwarderInit extends ProxyLimits {
   upstreamTls: UpstreamTls;
   upstreamTimeoutMs: number;
   tls?: TlsFiles;
-  /** The capture file, named in errors (the process never opens it). */
-  captures: string;
 }
 
 export type ToForwarder =

@@ -9,7 +9,7 @@
  * `spawnServer` is the parent's side.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { Session } from 'node:inspector';
 import net, { type AddressInfo } from 'node:net';
@@ -19,6 +19,7 @@ import type { CaptureOptions } from '../../src/app/capture.js';
 import type { ServeOptions } from '../../src/app/serve.js';
 import type { PdProxyOptions } from '../../src/pd/proxy.js';
 import type { FastUpstreamOptions } from './fastUpstream.js';
+import { childrenOf, cpuTicks } from './procStat.js';
 
 export type Role = 'upstream' | 'capture' | 'pipe' | 'relay' | 'serve' | 'bare' | 'pd-proxy';
 
@@ -131,17 +132,12 @@ function startRelay(opts: PipeOptions): Promise<Running> {
   );
 }
 
-/** CPU time (ms) of each process this one started (`capture --threads`' forwarding processes), by pid, from /proc. */
+/** CPU time (ms) of each process this one started (`capture --threads`' forwarding processes), by pid. */
 function childrenCpuMs(): Map<number, number> {
   const cpu = new Map<number, number>();
-  if (!existsSync('/proc/self/stat')) return cpu;
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
+  for (const pid of childrenOf(process.pid)) {
     try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      // proc(5): after "(comm) ", field 4 is the parent, 14 and 15 the user and system time in clock ticks (100 a second).
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (Number(fields[1]) === process.pid) cpu.set(Number(entry), ((Number(fields[11]) + Number(fields[12])) * 1000) / 100);
+      cpu.set(pid, cpuTicks(pid) * 10);
     } catch {
       // gone meanwhile
     }

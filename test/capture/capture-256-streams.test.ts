@@ -4,9 +4,10 @@
  * received (text, events, the engine's own usage) and with what the double was asked to generate; with one event
  * loop, and with `--threads 2` (a forwarding process, its exchanges recorded by the proxy's one recorder).
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { childrenOf, cpuTicks } from '../../bench/lib/procStat.js';
 import { CaptureStore, type StoredExchange } from '../../src/store/captureStore.js';
 import { startMockerProcess, type MockerProcess } from '../support/mockerProcess.js';
 import { testTmpdir } from '../support/tempRoot.js';
@@ -44,28 +45,6 @@ async function streamCompletion(url: string, i: number): Promise<Received> {
     completionTokens: chunks.find((c) => c.usage !== null)!.usage!.completion_tokens,
   };
 }
-
-/** Processes whose parent is `pid` (Linux /proc). */
-function childrenOf(pid: number): number[] {
-  return readdirSync('/proc')
-    .filter((entry) => /^\d+$/.test(entry))
-    .flatMap((entry) => {
-      try {
-        return procStat(Number(entry))[1] === String(pid) ? [Number(entry)] : [];
-      } catch {
-        return []; // gone meanwhile
-      }
-    });
-}
-
-/** /proc/PID/stat's fields after the command name (state, ppid, …; proc(5) numbers them from 3). */
-function procStat(pid: number): string[] {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-}
-
-/** User and system CPU time of a process, in clock ticks (proc(5): fields 14 and 15). */
-const cpuTicks = (pid: number) => Number(procStat(pid)[11]) + Number(procStat(pid)[12]);
 
 describe.each([1, 2])(`mocker capture with ${STREAMS} streams at once, --threads %i`, (threads) => {
   const dir = mkdtempSync(join(testTmpdir(), 'mocker-capture-256-'));

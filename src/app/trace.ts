@@ -17,7 +17,6 @@ import { FailureTally, formatReportTable, reportJsonPath, writeReportJson, write
 import { RoundRobinRouter, type Router } from '../trace/router.js';
 import { checkTraceFormatMode, traceFileWorkload, type TraceFormat } from '../trace/traceFormats.js';
 import { foldIntoVocabulary, normalizeArrivals, syntheticWorkload, type Workload } from '../trace/workload.js';
-import { namingCapture } from '../store/captureStore.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { checkOutput, writeOutputFile, type OutputRules } from '../util/outputFile.js';
 import { progressReporter } from '../util/progress.js';
@@ -212,10 +211,13 @@ export interface TraceResult {
   failures: FailureTally;
 }
 
-/** Replays the workload of `o` once and measures it: nothing is printed but progress and notes on stderr. */
-export async function replayTrace(o: TraceOptions, plan: TracePlan = planTrace(o)): Promise<TraceResult> {
+/**
+ * Replays the workload of `o` once and measures it: nothing is printed but progress and notes on stderr. `workloads`
+ * keeps what it loads for later replays of the same workload.
+ */
+export async function replayTrace(o: TraceOptions, plan: TracePlan = planTrace(o), workloads?: WorkloadCache): Promise<TraceResult> {
   const { source, topology, roles } = plan;
-  let workload = await loadWorkload(o, source, roles.engine.blockSize);
+  let workload = await cachedWorkload(workloadInputs(o, source, roles.engine.blockSize), workloads);
   // A capture's ids are the target's own; generated ones are brought into its vocabulary.
   if (topology.targets.length > 0 && source !== 'captures') workload = foldIntoVocabulary(workload);
   const concurrency = o.replayConcurrency;
@@ -344,32 +346,65 @@ export function reportOutputs(o: TraceOptions, plan: TracePlan): { jsonPath: str
   return { jsonPath, rules };
 }
 
-async function loadWorkload(o: TraceOptions, source: WorkloadSource, blockSize: number): Promise<Workload> {
-  if (source === 'trace') {
-    const text = await readFile(o.trace!, 'utf8').catch((err: Error) => {
-      throw new Error(`cannot read the trace ${o.trace}: ${err.message}`);
+/** Everything loading a workload reads, and nothing else: equal inputs load equal workloads. */
+interface WorkloadInputs {
+  source: WorkloadSource;
+  trace?: string;
+  traceFormat: TraceFormat;
+  traceBlockSize: number;
+  fromCaptures?: string;
+  synthetic?: Parameters<typeof syntheticWorkload>[0];
+}
+
+function workloadInputs(o: TraceOptions, source: WorkloadSource, blockSize: number): WorkloadInputs {
+  if (source === 'trace') return { source, trace: o.trace!, traceFormat: o.traceFormat ?? 'mooncake', traceBlockSize: o.traceBlockSize };
+  if (source === 'captures') return { source, fromCaptures: o.fromCaptures!, traceFormat: 'mooncake', traceBlockSize: o.traceBlockSize };
+  const synthetic = {
+    inputTokens: o.inputTokens!,
+    outputTokens: o.outputTokens!,
+    requestCount: o.requestCount!,
+    arrivalIntervalMs: o.arrivalIntervalMs,
+    turnsPerSession: o.turnsPerSession,
+    sharedPrefixRatio: o.sharedPrefixRatio,
+    numPrefixGroups: o.numPrefixGroups,
+    interTurnDelayMs: o.interTurnDelayMs,
+    blockSize,
+    seed: o.seed,
+  };
+  return { source, synthetic, traceFormat: 'mooncake', traceBlockSize: o.traceBlockSize };
+}
+
+/**
+ * Workloads loaded so far, by their inputs: a sweep's lane replays one workload under each of its combinations, and
+ * reads and checks it once. A workload is never changed by a replay (its prompts are built per dispatch).
+ */
+export type WorkloadCache = Map<string, Promise<Workload>>;
+
+async function loadWorkload(inputs: WorkloadInputs): Promise<Workload> {
+  if (inputs.source === 'trace') {
+    const text = await readFile(inputs.trace!, 'utf8').catch((err: Error) => {
+      throw new Error(`cannot read the trace ${inputs.trace}: ${err.message}`);
     });
-    return traceFileWorkload(text, o.traceFormat ?? 'mooncake', o.traceBlockSize);
+    return traceFileWorkload(text, inputs.traceFormat, inputs.traceBlockSize);
   }
-  if (source === 'synthetic') {
-    return syntheticWorkload({
-      inputTokens: o.inputTokens!,
-      outputTokens: o.outputTokens!,
-      requestCount: o.requestCount!,
-      arrivalIntervalMs: o.arrivalIntervalMs,
-      turnsPerSession: o.turnsPerSession,
-      sharedPrefixRatio: o.sharedPrefixRatio,
-      numPrefixGroups: o.numPrefixGroups,
-      interTurnDelayMs: o.interTurnDelayMs,
-      blockSize,
-      seed: o.seed,
-    });
-  }
+  if (inputs.synthetic !== undefined) return syntheticWorkload(inputs.synthetic);
   // Loaded on demand: only this source opens SQLite.
-  const { capturedWorkload } = await import('../trace/capturedWorkload.js');
-  const captured = namingCapture(o.fromCaptures!, () => capturedWorkload(o.fromCaptures!));
+  const [{ capturedWorkload }, { namingCapture }] = await Promise.all([import('../trace/capturedWorkload.js'), import('../store/captureStore.js')]);
+  const file = inputs.fromCaptures!;
+  const captured = namingCapture(file, () => capturedWorkload(file));
   for (const line of captured.notes) console.error(`mocker trace: ${line}`);
   return captured.workload;
+}
+
+function cachedWorkload(inputs: WorkloadInputs, cache: WorkloadCache | undefined): Promise<Workload> {
+  if (cache === undefined) return loadWorkload(inputs);
+  const key = JSON.stringify(inputs);
+  let loading = cache.get(key);
+  if (loading === undefined) {
+    loading = loadWorkload(inputs);
+    cache.set(key, loading);
+  }
+  return loading;
 }
 
 function workloadName(o: TraceOptions, source: WorkloadSource): string {

@@ -13,8 +13,8 @@ import { DEFAULT_KV_ROUTER_CONFIG } from '../trace/kvRouter.js';
 import { formatSweepTable, renderSweepHtml, sweepJson, type SweepAxis, type SweepResult, type SweepValue } from '../trace/sweepReport.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { writeOutputFile } from '../util/outputFile.js';
-import { planTrace, reportOutputs, type TraceOptions } from './trace.js';
-import { runLane, type SweepAnswer, type SweepDone, type SweepLane } from './traceSweepWorker.js';
+import type { TraceOptions } from './trace.js';
+import type { SweepAnswer, SweepDone, SweepLane } from './traceSweepWorker.js';
 
 /** The trace flags a sweep may vary (named without their dashes; snake_case too). */
 const FLAG_KEYS = ['num-workers', 'router-mode', 'replay-concurrency', 'arrival-speedup-ratio', 'num-prefill-workers', 'num-decode-workers'];
@@ -105,8 +105,8 @@ function crossProduct(axes: Axis[]): SweepValue[][] {
 
 const label = (axes: Axis[], values: SweepValue[]) => axes.map((axis, i) => `${axis.key}=${String(values[i])}`).join(' ');
 
-/** The axes and each combination's options, all checked before anything runs. */
-function planSweep(o: TraceOptions): { axes: Axis[]; combos: { values: SweepValue[]; options: TraceOptions }[] } {
+/** The swept axes, checked. */
+function sweepAxes(o: TraceOptions): Axis[] {
   if ((o.target?.length ?? 0) > 0 || o.replayMode === 'online') throw new Error('--sweep replays offline only: leave out --target and --replay-mode online');
   const axes = (o.sweep ?? []).map(parseAxis);
   const seen = new Set<string>();
@@ -114,7 +114,12 @@ function planSweep(o: TraceOptions): { axes: Axis[]; combos: { values: SweepValu
     if (seen.has(axis.key)) throw new Error(`--sweep: ${axis.key} is swept twice: give its values in one --sweep`);
     seen.add(axis.key);
   }
-  const combos = crossProduct(axes).map((values) => {
+  return axes;
+}
+
+/** Each combination's options, all checked before anything runs. */
+function planSweep(o: TraceOptions, axes: Axis[], planTrace: (o: TraceOptions) => unknown): { values: SweepValue[]; options: TraceOptions }[] {
+  return crossProduct(axes).map((values) => {
     const options = combinationOptions(o, axes, values);
     try {
       planTrace(options);
@@ -123,16 +128,28 @@ function planSweep(o: TraceOptions): { axes: Axis[]; combos: { values: SweepValu
     }
     return { values, options };
   });
-  return { axes, combos };
 }
 
 /**
- * Runs the combinations in lanes, one per core: this thread and worker threads, spawned first so that they load
- * while this thread replays. Each lane claims the next combination from a shared counter when it has finished
- * its last, so no lane waits for a message this thread cannot read while it simulates. `onDone` hears of each
- * combination as it ends; a failed one stops the claiming, and the sweep fails naming it.
+ * The worker threads of all lanes but this thread's, started before this thread loads the replay's code, so that
+ * they load theirs meanwhile (on another core); each waits for its lane (runCombinations).
  */
-async function runCombinations(jobs: { options: TraceOptions; label: string }[], onDone: (index: number, done: SweepDone) => void): Promise<SweepDone[]> {
+function startLanes(count: number): Worker[] {
+  return Array.from({ length: count }, () => new Worker(new URL('./traceSweepWorker.js', import.meta.url), { workerData: { sweepLane: true } }));
+}
+
+/**
+ * Runs the combinations in lanes, one per core: this thread and `workers`. Each lane claims the next combination
+ * from a shared counter when it has finished its last, so no lane waits for a message this thread cannot read while
+ * it simulates. `onDone` hears of each combination as it ends; a failed one stops the claiming, and the sweep fails
+ * naming it.
+ */
+async function runCombinations(
+  workers: Worker[],
+  jobs: { options: TraceOptions; label: string }[],
+  onDone: (index: number, done: SweepDone) => void,
+): Promise<SweepDone[]> {
+  const { runLane } = await import('./traceSweepWorker.js');
   const lane: SweepLane = { next: new Int32Array(new SharedArrayBuffer(4)), combinations: jobs.map((job) => job.options) };
   const results: SweepDone[] = new Array(jobs.length);
   let failure: string | null = null;
@@ -143,9 +160,9 @@ async function runCombinations(jobs: { options: TraceOptions; label: string }[],
       onDone(answer.index, answer);
     }
   };
-  const workers = Array.from({ length: Math.min(availableParallelism(), jobs.length) - 1 }, () => {
-    const worker = new Worker(new URL('./traceSweepWorker.js', import.meta.url), { workerData: { sweepLane: lane } });
+  const stopped = workers.map((worker) => {
     worker.on('message', hear);
+    worker.postMessage(lane);
     return new Promise<void>((resolve) => {
       worker.on('error', (err) => {
         Atomics.store(lane.next, 0, jobs.length);
@@ -158,19 +175,29 @@ async function runCombinations(jobs: { options: TraceOptions; label: string }[],
     });
   });
   await runLane(lane, hear);
-  await Promise.all(workers);
+  await Promise.all(stopped);
   if (failure !== null) throw new Error(failure);
   return results;
 }
 
 /** Runs `mocker trace --sweep`; resolves with the exit code (1: a combination completed no request). */
 export async function runTraceSweep(o: TraceOptions): Promise<number> {
-  const { axes, combos } = planSweep(o);
-  // The reports are checked now (a long run must not end in a refusal), and written whole at the end; the
-  // inputs they must not overwrite are the flags' files (a combination's engine args are inline JSON).
-  const outputs = reportOutputs(o, planTrace(combos[0].options));
+  const axes = sweepAxes(o);
+  const count = axes.reduce((n, axis) => n * axis.values.length, 1);
+  const workers = startLanes(Math.min(availableParallelism(), count) - 1);
+  const planned = import('./trace.js').then(({ planTrace, reportOutputs }) => {
+    const combos = planSweep(o, axes, planTrace);
+    // The reports are checked now (a long run must not end in a refusal), and written whole at the end; the
+    // inputs they must not overwrite are the flags' files (a combination's engine args are inline JSON).
+    return { combos, outputs: reportOutputs(o, planTrace(combos[0].options)) };
+  });
+  const { combos, outputs } = await planned.catch(async (err: unknown) => {
+    await Promise.all(workers.map((worker) => worker.terminate()));
+    throw err;
+  });
   let done = 0;
   const results = await runCombinations(
+    workers,
     combos.map((c) => ({ options: c.options, label: label(axes, c.values) })),
     (index, result) => {
       if (o.progress)

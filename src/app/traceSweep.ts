@@ -131,60 +131,70 @@ function planSweep(o: TraceOptions, axes: Axis[], planTrace: (o: TraceOptions) =
 }
 
 /**
- * The worker threads of all lanes but this thread's, started before this thread loads the replay's code, so that
- * they load theirs meanwhile (on another core); each waits for its lane (runCombinations).
- */
-function startLanes(count: number): Worker[] {
-  return Array.from({ length: count }, () => new Worker(new URL('./traceSweepWorker.js', import.meta.url), { workerData: { sweepLane: true } }));
-}
-
-/**
- * Runs the combinations in lanes, one per core: this thread and `workers`. Each lane claims the next combination
- * from a shared counter when it has finished its last, so no lane waits for a message this thread cannot read while
- * it simulates. `onDone` hears of each combination as it ends; a failed one stops the claiming, and the sweep fails
+ * The lanes a sweep runs in, one per core: this thread and worker threads. The workers start before this thread loads
+ * the replay's code, so that they load theirs meanwhile (on another core), then wait for the combinations. Each lane
+ * claims the next combination from a shared counter when it has finished its last, so no lane waits for a message
+ * this thread cannot read while it simulates. A failed combination or worker stops the claiming, and the sweep fails
  * naming it.
  */
-async function runCombinations(
-  workers: Worker[],
-  jobs: { options: TraceOptions; label: string }[],
-  onDone: (index: number, done: SweepDone) => void,
-): Promise<SweepDone[]> {
-  const { runLane } = await import('./traceSweepWorker.js');
-  const lane: SweepLane = { next: new Int32Array(new SharedArrayBuffer(4)), combinations: jobs.map((job) => job.options) };
-  const results: SweepDone[] = new Array(jobs.length);
-  let failure: string | null = null;
-  const hear = (answer: SweepAnswer) => {
-    if ('error' in answer) failure ??= `--sweep ${jobs[answer.index].label}: ${answer.error}`;
-    else {
-      results[answer.index] = answer;
-      onDone(answer.index, answer);
-    }
-  };
-  const stopped = workers.map((worker) => {
-    worker.on('message', hear);
-    worker.postMessage(lane);
-    return new Promise<void>((resolve) => {
-      worker.on('error', (err) => {
-        Atomics.store(lane.next, 0, jobs.length);
-        failure ??= `--sweep: a worker thread failed: ${err.message}`;
-      });
-      worker.on('exit', (code) => {
-        if (code !== 0) failure ??= `--sweep: a worker thread stopped (exit code ${code})`;
-        resolve();
-      });
-    });
-  });
-  await runLane(lane, hear);
-  await Promise.all(stopped);
-  if (failure !== null) throw new Error(failure);
-  return results;
+class Lanes {
+  private readonly next = new Int32Array(new SharedArrayBuffer(4));
+  private readonly workers: Worker[];
+  private readonly stopped: Promise<void>[];
+  private failure: string | null = null;
+  private hear: (answer: SweepAnswer) => void = () => {};
+
+  /** `count` combinations over at most one lane per core. */
+  constructor(count: number) {
+    this.workers = Array.from(
+      { length: Math.min(availableParallelism(), count) - 1 },
+      () => new Worker(new URL('./traceSweepWorker.js', import.meta.url), { workerData: { sweepLane: true } }),
+    );
+    this.stopped = this.workers.map(
+      (worker) =>
+        new Promise<void>((resolve) => {
+          worker.on('message', (answer: SweepAnswer) => this.hear(answer));
+          worker.on('error', (err) => {
+            Atomics.store(this.next, 0, count);
+            this.failure ??= `--sweep: a worker thread failed: ${err.message}`;
+          });
+          worker.on('exit', (code) => {
+            if (code !== 0) this.failure ??= `--sweep: a worker thread stopped (exit code ${code})`;
+            resolve();
+          });
+        }),
+    );
+  }
+
+  /** The sweep was refused before it ran: the workers stop waiting. */
+  async cancel(): Promise<void> {
+    await Promise.all(this.workers.map((worker) => worker.terminate()));
+  }
+
+  /** Runs the combinations; `onDone` hears of each as it ends. */
+  async run(jobs: { options: TraceOptions; label: string }[], onDone: (index: number, done: SweepDone) => void): Promise<SweepDone[]> {
+    const { runLane } = await import('./traceSweepWorker.js');
+    const lane: SweepLane = { next: this.next, combinations: jobs.map((job) => job.options) };
+    const results: SweepDone[] = new Array(jobs.length);
+    this.hear = (answer) => {
+      if ('error' in answer) this.failure ??= `--sweep ${jobs[answer.index].label}: ${answer.error}`;
+      else {
+        results[answer.index] = answer;
+        onDone(answer.index, answer);
+      }
+    };
+    for (const worker of this.workers) worker.postMessage(lane);
+    await runLane(lane, this.hear);
+    await Promise.all(this.stopped);
+    if (this.failure !== null) throw new Error(this.failure);
+    return results;
+  }
 }
 
 /** Runs `mocker trace --sweep`; resolves with the exit code (1: a combination completed no request). */
 export async function runTraceSweep(o: TraceOptions): Promise<number> {
   const axes = sweepAxes(o);
-  const count = axes.reduce((n, axis) => n * axis.values.length, 1);
-  const workers = startLanes(Math.min(availableParallelism(), count) - 1);
+  const lanes = new Lanes(axes.reduce((n, axis) => n * axis.values.length, 1));
   const planned = import('./trace.js').then(({ planTrace, reportOutputs }) => {
     const combos = planSweep(o, axes, planTrace);
     // The reports are checked now (a long run must not end in a refusal), and written whole at the end; the
@@ -192,12 +202,11 @@ export async function runTraceSweep(o: TraceOptions): Promise<number> {
     return { combos, outputs: reportOutputs(o, planTrace(combos[0].options)) };
   });
   const { combos, outputs } = await planned.catch(async (err: unknown) => {
-    await Promise.all(workers.map((worker) => worker.terminate()));
+    await lanes.cancel();
     throw err;
   });
   let done = 0;
-  const results = await runCombinations(
-    workers,
+  const results = await lanes.run(
     combos.map((c) => ({ options: c.options, label: label(axes, c.values) })),
     (index, result) => {
       if (o.progress)

@@ -8,7 +8,8 @@
  * run, their median and spread (issue 40's target: ≤ 2 on 2 cores). The floor of that ratio is (process start +
  * a worker's start ÷ lanes + the six simulations ÷ lanes) ÷ (process start + the slowest simulation): six of about
  * equal cost on two lanes tend to 3 as the simulation outweighs process start (about 0.25 s), and come nearer 1
- * as it shrinks; --sessions sizes it.
+ * as it shrinks; --sessions sizes it. Above that floor: a run alone has the other core for its JIT compiler and
+ * garbage collector, while each lane of the sweep warms up (its first runs up to 1.5× a warm one) on a busy machine.
  *
  *   npm run build && npx tsx bench/trace-sweep.ts [--rounds 3] [--sessions 512] [--turns 12]
  */

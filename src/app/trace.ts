@@ -16,7 +16,7 @@ import { LocalWorker, runOnline, type OnlineWorker } from '../trace/online.js';
 import { FailureTally, formatReportTable, reportJsonPath, writeReportJson, writeRequestRecords } from '../trace/report.js';
 import { RoundRobinRouter, type Router } from '../trace/router.js';
 import { checkTraceFormatMode, traceFileWorkload, type TraceFormat } from '../trace/traceFormats.js';
-import { foldIntoVocabulary, normalizeArrivals, syntheticWorkload, type Workload } from '../trace/workload.js';
+import { foldIntoVocabulary, normalizeArrivals, syntheticWorkload, type SyntheticOptions, type Workload } from '../trace/workload.js';
 import { readJsonObjectArg } from '../util/jsonArg.js';
 import { checkOutput, writeOutputFile, type OutputRules } from '../util/outputFile.js';
 import { progressReporter } from '../util/progress.js';
@@ -347,19 +347,15 @@ export function reportOutputs(o: TraceOptions, plan: TracePlan): { jsonPath: str
 }
 
 /** Everything loading a workload reads, and nothing else: equal inputs load equal workloads. */
-interface WorkloadInputs {
-  source: WorkloadSource;
-  trace?: string;
-  traceFormat: TraceFormat;
-  traceBlockSize: number;
-  fromCaptures?: string;
-  synthetic?: Parameters<typeof syntheticWorkload>[0];
-}
+type WorkloadInputs =
+  | { source: 'trace'; trace: string; traceFormat: TraceFormat; traceBlockSize: number }
+  | { source: 'captures'; fromCaptures: string }
+  | { source: 'synthetic'; synthetic: SyntheticOptions };
 
 function workloadInputs(o: TraceOptions, source: WorkloadSource, blockSize: number): WorkloadInputs {
   if (source === 'trace') return { source, trace: o.trace!, traceFormat: o.traceFormat ?? 'mooncake', traceBlockSize: o.traceBlockSize };
-  if (source === 'captures') return { source, fromCaptures: o.fromCaptures!, traceFormat: 'mooncake', traceBlockSize: o.traceBlockSize };
-  const synthetic = {
+  if (source === 'captures') return { source, fromCaptures: o.fromCaptures! };
+  const synthetic: SyntheticOptions = {
     inputTokens: o.inputTokens!,
     outputTokens: o.outputTokens!,
     requestCount: o.requestCount!,
@@ -371,7 +367,7 @@ function workloadInputs(o: TraceOptions, source: WorkloadSource, blockSize: numb
     blockSize,
     seed: o.seed,
   };
-  return { source, synthetic, traceFormat: 'mooncake', traceBlockSize: o.traceBlockSize };
+  return { source, synthetic };
 }
 
 /**
@@ -382,15 +378,15 @@ export type WorkloadCache = Map<string, Promise<Workload>>;
 
 async function loadWorkload(inputs: WorkloadInputs): Promise<Workload> {
   if (inputs.source === 'trace') {
-    const text = await readFile(inputs.trace!, 'utf8').catch((err: Error) => {
+    const text = await readFile(inputs.trace, 'utf8').catch((err: Error) => {
       throw new Error(`cannot read the trace ${inputs.trace}: ${err.message}`);
     });
     return traceFileWorkload(text, inputs.traceFormat, inputs.traceBlockSize);
   }
-  if (inputs.synthetic !== undefined) return syntheticWorkload(inputs.synthetic);
+  if (inputs.source === 'synthetic') return syntheticWorkload(inputs.synthetic);
   // Loaded on demand: only this source opens SQLite.
   const [{ capturedWorkload }, { namingCapture }] = await Promise.all([import('../trace/capturedWorkload.js'), import('../store/captureStore.js')]);
-  const file = inputs.fromCaptures!;
+  const file = inputs.fromCaptures;
   const captured = namingCapture(file, () => capturedWorkload(file));
   for (const line of captured.notes) console.error(`mocker trace: ${line}`);
   return captured.workload;

@@ -3,6 +3,7 @@
  * Dynamo's listener read the stream): real ZMQ SUB and DEALER sockets, msgpack decoded by the library.
  */
 import { Decoder } from '@msgpack/msgpack';
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { Dealer, Subscriber } from 'zeromq';
 
@@ -17,30 +18,44 @@ export interface Batch {
 const decoder = new Decoder({ useBigInt64: true });
 export const decodePayload = (raw: Buffer) => decoder.decode(raw) as unknown[];
 
-/** Ports nobody listens on right now. */
-export async function freePorts(count: number): Promise<number[]> {
-  const servers = await Promise.all(
-    Array.from(
-      { length: count },
-      () =>
-        new Promise<import('node:net').Server>((resolve) => {
-          const s = createServer();
-          s.listen(0, '127.0.0.1', () => resolve(s));
-        }),
-    ),
-  );
-  const ports = servers.map((s) => (s.address() as import('node:net').AddressInfo).port);
-  await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));
-  return ports;
+/** The lowest port the kernel hands to a listen on port 0 (Linux: ip_local_port_range; elsewhere IANA's 49152). */
+function ephemeralLow(): number {
+  try {
+    return Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || 49152;
+  } catch {
+    return 49152;
+  }
 }
 
-/** Listens on `port` of loopback: the server, or null when the port is taken. */
+/** Listens on `port` of every interface (as a server binding `*` does): the server, or null when the port is taken. */
 function tryListen(port: number): Promise<import('node:net').Server | null> {
   return new Promise((resolve) => {
     const s = createServer();
     s.once('error', () => resolve(null));
-    s.listen(port, '127.0.0.1', () => resolve(s));
+    s.listen(port, () => resolve(s));
   });
+}
+
+const closed = (s: import('node:net').Server) => new Promise((resolve) => s.close(resolve));
+
+/**
+ * Ports nobody listens on right now, drawn below the kernel's ephemeral range: a port freed here from that range
+ * could be handed to any listen on port 0 (another server the same test starts) before its own server binds it.
+ */
+export async function freePorts(count: number): Promise<number[]> {
+  const high = ephemeralLow();
+  const low = high > 11000 ? 10000 : 1024;
+  const ports: number[] = [];
+  for (let attempt = 0; ports.length < count && attempt < 1000; attempt++) {
+    const port = low + Math.floor(Math.random() * (high - low));
+    if (ports.includes(port)) continue;
+    const server = await tryListen(port);
+    if (server === null) continue;
+    await closed(server);
+    ports.push(port);
+  }
+  if (ports.length < count) throw new Error(`no ${count} free ports between ${low} and ${high}`);
+  return ports;
 }
 
 /**
@@ -52,10 +67,10 @@ export async function freePortRun(length: number): Promise<number> {
     const [base] = await freePorts(1);
     if (base + length > 65536) continue;
     const held = await Promise.all(Array.from({ length }, (_, i) => tryListen(base + i)));
-    await Promise.all(held.map((s) => s && new Promise((resolve) => s.close(resolve))));
+    await Promise.all(held.map((s) => s && closed(s)));
     if (held.every((s) => s !== null)) return base;
   }
-  throw new Error(`no ${length} consecutive free ports on 127.0.0.1`);
+  throw new Error(`no ${length} consecutive free ports`);
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

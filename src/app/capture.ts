@@ -8,7 +8,7 @@ import { CaptureStore } from '../store/captureStore.js';
 import { loadModelFiles, maxModelLenOf, ModelNotFoundError } from '../tokenizer/index.js';
 import { describeEngine, runColumns, UpstreamEngine, type EngineIdentity } from '../capture/upstreamEngine.js';
 import type { Running } from './serve.js';
-import { RecordingSink, totalRecorded } from './shutdown.js';
+import { RecordingSink, totalStop } from './shutdown.js';
 import { captureHandler, ExchangesInFlight } from './captureHandler.js';
 import { CaptureForwarders } from './captureForwarders.js';
 
@@ -208,14 +208,10 @@ export async function startCapture(opts: CaptureOptions): Promise<Running> {
         await forwarded.settled();
         connections.close();
         await thread.close();
-        return {
-          finished: own.finished + theirs.finished,
-          aborted: own.aborted + theirs.aborted,
-          recorded: totalRecorded([
-            { ...own, recorded: recording.recorded },
-            { ...theirs, recorded: forwarded.recorded },
-          ]),
-        };
+        return totalStop([
+          { ...own, recorded: recording.recorded },
+          { ...theirs, recorded: forwarded.recorded },
+        ]);
       },
     };
   } catch (err) {

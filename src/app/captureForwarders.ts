@@ -6,6 +6,7 @@ import type { WireExchange } from '../capture/recorderThread.js';
 import type { DrainResult } from '../wire/drain.js';
 import type { TlsFiles, UpstreamTls } from '../wire/tls.js';
 import type { ProxyLimits } from './captureHandler.js';
+import { totalStop } from './shutdown.js';
 
 /**
  * `mocker capture --threads N`: N event loops forward the clients' streams, this process's and those of N − 1
@@ -185,6 +186,6 @@ export class CaptureForwarders {
         return f.drained;
       }),
     );
-    return results.reduce((sum, r) => ({ finished: sum.finished + r.finished, aborted: sum.aborted + r.aborted }), { finished: 0, aborted: 0 });
+    return totalStop(results);
   }
 }

@@ -75,6 +75,15 @@ export function totalRecorded(reports: StopReport[]): RecordedTally | undefined 
   );
 }
 
+/** The stops of a command's parts (threads, processes) as one: their drains summed, and their tallies of the one file. */
+export function totalStop(reports: StopReport[]): StopReport {
+  return {
+    finished: reports.reduce((sum, r) => sum + r.finished, 0),
+    aborted: reports.reduce((sum, r) => sum + r.aborted, 0),
+    recorded: totalRecorded(reports),
+  };
+}
+
 /** The summary line a command prints when it has stopped. */
 export function stopSummary(report: StopReport): string {
   const drained = `${report.finished} request(s) in flight finished, ${report.aborted} cut off at the shutdown timeout`;

@@ -5,7 +5,7 @@ import { Worker } from 'node:worker_threads';
 import { CaptureStore } from '../store/captureStore.js';
 import { startupLineText, type Running, type StartupLine } from './serve.js';
 import type { ServeOptions } from '../config/serveOptions.js';
-import { totalRecorded, type StopReport } from './shutdown.js';
+import { totalStop, type StopReport } from './shutdown.js';
 
 /**
  * `mocker serve --num-workers N --threads T`: the N engines spread round-robin over T `node:worker_threads`
@@ -111,13 +111,10 @@ export async function startServeThreads(options: ServeOptions, threads: number):
     port: ports[0],
     ports,
     close: async (graceMs = 0) => {
-      const reports = await Promise.all(started.map((t) => t.stop(graceMs)));
-      const recorded = totalRecorded(reports);
+      const total = totalStop(await Promise.all(started.map((t) => t.stop(graceMs))));
       // Threads closing together may each find another's connection still open: the last one out folds the log.
-      if (recorded && existsSync(`${recorded.file}-wal`)) CaptureStore.open(recorded.file).close();
-      return { finished: sum(reports.map((r) => r.finished)), aborted: sum(reports.map((r) => r.aborted)), recorded };
+      if (total.recorded && existsSync(`${total.recorded.file}-wal`)) CaptureStore.open(total.recorded.file).close();
+      return total;
     },
   };
 }
-
-const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);

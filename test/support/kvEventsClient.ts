@@ -65,7 +65,8 @@ export async function freePorts(count: number): Promise<number[]> {
 export async function freePortRun(length: number): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
     const [base] = await freePorts(1);
-    if (base + length > 65536) continue;
+    // The whole run below the ephemeral range, as each port freePorts gives.
+    if (base + length > ephemeralLow()) continue;
     const held = await Promise.all(Array.from({ length }, (_, i) => tryListen(base + i)));
     await Promise.all(held.map((s) => s && closed(s)));
     if (held.every((s) => s !== null)) return base;

@@ -25,7 +25,7 @@ import http from 'node:http';
 import { cpus } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { startMockerProcess, type MockerProcess } from '../test/support/mockerProcess.js';
-import { cpuTicks, TICKS_PER_S } from '../test/support/procStat.js';
+import { cpuTicks, TICKS_PER_S } from './lib/procStat.js';
 import { MODEL } from '../test/support/vllmUpstream.js';
 import { postStream } from './lib/sseClient.js';
 import { median, nowMs, numberArg, printTable, round } from './lib/stats.js';
@@ -40,7 +40,7 @@ const ROUNDS = numberArg('rounds', 5);
 const PROMPT_TOKENS = 32;
 /** CPU time (ms, user + system) process `pid` has used. */
 function processCpuMs(pid: number): number {
-  return (cpuTicks(`/proc/${pid}/stat`) * 1000) / TICKS_PER_S;
+  return (cpuTicks(pid) * 1000) / TICKS_PER_S;
 }
 
 /**

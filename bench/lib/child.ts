@@ -19,7 +19,7 @@ import type { CaptureOptions } from '../../src/app/capture.js';
 import type { ServeOptions } from '../../src/app/serve.js';
 import type { PdProxyOptions } from '../../src/pd/proxy.js';
 import type { FastUpstreamOptions } from './fastUpstream.js';
-import { childrenOf, cpuTicks } from './procStat.js';
+import { childrenOf, cpuTicks, TICKS_PER_S } from './procStat.js';
 
 export type Role = 'upstream' | 'capture' | 'pipe' | 'relay' | 'serve' | 'bare' | 'pd-proxy';
 
@@ -137,7 +137,7 @@ function childrenCpuMs(): Map<number, number> {
   const cpu = new Map<number, number>();
   for (const pid of childrenOf(process.pid)) {
     try {
-      cpu.set(pid, cpuTicks(pid) * 10);
+      cpu.set(pid, (cpuTicks(pid) * 1000) / TICKS_PER_S);
     } catch {
       // gone meanwhile
     }
@@ -152,6 +152,8 @@ const sumChanges = (before: Map<number, number>, now: Map<number, number>) => [.
 export interface ProcessStats {
   /** CPU time of the process and of the processes it started. */
   cpuMs: number;
+  /** CPU time of its main thread alone (the event loop's JS, and the syscalls it makes). */
+  mainThreadCpuMs: number;
   /** Event-loop utilization, 0..1. */
   elu: number;
   /** Event-loop delay percentiles (ms, 1 ms sampling resolution). */
@@ -262,6 +264,8 @@ async function main(role: Role, options: string): Promise<void> {
   delay.enable();
   let cpu = process.cpuUsage();
   let childrenCpu = childrenCpuMs();
+  const mainThreadMs = () => (cpuTicks(process.pid, process.pid) * 1000) / TICKS_PER_S;
+  let mainThreadCpu = mainThreadMs();
   let elu = performance.eventLoopUtilization();
   const session = new Session();
   const post = (method: string) => new Promise<unknown>((resolve, reject) => session.post(method, (err, result) => (err ? reject(err) : resolve(result))));
@@ -270,8 +274,10 @@ async function main(role: Role, options: string): Promise<void> {
     if (line === 'STATS') {
       const dCpu = process.cpuUsage(cpu);
       const children = childrenCpuMs();
+      const mainThread = mainThreadMs();
       const stats: ProcessStats = {
         cpuMs: (dCpu.user + dCpu.system) / 1000 + sumChanges(childrenCpu, children),
+        mainThreadCpuMs: mainThread - mainThreadCpu,
         elu: performance.eventLoopUtilization(elu).utilization,
         delayP50Ms: delay.percentile(50) / 1e6,
         delayP99Ms: delay.percentile(99) / 1e6,
@@ -279,6 +285,7 @@ async function main(role: Role, options: string): Promise<void> {
       };
       cpu = process.cpuUsage();
       childrenCpu = children;
+      mainThreadCpu = mainThread;
       elu = performance.eventLoopUtilization();
       delay.reset();
       return stats;

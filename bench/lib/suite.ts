@@ -115,6 +115,24 @@ function proxy(concurrency: number, rounds: number): Benchmark {
         // Issue 41's target, set at 256 streams (where 18.6 µs was measured).
         target: concurrency === 256 ? le(6) : null,
       },
+      // Where the capture's CPU goes against that floor: its main thread forwards (its socket writes and reads
+      // included), the other threads record, collect garbage and compile.
+      ...(concurrency === 256
+        ? [
+            {
+              figure: `capture proxy's main thread CPU per forwarded token, ${concurrency} streams`,
+              value: numberAt(json, 'loops.capture.mainThreadUsPerToken'),
+              unit: 'µs',
+              baseline: 'raw TCP relay (whole process)',
+              baselineValue: numberAt(json, 'loops.relay.cpuUsPerToken'),
+              ratio: numberAt(json, 'loops.capture.mainThreadUsPerToken') / numberAt(json, 'loops.relay.cpuUsPerToken'),
+              judged: 'value' as const,
+              min: null,
+              max: null,
+              target: null,
+            },
+          ]
+        : []),
     ],
   };
 }

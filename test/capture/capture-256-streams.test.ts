@@ -63,7 +63,7 @@ describe.each([1, 2])(`mocker capture with ${STREAMS} streams at once, --threads
     });
     capture = await startMockerProcess(['capture', '--upstream', upstream.url, '--captures', file, '--threads', String(threads)]);
     const forwarders = childrenOf(capture.child.pid!);
-    const before = forwarders.map(cpuTicks);
+    const before = forwarders.map((pid) => cpuTicks(pid));
     received = await Promise.all(Array.from({ length: STREAMS }, (_, i) => streamCompletion(`http://127.0.0.1:${capture.port}`, i)));
     forwarderTicks = forwarders.map((pid, k) => cpuTicks(pid) - before[k]);
     await capture.stop();

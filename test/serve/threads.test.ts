@@ -5,7 +5,7 @@
  * worker thread, misses recorded by two threads land in one self-contained file, and a thread that cannot
  * start takes the process down.
  */
-import { existsSync, mkdtempSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -14,7 +14,7 @@ import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, describe, expect, it } from 'vitest';
 import { EventSubscriber, freePorts } from '../support/kvEventsClient.js';
 import { mockerProcesses, runMockerToExit, type MockerProcess } from '../support/mockerProcess.js';
-import { cpuTicks } from '../support/procStat.js';
+import { cpuTicks, threadsOf } from '../../bench/lib/procStat.js';
 import { testTmpdir } from '../support/tempRoot.js';
 import { MODEL, startUpstream, type Upstream } from '../support/vllmUpstream.js';
 
@@ -41,9 +41,9 @@ async function requestSuccessTotal(port: number): Promise<number> {
 /** CPU time (clock ticks, user + system) each thread of process `pid` has used. */
 function threadTicks(pid: number): Map<number, number> {
   const ticks = new Map<number, number>();
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+  for (const tid of threadsOf(pid)) {
     try {
-      ticks.set(Number(tid), cpuTicks(`/proc/${pid}/task/${tid}/stat`));
+      ticks.set(tid, cpuTicks(pid, tid));
     } catch {
       // A thread that ended meanwhile.
     }

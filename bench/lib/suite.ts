@@ -447,6 +447,18 @@ const traceSweep = (sessions: number): Benchmark => ({
       ...range(arrayAt(json, 'ratios')),
       target: le(2),
     },
+    {
+      // What no sweep beats: one start, the six runs' time beyond their start split evenly over the lanes.
+      figure: `a perfect sweep of the same six, ${sessions * SWEEP_TURNS} requests (its floor)`,
+      value: numberAt(json, 'floorRatio'),
+      unit: '×',
+      baseline: null,
+      baselineValue: null,
+      ratio: null,
+      judged: 'value',
+      ...range(arrayAt(json, 'floorRatios')),
+      target: null,
+    },
   ],
 });
 

@@ -55,7 +55,7 @@ const proxyMetric = (direct: number, added: number, min: number, max: number) =>
 const PROXY_STDOUT = `proxy overhead\n${JSON.stringify({
   bench: 'proxy-overhead',
   ms: { ttftP50: proxyMetric(4, 0.4, 0.3, 0.6), ttftP99: proxyMetric(10, 2.5, 1.5, 4), perTokenP99: proxyMetric(8, 1, 0.5, 3) },
-  loops: { relay: { cpuUsPerToken: 8 }, capture: { cpuUsPerToken: 12, cpuUsPerTokenMin: 11, cpuUsPerTokenMax: 14 } },
+  loops: { relay: { cpuUsPerToken: 8 }, capture: { cpuUsPerToken: 12, cpuUsPerTokenMin: 11, cpuUsPerTokenMax: 14, mainThreadUsPerToken: 10 } },
 })}\n`;
 
 const RUN: RunLine = {
@@ -100,17 +100,30 @@ describe('bench runner', () => {
     // capture ÷ direct: (4 + 0.4) / 4
     expect(figures[0].ratio).toBeCloseTo(1.1, 12);
     expect(figures[7]).toMatchObject({ unit: 'µs', baseline: 'raw TCP relay', ratio: 1.5, judged: 'value' });
-    const [cpu256] = figuresOf('proxy-256', PROXY_STDOUT).slice(-1);
+    // At 256 streams the CPU row carries issue 41's 6 µs, and the capture's main thread follows, against the relay's whole process.
+    const [cpu256, mainThread256] = figuresOf('proxy-256', PROXY_STDOUT).slice(-2);
     expect(cpu256).toMatchObject({ target: { op: '<=', bound: 6 } });
     expect(met(cpu256)).toBe(false);
+    expect(mainThread256).toMatchObject({ value: 10, unit: 'µs', baselineValue: 8, ratio: 1.25, target: null });
+    expect(mainThread256.figure).toContain('main thread');
   });
 
   it('maps trace-sweep (and trace-sweep-64) to the sweep against the slowest combination alone, judged on the ratio (issue 40: ≤ 2)', () => {
-    const stdout = `round 1: alone (ms) …\n${JSON.stringify({ sweepMsMedian: 4000, slowestMsMedian: 1600, ratio: 2.5, ratios: [2.5, 2.2, 2.9] })}\n`;
-    const [f] = figuresOf('trace-sweep', stdout);
+    const stdout = `round 1: alone (ms) …\n${JSON.stringify({
+      sweepMsMedian: 4000,
+      slowestMsMedian: 1600,
+      ratio: 2.5,
+      ratios: [2.5, 2.2, 2.9],
+      floorRatio: 2.1,
+      floorRatios: [2.1, 2.05, 2.2],
+    })}\n`;
+    const [f, floor] = figuresOf('trace-sweep', stdout);
     expect(f).toMatchObject({ value: 4000, baselineValue: 1600, ratio: 2.5, judged: 'ratio', min: 2.2, max: 2.9, target: { op: '<=', bound: 2 } });
     expect(f.figure).toContain('6144 agentic requests');
     expect(met(f)).toBe(false);
+    // Under it, the floor of that ratio (a perfect sweep), reported with its spread and judged against nothing.
+    expect(floor).toMatchObject({ value: 2.1, min: 2.05, max: 2.2, target: null });
+    expect(floor.figure).toContain('perfect sweep');
     const [small] = figuresOf('trace-sweep-64', stdout.replace('"ratio":2.5', '"ratio":1.8').replace('[2.5,', '[1.8,').replace('2.9]', '1.9]'));
     expect(small.figure).toContain('768 agentic requests');
     expect(met(small)).toBe(true);

@@ -25,7 +25,7 @@ import http from 'node:http';
 import { cpus } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { startMockerProcess, type MockerProcess } from '../test/support/mockerProcess.js';
-import { cpuTicks, TICKS_PER_S } from './lib/procStat.js';
+import { cpuMs, TICKS_PER_S } from './lib/procStat.js';
 import { MODEL } from '../test/support/vllmUpstream.js';
 import { postStream } from './lib/sseClient.js';
 import { median, nowMs, numberArg, printTable, round } from './lib/stats.js';
@@ -38,10 +38,6 @@ const DURATION_MS = numberArg('duration-ms', 5000);
 const ROUNDS = numberArg('rounds', 5);
 
 const PROMPT_TOKENS = 32;
-/** CPU time (ms, user + system) process `pid` has used. */
-function processCpuMs(pid: number): number {
-  return (cpuTicks(pid) * 1000) / TICKS_PER_S;
-}
 
 /**
  * The cores two busy threads get right now (CPU time over wall time of two 1 s spins): on a shared machine,
@@ -93,7 +89,7 @@ interface RunStats {
 async function run(fleet: Fleet, roundNo: number): Promise<RunStats> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: ENGINES * STREAMS_PER_ENGINE });
   const pid = fleet.process.child.pid!;
-  const server0 = processCpuMs(pid);
+  const server0 = cpuMs(pid);
   const client0 = process.cpuUsage();
   const machine0 = machineBusyMs();
   let responses = 0;
@@ -112,7 +108,7 @@ async function run(fleet: Fleet, roundNo: number): Promise<RunStats> {
   await Promise.all(fleet.ports.flatMap((port, e) => Array.from({ length: STREAMS_PER_ENGINE }, (_, s) => lane(port, e * STREAMS_PER_ENGINE + s))));
   const elapsedMs = nowMs() - start;
   const client = process.cpuUsage(client0);
-  const serverMs = processCpuMs(pid) - server0;
+  const serverMs = cpuMs(pid) - server0;
   const clientMs = (client.user + client.system) / 1000;
   const machineMs = machineBusyMs() - machine0;
   agent.destroy();

@@ -19,7 +19,7 @@ import type { CaptureOptions } from '../../src/app/capture.js';
 import type { ServeOptions } from '../../src/app/serve.js';
 import type { PdProxyOptions } from '../../src/pd/proxy.js';
 import type { FastUpstreamOptions } from './fastUpstream.js';
-import { childrenOf, cpuTicks, TICKS_PER_S } from './procStat.js';
+import { childrenOf, cpuMs } from './procStat.js';
 
 export type Role = 'upstream' | 'capture' | 'pipe' | 'relay' | 'serve' | 'bare' | 'pd-proxy';
 
@@ -137,7 +137,7 @@ function childrenCpuMs(): Map<number, number> {
   const cpu = new Map<number, number>();
   for (const pid of childrenOf(process.pid)) {
     try {
-      cpu.set(pid, (cpuTicks(pid) * 1000) / TICKS_PER_S);
+      cpu.set(pid, cpuMs(pid));
     } catch {
       // gone meanwhile
     }
@@ -264,7 +264,7 @@ async function main(role: Role, options: string): Promise<void> {
   delay.enable();
   let cpu = process.cpuUsage();
   let childrenCpu = childrenCpuMs();
-  const mainThreadMs = () => (cpuTicks(process.pid, process.pid) * 1000) / TICKS_PER_S;
+  const mainThreadMs = () => cpuMs(process.pid, process.pid);
   let mainThreadCpu = mainThreadMs();
   let elu = performance.eventLoopUtilization();
   const session = new Session();

@@ -44,3 +44,8 @@ export function cpuTicks(pid: number, tid?: number): number {
   const fields = statFields(pid, tid);
   return Number(fields[11]) + Number(fields[12]);
 }
+
+/** `cpuTicks` in milliseconds. */
+export function cpuMs(pid: number, tid?: number): number {
+  return (cpuTicks(pid, tid) * 1000) / TICKS_PER_S;
+}
